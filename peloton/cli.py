@@ -1,0 +1,311 @@
+"""pelotonctl: topics, stages, the dev stack, pools and jobs.
+
+Exit codes: 0 success; 1 the job ended but did not succeed; 2 invalid input (bad file, unknown
+pool, bad arguments); 3 not found; 4 timed out waiting; 5 the broker or stack is unavailable.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from peloton.config import Settings
+
+app = typer.Typer(help="Peloton-style cluster scheduler on Kafka.", no_args_is_help=True, add_completion=False)
+topics_app = typer.Typer(help="Topics of the pipeline (topics.yaml).", no_args_is_help=True)
+stage_app = typer.Typer(help="Run pipeline stages.", no_args_is_help=True)
+dev_app = typer.Typer(help="The embedded dev stack: broker, stages and hosts on this machine.", no_args_is_help=True)
+job_app = typer.Typer(help="Jobs: validate, create, status, list.", no_args_is_help=True)
+task_app = typer.Typer(help="Tasks of a job.", no_args_is_help=True)
+pool_app = typer.Typer(help="Resource pools.", no_args_is_help=True)
+app.add_typer(topics_app, name="topics")
+app.add_typer(stage_app, name="stage")
+app.add_typer(dev_app, name="dev")
+app.add_typer(job_app, name="job")
+app.add_typer(task_app, name="task")
+app.add_typer(pool_app, name="respool")
+
+out = Console(soft_wrap=True)
+err = Console(stderr=True)
+
+EXIT_FAILED, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_TIMEOUT, EXIT_UNAVAILABLE = 1, 2, 3, 4, 5
+
+
+def _fail(message: str, code: int) -> None:
+    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _settings() -> Settings:
+    return Settings.from_env()
+
+
+def _store():
+    from peloton.store import open_store
+
+    return open_store(_settings().store_path)
+
+
+def _print_json(data) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as exc:
+        _fail(f"cannot read {path}: {exc.strerror}", EXIT_INVALID)
+        raise
+
+
+def _broker_call(fn, *args):
+    from confluent_kafka import KafkaException
+
+    try:
+        return fn(*args)
+    except KafkaException as exc:
+        _fail(f"broker at {_settings().bootstrap} is unavailable: {exc}", EXIT_UNAVAILABLE)
+
+
+# -- topics ------------------------------------------------------------------------------------
+@topics_app.command("apply")
+def topics_apply(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Create missing topics and check existing ones (idempotent)."""
+    from peloton.admin import ensure_topics
+
+    report = _broker_call(ensure_topics, _settings())
+    if as_json:
+        _print_json(report)
+        return
+    table = Table("topic", "partitions", "cleanup", "status")
+    for r in report:
+        table.add_row(r["topic"], str(r["partitions"]), r["cleanup_policy"], r["status"])
+    out.print(table)
+    if any(r["status"].startswith("mismatch") for r in report):
+        raise typer.Exit(EXIT_INVALID)
+
+
+# -- stages ------------------------------------------------------------------------------------
+@stage_app.command("run")
+def stage_run(
+    name: str = typer.Argument(..., help="admit, entitle, place or launch"),
+    instance_id: Optional[str] = typer.Option(None, help="Client id of this instance (default: random)."),
+    max_seconds: Optional[float] = typer.Option(None, help="Stop after this long (for tests and benchmarks)."),
+) -> None:
+    """Start one instance of a stage; it joins the stage's consumer group. SIGTERM stops it cleanly."""
+    from stages.run import STAGES, run_stage
+
+    if name not in STAGES:
+        _fail(f"unknown stage {name!r}; stages are {', '.join(STAGES)}", EXIT_INVALID)
+    run_stage(name, _settings(), instance_id, max_seconds)
+
+
+# -- dev stack ---------------------------------------------------------------------------------
+@dev_app.command("up")
+def dev_up(
+    hosts: Optional[str] = typer.Option(None, help="Host inventory, e.g. 'local:2:cpu=8;sim:100:cpu=32'."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Start a broker (unless PELOTON_KAFKA_BOOTSTRAP is set), apply topics, create the default
+    pool and start one instance of each stage with its hosts."""
+    import os
+
+    from peloton.devstack import DevStack, StackError
+
+    if hosts:
+        os.environ["PELOTON_HOSTS"] = hosts
+    stack = DevStack(_settings())
+    try:
+        state = stack.up(progress=(lambda m: None) if as_json else (lambda m: out.print(m, highlight=False)))
+    except StackError as exc:
+        _fail(str(exc), EXIT_UNAVAILABLE)
+    if as_json:
+        _print_json(state)
+
+
+@dev_app.command("status")
+def dev_status(as_json: bool = typer.Option(False, "--json")) -> None:
+    """What the dev stack runs: component, pid, address, running."""
+    from peloton.devstack import DevStack
+
+    rows = DevStack(_settings()).status()
+    if as_json:
+        _print_json(rows)
+    else:
+        table = Table("component", "pid", "address", "running")
+        for r in rows:
+            table.add_row(r["component"], str(r["pid"]), r["address"], "yes" if r["running"] else "[red]no[/red]")
+        out.print(table if rows else "no dev stack is running")
+    if not rows or not all(r["running"] for r in rows):
+        raise typer.Exit(EXIT_UNAVAILABLE)
+
+
+@dev_app.command("down")
+def dev_down() -> None:
+    """Stop the stages (each finishes its batch and commits), then the broker."""
+    from peloton.devstack import DevStack
+
+    DevStack(_settings()).down(progress=lambda m: out.print(m, highlight=False))
+
+
+@dev_app.command("demo")
+def dev_demo(
+    keep: bool = typer.Option(False, help="Leave the stack running afterwards."),
+    timeout: float = typer.Option(300, help="Seconds to wait for the jobs."),
+) -> None:
+    """Start the stack, run the example jobs to completion with live progress, print a summary."""
+    from peloton.demo import run_demo
+
+    raise typer.Exit(run_demo(_settings(), out, keep=keep, timeout=timeout))
+
+
+# -- pools -------------------------------------------------------------------------------------
+@pool_app.command("create")
+def respool_create(path: str, config: Path, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Create a resource pool at PATH (e.g. /team/batch) from a Peloton respool YAML."""
+    from peloton.admin import UserError, create_pool
+
+    try:
+        pool = _broker_call(create_pool, _settings(), _store(), path, _read(config))
+    except UserError as exc:
+        _fail(str(exc), EXIT_INVALID)
+    if as_json:
+        _print_json(pool)
+    else:
+        out.print(f"created resource pool {path}")
+
+
+@pool_app.command("dump")
+def respool_dump(as_json: bool = typer.Option(False, "--json")) -> None:
+    """Every resource pool with its reservation and limit per kind."""
+    pools = _store().list_pools()
+    if as_json:
+        _print_json(pools)
+        return
+    table = Table("pool", "kind", "reservation", "limit", "share")
+    for path, cfg in pools.items():
+        for r in cfg["resources"]:
+            table.add_row(path, r["kind"], f"{r['reservation']:g}", f"{r['limit']:g}", f"{r['share']:g}")
+    out.print(table)
+
+
+# -- jobs --------------------------------------------------------------------------------------
+@job_app.command("validate")
+def job_validate(config: Path, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Check a Peloton job file; print what it asks for, or every problem in it (exit 2)."""
+    from peloton.admin import UserError, validate_job
+    from peloton.model.jobconfig import gang_instances
+
+    try:
+        spec = validate_job(_read(config))
+    except UserError as exc:
+        _fail(f"{config}: {exc}", EXIT_INVALID)
+    summary = {
+        "file": str(config), "valid": True, "name": spec.name, "type": spec.type,
+        "instances": spec.instance_count, "gangs": len(gang_instances(spec)), "priority": spec.priority,
+        "cpu": sum(t.resources.cpu for t in spec.tasks), "mem_mb": sum(t.resources.mem_mb for t in spec.tasks),
+    }
+    if as_json:
+        _print_json(summary)
+    else:
+        out.print(f"{config}: valid {spec.type} job {spec.name!r}, {spec.instance_count} instances in "
+                  f"{summary['gangs']} gangs, {summary['cpu']:g} cpu and {summary['mem_mb']:g} MB in all", highlight=False)
+
+
+@job_app.command("create")
+def job_create(
+    pool: str = typer.Argument(..., help="Resource pool path, e.g. /DefaultResPool"),
+    config: Path = typer.Argument(..., help="Peloton job YAML"),
+    wait: bool = typer.Option(False, "--wait", help="Wait until the job ends, showing progress."),
+    timeout: float = typer.Option(600, help="Seconds to wait with --wait."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Validate a job file and submit it to POOL; with --wait, follow it to the end."""
+    from peloton.admin import UserError, submit_job
+
+    try:
+        job_id = _broker_call(submit_job, _settings(), _store(), pool, _read(config))
+    except UserError as exc:
+        _fail(f"{config}: {exc}", EXIT_INVALID)
+    if not wait:
+        _print_json({"job_id": job_id}) if as_json else out.print(job_id)
+        return
+    if not as_json:
+        out.print(f"job {job_id} submitted to {pool}", highlight=False)
+    from peloton.watch import wait_for_jobs
+
+    results = wait_for_jobs(_store(), [job_id], timeout, None if as_json else out)
+    state = results[job_id]["state"]
+    if as_json:
+        _print_json(results[job_id])
+    else:
+        out.print(f"job {job_id} {state}", highlight=False)
+    if state is None or state not in ("SUCCEEDED", "FAILED", "KILLED", "DELETED"):
+        raise typer.Exit(EXIT_TIMEOUT)
+    if state != "SUCCEEDED":
+        raise typer.Exit(EXIT_FAILED)
+
+
+@job_app.command("status")
+def job_status(job_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
+    """A job's state and its tasks' states."""
+    from peloton.watch import job_summary
+
+    store = _store()
+    summary = job_summary(store, job_id)
+    if summary is None:
+        _fail(f"no job {job_id}", EXIT_NOT_FOUND)
+    if as_json:
+        _print_json(summary)
+        return
+    out.print(f"job {summary['job_id']} ({summary['name']}) in {summary['pool']}: [bold]{summary['state']}[/bold]",
+              highlight=False)
+    out.print("tasks: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["tasks"].items())), highlight=False)
+
+
+@job_app.command("list")
+def job_list(limit: int = 20, as_json: bool = typer.Option(False, "--json")) -> None:
+    """The most recent jobs."""
+    jobs = _store().list_jobs(limit)
+    rows = [{"job_id": j.job_id, "name": j.name, "pool": j.pool, "state": j.state, "instances": j.instance_count,
+             "created_ms": j.created_ms} for j in jobs]
+    if as_json:
+        _print_json(rows)
+        return
+    table = Table("job", "name", "pool", "state", "instances")
+    for r in rows:
+        table.add_row(r["job_id"], r["name"], r["pool"], r["state"], str(r["instances"]))
+    out.print(table)
+
+
+@task_app.command("list")
+def task_list(job_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Every task of a job: instance, run, state, host, exit code, reason."""
+    tasks = _store().tasks_of_job(job_id)
+    if not tasks:
+        _fail(f"no job {job_id}", EXIT_NOT_FOUND)
+    rows = [{"instance": t.instance, "run_id": t.run_id, "task_id": t.task_id, "state": t.state, "host": t.host_id,
+             "exit_code": t.exit_code, "reason": t.reason, "message": t.message} for t in tasks]
+    if as_json:
+        _print_json(rows)
+        return
+    table = Table("instance", "run", "state", "host", "exit", "message")
+    for r in rows:
+        table.add_row(str(r["instance"]), str(r["run_id"]), r["state"], r["host"],
+                      "" if r["exit_code"] is None else str(r["exit_code"]), r["message"])
+    out.print(table)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Scheduler model: resources, job configs, state machines. Pure Python, no Kafka."""

@@ -1,0 +1,70 @@
+"""Resource vectors with Peloton's arithmetic: per kind, clamped at zero, EPS-tolerant."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Peloton treats values within EPS as equal and clamps tiny differences to zero.
+EPS = 0.0009
+
+KINDS = ("cpu", "gpu", "mem_mb", "disk_mb")
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    cpu: float = 0.0
+    mem_mb: float = 0.0
+    disk_mb: float = 0.0
+    gpu: float = 0.0
+
+    def __add__(self, other: Resources) -> Resources:
+        return Resources(
+            self.cpu + other.cpu,
+            self.mem_mb + other.mem_mb,
+            self.disk_mb + other.disk_mb,
+            self.gpu + other.gpu,
+        )
+
+    def __sub__(self, other: Resources) -> Resources:
+        return Resources(
+            _clamped(self.cpu - other.cpu),
+            _clamped(self.mem_mb - other.mem_mb),
+            _clamped(self.disk_mb - other.disk_mb),
+            _clamped(self.gpu - other.gpu),
+        )
+
+    def fits_in(self, other: Resources) -> bool:
+        """True when every kind of self is <= other's, within EPS."""
+        return (
+            self.cpu <= other.cpu + EPS
+            and self.mem_mb <= other.mem_mb + EPS
+            and self.disk_mb <= other.disk_mb + EPS
+            and self.gpu <= other.gpu + EPS
+        )
+
+    def scaled(self, factor: float) -> Resources:
+        return Resources(self.cpu * factor, self.mem_mb * factor, self.disk_mb * factor, self.gpu * factor)
+
+    def to_record(self) -> dict:
+        return {"cpu": self.cpu, "mem_mb": self.mem_mb, "disk_mb": self.disk_mb, "gpu": self.gpu}
+
+    @staticmethod
+    def from_record(rec: dict) -> Resources:
+        return Resources(rec["cpu"], rec["mem_mb"], rec["disk_mb"], rec["gpu"])
+
+
+ZERO = Resources()
+
+
+def _clamped(v: float) -> float:
+    return v if v >= EPS else 0.0
+
+
+def total(items) -> Resources:
+    cpu = mem = disk = gpu = 0.0
+    for r in items:
+        cpu += r.cpu
+        mem += r.mem_mb
+        disk += r.disk_mb
+        gpu += r.gpu
+    return Resources(cpu, mem, disk, gpu)

@@ -1,0 +1,36 @@
+"""Job and task state vocabulary (Peloton's), and the Mesos task states that report them."""
+
+from __future__ import annotations
+
+JOB_TERMINAL = frozenset({"SUCCEEDED", "FAILED", "KILLED", "DELETED"})
+TASK_TERMINAL = frozenset({"SUCCEEDED", "FAILED", "KILLED", "LOST", "DELETED"})
+
+# Order along a run's life: a status may only move a run forward (duplicates and late arrivals
+# of earlier states are ignored). Terminal states share the top rank.
+TASK_ORDER = {
+    "INITIALIZED": 0, "PENDING": 1, "READY": 2, "PLACING": 3, "PLACED": 4, "LAUNCHING": 5,
+    "LAUNCHED": 6, "STARTING": 7, "RUNNING": 8, "PREEMPTING": 9, "KILLING": 9,
+    "SUCCEEDED": 10, "FAILED": 10, "KILLED": 10, "LOST": 10, "DELETED": 10,
+}
+
+# Mesos task state -> Peloton task state (TASK_DROPPED: a host manager refused the placement).
+MESOS_TO_TASK = {
+    "TASK_STAGING": "LAUNCHED",
+    "TASK_STARTING": "STARTING",
+    "TASK_RUNNING": "RUNNING",
+    "TASK_KILLING": "RUNNING",
+    "TASK_FINISHED": "SUCCEEDED",
+    "TASK_FAILED": "FAILED",
+    "TASK_ERROR": "FAILED",
+    "TASK_KILLED": "KILLED",
+    "TASK_LOST": "LOST",
+    "TASK_UNREACHABLE": "LOST",
+    "TASK_GONE": "LOST",
+    "TASK_GONE_BY_OPERATOR": "LOST",
+    "TASK_DROPPED": "DROPPED",
+}
+
+MESOS_TERMINAL = frozenset(
+    {"TASK_FINISHED", "TASK_FAILED", "TASK_ERROR", "TASK_KILLED", "TASK_LOST", "TASK_DROPPED",
+     "TASK_UNREACHABLE", "TASK_GONE", "TASK_GONE_BY_OPERATOR"}
+)

@@ -1,0 +1,77 @@
+"""Avro serde in Confluent wire framing: magic byte 0, 4-byte big-endian schema id, Avro binary.
+
+Schemas come from schemas/avro (one .avsc per type, ids in ids.yaml), parsed once per process.
+Each message names its writer schema by id, so a reader can resolve an older or newer writer
+against its own reader schema, and a schema registry can replace ids.yaml later.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import yaml
+
+from peloton.config import REPO_ROOT
+
+SCHEMA_DIR = REPO_ROOT / "schemas" / "avro"
+_HEADER = struct.Struct(">bI")
+MAGIC = 0
+
+
+class DecodeError(ValueError):
+    """The bytes are not a message of a schema we know."""
+
+
+class SchemaRegistry:
+    def __init__(self, schema_dir: Path = SCHEMA_DIR):
+        ids = yaml.safe_load((schema_dir / "ids.yaml").read_text())
+        named: dict[str, Any] = {}
+        self.by_name: dict[str, tuple[int, Any]] = {}
+        self.by_id: dict[int, tuple[str, Any]] = {}
+        for name, schema_id in ids.items():
+            raw = json.loads((schema_dir / f"{name.split('.')[-1]}.avsc").read_text())
+            parsed = fastavro.parse_schema(raw, named_schemas=named)
+            self.by_name[name] = (schema_id, parsed)
+            self.by_id[schema_id] = (name, parsed)
+        self._named = named
+
+    def encode(self, name: str, record: dict) -> bytes:
+        schema_id, schema = self.by_name[name]
+        buf = io.BytesIO()
+        buf.write(_HEADER.pack(MAGIC, schema_id))
+        fastavro.schemaless_writer(buf, schema, record)
+        return buf.getvalue()
+
+    def decode(self, data: bytes | None) -> tuple[str, dict]:
+        if data is None or len(data) < 5:
+            raise DecodeError("message is shorter than the 5-byte Confluent header")
+        magic, schema_id = _HEADER.unpack_from(data)
+        if magic != MAGIC:
+            raise DecodeError(f"magic byte {magic}, expected {MAGIC} (not Confluent-framed Avro)")
+        entry = self.by_id.get(schema_id)
+        if entry is None:
+            raise DecodeError(f"unknown schema id {schema_id}")
+        name, schema = entry
+        try:
+            record = fastavro.schemaless_reader(io.BytesIO(data[5:]), schema, None)
+        except Exception as exc:  # fastavro raises several types on corrupt payloads
+            raise DecodeError(f"payload does not decode as {name}: {exc.__class__.__name__}: {exc}") from exc
+        return name, record
+
+    def schema(self, name: str) -> Any:
+        return self.by_name[name][1]
+
+
+_default: SchemaRegistry | None = None
+
+
+def registry() -> SchemaRegistry:
+    global _default
+    if _default is None:
+        _default = SchemaRegistry()
+    return _default

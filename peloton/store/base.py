@@ -1,0 +1,149 @@
+"""Rows and the gateway interface every backend implements.
+
+Methods take and return whole batches: stages call the store once per poll, never per message.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class JobRow:
+    job_id: str
+    name: str
+    pool: str
+    type: str
+    state: str
+    instance_count: int
+    priority: int
+    preemptible: bool
+    placement_strategy: str
+    owner: str
+    config_text: str
+    created_ms: int
+    updated_ms: int
+    completed_ms: int | None = None
+
+
+@dataclass(slots=True)
+class TaskRow:
+    """The current run of one instance of a job."""
+
+    job_id: str
+    instance: int
+    run_id: int
+    task_id: str
+    pool: str
+    gang_id: str
+    state: str
+    spec: dict  # the TaskLaunchSpec record of the current run
+    max_failures: int = 0
+    failures: int = 0
+    host_id: str = ""
+    reason: str = ""
+    message: str = ""
+    exit_code: int | None = None
+    signal: int | None = None
+    updated_ms: int = 0
+
+
+@dataclass(slots=True)
+class Allocation:
+    """What a pool has admitted for one task run, until it is released."""
+
+    task_id: str
+    pool: str
+    gang_id: str
+    cpu: float
+    mem_mb: float
+    disk_mb: float
+    gpu: float
+    admitted_ms: int
+
+
+@dataclass(slots=True)
+class Launch:
+    """A task run a host manager accepted; the row that makes a second launch of it a no-op."""
+
+    task_id: str
+    job_id: str
+    instance: int
+    run_id: int
+    host_id: str
+    cpu: float
+    mem_mb: float
+    disk_mb: float
+    gpu: float
+    launched_ms: int
+    ended_ms: int | None = None
+    extra: dict = field(default_factory=dict)
+
+
+class StorageGateway(ABC):
+    @abstractmethod
+    def transaction(self) -> AbstractContextManager: ...
+
+    # pools
+    @abstractmethod
+    def put_pool(self, path: str, config: dict) -> None: ...
+    @abstractmethod
+    def get_pool(self, path: str) -> dict | None: ...
+    @abstractmethod
+    def list_pools(self) -> dict[str, dict]: ...
+
+    # jobs and tasks (admit)
+    @abstractmethod
+    def create_jobs(self, jobs: list[JobRow], tasks: list[TaskRow]) -> set[str]:
+        """Insert jobs that do not exist yet, with their tasks; returns the ids inserted."""
+    @abstractmethod
+    def get_job(self, job_id: str) -> JobRow | None: ...
+    @abstractmethod
+    def get_jobs(self, job_ids: list[str]) -> dict[str, JobRow]: ...
+    @abstractmethod
+    def list_jobs(self, limit: int = 100) -> list[JobRow]: ...
+    @abstractmethod
+    def update_jobs(self, jobs: list[JobRow]) -> None: ...
+    @abstractmethod
+    def tasks_of_job(self, job_id: str) -> list[TaskRow]: ...
+    @abstractmethod
+    def tasks_by_instance(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], TaskRow]: ...
+    @abstractmethod
+    def pending_tasks_of_jobs(self, job_ids: list[str]) -> list[TaskRow]: ...
+    @abstractmethod
+    def save_tasks(self, tasks: list[TaskRow]) -> None: ...
+    @abstractmethod
+    def task_state_counts(self, job_ids: list[str]) -> dict[str, dict[str, int]]: ...
+    @abstractmethod
+    def record_task_events(self, events: list[tuple]) -> None:
+        """(task_id, job_id, instance, run_id, state, reason, exit_code, timestamp_ms) rows."""
+    @abstractmethod
+    def task_events(self, job_id: str) -> list[dict]: ...
+
+    # allocations (entitle)
+    @abstractmethod
+    def pending_task_ids(self, task_ids: list[str]) -> set[str]:
+        """Those of task_ids that are the current run of their instance and still PENDING."""
+    @abstractmethod
+    def allocations(self) -> list[Allocation]: ...
+    @abstractmethod
+    def add_allocations(self, rows: list[Allocation]) -> None: ...
+    @abstractmethod
+    def remove_allocations(self, task_ids: list[str]) -> None: ...
+
+    # launches (launch)
+    @abstractmethod
+    def claim_launches(self, rows: list[Launch]) -> set[str]:
+        """Record launches not seen before; returns the task ids that are new (launch these)."""
+    @abstractmethod
+    def end_launches(self, task_ids: list[str], ended_ms: int) -> None: ...
+    @abstractmethod
+    def active_launches(self, host_ids: list[str]) -> list[Launch]: ...
+    @abstractmethod
+    def launch_counts(self, job_id: str) -> dict[int, int]:
+        """Launches per instance of a job (every run counted), for checking run-once."""
+
+    @abstractmethod
+    def close(self) -> None: ...

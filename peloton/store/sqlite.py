@@ -1,0 +1,295 @@
+"""Embedded SQLite backend: one file shared by every process of a dev stack (WAL mode)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+from peloton.store.base import Allocation, JobRow, Launch, StorageGateway, TaskRow
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS pools (
+    path TEXT PRIMARY KEY, config TEXT NOT NULL, updated_ms INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id TEXT PRIMARY KEY, name TEXT, pool TEXT, type TEXT, state TEXT, instance_count INTEGER,
+    priority INTEGER, preemptible INTEGER, placement_strategy TEXT, owner TEXT, config_text TEXT,
+    created_ms INTEGER, updated_ms INTEGER, completed_ms INTEGER);
+CREATE TABLE IF NOT EXISTS tasks (
+    job_id TEXT NOT NULL, instance INTEGER NOT NULL, run_id INTEGER NOT NULL, task_id TEXT NOT NULL,
+    pool TEXT, gang_id TEXT, state TEXT, spec TEXT, max_failures INTEGER, failures INTEGER,
+    host_id TEXT, reason TEXT, message TEXT, exit_code INTEGER, signal INTEGER, updated_ms INTEGER,
+    PRIMARY KEY (job_id, instance));
+CREATE INDEX IF NOT EXISTS tasks_by_task_id ON tasks (task_id);
+CREATE TABLE IF NOT EXISTS task_events (
+    task_id TEXT, job_id TEXT, instance INTEGER, run_id INTEGER, state TEXT, reason TEXT,
+    exit_code INTEGER, timestamp_ms INTEGER);
+CREATE INDEX IF NOT EXISTS task_events_by_job ON task_events (job_id);
+CREATE TABLE IF NOT EXISTS allocations (
+    task_id TEXT PRIMARY KEY, pool TEXT, gang_id TEXT, cpu REAL, mem_mb REAL, disk_mb REAL,
+    gpu REAL, admitted_ms INTEGER);
+CREATE TABLE IF NOT EXISTS launches (
+    task_id TEXT PRIMARY KEY, job_id TEXT, instance INTEGER, run_id INTEGER, host_id TEXT,
+    cpu REAL, mem_mb REAL, disk_mb REAL, gpu REAL, launched_ms INTEGER, ended_ms INTEGER);
+CREATE INDEX IF NOT EXISTS launches_by_host ON launches (host_id, ended_ms);
+CREATE INDEX IF NOT EXISTS launches_by_job ON launches (job_id);
+"""
+
+_TASK_COLS = (
+    "job_id, instance, run_id, task_id, pool, gang_id, state, spec, max_failures, failures, "
+    "host_id, reason, message, exit_code, signal, updated_ms"
+)
+_JOB_COLS = (
+    "job_id, name, pool, type, state, instance_count, priority, preemptible, placement_strategy, "
+    "owner, config_text, created_ms, updated_ms, completed_ms"
+)
+# SQLite limits bound variables per statement; IN lists are chunked below this.
+_CHUNK = 900
+
+
+def _chunks(items: list, size: int = _CHUNK):
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _task(row) -> TaskRow:
+    return TaskRow(
+        job_id=row[0], instance=row[1], run_id=row[2], task_id=row[3], pool=row[4], gang_id=row[5],
+        state=row[6], spec=json.loads(row[7]), max_failures=row[8], failures=row[9], host_id=row[10] or "",
+        reason=row[11] or "", message=row[12] or "", exit_code=row[13], signal=row[14], updated_ms=row[15] or 0,
+    )
+
+
+def _task_params(t: TaskRow) -> tuple:
+    return (
+        t.job_id, t.instance, t.run_id, t.task_id, t.pool, t.gang_id, t.state, json.dumps(t.spec),
+        t.max_failures, t.failures, t.host_id, t.reason, t.message, t.exit_code, t.signal, t.updated_ms,
+    )
+
+
+def _job(row) -> JobRow:
+    return JobRow(
+        job_id=row[0], name=row[1], pool=row[2], type=row[3], state=row[4], instance_count=row[5],
+        priority=row[6], preemptible=bool(row[7]), placement_strategy=row[8], owner=row[9],
+        config_text=row[10], created_ms=row[11], updated_ms=row[12], completed_ms=row[13],
+    )
+
+
+class SqliteStore(StorageGateway):
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Autocommit mode; writes group themselves with transaction() (BEGIN IMMEDIATE takes the
+        # write lock up front so two processes never deadlock upgrading a read lock).
+        self.db = sqlite3.connect(str(self.path), timeout=60, isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("PRAGMA busy_timeout=60000")
+        self._lock = threading.RLock()
+        self._depth = 0
+        with self.transaction():
+            for statement in SCHEMA.split(";"):
+                if statement.strip():
+                    self.db.execute(statement)
+
+    @contextmanager
+    def transaction(self):
+        with self._lock:
+            outer = self._depth == 0
+            if outer:
+                self.db.execute("BEGIN IMMEDIATE")
+            self._depth += 1
+            try:
+                yield self
+            except BaseException:
+                self._depth -= 1
+                if outer:
+                    self.db.execute("ROLLBACK")
+                raise
+            self._depth -= 1
+            if outer:
+                self.db.execute("COMMIT")
+
+    # -- pools ------------------------------------------------------------------------------
+    def put_pool(self, path: str, config: dict) -> None:
+        with self.transaction():
+            self.db.execute(
+                "INSERT INTO pools (path, config, updated_ms) VALUES (?, ?, ?) "
+                "ON CONFLICT(path) DO UPDATE SET config=excluded.config, updated_ms=excluded.updated_ms",
+                (path, json.dumps(config), config.get("updated_ms", 0)),
+            )
+
+    def get_pool(self, path: str) -> dict | None:
+        row = self.db.execute("SELECT config FROM pools WHERE path = ?", (path,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def list_pools(self) -> dict[str, dict]:
+        return {p: json.loads(c) for p, c in self.db.execute("SELECT path, config FROM pools ORDER BY path")}
+
+    # -- jobs and tasks ---------------------------------------------------------------------
+    def create_jobs(self, jobs: list[JobRow], tasks: list[TaskRow]) -> set[str]:
+        if not jobs:
+            return set()
+        with self.transaction():
+            existing = set()
+            ids = [j.job_id for j in jobs]
+            for chunk in _chunks(ids):
+                q = f"SELECT job_id FROM jobs WHERE job_id IN ({','.join('?' * len(chunk))})"
+                existing.update(r[0] for r in self.db.execute(q, chunk))
+            new_jobs = [j for j in jobs if j.job_id not in existing]
+            new_ids = {j.job_id for j in new_jobs}
+            self.db.executemany(
+                f"INSERT INTO jobs ({_JOB_COLS}) VALUES ({','.join('?' * 14)})",
+                [
+                    (j.job_id, j.name, j.pool, j.type, j.state, j.instance_count, j.priority, int(j.preemptible),
+                     j.placement_strategy, j.owner, j.config_text, j.created_ms, j.updated_ms, j.completed_ms)
+                    for j in new_jobs
+                ],
+            )
+            self.db.executemany(
+                f"INSERT INTO tasks ({_TASK_COLS}) VALUES ({','.join('?' * 16)})",
+                [_task_params(t) for t in tasks if t.job_id in new_ids],
+            )
+        return new_ids
+
+    def get_job(self, job_id: str) -> JobRow | None:
+        row = self.db.execute(f"SELECT {_JOB_COLS} FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+        return _job(row) if row else None
+
+    def get_jobs(self, job_ids: list[str]) -> dict[str, JobRow]:
+        out = {}
+        for chunk in _chunks(list(job_ids)):
+            q = f"SELECT {_JOB_COLS} FROM jobs WHERE job_id IN ({','.join('?' * len(chunk))})"
+            for row in self.db.execute(q, chunk):
+                out[row[0]] = _job(row)
+        return out
+
+    def list_jobs(self, limit: int = 100) -> list[JobRow]:
+        q = f"SELECT {_JOB_COLS} FROM jobs ORDER BY created_ms DESC LIMIT ?"
+        return [_job(r) for r in self.db.execute(q, (limit,))]
+
+    def update_jobs(self, jobs: list[JobRow]) -> None:
+        with self.transaction():
+            self.db.executemany(
+                "UPDATE jobs SET state = ?, updated_ms = ?, completed_ms = ? WHERE job_id = ?",
+                [(j.state, j.updated_ms, j.completed_ms, j.job_id) for j in jobs],
+            )
+
+    def tasks_of_job(self, job_id: str) -> list[TaskRow]:
+        q = f"SELECT {_TASK_COLS} FROM tasks WHERE job_id = ? ORDER BY instance"
+        return [_task(r) for r in self.db.execute(q, (job_id,))]
+
+    def tasks_by_instance(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], TaskRow]:
+        out: dict[tuple[str, int], TaskRow] = {}
+        by_job: dict[str, list[int]] = {}
+        for job_id, instance in keys:
+            by_job.setdefault(job_id, []).append(instance)
+        for job_id, instances in by_job.items():
+            for chunk in _chunks(sorted(set(instances))):
+                q = f"SELECT {_TASK_COLS} FROM tasks WHERE job_id = ? AND instance IN ({','.join('?' * len(chunk))})"
+                for row in self.db.execute(q, (job_id, *chunk)):
+                    out[(row[0], row[1])] = _task(row)
+        return out
+
+    def pending_tasks_of_jobs(self, job_ids: list[str]) -> list[TaskRow]:
+        out = []
+        for chunk in _chunks(list(job_ids)):
+            q = (
+                f"SELECT {_TASK_COLS} FROM tasks WHERE state = 'PENDING' AND job_id IN ({','.join('?' * len(chunk))}) "
+                "ORDER BY job_id, instance"
+            )
+            out.extend(_task(r) for r in self.db.execute(q, chunk))
+        return out
+
+    def save_tasks(self, tasks: list[TaskRow]) -> None:
+        with self.transaction():
+            self.db.executemany(
+                f"INSERT OR REPLACE INTO tasks ({_TASK_COLS}) VALUES ({','.join('?' * 16)})",
+                [_task_params(t) for t in tasks],
+            )
+
+    def task_state_counts(self, job_ids: list[str]) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {j: {} for j in job_ids}
+        for chunk in _chunks(list(job_ids)):
+            q = (
+                f"SELECT job_id, state, COUNT(*) FROM tasks WHERE job_id IN ({','.join('?' * len(chunk))}) "
+                "GROUP BY job_id, state"
+            )
+            for job_id, state, n in self.db.execute(q, chunk):
+                out[job_id][state] = n
+        return out
+
+    def record_task_events(self, events: list[tuple]) -> None:
+        with self.transaction():
+            self.db.executemany("INSERT INTO task_events VALUES (?, ?, ?, ?, ?, ?, ?, ?)", events)
+
+    def task_events(self, job_id: str) -> list[dict]:
+        cols = ("task_id", "job_id", "instance", "run_id", "state", "reason", "exit_code", "timestamp_ms")
+        q = "SELECT * FROM task_events WHERE job_id = ? ORDER BY rowid"
+        return [dict(zip(cols, r)) for r in self.db.execute(q, (job_id,))]
+
+    # -- allocations ------------------------------------------------------------------------
+    def pending_task_ids(self, task_ids: list[str]) -> set[str]:
+        out: set[str] = set()
+        for chunk in _chunks(list(task_ids)):
+            q = f"SELECT task_id FROM tasks WHERE state = 'PENDING' AND task_id IN ({','.join('?' * len(chunk))})"
+            out.update(r[0] for r in self.db.execute(q, chunk))
+        return out
+
+    def allocations(self) -> list[Allocation]:
+        return [Allocation(*r) for r in self.db.execute("SELECT * FROM allocations")]
+
+    def add_allocations(self, rows: list[Allocation]) -> None:
+        with self.transaction():
+            self.db.executemany(
+                "INSERT OR REPLACE INTO allocations VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(a.task_id, a.pool, a.gang_id, a.cpu, a.mem_mb, a.disk_mb, a.gpu, a.admitted_ms) for a in rows],
+            )
+
+    def remove_allocations(self, task_ids: list[str]) -> None:
+        with self.transaction():
+            self.db.executemany("DELETE FROM allocations WHERE task_id = ?", [(t,) for t in task_ids])
+
+    # -- launches ---------------------------------------------------------------------------
+    def claim_launches(self, rows: list[Launch]) -> set[str]:
+        if not rows:
+            return set()
+        with self.transaction():
+            seen: set[str] = set()
+            ids = [r.task_id for r in rows]
+            for chunk in _chunks(ids):
+                q = f"SELECT task_id FROM launches WHERE task_id IN ({','.join('?' * len(chunk))})"
+                seen.update(r[0] for r in self.db.execute(q, chunk))
+            new = [r for r in rows if r.task_id not in seen]
+            self.db.executemany(
+                "INSERT OR IGNORE INTO launches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (r.task_id, r.job_id, r.instance, r.run_id, r.host_id, r.cpu, r.mem_mb, r.disk_mb, r.gpu,
+                     r.launched_ms, r.ended_ms)
+                    for r in new
+                ],
+            )
+        return {r.task_id for r in new}
+
+    def end_launches(self, task_ids: list[str], ended_ms: int) -> None:
+        with self.transaction():
+            self.db.executemany(
+                "UPDATE launches SET ended_ms = ? WHERE task_id = ? AND ended_ms IS NULL",
+                [(ended_ms, t) for t in task_ids],
+            )
+
+    def active_launches(self, host_ids: list[str]) -> list[Launch]:
+        out = []
+        for chunk in _chunks(list(host_ids)):
+            q = f"SELECT * FROM launches WHERE ended_ms IS NULL AND host_id IN ({','.join('?' * len(chunk))})"
+            out.extend(Launch(*r) for r in self.db.execute(q, chunk))
+        return out
+
+    def launch_counts(self, job_id: str) -> dict[int, int]:
+        q = "SELECT instance, COUNT(*) FROM launches WHERE job_id = ? GROUP BY instance"
+        return dict(self.db.execute(q, (job_id,)).fetchall())
+
+    def close(self) -> None:
+        self.db.close()

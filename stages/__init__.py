@@ -1,0 +1,1 @@
+"""The pipeline, one package per stage: admit -> entitle -> place -> launch."""

@@ -1,0 +1,87 @@
+"""Job -> tasks -> gangs. Pure functions: no Kafka, no store."""
+
+from __future__ import annotations
+
+import json
+
+from peloton.model.jobconfig import JobSpec, TaskSpec, gang_instances
+from peloton.store import JobRow, TaskRow
+
+
+def task_id_of(job_id: str, instance: int, run_id: int) -> str:
+    return f"{job_id}-{instance}-{run_id}"
+
+
+def launch_spec(job_id: str, spec: JobSpec, task: TaskSpec, run_id: int) -> dict:
+    """The TaskLaunchSpec record: everything place and launch need, so they never read the job."""
+    labels = dict(spec.labels)
+    labels.update(task.labels)
+    return {
+        "task_id": task_id_of(job_id, task.instance, run_id),
+        "job_id": job_id,
+        "instance": task.instance,
+        "run_id": run_id,
+        "resources": task.resources.to_record(),
+        "dynamic_ports": sum(1 for p in task.ports if p.value == 0),
+        "command": task.command.value,
+        "shell": task.command.shell,
+        "arguments": list(task.command.arguments),
+        "environment": dict(task.command.environment),
+        "labels": labels,
+        "constraint_json": json.dumps(task.constraint, sort_keys=True) if task.constraint else None,
+        "kill_grace_seconds": float(task.kill_grace_seconds),
+        "controller": task.controller,
+    }
+
+
+def expand_job(job_id: str, pool: str, spec: JobSpec, config_text: str, now_ms: int) -> tuple[JobRow, list[TaskRow]]:
+    """A new job's row and its tasks' first runs, each PENDING in the gang Peloton's rule gives it."""
+    job = JobRow(
+        job_id=job_id, name=spec.name, pool=pool, type=spec.type, state="PENDING",
+        instance_count=spec.instance_count, priority=spec.priority, preemptible=spec.preemptible,
+        placement_strategy=spec.placement_strategy, owner=spec.owning_team or spec.owner,
+        config_text=config_text, created_ms=now_ms, updated_ms=now_ms,
+    )
+    tasks: list[TaskRow] = []
+    for instances in gang_instances(spec):
+        gang_id = task_id_of(job_id, instances[0], 1)
+        for i in instances:
+            t = spec.tasks[i]
+            tasks.append(
+                TaskRow(
+                    job_id=job_id, instance=i, run_id=1, task_id=task_id_of(job_id, i, 1), pool=pool,
+                    gang_id=gang_id, state="PENDING", spec=launch_spec(job_id, spec, t, 1),
+                    max_failures=t.max_failures, updated_ms=now_ms,
+                )
+            )
+    return job, tasks
+
+
+def next_run(task: TaskRow, now_ms: int) -> None:
+    """Turn a task row into its next run, PENDING, in a one-task gang of its own."""
+    task.run_id += 1
+    task.task_id = task_id_of(task.job_id, task.instance, task.run_id)
+    task.gang_id = task.task_id
+    task.state = "PENDING"
+    task.spec = {**task.spec, "task_id": task.task_id, "run_id": task.run_id}
+    task.updated_ms = now_ms
+
+
+def gang_records(job: JobRow, tasks: list[TaskRow], now_ms: int) -> list[dict]:
+    """GangDemand records for tasks (grouped by gang id, in task order)."""
+    gangs: dict[str, list[TaskRow]] = {}
+    for t in tasks:
+        gangs.setdefault(t.gang_id, []).append(t)
+    return [
+        {
+            "gang_id": gang_id,
+            "job_id": job.job_id,
+            "pool": job.pool,
+            "priority": job.priority,
+            "preemptible": job.preemptible,
+            "placement_strategy": job.placement_strategy,
+            "tasks": [t.spec for t in members],
+            "created_ms": now_ms,
+        }
+        for gang_id, members in gangs.items()
+    ]

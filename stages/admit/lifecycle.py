@@ -1,0 +1,65 @@
+"""Task and job state machines of the job manager. Pure functions, no Kafka, no store."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from peloton.model.states import JOB_TERMINAL, MESOS_TO_TASK, TASK_ORDER, TASK_TERMINAL
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """What a status event does to the current run of a task."""
+
+    state: str  # the new Peloton task state
+    retry: bool = False  # start a new run (PENDING) after this one
+    count_failure: bool = False
+    release: bool = False  # the run's pool allocation is given back
+
+
+def task_transition(
+    current_state: str, current_run: int, event_run: int, mesos_state: str, failures: int, max_failures: int
+) -> Transition | None:
+    """The effect of one status event, or None when it must be ignored.
+
+    Ignored: events of another run (older runs are orphans), unknown states, repeats and
+    out-of-order events (moves are monotonic by state order), anything after a terminal state.
+    """
+    if event_run != current_run:
+        return None
+    new = MESOS_TO_TASK.get(mesos_state)
+    if new is None or current_state in TASK_TERMINAL:
+        return None
+    if new == "DROPPED":
+        # The host manager refused the placement (it no longer fitted): run again, not a failure.
+        return Transition("PENDING", retry=True, release=True)
+    if TASK_ORDER[new] <= TASK_ORDER[current_state]:
+        return None
+    # Rerun until the failure count reaches maxFailures: maxFailures 4 means at most 4 runs.
+    if new == "FAILED" and failures + 1 < max_failures:
+        return Transition("FAILED", retry=True, count_failure=True, release=True)
+    if new in TASK_TERMINAL:
+        return Transition(new, count_failure=new == "FAILED", release=True)
+    return Transition(new)
+
+
+def job_state(counts: Mapping[str, int], instance_count: int, current: str) -> str:
+    """Job state from its tasks' state counts, Peloton's rules in order (JOBS.md)."""
+    if current in JOB_TERMINAL:
+        return current
+    succeeded = counts.get("SUCCEEDED", 0)
+    failed = counts.get("FAILED", 0)
+    lost = counts.get("LOST", 0)
+    killed = counts.get("KILLED", 0)
+    if succeeded >= instance_count:
+        return "SUCCEEDED"
+    if succeeded + failed + lost >= instance_count:
+        return "FAILED"
+    if killed > 0 and succeeded + failed + killed + lost >= instance_count:
+        return "KILLED"
+    if current == "KILLING":
+        return "KILLING"
+    if counts.get("RUNNING", 0) > 0:
+        return "RUNNING"
+    return "PENDING"

@@ -1,0 +1,156 @@
+"""entitle stage: gang demand and releases in (key = pool); admitted gangs out (key = pool).
+
+Durable state: the allocations table (one row per admitted task run). On partition assignment the
+ledgers of the pools on those partitions are rebuilt from it. Queued gangs are not written
+anywhere: their offsets are held uncommitted, so after a crash the next owner reads them again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from peloton.model.pool import pool_limit
+from peloton.model.resources import Resources
+from peloton.runtime import CompactedView, HeldOffsets, Record, Stage, now_ms
+from peloton.store import Allocation, StorageGateway
+from peloton.topics import partition_for
+from stages.entitle.admission import PoolLedger, PoolQueue, admit
+
+log = logging.getLogger("peloton.entitle")
+
+TOPIC = "task-demand"
+
+
+class EntitleStage(Stage):
+    name = "entitle"
+    inputs = (TOPIC,)
+
+    def __init__(self, store: StorageGateway):
+        self.store = store
+        self.queues: dict[str, PoolQueue] = {}
+        self.ledgers: dict[str, PoolLedger] = {}
+        self.held = HeldOffsets()
+        self.owned: set[int] = set()
+        self._last_admit = 0.0
+        self._last_publish = 0.0
+        self.admitted_gangs = 0
+
+    def bind(self, emitter, settings, catalogue) -> None:
+        super().bind(emitter, settings, catalogue)
+        self.partitions = catalogue[TOPIC].partitions
+        self.pools = CompactedView(settings, "pools", catalogue)
+
+    # -- ownership ----------------------------------------------------------------------------
+    def _partition(self, pool: str) -> int:
+        return partition_for(pool, self.partitions)
+
+    def on_assign(self, partitions: list[tuple[str, int]]) -> None:
+        new = {p for t, p in partitions if t == TOPIC}
+        self.owned |= new
+        for a in self.store.allocations():
+            if self._partition(a.pool) in new:
+                ledger = self.ledgers.setdefault(a.pool, PoolLedger())
+                ledger.charge(a.task_id, Resources(a.cpu, a.mem_mb, a.disk_mb, a.gpu))
+
+    def on_revoke(self, partitions: list[tuple[str, int]]) -> None:
+        gone = {p for t, p in partitions if t == TOPIC}
+        self.owned -= gone
+        for pool in [p for p in self.ledgers if self._partition(p) in gone]:
+            self.ledgers.pop(pool, None)
+            self.queues.pop(pool, None)
+        for p in gone:
+            self.held.drop((TOPIC, p))
+
+    def held_offsets(self) -> dict[tuple[str, int], int]:
+        return self.held.lowest()
+
+    # -- input --------------------------------------------------------------------------------
+    def handle(self, records: list[Record]) -> None:
+        releases = [r for r in records if r.schema == "peloton.TaskRelease"]
+        if releases:
+            ids = []
+            for r in releases:
+                ledger = self.ledgers.get(r.value["pool"])
+                if ledger is not None:
+                    ledger.release(r.value["task_id"])
+                ids.append(r.value["task_id"])
+            self.store.remove_allocations(ids)
+        gangs = [r for r in records if r.schema == "peloton.GangDemand"]
+        if gangs:
+            self._enqueue(gangs)
+        self._admit()
+
+    def _enqueue(self, records: list[Record]) -> None:
+        # Drop what this pool already queued or holds, and (one store read for the whole batch)
+        # anything no longer PENDING: a redelivered gang that already ran must not run again.
+        fresh = []
+        for r in records:
+            g = r.value
+            queue = self.queues.get(g["pool"])
+            ledger = self.ledgers.get(g["pool"])
+            if queue is not None and g["gang_id"] in queue.gang_ids:
+                continue
+            if ledger is not None and any(t["task_id"] in ledger.allocated for t in g["tasks"]):
+                continue
+            fresh.append(r)
+        pending = self.store.pending_task_ids([t["task_id"] for r in fresh for t in r.value["tasks"]])
+        for r in fresh:
+            g = r.value
+            if all(t["task_id"] in pending for t in g["tasks"]):
+                tp = (r.topic, r.partition)
+                self.queues.setdefault(g["pool"], PoolQueue()).push(g, tp, r.offset)
+                self.held.hold(tp, r.offset)
+
+    # -- admission ----------------------------------------------------------------------------
+    def tick(self, now: float) -> None:
+        self.pools.poll()
+        if now - self._last_admit >= self.settings.admission_tick_s:
+            self._admit()
+        if now - self._last_publish >= 1.0:
+            self._publish_entitlements()
+            self._last_publish = now
+
+    def _admit(self) -> None:
+        self._last_admit = time.monotonic()
+        admitted_at = now_ms()
+        rows: list[Allocation] = []
+        out = []
+        for pool, queue in self.queues.items():
+            if not len(queue):
+                continue
+            config = self.pools.values.get(pool)
+            if config is None or config.get("deleted"):
+                continue  # its config has not reached us yet: keep the gangs queued
+            ledger = self.ledgers.setdefault(pool, PoolLedger())
+            ledger.entitlement = pool_limit(config)
+            for q in admit(queue, ledger):
+                for t in q.gang["tasks"]:
+                    r = t["resources"]
+                    rows.append(Allocation(t["task_id"], pool, q.gang["gang_id"], r["cpu"], r["mem_mb"],
+                                           r["disk_mb"], r["gpu"], admitted_at))
+                out.append(q)
+        if not out:
+            return
+        self.store.add_allocations(rows)  # charged before anything is sent
+        for q in out:
+            self.emit.emit("admitted-gangs", q.gang["pool"], "peloton.AdmittedGang",
+                           {"gang": q.gang, "admitted_ms": admitted_at})
+            self.held.release(q.source, q.offset)
+        self.admitted_gangs += len(out)
+
+    def _publish_entitlements(self) -> None:
+        now = now_ms()
+        for pool, ledger in self.ledgers.items():
+            queue = self.queues.get(pool)
+            self.emit.emit("entitlements", pool, "peloton.PoolEntitlement", {
+                "pool": pool,
+                "entitlement": ledger.entitlement.to_record(),
+                "allocation": ledger.total.to_record(),
+                "demand": (queue.demand if queue else Resources()).to_record(),
+                "queued_gangs": len(queue) if queue else 0,
+                "computed_ms": now,
+            })
+
+    def close(self) -> None:
+        self.pools.close()

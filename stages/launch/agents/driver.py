@@ -1,0 +1,130 @@
+"""The agent-driver contract: how the launch stage runs tasks on hosts and hears back.
+
+The host manager calls a driver from a single thread: launch() for accepted placements,
+then poll() on every loop iteration; each TaskUpdate it returns is published as a Mesos
+task-state event. Drivers therefore never block on a task and never need locks.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from peloton.model.resources import Resources
+
+# Mesos task states a driver reports.
+TASK_STARTING = "TASK_STARTING"
+TASK_RUNNING = "TASK_RUNNING"
+TASK_FINISHED = "TASK_FINISHED"
+TASK_FAILED = "TASK_FAILED"
+TASK_KILLED = "TASK_KILLED"
+TASK_LOST = "TASK_LOST"
+
+TERMINAL_STATES = frozenset({TASK_FINISHED, TASK_FAILED, TASK_KILLED, TASK_LOST})
+
+# Mesos' reason when the command could not start or exited unsuccessfully.
+REASON_COMMAND_EXECUTOR_FAILED = "REASON_COMMAND_EXECUTOR_FAILED"
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchRequest:
+    task_id: str
+    job_id: str
+    instance: int
+    run_id: int
+    host_id: str
+    command: str
+    shell: bool
+    arguments: tuple[str, ...] = ()
+    environment: tuple[tuple[str, str], ...] = ()
+    resources: Resources = Resources()
+    kill_grace_seconds: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class TaskUpdate:
+    task_id: str
+    host_id: str
+    state: str  # one of the TASK_* constants above
+    timestamp_ms: int  # wall clock, milliseconds since the epoch
+    reason: str = ""
+    message: str = ""
+    exit_code: int | None = None
+    signal: int | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def update_for(request: LaunchRequest, state: str, **fields) -> TaskUpdate:
+    """A TaskUpdate for `request`, stamped now."""
+    return TaskUpdate(request.task_id, request.host_id, state, now_ms(), **fields)
+
+
+def exit_update(request: LaunchRequest, exit_code: int) -> TaskUpdate:
+    """The terminal update for a command that exited on its own with `exit_code`."""
+    if exit_code == 0:
+        return update_for(request, TASK_FINISHED, exit_code=0)
+    return update_for(
+        request,
+        TASK_FAILED,
+        reason=REASON_COMMAND_EXECUTOR_FAILED,
+        message=f"command exited with code {exit_code}",
+        exit_code=exit_code,
+    )
+
+
+class AgentDriver(ABC):
+    """Runs tasks somewhere and reports their Mesos state changes through poll()."""
+
+    @abstractmethod
+    def launch(self, requests: Sequence[LaunchRequest]) -> None:
+        """Start a batch of tasks; returns without waiting for them to run.
+
+        A request whose task_id is already active is ignored.
+        """
+
+    @abstractmethod
+    def kill(self, task_ids: Sequence[str]) -> None:
+        """Ask tasks to stop; TASK_KILLED arrives through poll(). Unknown ids are ignored."""
+
+    @abstractmethod
+    def poll(self) -> list[TaskUpdate]:
+        """Non-blocking: every update since the last call, in order per task."""
+
+    @abstractmethod
+    def active(self) -> set[str]:
+        """Ids of tasks launched whose terminal update has not been returned yet."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Kill everything still running and reap it; idempotent.
+
+        The resulting TASK_KILLED updates can still be collected with one last poll().
+        """
+
+
+# Imported lazily so that importing the contract does not drag in every driver.
+_DRIVERS: dict[str, tuple[str, str]] = {
+    "local": ("stages.launch.agents.local", "LocalDriver"),
+    "sim": ("stages.launch.agents.sim", "SimDriver"),
+}
+
+
+def make_driver(name: str, **options) -> AgentDriver:
+    """Build the driver called `name` ('sim' or 'local') with its constructor options."""
+    try:
+        module_name, class_name = _DRIVERS[name]
+    except KeyError:
+        known = ", ".join(sorted(_DRIVERS))
+        raise ValueError(f"unknown agent driver {name!r}; known drivers: {known}") from None
+    driver_class = getattr(importlib.import_module(module_name), class_name)
+    return driver_class(**options)

@@ -1,0 +1,181 @@
+"""launch stage: placements in (partition = host shard); task status events out (key = job id),
+host state out (compacted, key = host id).
+
+Every launch is first claimed in the store by task run id: a placement delivered twice (a place
+instance died after sending it, or this partition moved) launches nothing the second time.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from pathlib import Path
+
+from peloton.model.resources import Resources
+from peloton.runtime import Record, Stage, now_ms
+from peloton.store import Launch, StorageGateway
+from stages.launch.agents import AgentDriver, LaunchRequest, TaskUpdate, make_driver
+from stages.launch.inventory import HostSpec, parse_inventory
+from stages.launch.ledger import HostLedger
+
+log = logging.getLogger("peloton.launch")
+
+TOPIC = "placements"
+
+
+class LaunchStage(Stage):
+    name = "launch"
+    inputs = (TOPIC,)
+
+    def __init__(self, store: StorageGateway, drivers: dict[str, AgentDriver] | None = None):
+        self.store = store
+        self.drivers = drivers or {}
+        self.ledgers: dict[str, HostLedger] = {}  # hosts of the shards this instance owns
+        self.running: dict[str, tuple[dict, str]] = {}  # task id -> (launch spec, host id)
+        self.changed_hosts: dict[str, list[str]] = {}  # host id -> placement ids applied since last report
+        self.launched = 0
+
+    def bind(self, emitter, settings, catalogue) -> None:
+        super().bind(emitter, settings, catalogue)
+        self.inventory = {h.host_id: h for h in parse_inventory(settings.hosts, catalogue[TOPIC].partitions)}
+        for kind in {h.driver for h in self.inventory.values()}:
+            if kind not in self.drivers:
+                options = {"sandbox_root": Path(settings.home) / "sandboxes"} if kind == "local" else {
+                    "task_seconds": settings.sim_task_seconds}
+                self.drivers[kind] = make_driver(kind, **options)
+
+    # -- ownership ----------------------------------------------------------------------------
+    def on_assign(self, partitions: list[tuple[str, int]]) -> None:
+        shards = {p for t, p in partitions if t == TOPIC}
+        hosts = [h for h in self.inventory.values() if h.shard in shards]
+        for h in hosts:
+            self.ledgers[h.host_id] = HostLedger(h.host_id, h.capacity)
+            self.changed_hosts.setdefault(h.host_id, [])
+        # Runs the store says are active on these hosts but no driver of ours is running were
+        # started by an instance that is gone: their processes are lost with it.
+        lost = []
+        for launch in self.store.active_launches([h.host_id for h in hosts]):
+            if launch.task_id in self.running:
+                self.ledgers[launch.host_id].try_reserve(launch.task_id, Resources(launch.cpu, launch.mem_mb, launch.disk_mb, launch.gpu))
+            else:
+                lost.append(launch)
+        for launch in lost:
+            self._status(launch.job_id, launch.instance, launch.run_id, launch.task_id, launch.host_id,
+                         "TASK_LOST", reason="REASON_AGENT_DISCONNECTED", message="its host manager instance went away")
+        if lost:
+            self.store.end_launches([launch.task_id for launch in lost], now_ms())
+        self._report_hosts()
+
+    def on_revoke(self, partitions: list[tuple[str, int]]) -> None:
+        shards = {p for t, p in partitions if t == TOPIC}
+        for host_id in [h for h, spec in self.inventory.items() if spec.shard in shards]:
+            self.ledgers.pop(host_id, None)
+            self.changed_hosts.pop(host_id, None)
+
+    # -- placements ---------------------------------------------------------------------------
+    def handle(self, records: list[Record]) -> None:
+        accepted: list[tuple[dict, str, str]] = []  # (launch spec, host id, placement id)
+        refused: list[tuple[dict, str, str]] = []
+        for r in records:
+            p = r.value
+            for a in p["assignments"]:
+                task, host_id = a["task"], a["host_id"]
+                ledger = self.ledgers.get(host_id)
+                if ledger is None:
+                    if host_id not in self.inventory:
+                        self.emit.dead_letter(r, f"placement names unknown host {host_id!r}")
+                        break
+                    refused.append((task, host_id, "host is not served by this shard's host manager"))
+                    continue
+                self.changed_hosts.setdefault(host_id, []).append(p["placement_id"])
+                if task["task_id"] in self.running:
+                    continue  # a repeat of a placement already running here
+                if ledger.try_reserve(task["task_id"], Resources.from_record(task["resources"])):
+                    accepted.append((task, host_id, p["placement_id"]))
+                else:
+                    refused.append((task, host_id, "host no longer has room for the task"))
+        if accepted:
+            now = now_ms()
+            new = self.store.claim_launches([
+                Launch(t["task_id"], t["job_id"], t["instance"], t["run_id"], host_id, t["resources"]["cpu"],
+                       t["resources"]["mem_mb"], t["resources"]["disk_mb"], t["resources"]["gpu"], now)
+                for t, host_id, _ in accepted
+            ])
+            by_driver: dict[str, list[LaunchRequest]] = {}
+            for t, host_id, _ in accepted:
+                if t["task_id"] not in new:  # launched before (by us or an earlier owner)
+                    self.ledgers[host_id].release(t["task_id"])
+                    continue
+                self.running[t["task_id"]] = (t, host_id)
+                self._status(t["job_id"], t["instance"], t["run_id"], t["task_id"], host_id, "TASK_STAGING")
+                by_driver.setdefault(self.inventory[host_id].driver, []).append(_request(t, host_id))
+            for kind, requests in by_driver.items():
+                self.drivers[kind].launch(requests)
+                self.launched += len(requests)
+        for t, host_id, why in refused:
+            self._status(t["job_id"], t["instance"], t["run_id"], t["task_id"], host_id, "TASK_DROPPED",
+                         reason="REASON_PLACEMENT_REFUSED", message=why)
+        self._report_hosts()
+
+    # -- driver updates -----------------------------------------------------------------------
+    def tick(self, now: float) -> None:
+        ended = []
+        for driver in self.drivers.values():
+            for u in driver.poll():
+                entry = self.running.get(u.task_id)
+                if entry is None:
+                    continue
+                spec, host_id = entry
+                self._update(spec, u)
+                if u.terminal:
+                    del self.running[u.task_id]
+                    ledger = self.ledgers.get(host_id)
+                    if ledger is not None and ledger.release(u.task_id):
+                        self.changed_hosts.setdefault(host_id, [])
+                    ended.append(u.task_id)
+        if ended:
+            self.store.end_launches(ended, now_ms())
+        self._report_hosts()
+
+    def _update(self, spec: dict, u: TaskUpdate) -> None:
+        self._status(spec["job_id"], spec["instance"], spec["run_id"], u.task_id, u.host_id, u.state,
+                     reason=u.reason, message=u.message, exit_code=u.exit_code, signal=u.signal,
+                     timestamp_ms=u.timestamp_ms)
+
+    def _status(self, job_id: str, instance: int, run_id: int, task_id: str, host_id: str, state: str,
+                reason: str = "", message: str = "", exit_code: int | None = None, signal: int | None = None,
+                timestamp_ms: int | None = None) -> None:
+        self.emit.emit("task-status", job_id, "peloton.TaskStatus", {
+            "event_id": uuid.uuid4().hex, "task_id": task_id, "job_id": job_id, "instance": instance,
+            "run_id": run_id, "host_id": host_id, "state": state, "reason": reason, "message": message,
+            "exit_code": exit_code, "signal": signal, "timestamp_ms": timestamp_ms or now_ms(),
+        })
+
+    def _report_hosts(self) -> None:
+        """One host-state record per host whose accounting changed since the last report."""
+        now = now_ms()
+        for host_id, applied in self.changed_hosts.items():
+            ledger = self.ledgers.get(host_id)
+            if ledger is None:
+                continue
+            spec: HostSpec = self.inventory[host_id]
+            self.emit.emit("host-state", host_id, "peloton.HostState", {
+                "host_id": host_id, "shard": spec.shard, "driver": spec.driver, "state": "UP",
+                "capacity": spec.capacity.to_record(), "allocated": ledger.allocated.to_record(),
+                "task_count": len(ledger.tasks), "labels": spec.labels, "applied_placements": applied,
+                "updated_ms": now,
+            })
+        self.changed_hosts = {}
+
+    def close(self) -> None:
+        for driver in self.drivers.values():
+            driver.close()
+
+
+def _request(t: dict, host_id: str) -> LaunchRequest:
+    return LaunchRequest(
+        task_id=t["task_id"], job_id=t["job_id"], instance=t["instance"], run_id=t["run_id"], host_id=host_id,
+        command=t["command"], shell=t["shell"], arguments=tuple(t["arguments"]),
+        environment=tuple(t["environment"].items()), resources=Resources.from_record(t["resources"]),
+        kill_grace_seconds=t["kill_grace_seconds"],
+    )

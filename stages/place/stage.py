@@ -1,0 +1,124 @@
+"""place stage: admitted gangs in (key = pool); placements out (partition = host shard).
+
+The host view comes from the compacted host-state topic. Placements this instance made count
+against a host until the host manager's report lists them as applied (or a TTL passes), so two
+gangs in a row do not both take the last room on a host. A gang that finds no host waits and is
+tried again after a backoff; its offset stays uncommitted meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import deque
+from dataclasses import dataclass
+
+from peloton.model.resources import Resources
+from peloton.runtime import CompactedView, HeldOffsets, Record, Stage, now_ms
+from stages.place.placement import HostView, TaskNeed, place_gang
+
+log = logging.getLogger("peloton.place")
+
+TOPIC = "admitted-gangs"
+
+
+@dataclass(slots=True)
+class WaitingGang:
+    gang: dict
+    needs: list[TaskNeed]
+    source: tuple[str, int]
+    offset: int
+    attempts: int = 0
+    next_try: float = 0.0
+
+
+class PlaceStage(Stage):
+    name = "place"
+    inputs = (TOPIC,)
+
+    def __init__(self):
+        self.hosts: dict[str, HostView] = {}
+        self.waiting: deque[WaitingGang] = deque()
+        self.waiting_ids: set[str] = set()
+        self.held = HeldOffsets()
+        self.placed_gangs = 0
+
+    def bind(self, emitter, settings, catalogue) -> None:
+        super().bind(emitter, settings, catalogue)
+        self.host_state = CompactedView(settings, "host-state", catalogue)
+
+    def on_revoke(self, partitions: list[tuple[str, int]]) -> None:
+        gone = set(partitions)
+        self.waiting = deque(w for w in self.waiting if w.source not in gone)
+        self.waiting_ids = {w.gang["gang_id"] for w in self.waiting}
+        for tp in gone:
+            self.held.drop(tp)
+
+    def held_offsets(self) -> dict[tuple[str, int], int]:
+        return self.held.lowest()
+
+    def handle(self, records: list[Record]) -> None:
+        for r in records:
+            gang = r.value["gang"]
+            if gang["gang_id"] in self.waiting_ids:
+                continue
+            tp = (r.topic, r.partition)
+            needs = [TaskNeed.from_spec(t) for t in gang["tasks"]]
+            self.waiting.append(WaitingGang(gang, needs, tp, r.offset))
+            self.waiting_ids.add(gang["gang_id"])
+            self.held.hold(tp, r.offset)
+
+    def tick(self, now: float) -> None:
+        self._refresh_hosts()
+        if self.waiting:
+            self._place(now)
+
+    def _refresh_hosts(self) -> None:
+        for host_id, hs in self.host_state.poll():
+            view = self.hosts.get(host_id)
+            if view is None:
+                view = self.hosts[host_id] = HostView(host_id, hs["shard"], Resources.from_record(hs["capacity"]))
+            view.shard = hs["shard"]
+            view.capacity = Resources.from_record(hs["capacity"])
+            view.allocated = Resources.from_record(hs["allocated"])
+            view.labels = hs["labels"]
+            view.state = hs["state"]
+            for pid in hs["applied_placements"]:
+                view.pending.pop(pid, None)
+
+    def _place(self, now: float) -> None:
+        hosts = sorted(self.hosts.values(), key=lambda h: h.host_id)
+        ttl = self.settings.placement_pending_ttl_s
+        still_waiting: deque[WaitingGang] = deque()
+        placed_at = now_ms()
+        for w in self.waiting:
+            if w.next_try > now:
+                still_waiting.append(w)
+                continue
+            chosen = place_gang(w.needs, hosts, now) if hosts else None
+            if chosen is None:
+                w.attempts += 1
+                w.next_try = now + self.settings.placement_backoff_s
+                still_waiting.append(w)
+                continue
+            by_shard: dict[int, list[dict]] = {}
+            for t in w.gang["tasks"]:
+                host = chosen[t["task_id"]]
+                by_shard.setdefault(host.shard, []).append({"host_id": host.host_id, "task": t})
+            for shard, assignments in by_shard.items():
+                pid = uuid.uuid4().hex
+                for a in assignments:
+                    host = self.hosts[a["host_id"]]
+                    prev = host.pending.get(pid, (0.0, Resources()))[1]
+                    host.pending[pid] = (now + ttl, prev + Resources.from_record(a["task"]["resources"]))
+                self.emit.emit("placements", f"shard-{shard}", "peloton.Placement", {
+                    "placement_id": pid, "gang_id": w.gang["gang_id"], "pool": w.gang["pool"],
+                    "shard": shard, "assignments": assignments, "placed_ms": placed_at,
+                }, partition=shard)
+            self.waiting_ids.discard(w.gang["gang_id"])
+            self.held.release(w.source, w.offset)
+            self.placed_gangs += 1
+        self.waiting = still_waiting
+
+    def close(self) -> None:
+        self.host_state.close()

@@ -1,0 +1,385 @@
+"""Agent drivers: the simulated one (fake clock, no sleeping) and the local one (real processes)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from stages.launch.agents import (
+    REASON_COMMAND_EXECUTOR_FAILED,
+    TASK_FAILED,
+    TASK_FINISHED,
+    TASK_KILLED,
+    TASK_RUNNING,
+    TASK_STARTING,
+    AgentDriver,
+    LaunchRequest,
+    LocalDriver,
+    SimDriver,
+    TaskUpdate,
+    make_driver,
+)
+
+# --- helpers -----------------------------------------------------------------------------
+
+
+def request(task_id: str, command: str = "true", shell: bool = True, **fields) -> LaunchRequest:
+    return LaunchRequest(
+        task_id=task_id, job_id="job-1", instance=0, run_id=1, host_id="host-a",
+        command=command, shell=shell, **fields,
+    )
+
+
+def poll_until(
+    driver: AgentDriver, done: Callable[[list[TaskUpdate]], bool], timeout: float = 5.0
+) -> list[TaskUpdate]:
+    """Poll until `done(all updates so far)` holds; fail with what was seen at the deadline."""
+    deadline = time.monotonic() + timeout
+    seen: list[TaskUpdate] = []
+    while True:
+        seen.extend(driver.poll())
+        if done(seen):
+            return seen
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s; updates so far: {seen}")
+        time.sleep(0.005)
+
+
+def terminal_for(*task_ids: str) -> Callable[[list[TaskUpdate]], bool]:
+    return lambda seen: set(task_ids) <= {u.task_id for u in seen if u.terminal}
+
+
+def states(updates: list[TaskUpdate], task_id: str) -> list[str]:
+    return [u.state for u in updates if u.task_id == task_id]
+
+
+def last(updates: list[TaskUpdate], task_id: str) -> TaskUpdate:
+    return [u for u in updates if u.task_id == task_id][-1]
+
+
+def run_to_end(driver: AgentDriver, *task_ids: str, timeout: float = 5.0) -> list[TaskUpdate]:
+    return poll_until(driver, terminal_for(*task_ids), timeout)
+
+
+def wait_for_file_text(path: Path, text: str, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not (path.exists() and text in path.read_text()):
+        assert time.monotonic() < deadline, f"{path} never contained {text!r}"
+        time.sleep(0.005)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# --- make_driver ---------------------------------------------------------------------------
+
+
+def test_make_driver_builds_known_drivers(tmp_path: Path) -> None:
+    assert isinstance(make_driver("sim", task_seconds=0), SimDriver)
+    local = make_driver("local", sandbox_root=tmp_path)
+    assert isinstance(local, LocalDriver)
+    local.close()
+
+
+def test_make_driver_rejects_unknown_name_listing_known_ones() -> None:
+    with pytest.raises(ValueError, match=r"unknown agent driver 'mesos'.*local, sim"):
+        make_driver("mesos")
+
+
+# --- SimDriver -----------------------------------------------------------------------------
+
+
+def test_sim_reports_starting_running_then_finished_after_duration() -> None:
+    clock = FakeClock()
+    driver = SimDriver(task_seconds=10, clock=clock)
+    driver.launch([request("t1")])
+    assert driver.active() == {"t1"}
+
+    first = driver.poll()
+    assert [u.state for u in first] == [TASK_STARTING, TASK_RUNNING]
+    assert all(u.host_id == "host-a" for u in first)
+
+    clock.now += 9.9
+    assert driver.poll() == []
+    clock.now += 0.1
+    (done,) = driver.poll()
+    assert (done.state, done.exit_code) == (TASK_FINISHED, 0)
+    assert driver.active() == set()
+    assert driver.poll() == []
+
+
+def test_sim_zero_duration_keeps_state_order_within_one_poll() -> None:
+    driver = SimDriver(task_seconds=0, clock=FakeClock())
+    driver.launch([request("t1"), request("t2")])
+    updates = driver.poll()
+    for task_id in ("t1", "t2"):
+        assert states(updates, task_id) == [TASK_STARTING, TASK_RUNNING, TASK_FINISHED]
+
+
+def test_sim_ten_thousand_tasks_finish_quickly() -> None:
+    driver = SimDriver(task_seconds=0)
+    started = time.monotonic()
+    driver.launch([request(f"t{i}") for i in range(10_000)])
+    updates = poll_until(driver, lambda seen: sum(u.terminal for u in seen) == 10_000)
+    assert time.monotonic() - started < 5.0
+    assert len(updates) == 30_000
+    assert driver.active() == set()
+
+
+def test_sim_poll_cost_does_not_scale_with_active_tasks() -> None:
+    clock = FakeClock()
+    driver = SimDriver(task_seconds=3600, clock=clock)
+    driver.launch([request(f"t{i}") for i in range(100_000)])
+    driver.poll()
+    driver.launch([request("short", environment=(("PELOTON_SIM_SECONDS", "1"),))])
+    driver.poll()
+    clock.now += 1
+    assert [(u.task_id, u.state) for u in driver.poll()] == [("short", TASK_FINISHED)]
+    assert len(driver.active()) == 100_000
+
+    # Best of several idle polls, so a GC pause cannot fail the test: a heap peek takes
+    # microseconds, a pass over 100k tasks milliseconds.
+    assert min(_timed(driver.poll) for _ in range(5)) < 0.0005
+
+
+def _timed(call: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    call()
+    return time.perf_counter() - started
+
+
+def test_sim_environment_overrides_duration_and_exit_code() -> None:
+    clock = FakeClock()
+    driver = SimDriver(task_seconds=100, clock=clock)
+    env = (("PELOTON_SIM_SECONDS", "2.5"), ("PELOTON_SIM_EXIT_CODE", "7"))
+    driver.launch([request("bad", environment=env), request("slow")])
+    driver.poll()
+    clock.now += 2.5
+    (failed,) = driver.poll()
+    assert failed.task_id == "bad"
+    assert failed.state == TASK_FAILED
+    assert failed.exit_code == 7
+    assert failed.reason == REASON_COMMAND_EXECUTOR_FAILED
+    assert driver.active() == {"slow"}
+
+
+def test_sim_invalid_environment_override_fails_the_task() -> None:
+    driver = SimDriver(task_seconds=0, clock=FakeClock())
+    driver.launch([request("t1", environment=(("PELOTON_SIM_SECONDS", "soon"),))])
+    (update,) = driver.poll()
+    assert update.state == TASK_FAILED
+    assert "PELOTON_SIM_SECONDS" in update.message
+    assert driver.active() == set()
+
+
+def test_sim_failure_rate_one_fails_every_task_with_exit_code_1() -> None:
+    driver = SimDriver(task_seconds=0, failure_rate=1.0, clock=FakeClock())
+    driver.launch([request(f"t{i}") for i in range(20)])
+    terminal = [u for u in driver.poll() if u.terminal]
+    assert len(terminal) == 20
+    assert {(u.state, u.exit_code, u.reason) for u in terminal} == {
+        (TASK_FAILED, 1, REASON_COMMAND_EXECUTOR_FAILED)
+    }
+
+
+def test_sim_seed_makes_failures_reproducible() -> None:
+    def failed_ids(seed: int) -> list[str]:
+        driver = SimDriver(task_seconds=0, failure_rate=0.5, seed=seed, clock=FakeClock())
+        driver.launch([request(f"t{i}") for i in range(200)])
+        return [u.task_id for u in driver.poll() if u.state == TASK_FAILED]
+
+    assert failed_ids(42) == failed_ids(42)
+    assert 0 < len(failed_ids(42)) < 200
+
+
+def test_sim_kill_reports_killed_at_next_poll_and_wins_over_deadline() -> None:
+    clock = FakeClock()
+    driver = SimDriver(task_seconds=5, clock=clock)
+    driver.launch([request("t1"), request("t2")])
+    driver.poll()
+    driver.kill(["t1", "unknown"])
+    assert driver.active() == {"t1", "t2"}  # active until the kill is reported
+    clock.now += 5  # t1's deadline passes in the same poll as its kill
+    updates = driver.poll()
+    assert [(u.task_id, u.state) for u in updates] == [("t1", TASK_KILLED), ("t2", TASK_FINISHED)]
+    assert driver.active() == set()
+    driver.kill(["t1"])  # already terminal: ignored
+    assert driver.poll() == []
+
+
+def test_sim_kill_before_first_poll_keeps_order() -> None:
+    driver = SimDriver(task_seconds=5, clock=FakeClock())
+    driver.launch([request("t1")])
+    driver.kill(["t1"])
+    assert states(driver.poll(), "t1") == [TASK_STARTING, TASK_RUNNING, TASK_KILLED]
+
+
+def test_sim_duplicate_launch_of_active_task_is_ignored() -> None:
+    clock = FakeClock()
+    driver = SimDriver(task_seconds=5, clock=clock)
+    driver.launch([request("t1"), request("t1")])
+    driver.poll()
+    clock.now += 3
+    driver.launch([request("t1")])  # would push the deadline to +8 if it were accepted
+    assert driver.poll() == []
+    clock.now += 2
+    assert states(driver.poll(), "t1") == [TASK_FINISHED]
+
+
+def test_sim_close_kills_everything_and_is_idempotent() -> None:
+    driver = SimDriver(task_seconds=5, clock=FakeClock())
+    driver.launch([request("t1"), request("t2")])
+    driver.close()
+    driver.close()
+    assert driver.active() == set()
+    updates = driver.poll()
+    assert states(updates, "t1")[-1] == TASK_KILLED
+    assert states(updates, "t2")[-1] == TASK_KILLED
+    with pytest.raises(RuntimeError):
+        driver.launch([request("t3")])
+
+
+# --- LocalDriver ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def local(tmp_path: Path):
+    driver = LocalDriver(tmp_path / "sandboxes")
+    yield driver
+    driver.close()
+
+
+def test_local_shell_task_writes_sandbox_stdout_and_finishes(local: LocalDriver) -> None:
+    local.launch([request("task-1", 'echo "hello $PELOTON_TASK_ID"; echo oops >&2')])
+    assert local.active() == {"task-1"}
+    updates = run_to_end(local, "task-1")
+    assert states(updates, "task-1") == [TASK_STARTING, TASK_RUNNING, TASK_FINISHED]
+    assert last(updates, "task-1").exit_code == 0
+    assert (local.sandbox("task-1") / "stdout").read_text() == "hello task-1\n"
+    assert (local.sandbox("task-1") / "stderr").read_text() == "oops\n"
+    assert local.active() == set()
+
+
+def test_local_nonzero_exit_fails_with_exit_code(local: LocalDriver) -> None:
+    local.launch([request("task-1", "exit 3")])
+    failed = last(run_to_end(local, "task-1"), "task-1")
+    assert failed.state == TASK_FAILED
+    assert failed.exit_code == 3
+    assert failed.reason == REASON_COMMAND_EXECUTOR_FAILED
+    assert "code 3" in failed.message
+
+
+def test_local_missing_executable_fails_without_exit_code(local: LocalDriver) -> None:
+    local.launch([request("task-1", "/nonexistent/peloton-no-such-binary", shell=False)])
+    (failed,) = local.poll()
+    assert failed.state == TASK_FAILED
+    assert failed.exit_code is None
+    assert failed.reason == REASON_COMMAND_EXECUTOR_FAILED
+    assert "No such file" in failed.message
+    assert local.active() == set()
+
+
+def test_local_exec_form_passes_arguments(local: LocalDriver) -> None:
+    local.launch([request("task-1", "echo", shell=False, arguments=("a b", "c"))])
+    run_to_end(local, "task-1")
+    assert (local.sandbox("task-1") / "stdout").read_text() == "a b c\n"
+
+
+def test_local_environment_from_request_is_visible_and_identity_wins(local: LocalDriver) -> None:
+    env = (("GREETING", "hi"), ("PELOTON_TASK_ID", "spoofed"))
+    req = LaunchRequest(
+        task_id="task-7", job_id="job-9", instance=4, run_id=2, host_id="h",
+        command='echo "$GREETING $PELOTON_JOB_ID $PELOTON_INSTANCE_ID $PELOTON_TASK_ID"',
+        shell=True, environment=env,
+    )
+    local.launch([req])
+    assert last(run_to_end(local, "task-7"), "task-7").state == TASK_FINISHED
+    assert (local.sandbox("task-7") / "stdout").read_text() == "hi job-9 4 task-7\n"
+
+
+def test_local_kill_terminates_quickly(local: LocalDriver) -> None:
+    local.launch([request("task-1", "sleep 30", kill_grace_seconds=0.5)])
+    local.poll()
+    started = time.monotonic()
+    local.kill(["task-1", "unknown"])
+    killed = last(run_to_end(local, "task-1"), "task-1")
+    assert time.monotonic() - started < 2.0
+    assert killed.state == TASK_KILLED
+    assert killed.signal == signal.SIGTERM
+
+
+def test_local_kill_escalates_to_sigkill_after_grace(local: LocalDriver) -> None:
+    # The shell ignores SIGTERM and so does the sleep it starts (ignored signals survive exec).
+    local.launch([request("task-1", "trap '' TERM; echo ready; sleep 30", kill_grace_seconds=0.1)])
+    wait_for_file_text(local.sandbox("task-1") / "stdout", "ready")
+    local.kill(["task-1"])
+    killed = last(run_to_end(local, "task-1"), "task-1")
+    assert killed.state == TASK_KILLED
+    assert killed.signal == signal.SIGKILL
+
+
+def test_local_signal_we_did_not_send_is_a_failure(local: LocalDriver) -> None:
+    local.launch([request("task-1", "kill -9 $$")])
+    failed = last(run_to_end(local, "task-1"), "task-1")
+    assert failed.state == TASK_FAILED
+    assert failed.signal == signal.SIGKILL
+    assert failed.exit_code is None
+
+
+def test_local_duplicate_launch_of_active_task_is_ignored(local: LocalDriver) -> None:
+    local.launch([request("task-1", "sleep 30"), request("task-1", "exit 0")])
+    local.launch([request("task-1", "exit 0")])
+    assert states(local.poll(), "task-1") == [TASK_STARTING, TASK_RUNNING]
+    assert local.active() == {"task-1"}
+
+
+def _live_members(pgid: int) -> list[int]:
+    """Pids in process group `pgid` that are not zombies (Linux /proc)."""
+    live = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # exited meanwhile
+        # Fields after "(comm)": state, ppid, pgrp, ...
+        state, _ppid, pgrp = stat.rsplit(")", 1)[1].split()[:3]
+        if int(pgrp) == pgid and state != "Z":
+            live.append(int(entry.name))
+    return live
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_local_close_leaves_no_running_children(tmp_path: Path) -> None:
+    driver = LocalDriver(tmp_path)
+    # Each task records its process group id and forks a background child.
+    command = "echo $$ > pgid; sleep 30 & sleep 30 & wait"
+    driver.launch([request(f"task-{i}", command, kill_grace_seconds=0.2) for i in range(3)])
+    pgids = []
+    for i in range(3):
+        pgid_file = driver.sandbox(f"task-{i}") / "pgid"
+        wait_for_file_text(pgid_file, "\n")
+        pgids.append(int(pgid_file.read_text()))
+    assert all(_live_members(pgid) for pgid in pgids)
+
+    driver.close()
+    driver.close()
+
+    assert driver.active() == set()
+    assert [pgid for pgid in pgids if _live_members(pgid)] == []
+    updates = driver.poll()
+    assert {last(updates, f"task-{i}").state for i in range(3)} == {TASK_KILLED}
+    for pgid in pgids:  # the main processes were reaped, not left as zombies
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pgid, os.WNOHANG)

@@ -1,0 +1,446 @@
+"""Tests for peloton.model.jobconfig: parsing, merging and validating Peloton job configs."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from peloton.model.jobconfig import (
+    CommandSpec,
+    JobConfigError,
+    JobSpec,
+    PortSpec,
+    gang_instances,
+    job_spec_from_dict,
+    parse_job_config,
+)
+from peloton.model.resources import Resources
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "shared" / "peloton-examples"
+RESPOOL_FILES = {"default_respool.yaml", "helloworld_pool.yaml"}
+
+
+def example_files() -> list[Path]:
+    if not EXAMPLES.is_dir():
+        return []
+    return sorted(p for p in EXAMPLES.glob("*.yaml") if p.name not in RESPOOL_FILES)
+
+
+def load_example(name: str) -> JobSpec:
+    path = EXAMPLES / name
+    if not path.is_file():
+        pytest.skip(f"{path} not available")
+    return parse_job_config(path.read_text())
+
+
+def minimal(**top: Any) -> dict:
+    """A small valid job; keyword arguments replace top-level keys."""
+    doc: dict[str, Any] = {
+        "name": "job",
+        "instancecount": 3,
+        "defaultconfig": {
+            "resource": {"cpulimit": 1, "memlimitmb": 64, "disklimitmb": 10},
+            "command": {"shell": True, "value": "echo hi"},
+        },
+    }
+    doc.update(top)
+    return doc
+
+
+def errors_of(doc: Any) -> list[str]:
+    with pytest.raises(JobConfigError) as info:
+        job_spec_from_dict(doc)
+    return info.value.errors
+
+
+def with_default(**task: Any) -> dict:
+    """minimal() with extra defaultconfig keys."""
+    doc = minimal()
+    doc["defaultconfig"].update(task)
+    return doc
+
+
+# ---------------------------------------------------------------------------------------------
+# Peloton's own example files
+
+
+@pytest.mark.skipif(not example_files(), reason="peloton-examples not available")
+@pytest.mark.parametrize("path", example_files(), ids=lambda p: p.name)
+def test_every_example_job_parses_and_validates(path: Path) -> None:
+    spec = parse_job_config(path.read_text())
+    assert len(spec.tasks) == spec.instance_count
+    assert [t.instance for t in spec.tasks] == list(range(spec.instance_count))
+    assert all(t.command.value for t in spec.tasks)
+
+
+def test_testjob_merge_results() -> None:
+    spec = load_example("testjob.yaml")
+    assert spec.name == "TestPelotonJob_123"
+    assert spec.type == "BATCH"
+    assert spec.instance_count == 10
+    assert spec.owning_team == "team6"
+    assert spec.labels == (("testKey0", "testVal0"), ("testKey1", "testVal1"), ("testKey2", "testVal2"))
+    assert spec.priority == 22
+    assert spec.preemptible is False
+    assert spec.max_running_time_s == 300
+    assert spec.placement_strategy == "PACK_HOST"
+    assert spec.respool is None
+
+    default_resources = Resources(cpu=1.0, mem_mb=2.0, disk_mb=10.0, gpu=0.0)
+    controller = spec.tasks[0]
+    assert controller.controller is True
+    assert controller.name == "controller0"
+    assert controller.command.value == "echo Hello instance 0 && sleep 100"
+    assert controller.kill_grace_seconds == 40
+    assert controller.resources == default_resources
+
+    fifth = spec.tasks[5]
+    assert fifth.controller is False
+    assert fifth.command.value.startswith('echo "Job $PELOTON_JOB_ID')
+    assert fifth.command.shell is True
+    assert fifth.kill_grace_seconds == 30
+    assert fifth.resources == default_resources
+    assert fifth.health_check is None and fifth.constraint is None
+    assert spec.tasks[1].command.value.endswith("sleep 15")
+    assert spec.tasks[1].kill_grace_seconds == 30
+
+
+def test_docker_env_parameters_reach_the_environment() -> None:
+    spec = load_example("helloworld_job.yaml")
+    for task in spec.tasks:
+        env = dict(task.command.environment)
+        assert env["MESSAGE"] == "HelloWorld"
+        assert env["SLEEP_SECONDS"] == "300"
+    assert spec.tasks[0].resources == Resources(cpu=1.0, mem_mb=1024.0, disk_mb=1024.0)
+
+
+def test_command_environment_variables_form() -> None:
+    spec = load_example("test_http_health.yaml")
+    env = dict(spec.tasks[0].command.environment)
+    assert env == {"INITIAL_COOLOFF_SECS": "60", "CONSECUTIVE_SUCCESSES": "4", "CONSECUTIVE_FAILURES": "2"}
+    assert spec.tasks[0].ports == (PortSpec(name="http", value=0, env_name="UBER_HTTP_PORT"),)
+    # Health checks without `enabled: true` are inert in Peloton, so this BATCH job is valid.
+    assert spec.type == "BATCH"
+    assert spec.tasks[1].health_check["commandcheck"]["command"].startswith("date")
+    assert spec.tasks[1].name == "instance1"
+
+
+def test_constraint_respool_and_service_examples() -> None:
+    spec = load_example("testjob_host_affinity_constraint.yaml")
+    assert spec.respool == "/respool11"
+    label = spec.tasks[199].constraint["labelconstraint"]["label"]
+    assert label == {"key": "hostname", "value": "peloton-mesos-agent0"}
+
+    service = load_example("testjob_stateless_service_host_limit.yaml")
+    assert service.type == "SERVICE"
+    assert service.tasks[0].labels == (("instance", "ubunny.production.ubunny"),)
+
+    gpu = load_example("testjob_gpu_mesos_containerizer.yaml")
+    assert gpu.tasks[0].resources.gpu == 1.0
+    assert gpu.tasks[0].command.environment == ()
+
+
+def test_missing_instancecount_defaults_to_one() -> None:
+    spec = load_example("testjob_base.yaml")  # camelCase keys, no instanceCount
+    assert spec.instance_count == 1
+    assert len(spec.tasks) == 1
+    assert spec.tasks[0].resources == Resources(cpu=0.1, mem_mb=2.0, disk_mb=10.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Key spelling
+
+
+CAMEL = {
+    "instancecount": "instanceCount",
+    "owningteam": "owningTeam",
+    "ldapgroups": "ldapGroups",
+    "changelog": "changeLog",
+    "defaultconfig": "defaultConfig",
+    "instanceconfig": "instanceConfig",
+    "cpulimit": "cpuLimit",
+    "memlimitmb": "memLimitMb",
+    "disklimitmb": "diskLimitMb",
+    "fdlimit": "fdLimit",
+    "healthcheck": "healthCheck",
+    "killgraceperiodseconds": "killGracePeriodSeconds",
+    "maxrunningtime": "maxRunningTime",
+    "respoolid": "respoolID",
+    "labelconstraint": "labelConstraint",
+}
+
+
+def rename_keys(value: Any, rename) -> Any:
+    if isinstance(value, dict):
+        return {rename(k) if isinstance(k, str) else k: rename_keys(v, rename) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rename_keys(v, rename) for v in value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "name", ["testjob.yaml", "testjob_host_affinity_constraint.yaml", "test_http_health.yaml"]
+)
+def test_camel_case_and_lowercase_give_equal_specs(name: str) -> None:
+    path = EXAMPLES / name
+    if not path.is_file():
+        pytest.skip(f"{path} not available")
+    doc = yaml.safe_load(path.read_text())
+    camel = rename_keys(doc, lambda k: CAMEL.get(k, k))
+    assert camel != doc  # the renaming did something
+    assert job_spec_from_dict(camel) == job_spec_from_dict(doc)
+
+
+def test_camel_case_file_equals_its_lowercased_form() -> None:
+    path = EXAMPLES / "testjob_base.yaml"
+    if not path.is_file():
+        pytest.skip(f"{path} not available")
+    doc = yaml.safe_load(path.read_text())
+    assert job_spec_from_dict(rename_keys(doc, str.lower)) == job_spec_from_dict(doc)
+
+
+def test_case_insensitive_duplicate_key_is_an_error() -> None:
+    doc = minimal()
+    doc["instanceCount"] = 3
+    assert any("instancecount" in e and "twice" in e for e in errors_of(doc))
+
+
+# ---------------------------------------------------------------------------------------------
+# Merge of instanceconfig over defaultconfig
+
+
+def test_instanceconfig_ids_may_be_strings_of_digits() -> None:
+    spec = job_spec_from_dict(minimal(instanceconfig={"2": {"name": "two"}}))
+    assert [t.name for t in spec.tasks] == ["", "", "two"]
+
+
+def test_merge_is_top_level_only() -> None:
+    doc = with_default(
+        name="base",
+        killgraceperiodseconds=50,
+        ports=[{"name": "http", "envname": "PORT_HTTP"}],
+        labels=[{"key": "a", "value": "1"}],
+        revocable=True,
+        command={"value": "base", "environment": {"variables": [{"name": "X", "value": "1"}]}},
+    )
+    doc["instanceconfig"] = {
+        1: {
+            "name": "",  # empty scalar: default kept
+            "killgraceperiodseconds": 0,  # zero scalar: default kept
+            "revocable": False,  # boolean: override wins even when false
+            "ports": [],  # present list: override wins
+            "command": {"value": "own"},  # message replaced whole: no environment
+        },
+        2: {"resource": {"cpulimit": 2}},  # message replaced whole: no memory left
+    }
+    base, one, two = job_spec_from_dict(doc).tasks
+    assert base.name == one.name == "base"
+    assert one.kill_grace_seconds == 50
+    assert base.revocable is True and one.revocable is False
+    assert base.ports == (PortSpec("http", 0, "PORT_HTTP"),) and one.ports == ()
+    assert one.labels == base.labels == (("a", "1"),)
+    assert base.command.environment == (("X", "1"),)
+    assert one.command == CommandSpec(value="own", shell=True, arguments=(), environment=())
+    assert two.resources == Resources(cpu=2.0)
+
+
+def test_null_values_mean_absent() -> None:
+    doc = minimal(changelog=None, sla=None, respoolid=None)
+    doc["defaultconfig"].update(healthcheck=None, container=None, ports=None)
+    doc["instanceconfig"] = {0: None, 1: {"command": None}}
+    spec = job_spec_from_dict(doc)
+    assert spec.respool is None
+    assert all(t.command.value == "echo hi" and t.ports == () for t in spec.tasks)
+
+
+def test_docker_env_adds_to_command_environment() -> None:
+    doc = with_default(
+        container={
+            "type": 1,
+            "docker": {
+                "image": "debian",
+                "parameters": [
+                    {"key": "env", "value": "A=from-docker"},
+                    {"key": "env", "value": "B=x=y"},
+                    {"key": "volume", "value": "/a:/b"},
+                ],
+            },
+        },
+        command={"value": "run", "environment": {"A": "from-command", "Lower": 1}},
+    )
+    env = job_spec_from_dict(doc).tasks[0].command.environment
+    assert env == (("A", "from-docker"), ("Lower", "1"), ("B", "x=y"))
+
+
+def test_command_arguments_and_shell() -> None:
+    doc = with_default(command={"shell": False, "value": "/bin/echo", "arguments": ["a", 2]})
+    command = job_spec_from_dict(doc).tasks[0].command
+    assert command == CommandSpec(value="/bin/echo", shell=False, arguments=("a", "2"), environment=())
+
+
+def test_job_level_fields() -> None:
+    doc = minimal(
+        type="service",
+        owner="alice",
+        placementstrategy=2,
+        respoolid="/pool/leaf",
+        sla={"priority": 5, "preemptible": True, "revocable": True, "maxrunningtime": 60},
+    )
+    spec = job_spec_from_dict(doc)
+    assert (spec.type, spec.owner, spec.placement_strategy, spec.respool) == ("SERVICE", "alice", "SPREAD_JOB", "/pool/leaf")
+    assert (spec.priority, spec.preemptible, spec.revocable, spec.max_running_time_s) == (5, True, True, 60)
+    assert job_spec_from_dict(minimal(type=2, placementstrategy="SPREAD_JOB")).type == "DAEMON"
+    assert job_spec_from_dict(minimal(type="BATCH")).type == "BATCH"
+
+
+# ---------------------------------------------------------------------------------------------
+# Gangs
+
+
+def spec_with_sla(job_type: str = "BATCH", count: int = 5, **sla: Any) -> JobSpec:
+    return job_spec_from_dict(minimal(type=job_type, instancecount=count, sla=sla))
+
+
+def test_gang_of_minimum_running_instances() -> None:
+    assert gang_instances(spec_with_sla(minimumrunninginstances=3)) == [[0, 1, 2], [3], [4]]
+    assert gang_instances(spec_with_sla(minimumrunninginstances=5)) == [[0, 1, 2, 3, 4]]
+
+
+@pytest.mark.parametrize(
+    "job_type, sla",
+    [
+        ("BATCH", {}),
+        ("BATCH", {"minimumrunninginstances": 1}),
+        ("BATCH", {"minimumrunninginstances": 3, "revocable": True, "preemptible": True}),
+        ("SERVICE", {"minimumrunninginstances": 3}),
+    ],
+)
+def test_no_gang_gives_one_instance_gangs(job_type: str, sla: dict) -> None:
+    assert gang_instances(spec_with_sla(job_type, **sla)) == [[0], [1], [2], [3], [4]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation errors
+
+
+def set_path(doc: dict, dotted: str, value: Any) -> dict:
+    doc = copy.deepcopy(doc)
+    *parents, last = dotted.split(".")
+    node = doc
+    for key in parents:
+        node = node.setdefault(int(key) if key.isdigit() else key, {})
+    node[int(last) if last.isdigit() else last] = value
+    return doc
+
+
+@pytest.mark.parametrize(
+    "dotted, value, expected",
+    [
+        ("type", "CRON", "type: expected one of BATCH (0), SERVICE (1), DAEMON (2), got 'CRON'"),
+        ("type", 3, "type: expected one of"),
+        ("instancecount", 0, "instancecount: must be between 1 and"),
+        ("instancecount", "ten", "instancecount: expected an integer, got 'ten'"),
+        ("instancecount", True, "instancecount: expected an integer, got true"),
+        ("defaultconfig.resource.cpulimit", "abc", "defaultconfig.resource.cpulimit: expected a number, got 'abc'"),
+        ("defaultconfig.resource.memlimitmb", -1, "defaultconfig.resource.memlimitmb: expected a non-negative number"),
+        ("defaultconfig.resource", [1], "defaultconfig.resource: expected a mapping, got a list"),
+        ("defaultconfig.command.value", "", "defaultconfig.command.value: every instance needs a non-empty command value"),
+        ("defaultconfig.command", {"shell": False}, "defaultconfig.command.value: every instance needs a non-empty"),
+        ("defaultconfig.command.shell", "yes", "defaultconfig.command.shell: expected true or false, got 'yes'"),
+        ("defaultconfig.controller", True, "defaultconfig.controller: only instance 0 may be the controller (instances 1-2)"),
+        ("instanceconfig.2.controller", True, "instanceconfig.2.controller: only instance 0 may be the controller"),
+        ("defaultconfig.restartpolicy.maxfailures", 101, "defaultconfig.restartpolicy.maxfailures: must be at most 100"),
+        ("defaultconfig.restartpolicy.maxfailures", -1, "defaultconfig.restartpolicy.maxfailures: expected a non-negative"),
+        ("defaultconfig.ports", [{"value": 80}], "defaultconfig.ports[0].name: a port needs a name"),
+        ("defaultconfig.ports", [{"name": "http"}], "defaultconfig.ports[0].envname: a dynamic port (value 0) needs an envname"),
+        ("defaultconfig.ports", [{"name": "h", "value": 70000}], "defaultconfig.ports[0].value: must be at most 65535"),
+        ("defaultconfig.ports", [{"name": "h", "value": "80"}], "defaultconfig.ports[0].value: expected an integer, got '80'"),
+        ("defaultconfig.ports", {"name": "h"}, "defaultconfig.ports: expected a list, got a mapping"),
+        ("defaultconfig.healthcheck", {"enabled": True, "type": 1}, "defaultconfig.healthcheck: BATCH tasks may not have an enabled health check"),
+        ("instanceconfig.1.healthCheck", {"enabled": True}, "instanceconfig.1.healthcheck: BATCH tasks may not have"),
+        ("sla.maximumrunninginstances", 4, "sla.maximumrunninginstances: must not exceed instancecount (3), got 4"),
+        ("sla.minimumrunninginstances", 4, "sla.minimumrunninginstances: must not exceed instancecount (3), got 4"),
+        ("instanceconfig.3", {"name": "x"}, "instanceconfig.3: instance id out of range [0, 3)"),
+        ("instanceconfig.x", {"name": "x"}, "instanceconfig.x: expected an instance id (an integer), got 'x'"),
+        ("instanceconfig", [1], "instanceconfig: expected a mapping of instance ids, got a list"),
+        ("sla", "high", "sla: expected a mapping, got 'high'"),
+        ("labels", [{"value": "v"}], "labels[0].key: a label needs a non-empty key"),
+        ("placementstrategy", 7, "placementstrategy: expected PACK_HOST (1) or SPREAD_JOB (2), got 7"),
+        ("defaultconfig.command.environment", ["A=1"], "defaultconfig.command.environment: expected a mapping, got a list"),
+    ],
+)
+def test_validation_error_names_the_path(dotted: str, value: Any, expected: str) -> None:
+    errors = errors_of(set_path(minimal(), dotted, value))
+    assert any(expected in e for e in errors), errors
+
+
+def test_minimum_above_maximum_running_instances() -> None:
+    errors = errors_of(minimal(sla={"maximumrunninginstances": 2, "minimumrunninginstances": 3}))
+    assert errors == ["sla.minimumrunninginstances: must not exceed maximumrunninginstances (2), got 3"]
+
+
+def test_missing_command_for_some_instances() -> None:
+    doc = minimal(instanceconfig={0: {"command": {"value": "only zero"}}})
+    del doc["defaultconfig"]["command"]
+    assert errors_of(doc) == ["defaultconfig.command: every instance needs a command with a non-empty value (instances 1-2)"]
+
+
+def test_service_tasks_may_have_a_health_check() -> None:
+    doc = with_default(healthcheck={"enabled": True, "type": 1, "commandCheck": {"command": "true"}})
+    doc["type"] = 1
+    assert job_spec_from_dict(doc).tasks[0].health_check == {"enabled": True, "type": 1, "commandcheck": {"command": "true"}}
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    doc = minimal(type="NOPE", sla={"priority": "high"})
+    doc["defaultconfig"]["resource"]["cpulimit"] = "abc"
+    doc["defaultconfig"]["ports"] = [{"name": "x"}]
+    error = pytest.raises(JobConfigError, job_spec_from_dict, doc).value
+    assert len(error.errors) == 4
+    lines = str(error).splitlines()
+    assert lines[0] == "invalid job config:"
+    assert len(lines) == 5
+    assert isinstance(error, ValueError)
+
+
+def test_invalid_yaml_mentions_the_line() -> None:
+    with pytest.raises(JobConfigError) as info:
+        parse_job_config("name: x\ninstancecount: 1\n  defaultconfig: {\n")
+    assert "line 3" in str(info.value)
+    assert info.value.errors[0].startswith("line 3")
+
+
+@pytest.mark.parametrize("text, got", [("- a\n- b\n", "a list"), ("", "null"), ("just text", "'just text'")])
+def test_non_mapping_document_is_refused(text: str, got: str) -> None:
+    with pytest.raises(JobConfigError) as info:
+        parse_job_config(text)
+    assert info.value.errors == [f"<document>: expected a mapping of job config keys, got {got}"]
+
+
+def test_wrong_types_never_raise_python_errors() -> None:
+    weird: list[Any] = [None, 1, "x", [], {}, [None], {"a": None}, True, 1.5]
+    keys = ["name", "type", "sla", "labels", "defaultconfig", "instanceconfig", "respoolid", "placementstrategy"]
+    task_keys = ["resource", "command", "ports", "container", "healthcheck", "constraint", "restartpolicy", "labels", "controller"]
+    for value in weird:
+        for key in keys:
+            _parse_or_config_error(minimal(**{key: value}))
+        for key in task_keys:
+            _parse_or_config_error(with_default(**{key: value}))
+            _parse_or_config_error(minimal(instanceconfig={1: {key: value}}))
+
+
+def _parse_or_config_error(doc: dict) -> None:
+    try:
+        job_spec_from_dict(doc)
+    except JobConfigError as exc:
+        assert exc.errors and all(": " in e for e in exc.errors)
+
+
+def test_job_config_error_accepts_a_single_message() -> None:
+    error = JobConfigError("name: required")
+    assert error.errors == ["name: required"]
+    assert str(error) == "invalid job config:\n  name: required"
