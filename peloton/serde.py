@@ -38,7 +38,7 @@ class SchemaRegistry:
             parsed = fastavro.parse_schema(raw, named_schemas=named)
             self.by_name[name] = (schema_id, parsed)
             self.by_id[schema_id] = (name, parsed)
-        self._named = named
+        self.named = named  # name -> parsed schema, for references between files
 
     def encode(self, name: str, record: dict) -> bytes:
         schema_id, schema = self.by_name[name]

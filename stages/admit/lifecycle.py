@@ -14,6 +14,7 @@ class Transition:
 
     state: str  # the new Peloton task state
     retry: bool = False  # start a new run (PENDING) after this one
+    requeue: bool = False  # ask for the same run again (its placement was refused)
     count_failure: bool = False
     release: bool = False  # the run's pool allocation is given back
 
@@ -32,8 +33,12 @@ def task_transition(
     if new is None or current_state in TASK_TERMINAL:
         return None
     if new == "DROPPED":
-        # The host manager refused the placement (it no longer fitted): run again, not a failure.
-        return Transition("PENDING", retry=True, release=True)
+        # A host manager refused the placement (the host no longer had room): the same run goes
+        # back to its pool's queue. Once the run is launched a refusal is stale (a duplicate
+        # placement refused elsewhere) and changes nothing.
+        if TASK_ORDER[current_state] >= TASK_ORDER["LAUNCHED"]:
+            return None
+        return Transition("PENDING", requeue=True, release=True)
     if TASK_ORDER[new] <= TASK_ORDER[current_state]:
         return None
     # Rerun until the failure count reaches maxFailures: maxFailures 4 means at most 4 runs.

@@ -112,6 +112,7 @@ class AdmitStage(Stage):
                 task.failures += 1
             if move.retry:
                 next_run(task, now)
+            if move.retry or move.requeue:
                 reruns.append(task)
             changed[(task.job_id, task.instance)] = task
         if not changed:

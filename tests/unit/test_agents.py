@@ -136,7 +136,7 @@ def test_sim_ten_thousand_tasks_finish_quickly() -> None:
     assert driver.active() == set()
 
 
-def test_sim_poll_cost_does_not_scale_with_active_tasks() -> None:
+def test_sim_poll_reports_only_expired_tasks_among_many_active() -> None:
     clock = FakeClock()
     driver = SimDriver(task_seconds=3600, clock=clock)
     driver.launch([request(f"t{i}") for i in range(100_000)])
@@ -146,16 +146,7 @@ def test_sim_poll_cost_does_not_scale_with_active_tasks() -> None:
     clock.now += 1
     assert [(u.task_id, u.state) for u in driver.poll()] == [("short", TASK_FINISHED)]
     assert len(driver.active()) == 100_000
-
-    # Best of several idle polls, so a GC pause cannot fail the test: a heap peek takes
-    # microseconds, a pass over 100k tasks milliseconds.
-    assert min(_timed(driver.poll) for _ in range(5)) < 0.0005
-
-
-def _timed(call: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    call()
-    return time.perf_counter() - started
+    # Poll cost with many active tasks is measured by the benchmark, not asserted here.
 
 
 def test_sim_environment_overrides_duration_and_exit_code() -> None:

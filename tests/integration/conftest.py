@@ -1,0 +1,145 @@
+"""Integration fixtures: a real Tansu broker for the session, and per test an isolated pipeline
+(own topic prefix, store file and home) whose stages run as real processes."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from peloton.admin import create_pool, ensure_topics, submit_job
+from peloton.config import Settings
+from peloton.devstack import free_port, start_broker, start_stage, wait_for_log
+from peloton.model.states import JOB_TERMINAL
+from peloton.serde import registry
+from peloton.store import open_store
+from peloton.topics import Catalogue
+
+pytestmark = pytest.mark.integration
+
+POOL_YAML = """
+name: TestPool
+resources:
+- {kind: cpu, reservation: 64, limit: 64, share: 1}
+- {kind: memory, reservation: 65536, limit: 65536, share: 1}
+- {kind: disk, reservation: 100000, limit: 100000, share: 1}
+- {kind: gpu, reservation: 0, limit: 0, share: 1}
+"""
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory) -> str:
+    external = os.environ.get("PELOTON_KAFKA_BOOTSTRAP")
+    if external:
+        yield external
+        return
+    port = free_port()
+    log = tmp_path_factory.mktemp("broker") / "broker.log"
+    proc = start_broker(port, log)
+    yield f"127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(10)
+
+
+_seq = itertools.count()
+
+
+class Pipeline:
+    """One isolated pipeline on the shared broker; stages are real child processes."""
+
+    def __init__(self, bootstrap: str, home: Path, hosts: str, **overrides):
+        self.settings = Settings(
+            bootstrap=bootstrap,
+            topic_prefix=f"t{next(_seq)}-{uuid.uuid4().hex[:6]}.",
+            store_path=home / "peloton.db",
+            home=home,
+            hosts=hosts,
+            session_timeout_ms=2000,
+            **overrides,
+        )
+        self.home = home
+        self.store = open_store(self.settings.store_path)
+        self.procs: dict[str, subprocess.Popen] = {}
+        ensure_topics(self.settings)
+        create_pool(self.settings, self.store, "/test", POOL_YAML)
+
+    def log(self, instance: str) -> Path:
+        return self.home / f"{instance}.log"
+
+    def start(self, stage: str, instance: str | None = None, wait: bool = True) -> subprocess.Popen:
+        instance = instance or f"{stage}-{len([k for k in self.procs if k.startswith(stage)])}"
+        proc = start_stage(stage, self.settings, self.log(instance), instance_id=instance)
+        self.procs[instance] = proc
+        if wait:
+            wait_for_log(self.log(instance), "assigned", 60, proc)
+        return proc
+
+    def start_all(self) -> None:
+        for stage in ("admit", "entitle", "place", "launch"):
+            self.start(stage, wait=False)
+        for instance, proc in self.procs.items():
+            wait_for_log(self.log(instance), "assigned", 60, proc)
+
+    def submit(self, text: str, pool: str = "/test") -> str:
+        return submit_job(self.settings, self.store, pool, text)
+
+    def wait_job(self, job_id: str, timeout: float = 90) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            job = self.store.get_job(job_id)
+            if job is not None and job.state in JOB_TERMINAL:
+                return job.state
+            time.sleep(0.1)
+        job = self.store.get_job(job_id)
+        raise AssertionError(f"job {job_id} is {job.state if job else 'not stored'} after {timeout}s; "
+                             f"tasks {self.store.task_state_counts([job_id])}; logs in {self.home}")
+
+    def read_topic(self, topic: str, expect: int, timeout: float = 20) -> list[dict]:
+        """Decoded values of a topic, waiting until at least `expect` arrived."""
+        spec = Catalogue(self.settings.topic_prefix)[topic]
+        consumer = Consumer({"bootstrap.servers": self.settings.bootstrap, "group.id": f"reader-{uuid.uuid4().hex}",
+                             "enable.auto.commit": False})
+        consumer.assign([TopicPartition(spec.name, p, 0) for p in range(spec.partitions)])
+        values: list[dict] = []
+        deadline = time.monotonic() + timeout
+        try:
+            while len(values) < expect and time.monotonic() < deadline:
+                for m in consumer.consume(100, 0.5):
+                    if m.error() is None:
+                        values.append(registry().decode(m.value())[1])
+        finally:
+            consumer.close()
+        return values
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.store.close()
+
+
+@pytest.fixture
+def pipeline_factory(broker, tmp_path):
+    made: list[Pipeline] = []
+
+    def make(hosts: str = "local:2:cpu=8,mem_mb=16384,disk_mb=100000", **overrides) -> Pipeline:
+        p = Pipeline(broker, tmp_path / f"p{len(made)}", hosts, **overrides)
+        made.append(p)
+        return p
+
+    yield make
+    for p in made:
+        p.stop()

@@ -1,0 +1,90 @@
+"""Two instances of a stage share its partitions; when one is killed with SIGKILL the other takes
+its partitions and finishes the work, with every task run exactly once."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import signal
+import time
+
+import pytest
+
+from peloton.admin import create_pool, emitter, submit_job
+from peloton.topics import partition_for
+
+pytestmark = pytest.mark.integration
+
+# 4 jobs of 100 one-cpu tasks, each in its own 16-cpu pool, so each job runs in 7 waves; pools
+# and job ids are picked to cover every partition, so whichever instance dies holds work.
+SMALL_POOL = """
+name: small
+resources:
+- {kind: cpu, reservation: 16, limit: 16, share: 1}
+- {kind: memory, reservation: 65536, limit: 65536, share: 1}
+- {kind: disk, reservation: 100000, limit: 100000, share: 1}
+"""
+MANY = """
+name: many
+instancecount: 100
+defaultconfig:
+  resource: {cpulimit: 1, memlimitmb: 16, disklimitmb: 1}
+  command: {shell: true, value: 'true'}
+"""
+
+
+def one_key_per_partition(prefix: str, partitions: int = 4) -> list[str]:
+    keys: dict[int, str] = {}
+    for i in itertools.count():
+        keys.setdefault(partition_for(f"{prefix}{i}", partitions), f"{prefix}{i}")
+        if len(keys) == partitions:
+            return [keys[p] for p in range(partitions)]
+
+
+def assigned_partitions(log_text: str) -> list[str]:
+    return re.findall(r"assigned (\[.+\])", log_text)
+
+
+@pytest.mark.parametrize("stage", ["admit", "entitle", "place"])
+def test_a_killed_instance_hands_its_partitions_over_and_every_task_runs_once(pipeline_factory, stage) -> None:
+    p = pipeline_factory(hosts="sim:16:cpu=8,mem_mb=65536,disk_mb=100000", sim_task_seconds=0.5)
+    others = [s for s in ("admit", "entitle", "place", "launch") if s != stage]
+    for s in others:
+        p.start(s, wait=False)
+    p.start(stage, f"{stage}-a")
+    victim = p.start(stage, f"{stage}-b")
+    # Both instances hold partitions once the group has rebalanced.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        a, b = (assigned_partitions(p.log(f"{stage}-{x}").read_text()) for x in "ab")
+        if b and b[-1] != "[]" and "revoked" in p.log(f"{stage}-a").read_text():
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the second {stage} instance never got partitions: {b}")
+
+    pools = one_key_per_partition("/pool")
+    for pool in pools:
+        create_pool(p.settings, p.store, pool, SMALL_POOL)
+    jobs = one_key_per_partition("job-")
+    out = emitter(p.settings)
+    for job_id, pool in zip(jobs, pools):
+        submit_job(p.settings, p.store, pool, MANY, job_id=job_id, out=out)
+    deadline = time.monotonic() + 60
+    while sum(c.get("SUCCEEDED", 0) for c in p.store.task_state_counts(jobs).values()) < 40:
+        assert time.monotonic() < deadline, "the jobs made no progress"
+        time.sleep(0.05)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    killed_at = time.monotonic()
+    done = sum(c.get("SUCCEEDED", 0) for c in p.store.task_state_counts(jobs).values())
+    assert done < 300, f"{done} of 400 tasks were done before the kill; the test would prove nothing"
+
+    for job_id in jobs:
+        assert p.wait_job(job_id, timeout=120) == "SUCCEEDED"
+        runs = p.store.launch_counts(job_id)
+        assert len(runs) == 100 and set(runs.values()) == {1}, f"{job_id}: some instance ran twice or never"
+        assert {t.run_id for t in p.store.tasks_of_job(job_id)} == {1}
+    survivor = p.log(f"{stage}-a").read_text()
+    assert len(assigned_partitions(survivor)) >= 2, "the survivor never took over the partitions"
+    print(f"{stage}: all 400 tasks done {time.monotonic() - killed_at:.1f}s after the kill")

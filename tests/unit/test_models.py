@@ -1,0 +1,82 @@
+"""Pool configs, host inventories, job expansion, topic keying, held offsets."""
+
+from __future__ import annotations
+
+import pytest
+
+from peloton.model.jobconfig import parse_job_config
+from peloton.model.pool import PoolConfigError, leaf_pool_error, parse_pool_config, pool_limit
+from peloton.model.resources import Resources
+from peloton.runtime import HeldOffsets
+from peloton.topics import murmur2, partition_for
+from stages.admit.expand import expand_job, gang_records, next_run
+from stages.launch.inventory import InventoryError, parse_inventory
+
+
+@pytest.mark.parametrize("name", ["default_respool.yaml", "helloworld_pool.yaml"])
+def test_pelotons_pool_files_parse_unchanged(peloton_examples, name: str) -> None:
+    config = parse_pool_config((peloton_examples / name).read_text(), "/p")
+    assert {r["kind"] for r in config["resources"]} == {"cpu", "memory", "disk", "gpu"}
+    assert pool_limit(config).cpu in (12.0, 8.0)
+
+
+def test_pool_errors_name_every_problem() -> None:
+    text = "resources:\n- kind: cpu\n  reservation: 5\n  limit: 2\n- kind: tpu\n  limit: 1\ncontrollerlimit: {maxpercent: 150}\n"
+    with pytest.raises(PoolConfigError) as exc:
+        parse_pool_config(text, "/p")
+    message = str(exc.value)
+    assert "limit 2.0 is below reservation 5.0" in message
+    assert "resources[1].kind" in message and "150" in message
+
+
+def test_jobs_go_to_existing_leaf_pools_only() -> None:
+    pools = {"/a": {"parent": "/"}, "/a/b": {"parent": "/a"}}
+    assert leaf_pool_error(pools, "/a/b") is None
+    assert "not a leaf" in leaf_pool_error(pools, "/a")
+    assert "unknown resource pool '/x'" in leaf_pool_error(pools, "/x")
+
+
+def test_inventory_spec_and_its_errors() -> None:
+    hosts = parse_inventory("local:2:cpu=4;sim:3:cpu=32,mem_mb=1000", shards=4)
+    assert [h.host_id for h in hosts] == ["local-0", "local-1", "sim-0", "sim-1", "sim-2"]
+    assert hosts[2].capacity == Resources(cpu=32, mem_mb=1000, disk_mb=100000)
+    assert all(h.shard == partition_for(h.host_id, 4) for h in hosts)
+    for bad in ("mesos:2", "sim:x", "sim:2:cpus=4", "sim:2:cpu=many"):
+        with pytest.raises(InventoryError):
+            parse_inventory(bad, 4)
+
+
+def test_murmur2_matches_kafkas_java_client() -> None:
+    # Kafka's own test vectors (Utils.murmur2 returns them as signed ints).
+    signed = lambda v: v - (1 << 32) if v >= 1 << 31 else v  # noqa: E731
+    assert signed(murmur2(b"21")) == -973932308
+    assert signed(murmur2(b"foobar")) == -790332482
+    assert signed(murmur2(b"a-little-bit-long-string")) == -985981536
+    assert murmur2(b"") == 275646681
+
+
+def test_testjob_expands_into_tasks_gangs_and_reruns(peloton_examples) -> None:
+    text = (peloton_examples / "testjob.yaml").read_text()
+    job, tasks = expand_job("j1", "/pool", parse_job_config(text), text, now_ms=1)
+    assert job.instance_count == 10 and len(tasks) == 10
+    assert tasks[0].spec["controller"] and tasks[0].spec["command"] == "echo Hello instance 0 && sleep 100"
+    assert tasks[0].spec["kill_grace_seconds"] == 40.0
+    assert tasks[5].spec["task_id"] == "j1-5-1" and tasks[5].spec["labels"]["testKey0"] == "testVal0"
+    gangs = gang_records(job, tasks, now_ms=1)
+    assert len(gangs) == 10 and gangs[0]["priority"] == 22
+    next_run(tasks[3], now_ms=2)
+    assert (tasks[3].task_id, tasks[3].run_id, tasks[3].state) == ("j1-3-2", 2, "PENDING")
+    assert tasks[3].spec["task_id"] == "j1-3-2" and tasks[3].gang_id == "j1-3-2"
+
+
+def test_held_offsets_commit_no_further_than_the_oldest_held() -> None:
+    held = HeldOffsets()
+    tp = ("t", 0)
+    for off in (5, 6, 7):
+        held.hold(tp, off)
+    held.release(tp, 6)
+    assert held.lowest() == {tp: 5}
+    held.release(tp, 5)
+    assert held.lowest() == {tp: 7}
+    held.release(tp, 7)
+    assert held.lowest() == {}
