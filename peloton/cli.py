@@ -165,6 +165,23 @@ def dev_demo(
     raise typer.Exit(run_demo(_settings(), out, keep=keep, timeout=timeout))
 
 
+@app.command("bench")
+def bench(
+    tasks: int = typer.Option(5000, help="Instances in the benchmark job."),
+    hosts: str = typer.Option("sim:50:cpu=64,mem_mb=262144,disk_mb=1000000", help="Simulated host inventory."),
+    task_seconds: float = typer.Option(0.0, help="How long each simulated task runs."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Run one job of TASKS simulated tasks through a throwaway stack and print tasks per second."""
+    from peloton.bench import run_pipeline_bench
+
+    figures = run_pipeline_bench(err if as_json else out, tasks, hosts, task_seconds)
+    if as_json:
+        _print_json(figures)
+    if figures["state"] != "SUCCEEDED":
+        raise typer.Exit(EXIT_FAILED)
+
+
 # -- pools -------------------------------------------------------------------------------------
 @pool_app.command("create")
 def respool_create(path: str, config: Path, as_json: bool = typer.Option(False, "--json")) -> None:

@@ -20,6 +20,14 @@ def job_summary(store: StorageGateway, job_id: str) -> dict | None:
     }
 
 
+def job_seconds(summary: dict) -> float:
+    """Seconds from submission to completion (or to now while it runs)."""
+    if not summary.get("created_ms"):
+        return 0.0
+    end = summary.get("completed_ms") or time.time() * 1000
+    return (end - summary["created_ms"]) / 1000
+
+
 def wait_for_jobs(store: StorageGateway, job_ids: list[str], timeout: float, console=None) -> dict[str, dict]:
     """Poll the store until every job is terminal or the timeout passes; show a bar per job."""
     deadline = time.monotonic() + timeout
@@ -27,10 +35,10 @@ def wait_for_jobs(store: StorageGateway, job_ids: list[str], timeout: float, con
     progress = None
     bars = {}
     if console is not None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
         progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=console)
+                            TextColumn("{task.fields[detail]}"), console=console)
         progress.start()
     try:
         while True:
@@ -40,7 +48,7 @@ def wait_for_jobs(store: StorageGateway, job_ids: list[str], timeout: float, con
                 if progress is not None:
                     done = sum(s["tasks"].get(k, 0) for k in ("SUCCEEDED", "FAILED", "KILLED", "LOST"))
                     running = s["tasks"].get("RUNNING", 0)
-                    detail = f"{s['state'] or 'SUBMITTED'} running {running}"
+                    detail = f"{s['state'] or 'SUBMITTED':<9} running {running:<4} {job_seconds(s):5.1f}s"
                     if job_id not in bars:
                         bars[job_id] = progress.add_task(f"{s['name'][:28]:<28}", total=s["instances"] or None, detail=detail)
                     progress.update(bars[job_id], description=f"{s['name'][:28]:<28}", completed=done,
