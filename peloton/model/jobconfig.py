@@ -313,17 +313,23 @@ def _list(fields: dict, key: str, path: str, problems: _Problems) -> list:
 def _labels(fields: dict, key: str, path: str, problems: _Problems) -> tuple[tuple[str, str], ...]:
     """Peloton labels: a list of {key, value}."""
     where = _join(path, key)
+    return tuple(_named_pairs(_list(fields, key, path, problems), where, "key", "value", "a label", problems))
+
+
+def _named_pairs(items: list, path: str, name_field: str, value_field: str, what: str,
+                 problems: _Problems) -> list[tuple[str, str]]:
+    """A list of {name, value} mappings (labels, environment variables) as pairs, in order."""
     out = []
-    for i, item in enumerate(_list(fields, key, path, problems)):
-        label = _mapping(item, f"{where}[{i}]", problems)
-        if label is None:
+    for i, item in enumerate(items):
+        pair = _mapping(item, f"{path}[{i}]", problems)
+        if pair is None:
             continue
-        name = _string(label, "key", f"{where}[{i}]", problems)
+        name = _string(pair, name_field, f"{path}[{i}]", problems)
         if not name:
-            problems.add(f"{where}[{i}].key", "a label needs a non-empty key")
+            problems.add(f"{path}[{i}].{name_field}", f"{what} needs a non-empty {name_field}")
             continue
-        out.append((name, _string(label, "value", f"{where}[{i}]", problems)))
-    return tuple(out)
+        out.append((name, _string(pair, value_field, f"{path}[{i}]", problems)))
+    return out
 
 
 def _lower_keys_deep(value: Any) -> Any:
@@ -410,17 +416,9 @@ def _read_environment(raw: Any, path: str, problems: _Problems) -> tuple[tuple[s
 
 
 def _read_env_variables(items: list, path: str, problems: _Problems) -> tuple[tuple[str, str], ...]:
-    env: dict[str, str] = {}
-    for i, item in enumerate(items):
-        var = _mapping(item, f"{path}[{i}]", problems)
-        if var is None:
-            continue
-        name = _string(var, "name", f"{path}[{i}]", problems)
-        if not name:
-            problems.add(f"{path}[{i}].name", "an environment variable needs a non-empty name")
-            continue
-        env[name] = _string(var, "value", f"{path}[{i}]", problems)
-    return tuple(env.items())
+    # A later definition of a name wins, as in a shell environment.
+    pairs = _named_pairs(items, path, "name", "value", "an environment variable", problems)
+    return tuple(dict(pairs).items())
 
 
 def _read_docker_env(fields: dict, path: str, problems: _Problems) -> tuple[tuple[str, str], ...]:

@@ -68,3 +68,32 @@ def total(items) -> Resources:
         disk += r.disk_mb
         gpu += r.gpu
     return Resources(cpu, mem, disk, gpu)
+
+
+class Allocations:
+    """Resources held per key (a task run), with their running total; charging a key twice or
+    releasing one never held changes nothing, so replayed events are harmless."""
+
+    __slots__ = ("by_key", "total")
+
+    def __init__(self):
+        self.by_key: dict[str, Resources] = {}
+        self.total = ZERO
+
+    def charge(self, key: str, r: Resources) -> None:
+        if key not in self.by_key:
+            self.by_key[key] = r
+            self.total = self.total + r
+
+    def release(self, key: str) -> bool:
+        r = self.by_key.pop(key, None)
+        if r is None:
+            return False
+        self.total = self.total - r
+        return True
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.by_key
+
+    def __len__(self) -> int:
+        return len(self.by_key)

@@ -10,7 +10,7 @@ import heapq
 import itertools
 from dataclasses import dataclass, field
 
-from peloton.model.resources import ZERO, Resources
+from peloton.model.resources import ZERO, Allocations, Resources
 
 
 @dataclass(slots=True)
@@ -66,23 +66,10 @@ class PoolQueue:
 
 @dataclass(slots=True)
 class PoolLedger:
-    """What a pool holds: one entry per admitted task run until its release."""
+    """What a pool may hold (its entitlement) and holds: one entry per admitted task run."""
 
     entitlement: Resources = ZERO
-    allocated: dict[str, Resources] = field(default_factory=dict)
-    total: Resources = ZERO
-
-    def charge(self, task_id: str, r: Resources) -> None:
-        if task_id not in self.allocated:
-            self.allocated[task_id] = r
-            self.total = self.total + r
-
-    def release(self, task_id: str) -> bool:
-        r = self.allocated.pop(task_id, None)
-        if r is None:
-            return False
-        self.total = self.total - r
-        return True
+    held: Allocations = field(default_factory=Allocations)
 
 
 def admit(queue: PoolQueue, ledger: PoolLedger, limit: int = 1000) -> list[QueuedGang]:
@@ -93,10 +80,10 @@ def admit(queue: PoolQueue, ledger: PoolLedger, limit: int = 1000) -> list[Queue
     admitted = []
     while len(queue) and len(admitted) < limit:
         head = queue.head()
-        if not (ledger.total + head.demand).fits_in(ledger.entitlement):
+        if not (ledger.held.total + head.demand).fits_in(ledger.entitlement):
             break
         queue.pop()
         for t in head.gang["tasks"]:
-            ledger.charge(t["task_id"], Resources.from_record(t["resources"]))
+            ledger.held.charge(t["task_id"], Resources.from_record(t["resources"]))
         admitted.append(head)
     return admitted

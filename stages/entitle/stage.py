@@ -51,7 +51,7 @@ class EntitleStage(Stage):
         for a in self.store.allocations():
             if self._partition(a.pool) in new:
                 ledger = self.ledgers.setdefault(a.pool, PoolLedger())
-                ledger.charge(a.task_id, Resources(a.cpu, a.mem_mb, a.disk_mb, a.gpu))
+                ledger.held.charge(a.task_id, Resources(a.cpu, a.mem_mb, a.disk_mb, a.gpu))
 
     def on_revoke(self, partitions: list[tuple[str, int]]) -> None:
         gone = {p for t, p in partitions if t == TOPIC}
@@ -73,7 +73,7 @@ class EntitleStage(Stage):
             for r in releases:
                 ledger = self.ledgers.get(r.value["pool"])
                 if ledger is not None:
-                    ledger.release(r.value["task_id"])
+                    ledger.held.release(r.value["task_id"])
                 ids.append(r.value["task_id"])
             self.store.remove_allocations(ids)
         gangs = [r for r in records if r.schema == "peloton.GangDemand"]
@@ -91,7 +91,7 @@ class EntitleStage(Stage):
             ledger = self.ledgers.get(g["pool"])
             if queue is not None and g["gang_id"] in queue.gang_ids:
                 continue
-            if ledger is not None and any(t["task_id"] in ledger.allocated for t in g["tasks"]):
+            if ledger is not None and any(t["task_id"] in ledger.held for t in g["tasks"]):
                 continue
             fresh.append(r)
         pending = self.store.pending_task_ids([t["task_id"] for r in fresh for t in r.value["tasks"]])
@@ -146,7 +146,7 @@ class EntitleStage(Stage):
             self.emit.emit("entitlements", pool, "peloton.PoolEntitlement", {
                 "pool": pool,
                 "entitlement": ledger.entitlement.to_record(),
-                "allocation": ledger.total.to_record(),
+                "allocation": ledger.held.total.to_record(),
                 "demand": (queue.demand if queue else Resources()).to_record(),
                 "queued_gangs": len(queue) if queue else 0,
                 "computed_ms": now,

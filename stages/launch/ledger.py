@@ -4,29 +4,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from peloton.model.resources import ZERO, Resources
+from peloton.model.resources import Allocations, Resources
 
 
 @dataclass(slots=True)
 class HostLedger:
     host_id: str
     capacity: Resources
-    allocated: Resources = ZERO
-    tasks: dict[str, Resources] = field(default_factory=dict)
+    held: Allocations = field(default_factory=Allocations)
 
     def try_reserve(self, task_id: str, need: Resources) -> bool:
         """Take room for a task if it fits (optimistic concurrency: placements are checked here)."""
-        if task_id in self.tasks:
+        if task_id in self.held:
             return True
-        if not (self.allocated + need).fits_in(self.capacity):
+        if not (self.held.total + need).fits_in(self.capacity):
             return False
-        self.tasks[task_id] = need
-        self.allocated = self.allocated + need
+        self.held.charge(task_id, need)
         return True
 
     def release(self, task_id: str) -> bool:
-        need = self.tasks.pop(task_id, None)
-        if need is None:
-            return False
-        self.allocated = self.allocated - need
-        return True
+        return self.held.release(task_id)

@@ -161,8 +161,8 @@ class LaunchStage(Stage):
             spec: HostSpec = self.inventory[host_id]
             self.emit.emit("host-state", host_id, "peloton.HostState", {
                 "host_id": host_id, "shard": spec.shard, "driver": spec.driver, "state": "UP",
-                "capacity": spec.capacity.to_record(), "allocated": ledger.allocated.to_record(),
-                "task_count": len(ledger.tasks), "labels": spec.labels, "applied_placements": applied,
+                "capacity": spec.capacity.to_record(), "allocated": ledger.held.total.to_record(),
+                "task_count": len(ledger.held), "labels": spec.labels, "applied_placements": applied,
                 "updated_ms": now,
             })
         self.changed_hosts = {}

@@ -24,10 +24,10 @@ def test_a_gang_is_admitted_whole_or_blocks_its_pool() -> None:
     q.push(gang("small", cpu=1, size=1))
     ledger = PoolLedger(entitlement=Resources(cpu=4, mem_mb=1000))
     assert admit(q, ledger) == []  # 5 cpu does not fit in 4, and the small one waits behind it
-    assert ledger.total == Resources()
+    assert ledger.held.total == Resources()
     ledger.entitlement = Resources(cpu=6, mem_mb=1000)
     assert [x.gang["gang_id"] for x in admit(q, ledger)] == ["big", "small"]
-    assert ledger.total.cpu == 6
+    assert ledger.held.total.cpu == 6
 
 
 def test_release_gives_room_back_once() -> None:
@@ -36,6 +36,6 @@ def test_release_gives_room_back_once() -> None:
     q.push(gang("b", cpu=2))
     ledger = PoolLedger(entitlement=Resources(cpu=2, mem_mb=1000))
     assert len(admit(q, ledger)) == 1
-    assert ledger.release("a-0") and not ledger.release("a-0")
+    assert ledger.held.release("a-0") and not ledger.held.release("a-0")
     assert [x.gang["gang_id"] for x in admit(q, ledger)] == ["b"]
     assert q.demand == Resources() and len(q) == 0
