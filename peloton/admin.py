@@ -20,8 +20,13 @@ class UserError(Exception):
     """Bad input from a user: printed as a clear message with exit code 2."""
 
 
+# A command line prints its own one-line error; librdkafka's reconnect chatter (one line per
+# attempt, every 50 ms) would bury it, so CLI clients log only librdkafka's critical messages.
+QUIET = {"log_level": 2}
+
+
 def admin_client(settings: Settings) -> AdminClient:
-    return AdminClient({"bootstrap.servers": settings.bootstrap, "socket.timeout.ms": 10000})
+    return AdminClient({"bootstrap.servers": settings.bootstrap, "socket.timeout.ms": 10000, **QUIET})
 
 
 def ensure_topics(settings: Settings) -> list[dict]:
@@ -29,7 +34,7 @@ def ensure_topics(settings: Settings) -> list[dict]:
 
 
 def emitter(settings: Settings, who: str = "pelotonctl") -> Emitter:
-    return Emitter(Producer(producer_config(settings)), Catalogue(settings.topic_prefix), registry(), who)
+    return Emitter(Producer({**producer_config(settings), **QUIET}), Catalogue(settings.topic_prefix), registry(), who)
 
 
 def create_pool(settings: Settings, store: StorageGateway, path: str, text: str) -> dict:
@@ -47,7 +52,7 @@ def create_pool(settings: Settings, store: StorageGateway, path: str, text: str)
     store.put_pool(path, config)
     out = emitter(settings)
     out.emit("pools", path, "peloton.PoolConfig", config)
-    out.flush()
+    out.flush(timeout=10)
     return config
 
 
@@ -75,5 +80,5 @@ def submit_job(settings: Settings, store: StorageGateway, pool: str, text: str, 
         "command_id": uuid.uuid4().hex, "kind": "CREATE", "job_id": job_id, "pool": pool, "config": text,
         "requested_by": "pelotonctl", "timestamp_ms": now_ms(),
     })
-    out.flush()
+    out.flush(timeout=10)
     return job_id

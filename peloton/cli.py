@@ -67,10 +67,13 @@ def _read(path: Path) -> str:
 def _broker_call(fn, *args):
     from confluent_kafka import KafkaException
 
+    from peloton.runtime import DeliveryError
+
     try:
         return fn(*args)
-    except KafkaException as exc:
-        _fail(f"broker at {_settings().bootstrap} is unavailable: {exc}", EXIT_UNAVAILABLE)
+    except (KafkaException, DeliveryError) as exc:
+        _fail(f"broker at {_settings().bootstrap} is unavailable (is `pelotonctl dev up` running, or "
+              f"PELOTON_KAFKA_BOOTSTRAP set?): {exc}", EXIT_UNAVAILABLE)
 
 
 # -- topics ------------------------------------------------------------------------------------

@@ -179,7 +179,10 @@ class DevStack:
         for c in order:
             if not c["pid"] or not alive(c["pid"]):
                 continue
-            os.killpg(c["pid"], signal.SIGTERM) if _is_group_leader(c["pid"]) else os.kill(c["pid"], signal.SIGTERM)
+            if _is_group_leader(c["pid"]):  # started by us in its own session: reach its children too
+                os.killpg(c["pid"], signal.SIGTERM)
+            else:
+                os.kill(c["pid"], signal.SIGTERM)
             deadline = time.monotonic() + timeout
             while alive(c["pid"]) and time.monotonic() < deadline:
                 time.sleep(0.05)

@@ -60,6 +60,10 @@ def producer_config(settings: Settings) -> dict:
     }
 
 
+class DeliveryError(RuntimeError):
+    """Produced messages did not reach the broker."""
+
+
 class Emitter:
     """Encodes and produces records for a stage; knows partition counts for explicit keying."""
 
@@ -118,10 +122,10 @@ class Emitter:
     def flush(self, timeout: float = 30.0) -> None:
         remaining = self.producer.flush(timeout)
         if remaining:
-            raise RuntimeError(f"{remaining} messages not delivered within {timeout}s")
+            raise DeliveryError(f"{remaining} messages not delivered to the broker within {timeout:g}s")
         if self._errors:
             errors, self._errors = self._errors, []
-            raise RuntimeError("delivery failed: " + "; ".join(errors[:5]))
+            raise DeliveryError("delivery failed: " + "; ".join(errors[:5]))
 
 
 class Stage:
@@ -200,11 +204,19 @@ class StageRuntime:
         # Everything handled so far is flushed and committed at the end of each loop, so the next
         # owner starts exactly after it; only held messages are read again.
         self._flush_and_commit()
+        self._forget(ids, "revoked")
+
+    def _on_lost(self, consumer, partitions) -> None:
+        # The group already gave these away (this member missed its session timeout): a commit
+        # would be refused, so drop them; the next owner reads again from the last commit.
+        self._forget(self._ids(partitions), "lost")
+
+    def _forget(self, ids: list[tuple[str, int]], how: str) -> None:
         self.assigned.difference_update(ids)
         for tp in ids:
             self._next.pop(tp, None)
             self._committed.pop(tp, None)
-        log.info("%s revoked %s", self.instance_id, ids)
+        log.info("%s %s %s", self.instance_id, how, ids)
         self.stage.on_revoke(ids)
 
     # -- main loop ------------------------------------------------------------------------
@@ -217,7 +229,7 @@ class StageRuntime:
 
     def run(self, max_seconds: float | None = None) -> None:
         topics = [self.catalogue[t].name for t in self.stage.inputs]
-        self.consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke)
+        self.consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
         deadline = time.monotonic() + max_seconds if max_seconds else None
         try:
             while self._running and (deadline is None or time.monotonic() < deadline):
