@@ -36,5 +36,11 @@ def test_dev_up_status_and_down(tmp_path) -> None:
     finally:
         down = ctl("dev", "down")
     assert down.returncode == 0, down.stderr
+    # SIGTERM is enough: every stage finished its batch, committed and left on its own.
+    assert "killed" not in down.stdout
+    assert [line.split()[0] for line in down.stdout.splitlines()] == [
+        "admit", "entitle", "place", "launch", "broker"]
     assert not any(alive(r["pid"]) for r in rows)
+    for stage in ("admit", "entitle", "place", "launch"):
+        assert f"{stage}-0 stopped after" in (tmp_path / "dev" / "logs" / f"{stage}.log").read_text()
     assert ctl("dev", "status", "--json").returncode == 5

@@ -80,3 +80,19 @@ def test_held_offsets_commit_no_further_than_the_oldest_held() -> None:
     assert held.lowest() == {tp: 7}
     held.release(tp, 7)
     assert held.lowest() == {}
+
+
+def test_settings_round_trip_through_the_environment(monkeypatch, tmp_path) -> None:
+    from peloton.config import Settings
+
+    monkeypatch.setenv("PELOTON_HOME", str(tmp_path))
+    monkeypatch.setenv("PELOTON_KAFKA_BOOTSTRAP", "broker:1")
+    monkeypatch.setenv("PELOTON_MAX_BATCH", "7")
+    monkeypatch.setenv("PELOTON_SIM_TASK_SECONDS", "0.25")
+    s = Settings.from_env()
+    assert (s.bootstrap, s.max_batch, s.sim_task_seconds) == ("broker:1", 7, 0.25)
+    assert s.store_path == tmp_path / "peloton.db"
+    assert Settings.from_env(max_batch=3).max_batch == 3
+    for name, value in s.env().items():
+        monkeypatch.setenv(name, value)
+    assert Settings.from_env() == s
