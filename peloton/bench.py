@@ -4,11 +4,11 @@ Figures are printed, never asserted: these machines are shared and noisy."""
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
+from pathlib import Path
 
-from peloton.admin import create_pool
+from peloton.admin import create_pool, submit_job
 from peloton.config import Settings
 from peloton.devstack import DevStack
 from peloton.store import open_store
@@ -32,16 +32,14 @@ defaultconfig:
 
 
 def run_pipeline_bench(console, tasks: int, hosts: str, task_seconds: float) -> dict:
-    home = tempfile.mkdtemp(prefix="peloton-bench-")
-    os.environ.update(PELOTON_HOME=home, PELOTON_HOSTS=hosts, PELOTON_SIM_TASK_SECONDS=str(task_seconds))
-    stack = DevStack(Settings.from_env())
+    home = Path(tempfile.mkdtemp(prefix="peloton-bench-"))
+    stack = DevStack(Settings.from_env(home=home, store_path=home / "peloton.db", hosts=hosts,
+                                       sim_task_seconds=task_seconds))
     stack.up(progress=lambda m: console.print(m, highlight=False))
     try:
         settings = stack.settings
         store = open_store(settings.store_path)
         create_pool(settings, store, "/bench", BENCH_POOL)
-        from peloton.admin import submit_job
-
         started = time.monotonic()
         job_id = submit_job(settings, store, "/bench", BENCH_JOB.format(tasks=tasks))
         result = wait_for_jobs(store, [job_id], timeout=max(120.0, tasks / 50), console=console)[job_id]

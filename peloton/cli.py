@@ -117,13 +117,12 @@ def dev_up(
 ) -> None:
     """Start a broker (unless PELOTON_KAFKA_BOOTSTRAP is set), apply topics, create the default
     pool and start one instance of each stage with its hosts."""
-    import os
+    from dataclasses import replace
 
     from peloton.devstack import DevStack, StackError
 
-    if hosts:
-        os.environ["PELOTON_HOSTS"] = hosts
-    stack = DevStack(_settings())
+    settings = _settings()
+    stack = DevStack(replace(settings, hosts=hosts) if hosts else settings)
     try:
         state = stack.up(progress=(lambda m: None) if as_json else (lambda m: out.print(m, highlight=False)))
     except StackError as exc:

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from peloton.config import REPO_ROOT, Settings
@@ -141,7 +142,7 @@ class DevStack:
                                "log": str(logs / "broker.log")})
             progress(f"broker    tansu on {bootstrap} (pid {broker.pid})")
         # Everything started from here on talks to this broker and store.
-        self.settings = settings = Settings.from_env(bootstrap=bootstrap)
+        self.settings = settings = replace(self.settings, bootstrap=bootstrap)
         state = {"bootstrap": bootstrap, "store": str(settings.store_path), "hosts": settings.hosts,
                  "started": time.time(), "components": components}
         self._write(state)

@@ -42,9 +42,6 @@ class Resources:
             and self.gpu <= other.gpu + EPS
         )
 
-    def scaled(self, factor: float) -> Resources:
-        return Resources(self.cpu * factor, self.mem_mb * factor, self.disk_mb * factor, self.gpu * factor)
-
     def to_record(self) -> dict:
         return {"cpu": self.cpu, "mem_mb": self.mem_mb, "disk_mb": self.disk_mb, "gpu": self.gpu}
 
@@ -58,16 +55,6 @@ ZERO = Resources()
 
 def _clamped(v: float) -> float:
     return v if v >= EPS else 0.0
-
-
-def total(items) -> Resources:
-    cpu = mem = disk = gpu = 0.0
-    for r in items:
-        cpu += r.cpu
-        mem += r.mem_mb
-        disk += r.disk_mb
-        gpu += r.gpu
-    return Resources(cpu, mem, disk, gpu)
 
 
 class Allocations:

@@ -24,13 +24,15 @@ from peloton.topics import Catalogue
 
 pytestmark = pytest.mark.integration
 
-POOL_YAML = """
-name: TestPool
+def pool_yaml(cpu: float) -> str:
+    """A leaf pool limited to `cpu` cores, with memory and disk to spare."""
+    return f"""
+name: pool-{cpu:g}cpu
 resources:
-- {kind: cpu, reservation: 64, limit: 64, share: 1}
-- {kind: memory, reservation: 65536, limit: 65536, share: 1}
-- {kind: disk, reservation: 100000, limit: 100000, share: 1}
-- {kind: gpu, reservation: 0, limit: 0, share: 1}
+- {{kind: cpu, reservation: {cpu}, limit: {cpu}, share: 1}}
+- {{kind: memory, reservation: 65536, limit: 65536, share: 1}}
+- {{kind: disk, reservation: 100000, limit: 100000, share: 1}}
+- {{kind: gpu, reservation: 0, limit: 0, share: 1}}
 """
 
 
@@ -68,7 +70,7 @@ class Pipeline:
         self.store = open_store(self.settings.store_path)
         self.procs: dict[str, subprocess.Popen] = {}
         ensure_topics(self.settings)
-        create_pool(self.settings, self.store, "/test", POOL_YAML)
+        create_pool(self.settings, self.store, "/test", pool_yaml(cpu=64))
 
     def log(self, instance: str) -> Path:
         return self.home / f"{instance}.log"

@@ -31,6 +31,9 @@ def test_dev_up_status_and_down(tmp_path) -> None:
         assert [r["component"] for r in rows] == ["broker", "admit", "entitle", "place", "launch"]
         assert all(r["running"] and r["pid"] > 0 for r in rows)
         assert rows[0]["address"].startswith("127.0.0.1:")
+        # --hosts reached the stack: its launch stage serves that inventory
+        assert json.loads((tmp_path / "dev" / "stack.json").read_text())["hosts"] == "sim:2:cpu=4"
+        assert "PELOTON_HOSTS=sim:2:cpu=4" in open(f"/proc/{rows[-1]['pid']}/environ").read().replace("\0", " ")
         again = ctl("dev", "up")
         assert again.returncode == 5 and "already running" in again.stderr
     finally:

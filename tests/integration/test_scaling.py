@@ -12,18 +12,12 @@ import pytest
 
 from peloton.admin import create_pool, emitter, submit_job
 from peloton.topics import partition_for
+from tests.integration.conftest import pool_yaml
 
 pytestmark = pytest.mark.integration
 
 # 4 jobs of 100 one-cpu tasks, each in its own 16-cpu pool, so each job runs in 7 waves; pools
 # and job ids are picked to cover every partition, so whichever instance dies holds work.
-SMALL_POOL = """
-name: small
-resources:
-- {kind: cpu, reservation: 16, limit: 16, share: 1}
-- {kind: memory, reservation: 65536, limit: 65536, share: 1}
-- {kind: disk, reservation: 100000, limit: 100000, share: 1}
-"""
 MANY = """
 name: many
 instancecount: 100
@@ -65,7 +59,7 @@ def test_a_killed_instance_hands_its_partitions_over_and_every_task_runs_once(pi
 
     pools = one_key_per_partition("/pool")
     for pool in pools:
-        create_pool(p.settings, p.store, pool, SMALL_POOL)
+        create_pool(p.settings, p.store, pool, pool_yaml(cpu=16))
     jobs = one_key_per_partition("job-")
     out = emitter(p.settings)
     for job_id, pool in zip(jobs, pools):
