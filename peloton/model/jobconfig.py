@@ -1,25 +1,37 @@
 """Parse and validate a Peloton (v0) job config into immutable specs.
 
-Pure Python: pyyaml only. The input follows Peloton's YAML job files (see
-/work/shared/peloton/JOBS.md). Keys are matched case-insensitively because Peloton's Go CLI
+Pure Python: pyyaml only. The input follows Peloton's YAML job files and Peloton's job
+semantics. Keys are matched case-insensitively because Peloton's Go CLI
 wrote all-lowercase keys (``instancecount``) while its Python tests wrote camelCase
 (``instanceCount``). Unknown keys are ignored and null values mean "absent", as in the Go CLI.
 
 Every problem found is collected and reported at once in a single ``JobConfigError``; each
 problem reads ``path: message`` where the path uses the lowercased keys of the file, e.g.
 ``instanceconfig.3.command.value`` or ``defaultconfig.ports[0].envname``.
+
+Everything a later stage evaluates (resources, ports, constraints) is checked here, so
+``job validate``, ``job create`` and the stages give the same answer, and no value a file can
+hold (an alias bomb, .inf, a huge number) can crash or balloon a process further on.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
+from peloton.model.constraint import Constraint, parse_constraint
+from peloton.model.fields import ROOT, is_integer
+from peloton.model.fields import describe as _describe
+from peloton.model.fields import join as _join
+from peloton.model.fields import mapping as _mapping
+from peloton.model.fields import text as _text
 from peloton.model.resources import Resources
+from peloton.model.safe_yaml import YamlLimitError, YamlLimits, load_yaml, yaml_error_text
 
 JOB_TYPES = ("BATCH", "SERVICE", "DAEMON")  # index = the enum value in Peloton's API
 PLACEMENT_STRATEGIES = {1: "PACK_HOST", 2: "SPREAD_JOB"}
@@ -30,9 +42,24 @@ MAX_PORT = 65535
 # Peloton's job manager refused jobs above max_tasks_per_job (100k by default); the limit also
 # keeps one config from making us build millions of task specs.
 MAX_INSTANCES = 100_000
+# Integers that end up in Avro `int` fields (sla.priority goes to GangDemand.priority) must fit
+# one; Peloton's own fields are uint32, so this refuses only what it would have wrapped.
+MAX_AVRO_INT = 2**31 - 1
+MAX_KILL_GRACE_SECONDS = 86400 * 7  # a week: longer is a mistake, not a grace period
 
-ROOT = "<document>"
 DEFAULT_CONFIG = "defaultconfig"
+
+
+@dataclass(frozen=True, slots=True)
+class JobLimits:
+    """The most one task may ask for. Far above any real host, they exist so that a typo or a
+    hostile file (1e9 CPUs) is refused here rather than queued forever or overflowing a sum."""
+
+    cpu: float = 1024
+    mem_mb: float = 4_194_304  # 4 TiB
+    disk_mb: float = 104_857_600  # 100 TiB
+    gpu: float = 64
+    fd: float = 1_048_576  # Linux's default ceiling on open files (fs.nr_open)
 
 
 class JobConfigError(ValueError):
@@ -73,8 +100,8 @@ class TaskSpec:
     max_failures: int
     kill_grace_seconds: int
     labels: tuple[tuple[str, str], ...]
-    constraint: dict | None  # the file's constraint, keys lowercased, otherwise raw
-    health_check: dict | None  # likewise; Peloton runs it only when it has `enabled: true`
+    constraint: Constraint | None
+    health_check: dict | None  # as written, keys lowercased; Peloton runs it only with `enabled: true`
     revocable: bool
 
 
@@ -102,26 +129,28 @@ class JobSpec:
 # Public entry points
 
 
-def parse_job_config(text: str) -> JobSpec:
-    """Parse YAML text; syntax errors become a JobConfigError naming the line."""
+def parse_job_config(text: str, limits: JobLimits = JobLimits(), yaml_limits: YamlLimits = YamlLimits()) -> JobSpec:
+    """Parse YAML text; syntax errors and YAML limits passed become a JobConfigError naming the
+    line."""
     try:
-        doc = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "yaml"
-        raise JobConfigError([f"{where}: invalid YAML: {exc.problem or exc.context}"]) from None
+        doc = load_yaml(text, yaml_limits)
+    except YamlLimitError as exc:
+        raise JobConfigError([str(exc)]) from None
     except yaml.YAMLError as exc:
-        raise JobConfigError([f"yaml: invalid YAML: {exc}"]) from None
-    return job_spec_from_dict(doc)
+        raise JobConfigError([yaml_error_text(exc)]) from None
+    return job_spec_from_dict(doc, limits)
 
 
-def job_spec_from_dict(doc: Any) -> JobSpec:
-    """Validate an already-loaded document and build the JobSpec."""
+def job_spec_from_dict(doc: Any, limits: JobLimits = JobLimits()) -> JobSpec:
+    """Validate an already-loaded document and build the JobSpec.
+
+    The document is trusted to be a bounded tree (as load_yaml gives): no cycles, no nesting
+    deeper than Python's recursion."""
     problems = _Problems()
     fields = _mapping(doc, ROOT, problems, what="a mapping of job config keys")
     if fields is None:
         problems.raise_if_any()
-    return _JobReader(fields, problems).read()
+    return _JobReader(fields, problems, limits).read()
 
 
 def gang_instances(spec: JobSpec) -> list[list[int]]:
@@ -186,44 +215,9 @@ def _ranges(ids: list[int]) -> str:
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def _describe(value: Any) -> str:
-    """How a wrong value is shown in 'expected X, got Y'."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"  # YAML spelling, not Python's
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _join(path: str, key: str | int) -> str:
-    return str(key) if path in ("", ROOT) else f"{path}.{key}"
-
-
 # ---------------------------------------------------------------------------------------------
 # Typed readers: each reports a wrong type and returns a safe default, so reading goes on and
 # every problem in the file gets reported in one pass.
-
-
-def _mapping(value: Any, path: str, problems: _Problems, what: str = "a mapping") -> dict | None:
-    """A mapping with lowercased string keys and null entries dropped; None if not a mapping."""
-    if not isinstance(value, dict):
-        problems.add(path, f"expected {what}, got {_describe(value)}")
-        return None
-    out: dict[str, Any] = {}
-    for key, item in value.items():
-        if not isinstance(key, str):
-            continue  # not a field name we know: ignored like any unknown key
-        low = key.lower()
-        if low in out:
-            problems.add(_join(path, low), "given twice (keys are case-insensitive)")
-        if item is not None:
-            out[low] = item
-    return out
 
 
 def _sub_mapping(fields: dict, key: str, path: str, problems: _Problems) -> dict:
@@ -231,18 +225,6 @@ def _sub_mapping(fields: dict, key: str, path: str, problems: _Problems) -> dict
     if key not in fields:
         return {}
     return _mapping(fields[key], _join(path, key), problems) or {}
-
-
-def _text(value: Any, path: str, problems: _Problems) -> str | None:
-    """A string; YAML scalars are turned into text as the Go YAML decoder does."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return str(value)
-    problems.add(path, f"expected a string, got {_describe(value)}")
-    return None
 
 
 def _string(fields: dict, key: str, path: str, problems: _Problems, default: str = "") -> str:
@@ -264,30 +246,44 @@ def _integer(
     if key not in fields:
         return default
     value, where = fields[key], _join(path, key)
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_integer(value):
         problems.add(where, f"expected an integer, got {_describe(value)}")
         return default
     if value < 0:
-        problems.add(where, f"expected a non-negative integer, got {value}")
+        problems.add(where, f"expected a non-negative integer, got {_describe(value)}")
         return default
     if maximum is not None and value > maximum:
-        problems.add(where, f"must be at most {maximum}, got {value}")
+        problems.add(where, f"must be at most {maximum}, got {_describe(value)}")
         return default
     return value
 
 
-def _number(fields: dict, key: str, path: str, problems: _Problems) -> float:
-    """A non-negative number; 0.0 when absent."""
+def _amount(fields: dict, key: str, path: str, problems: _Problems, cap: float) -> float | None:
+    """A resource amount: a finite number in [0, cap]; 0.0 when absent, None when wrong.
+
+    Checked before any float() so that a huge YAML integer (0x and 100k digits) is refused,
+    not an OverflowError; .inf and .nan would make every sum of resources meaningless."""
     if key not in fields:
         return 0.0
     value, where = fields[key], _join(path, key)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         problems.add(where, f"expected a number, got {_describe(value)}")
-        return 0.0
-    if value < 0 or value != value:  # value != value: NaN
-        problems.add(where, f"expected a non-negative number, got {value}")
-        return 0.0
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        problems.add(where, f"expected a finite number, got {_describe(value)}")
+        return None
+    if value < 0:
+        problems.add(where, f"expected a non-negative number, got {_describe(value)}")
+        return None
+    if value > cap:
+        problems.add(where, f"must be at most {_plain(cap)} (the per-task cap), got {_describe(value)}")
+        return None
     return float(value)
+
+
+def _plain(number: float) -> str:
+    """1024.0 -> '1024', 0.5 -> '0.5': a cap as a person would write it."""
+    return str(int(number)) if float(number).is_integer() else str(number)
 
 
 def _boolean(fields: dict, key: str, path: str, problems: _Problems, default: bool = False) -> bool:
@@ -333,7 +329,10 @@ def _named_pairs(items: list, path: str, name_field: str, value_field: str, what
 
 
 def _lower_keys_deep(value: Any) -> Any:
-    """Lowercase every mapping key, recursively; values stay as they are."""
+    """Lowercase every mapping key, recursively; values stay as they are.
+
+    Safe on what load_yaml gives: at most 64 levels deep (well within Python's recursion), no
+    cycles, and the copy, aliases expanded, at most YamlLimits.max_nodes nodes."""
     if isinstance(value, dict):
         return {
             (k.lower() if isinstance(k, str) else k): _lower_keys_deep(v)
@@ -349,28 +348,38 @@ def _lower_keys_deep(value: Any) -> Any:
 # Task configs: each one (defaultconfig and every instanceconfig entry) is read on its own into
 # a dict of the top-level keys it sets, so type errors are reported once, at the place written.
 
-# Merge kinds of the top-level task-config keys (JOBS.md): a zero/empty scalar override keeps
-# the default; booleans, lists and messages from the override win whenever present.
+# Merge kinds of the top-level task-config keys (Peloton's job semantics): a zero/empty scalar
+# override keeps the default; booleans, lists and messages from the override win whenever present.
 _SCALAR_KEYS = ("name", "killgraceperiodseconds")
 
 
-def _read_task_config(raw: Any, path: str, problems: _Problems) -> dict[str, Any]:
+def _read_task_config(raw: Any, path: str, problems: _Problems, limits: JobLimits) -> dict[str, Any]:
     fields = _mapping(raw, path, problems)
     if fields is None:
         return {}
-    return {key: read(fields, path, problems) for key, read in _TASK_READERS.items() if key in fields}
+    read = {key: reader(fields, path, problems) for key, reader in _TASK_READERS.items() if key in fields}
+    if "resource" in fields:  # the one reader that needs the per-task caps
+        read["resource"] = _read_resources(fields, path, problems, limits)
+    return read
 
 
-def _read_resources(fields: dict, path: str, problems: _Problems) -> Resources:
+# Resources field -> the file's key under `resource`.
+_RESOURCE_KEYS = {"cpu": "cpulimit", "mem_mb": "memlimitmb", "disk_mb": "disklimitmb", "gpu": "gpulimit"}
+_NO_RESOURCES = "a task must ask for some resource (cpulimit, memlimitmb, disklimitmb or gpulimit above 0)"
+
+
+def _read_resources(fields: dict, path: str, problems: _Problems, limits: JobLimits) -> Resources:
     where = _join(path, "resource")
-    res = _sub_mapping(fields, "resource", path, problems)
-    _number(res, "fdlimit", where, problems)  # checked, but nothing here limits descriptors
-    return Resources(
-        cpu=_number(res, "cpulimit", where, problems),
-        mem_mb=_number(res, "memlimitmb", where, problems),
-        disk_mb=_number(res, "disklimitmb", where, problems),
-        gpu=_number(res, "gpulimit", where, problems),
-    )
+    res = _mapping(fields["resource"], where, problems)
+    if res is None:
+        return Resources()
+    _amount(res, "fdlimit", where, problems, limits.fd)  # checked, but nothing here limits descriptors
+    amounts = {name: _amount(res, key, where, problems, getattr(limits, name)) for name, key in _RESOURCE_KEYS.items()}
+    # A task asking for nothing fits on every host at once: a mistake, and a way to flood hosts.
+    # A wrong amount (None) is reported already.
+    if all(a == 0.0 for a in amounts.values()):
+        problems.add(where, _NO_RESOURCES)
+    return Resources(**{name: a or 0.0 for name, a in amounts.items()})
 
 
 def _read_command(fields: dict, path: str, problems: _Problems) -> CommandSpec:
@@ -441,7 +450,7 @@ def _read_docker_env(fields: dict, path: str, problems: _Problems) -> tuple[tupl
 
 
 def _read_raw_mapping(fields: dict, key: str, path: str, problems: _Problems) -> dict | None:
-    """Health check and constraint are kept as written (keys lowercased) for later stages."""
+    """The health check is kept as written (keys lowercased): only `enabled` is read here."""
     if _mapping(fields[key], _join(path, key), problems) is None:
         return None
     return _lower_keys_deep(fields[key])
@@ -477,14 +486,14 @@ def _read_max_failures(fields: dict, path: str, problems: _Problems) -> int:
 _TASK_READERS = {
     "name": lambda f, path, p: _string(f, "name", path, p),
     "labels": lambda f, path, p: _labels(f, "labels", path, p),
-    "resource": _read_resources,
     "container": _read_docker_env,
     "command": _read_command,
     "healthcheck": lambda f, path, p: _read_raw_mapping(f, "healthcheck", path, p),
     "ports": _read_ports,
-    "constraint": lambda f, path, p: _read_raw_mapping(f, "constraint", path, p),
+    "constraint": lambda f, path, p: parse_constraint(f["constraint"], _join(path, "constraint"), p),
     "restartpolicy": _read_max_failures,
-    "killgraceperiodseconds": lambda f, path, p: _integer(f, "killgraceperiodseconds", path, p),
+    "killgraceperiodseconds": lambda f, path, p: _integer(
+        f, "killgraceperiodseconds", path, p, maximum=MAX_KILL_GRACE_SECONDS),
     "controller": lambda f, path, p: _boolean(f, "controller", path, p),
     "revocable": lambda f, path, p: _boolean(f, "revocable", path, p),
 }
@@ -513,6 +522,9 @@ def _check_instance(instance: int, merged: Merged, job_type: str, problems: _Pro
     def add(origin: str, suffix: str, message: str) -> None:
         # Problems inherited from defaultconfig are grouped and list the instances hit.
         problems.add(f"{origin}.{suffix}", message, instance if origin == DEFAULT_CONFIG else None)
+
+    if "resource" not in merged:
+        add(DEFAULT_CONFIG, "resource", _NO_RESOURCES)
 
     command = merged.get("command")
     if command is None:
@@ -567,9 +579,10 @@ def _task_spec(instance: int, merged: Merged) -> TaskSpec:
 class _JobReader:
     """Reads the top level of one job config; holds the shared problem list."""
 
-    def __init__(self, fields: dict, problems: _Problems) -> None:
+    def __init__(self, fields: dict, problems: _Problems, limits: JobLimits) -> None:
         self.fields = fields
         self.problems = problems
+        self.limits = limits
 
     def read(self) -> JobSpec:
         f, p = self.fields, self.problems
@@ -589,16 +602,16 @@ class _JobReader:
             owner=_string(f, "owner", ROOT, p),
             description=_string(f, "description", ROOT, p),
             labels=_labels(f, "labels", ROOT, p),
-            priority=_integer(sla, "priority", "sla", p),
+            priority=_integer(sla, "priority", "sla", p, maximum=MAX_AVRO_INT),
             preemptible=_boolean(sla, "preemptible", "sla", p),
             revocable=_boolean(sla, "revocable", "sla", p),
             max_running_instances=max_running,
             min_running_instances=min_running,
-            max_running_time_s=_integer(sla, "maxrunningtime", "sla", p),
+            max_running_time_s=_integer(sla, "maxrunningtime", "sla", p, maximum=MAX_AVRO_INT),
             placement_strategy=self._placement_strategy(),
             respool=self._respool(),
         )
-        default = _read_task_config(f[DEFAULT_CONFIG], DEFAULT_CONFIG, p) if DEFAULT_CONFIG in f else {}
+        default = _read_task_config(f[DEFAULT_CONFIG], DEFAULT_CONFIG, p, self.limits) if DEFAULT_CONFIG in f else {}
         overrides = self._instance_configs(instance_count)
         if instance_count is not None:
             spec["tasks"] = self._tasks(instance_count, job_type, default, overrides)
@@ -621,11 +634,11 @@ class _JobReader:
             # at least one instance, so a missing count means 1.
             return 1
         value = self.fields["instancecount"]
-        if isinstance(value, bool) or not isinstance(value, int):
+        if not is_integer(value):
             self.problems.add("instancecount", f"expected an integer, got {_describe(value)}")
             return None
         if not 1 <= value <= MAX_INSTANCES:
-            self.problems.add("instancecount", f"must be between 1 and {MAX_INSTANCES}, got {value}")
+            self.problems.add("instancecount", f"must be between 1 and {MAX_INSTANCES}, got {_describe(value)}")
             return None
         return value
 
@@ -633,7 +646,7 @@ class _JobReader:
         if max_running > instance_count:
             self.problems.add(
                 "sla.maximumrunninginstances",
-                f"must not exceed instancecount ({instance_count}), got {max_running}",
+                f"must not exceed instancecount ({instance_count}), got {_describe(max_running)}",
             )
         # As in Peloton, a maximum of 0 means "all instances" when checking the minimum.
         effective_max = max_running or instance_count
@@ -641,7 +654,7 @@ class _JobReader:
             limit = "maximumrunninginstances" if max_running else "instancecount"
             self.problems.add(
                 "sla.minimumrunninginstances",
-                f"must not exceed {limit} ({effective_max}), got {min_running}",
+                f"must not exceed {limit} ({_describe(effective_max)}), got {_describe(min_running)}",
             )
 
     def _instance_configs(self, instance_count: int | None) -> dict[int, dict[str, Any]]:
@@ -660,20 +673,24 @@ class _JobReader:
             if instance in out:
                 self.problems.add(f"instanceconfig.{instance}", "instance given twice")
             if config is not None:  # null: no override
-                out[instance] = _read_task_config(config, f"instanceconfig.{instance}", self.problems)
+                out[instance] = _read_task_config(config, f"instanceconfig.{instance}", self.problems, self.limits)
         return out
 
     def _instance_id(self, key: Any, instance_count: int | None) -> int | None:
-        if isinstance(key, str) and key.strip().isdigit():
-            key = int(key)
-        if isinstance(key, bool) or not isinstance(key, int):
-            self.problems.add(f"instanceconfig.{key}", f"expected an instance id (an integer), got {_describe(key)}")
+        where = _join("instanceconfig", key)
+        # ASCII digits only: str.isdigit() also takes '²', which int() refuses.
+        if isinstance(key, str) and key.strip().isascii() and key.strip().isdigit():
+            try:
+                key = int(key)
+            except ValueError:  # more digits than Python converts: reported as not an id below
+                pass
+        if not is_integer(key):
+            self.problems.add(where, f"expected an instance id (an integer), got {_describe(key)}")
             return None
-        if instance_count is not None and not 0 <= key < instance_count:
-            self.problems.add(
-                f"instanceconfig.{key}",
-                f"instance id out of range [0, {instance_count})",
-            )
+        # With an invalid instancecount, ids are still bounded: they end up in paths and specs.
+        bound = MAX_INSTANCES if instance_count is None else instance_count
+        if not 0 <= key < bound:
+            self.problems.add(where, f"instance id out of range [0, {bound})")
             return None
         return key
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from peloton.model.constraint import constraint_to_record
 from peloton.model.jobconfig import JobSpec, TaskSpec, gang_instances
 from peloton.store import JobRow, TaskRow
 
@@ -28,7 +29,9 @@ def launch_spec(job_id: str, spec: JobSpec, task: TaskSpec, run_id: int) -> dict
         "arguments": list(task.command.arguments),
         "environment": dict(task.command.environment),
         "labels": labels,
-        "constraint_json": json.dumps(task.constraint, sort_keys=True) if task.constraint else None,
+        "constraint_json": (
+            json.dumps(constraint_to_record(task.constraint), sort_keys=True) if task.constraint is not None else None
+        ),
         "kill_grace_seconds": float(task.kill_grace_seconds),
         "controller": task.controller,
     }

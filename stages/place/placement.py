@@ -7,9 +7,9 @@ only when every one of its tasks finds a host.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
+from peloton.model.constraint import Constraint, constraint_from_json, evaluate
 from peloton.model.resources import ZERO, Resources
 
 
@@ -37,56 +37,21 @@ class HostView:
         return self.capacity - used
 
 
-# Peloton's enums arrive as ints or as names in job files.
-_KIND = {1: "TASK", 2: "HOST", "TASK": "TASK", "HOST": "HOST",
-         "LABEL_CONSTRAINT_KIND_TASK": "TASK", "LABEL_CONSTRAINT_KIND_HOST": "HOST"}
-_CONDITION = {1: "LESS_THAN", 2: "EQUAL", 3: "GREATER_THAN", "LESS_THAN": "LESS_THAN", "EQUAL": "EQUAL",
-              "GREATER_THAN": "GREATER_THAN", "CONDITION_LESS_THAN": "LESS_THAN",
-              "CONDITION_EQUAL": "EQUAL", "CONDITION_GREATER_THAN": "GREATER_THAN"}
-_TYPE = {1: "LABEL", 2: "AND", 3: "OR", "LABEL_CONSTRAINT": "LABEL", "AND_CONSTRAINT": "AND",
-         "OR_CONSTRAINT": "OR", "LABEL": "LABEL", "AND": "AND", "OR": "OR"}
-
-
-def satisfies(constraint: dict | None, host: HostView, task_labels_on_host: list[dict[str, str]]) -> bool:
-    """Evaluate a Peloton constraint (LABEL / AND / OR) against a host.
-
-    HOST label constraints count the host's own labels; TASK label constraints count the labels of
-    tasks this placement round already put on the host."""
-    if not constraint:
-        return True
-    kind = _TYPE.get(constraint.get("type"), "LABEL" if "labelconstraint" in constraint else None)
-    if kind == "AND":
-        return all(satisfies(c, host, task_labels_on_host) for c in (constraint.get("andconstraint") or {}).get("constraints") or [])
-    if kind == "OR":
-        return any(satisfies(c, host, task_labels_on_host) for c in (constraint.get("orconstraint") or {}).get("constraints") or [])
-    lc = constraint.get("labelconstraint") or {}
-    label = lc.get("label") or {}
-    key, value = str(label.get("key", "")), str(label.get("value", ""))
-    if _KIND.get(lc.get("kind")) == "TASK":
-        count = sum(1 for labels in task_labels_on_host if labels.get(key) == value)
-    else:
-        count = 1 if host.labels.get(key) == value else 0
-    requirement = int(lc.get("requirement") or 0)
-    condition = _CONDITION.get(lc.get("condition"), "EQUAL")
-    if condition == "LESS_THAN":
-        return count < requirement
-    if condition == "GREATER_THAN":
-        return count > requirement
-    return count == requirement
-
-
 @dataclass(slots=True)
 class TaskNeed:
     task_id: str
     resources: Resources
-    constraint: dict | None
+    constraint: Constraint | None
     labels: dict[str, str]
 
     @staticmethod
     def from_spec(spec: dict) -> TaskNeed:
+        """Raises ConstraintError for a constraint_json that is not a valid constraint: any
+        producer can write launch specs, and a bad one must fail here, as it is decoded, not
+        in the middle of placing a gang."""
         c = spec.get("constraint_json")
-        return TaskNeed(spec["task_id"], Resources.from_record(spec["resources"]), json.loads(c) if c else None,
-                        spec.get("labels") or {})
+        return TaskNeed(spec["task_id"], Resources.from_record(spec["resources"]),
+                        constraint_from_json(c) if c else None, spec.get("labels") or {})
 
 
 def place_gang(needs: list[TaskNeed], hosts: list[HostView], now: float) -> dict[str, HostView] | None:
@@ -107,7 +72,7 @@ def place_gang(needs: list[TaskNeed], hosts: list[HostView], now: float) -> dict
                 free = free_now[host.host_id] = host.free(now)
             if not (taken.get(host.host_id, ZERO) + need.resources).fits_in(free):
                 continue
-            if not satisfies(need.constraint, host, labels_on.get(host.host_id, [])):
+            if not evaluate(need.constraint, host.labels, labels_on.get(host.host_id, [])):
                 continue
             chosen = host
             break

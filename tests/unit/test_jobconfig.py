@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 import yaml
 
+from peloton.model.constraint import AndConstraint, LabelConstraint
 from peloton.model.jobconfig import (
     CommandSpec,
     JobConfigError,
+    JobLimits,
     JobSpec,
     PortSpec,
     gang_instances,
@@ -19,6 +21,7 @@ from peloton.model.jobconfig import (
     parse_job_config,
 )
 from peloton.model.resources import Resources
+from peloton.model.safe_yaml import YamlLimits
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "shared" / "peloton-examples"
 RESPOOL_FILES = {"default_respool.yaml", "helloworld_pool.yaml"}
@@ -132,8 +135,8 @@ def test_command_environment_variables_form() -> None:
 def test_constraint_respool_and_service_examples() -> None:
     spec = load_example("testjob_host_affinity_constraint.yaml")
     assert spec.respool == "/respool11"
-    label = spec.tasks[199].constraint["labelconstraint"]["label"]
-    assert label == {"key": "hostname", "value": "peloton-mesos-agent0"}
+    pin = LabelConstraint(kind="HOST", condition="EQUAL", key="hostname", value="peloton-mesos-agent0", requirement=1)
+    assert spec.tasks[199].constraint == pin
 
     service = load_example("testjob_stateless_service_host_limit.yaml")
     assert service.type == "SERVICE"
@@ -142,6 +145,19 @@ def test_constraint_respool_and_service_examples() -> None:
     gpu = load_example("testjob_gpu_mesos_containerizer.yaml")
     assert gpu.tasks[0].resources.gpu == 1.0
     assert gpu.tasks[0].command.environment == ()
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("testjob_host_affinity_constraint.yaml", LabelConstraint("HOST", "EQUAL", "hostname", "peloton-mesos-agent0", 1)),
+        ("testjob_stateless_service_host_limit.yaml", LabelConstraint("TASK", "EQUAL", "instance", "ubunny.production.ubunny", 0)),
+        ("testjob_persistent_volume_docker.yaml", LabelConstraint("TASK", "EQUAL", "testKey11", "testVal11", 0)),
+    ],
+)
+def test_pelotons_constraint_examples_parse_to_typed_trees(name: str, expected: LabelConstraint) -> None:
+    spec = load_example(name)
+    assert {t.constraint for t in spec.tasks} == {expected}
 
 
 def test_missing_instancecount_defaults_to_one() -> None:
@@ -371,6 +387,26 @@ def set_path(doc: dict, dotted: str, value: Any) -> dict:
         ("labels", [{"value": "v"}], "labels[0].key: a label needs a non-empty key"),
         ("placementstrategy", 7, "placementstrategy: expected PACK_HOST (1) or SPREAD_JOB (2), got 7"),
         ("defaultconfig.command.environment", ["A=1"], "defaultconfig.command.environment: expected a mapping, got a list"),
+        ("defaultconfig.resource.cpulimit", float("inf"), "defaultconfig.resource.cpulimit: expected a finite number, got inf"),
+        ("defaultconfig.resource.memlimitmb", float("-inf"), "defaultconfig.resource.memlimitmb: expected a finite number, got -inf"),
+        ("defaultconfig.resource.disklimitmb", float("nan"), "defaultconfig.resource.disklimitmb: expected a finite number, got nan"),
+        ("defaultconfig.resource.fdlimit", float("inf"), "defaultconfig.resource.fdlimit: expected a finite number, got inf"),
+        ("defaultconfig.resource.cpulimit", 1e9, "defaultconfig.resource.cpulimit: must be at most 1024 (the per-task cap), got 1000000000.0"),
+        ("defaultconfig.resource.memlimitmb", 2**22 + 1, "defaultconfig.resource.memlimitmb: must be at most 4194304 (the per-task cap), got 4194305"),
+        ("defaultconfig.resource.disklimitmb", 16**500, "defaultconfig.resource.disklimitmb: must be at most 104857600 (the per-task cap), got "),
+        ("defaultconfig.resource.gpulimit", 65, "defaultconfig.resource.gpulimit: must be at most 64 (the per-task cap), got 65"),
+        ("defaultconfig.resource.fdlimit", 2**21, "defaultconfig.resource.fdlimit: must be at most 1048576 (the per-task cap)"),
+        ("defaultconfig.resource", {"cpulimit": 0, "memlimitmb": 0}, "defaultconfig.resource: a task must ask for some resource"),
+        ("instanceconfig.1.resource", {"fdlimit": 10}, "instanceconfig.1.resource: a task must ask for some resource"),
+        ("sla.priority", 2**31, "sla.priority: must be at most 2147483647, got 2147483648"),
+        ("sla.maxrunningtime", 2**31, "sla.maxrunningtime: must be at most 2147483647, got 2147483648"),
+        ("defaultconfig.killgraceperiodseconds", 86400 * 7 + 1, "defaultconfig.killgraceperiodseconds: must be at most 604800, got 604801"),
+        ("defaultconfig.constraint", "x", "defaultconfig.constraint: expected a mapping, got 'x'"),
+        ("defaultconfig.constraint", {"type": 1, "labelconstraint": {"kind": 2, "condition": 2, "requirement": "abc", "label": {"key": "k"}}},
+         "defaultconfig.constraint.labelconstraint.requirement: expected a non-negative integer, got 'abc'"),
+        ("defaultconfig.constraint", {"type": 2, "andconstraint": {"constraints": ["x"]}},
+         "defaultconfig.constraint.andconstraint.constraints[0]: expected a mapping, got 'x'"),
+        ("instanceconfig.2.constraint", {"type": 3}, "instanceconfig.2.constraint.orconstraint: an OR constraint needs orconstraint.constraints"),
     ],
 )
 def test_validation_error_names_the_path(dotted: str, value: Any, expected: str) -> None:
@@ -444,3 +480,161 @@ def test_job_config_error_accepts_a_single_message() -> None:
     error = JobConfigError("name: required")
     assert error.errors == ["name: required"]
     assert str(error) == "invalid job config:\n  name: required"
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile files: every one is a JobConfigError, quickly
+
+
+def test_integers_too_long_to_print_are_described_not_printed() -> None:
+    huge = 16**5000  # str() refuses it (more than 4300 digits)
+    assert errors_of(minimal(sla={"maximumrunninginstances": huge})) == [
+        "sla.maximumrunninginstances: must not exceed instancecount (3), got an integer of 20001 bits"]
+    assert errors_of(minimal(instancecount=huge)) == [
+        "instancecount: must be between 1 and 100000, got an integer of 20001 bits"]
+    assert errors_of(minimal(name=huge)) == ["name: expected a string, got an integer of 20001 bits"]
+
+
+def test_instance_ids_are_ascii_digits() -> None:
+    errors = errors_of(minimal(instanceconfig={"²": {"name": "x"}, "9" * 5000: {"name": "y"}}))
+    assert errors[0] == "instanceconfig.²: expected an instance id (an integer), got '²'"
+    assert errors[1].startswith("instanceconfig.99999")
+    assert errors[1].endswith("expected an instance id (an integer), got '" + "9" * 56 + "...")
+
+
+def test_a_huge_instance_id_is_refused_even_when_instancecount_is_wrong() -> None:
+    doc = minimal(instancecount="many", instanceconfig={16**5000: {"name": "x"}})
+    assert "instanceconfig.an integer of 20001 bits: instance id out of range [0, 100000)" in errors_of(doc)
+
+
+def test_a_task_without_any_resource_is_refused_for_every_instance_it_hits() -> None:
+    doc = minimal(instanceconfig={0: {"resource": {"cpulimit": 1}}})
+    del doc["defaultconfig"]["resource"]
+    assert errors_of(doc) == [
+        "defaultconfig.resource: a task must ask for some resource (cpulimit, memlimitmb, disklimitmb or gpulimit "
+        "above 0) (instances 1-2)"
+    ]
+
+
+def test_a_wrong_resource_amount_is_reported_once() -> None:
+    doc = with_default(resource={"cpulimit": "abc"})
+    assert errors_of(doc) == ["defaultconfig.resource.cpulimit: expected a number, got 'abc'"]
+
+
+def test_the_per_task_caps_can_be_changed() -> None:
+    doc = with_default(resource={"cpulimit": 8, "memlimitmb": 64})
+    assert job_spec_from_dict(doc).tasks[0].resources.cpu == 8.0
+    errors = pytest.raises(JobConfigError, job_spec_from_dict, doc, JobLimits(cpu=4)).value.errors
+    assert errors == ["defaultconfig.resource.cpulimit: must be at most 4 (the per-task cap), got 8"]
+    assert JobLimits() == JobLimits(cpu=1024, mem_mb=4_194_304, disk_mb=104_857_600, gpu=64)
+
+
+def test_yaml_infinity_in_a_file_is_refused() -> None:
+    text = yaml.safe_dump(minimal()).replace("cpulimit: 1", "cpulimit: .inf")
+    with pytest.raises(JobConfigError) as info:
+        parse_job_config(text)
+    assert info.value.errors == ["defaultconfig.resource.cpulimit: expected a finite number, got inf"]
+
+
+def billion_laughs(levels: int = 9) -> str:
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, levels):
+        lines.append(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_billion_laughs_at_the_top_level_is_refused_naming_the_line() -> None:
+    with pytest.raises(JobConfigError) as info:
+        parse_job_config(billion_laughs() + "name: x\n")
+    assert info.value.errors == ["line 7: aliases expand to more than 1000000 nodes (a YAML alias bomb?)"]
+
+
+def test_an_alias_bomb_inside_a_constraint_is_refused() -> None:
+    laughs = "".join(f"      {line}\n" for line in billion_laughs().splitlines())
+    text = (
+        "name: bomb\n"
+        "defaultconfig:\n"
+        "  resource: {cpulimit: 1}\n"
+        "  command: {value: 'true'}\n"
+        "  constraint:\n"
+        "    laughs:\n"  # an unknown key: ignored, but it is still YAML to load
+        f"{laughs}"
+        "    type: 2\n"
+        "    andconstraint: {constraints: [*l8]}\n"
+    )
+    with pytest.raises(JobConfigError) as info:
+        parse_job_config(text)
+    assert info.value.errors == ["line 13: aliases expand to more than 1000000 nodes (a YAML alias bomb?)"]
+
+
+def test_constraints_nested_too_deeply_in_a_file_are_refused() -> None:
+    c: dict = {"type": 1, "labelconstraint": {"kind": 2, "condition": 2, "requirement": 1, "label": {"key": "k", "value": "v"}}}
+    for _ in range(20):
+        c = {"type": 2, "andconstraint": {"constraints": [c]}}
+    errors = errors_of(with_default(constraint=c))
+    assert len(errors) == 1 and errors[0].endswith(": constraints nested deeper than 16 levels")
+    assert errors[0].startswith("defaultconfig.constraint.andconstraint.constraints[0].")
+
+
+def test_nested_constraints_within_the_limit_parse() -> None:
+    pin = {"type": 1, "labelConstraint": {"kind": "HOST", "condition": "CONDITION_EQUAL", "requirement": 1,
+                                          "label": {"key": "zone", "value": "z1"}}}
+    spec = job_spec_from_dict(with_default(constraint={"type": "AND_CONSTRAINT", "andConstraint": {"constraints": [pin]}}))
+    assert spec.tasks[2].constraint == AndConstraint((LabelConstraint("HOST", "EQUAL", "zone", "z1", 1),))
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("[" * 5000 + "]" * 5000, "line 1: nesting deeper than 64 levels"),
+        ("".join(" " * i + "a:\n" for i in range(1000)), "line 65: nesting deeper than 64 levels"),
+        ("a: &a [1, *a]\n", "line 1: alias *a refers to a node that contains it (a recursive alias)"),
+        ("name: x\nsla: {priority: 2001-13-01}\n", "line 2, column 17: invalid YAML: cannot read this value: month must be in 1..12"),
+        ("instancecount: " + "9" * 5000 + "\n", "line 1, column 16: invalid YAML: cannot read this value: Exceeds the limit"),
+        ("name: " + "x" * 1_100_000, "yaml: the document is 1100006 bytes, more than the limit of 1048576"),
+    ],
+)
+def test_hostile_yaml_is_a_job_config_error(text: str, expected: str) -> None:
+    with pytest.raises(JobConfigError) as info:
+        parse_job_config(text)
+    assert len(info.value.errors) == 1 and info.value.errors[0].startswith(expected), info.value.errors
+
+
+def test_two_thousand_deep_yaml_is_refused_quickly() -> None:
+    text = "{a: " * 2000 + "1" + "}" * 2000
+    with pytest.raises(JobConfigError) as info:
+        parse_job_config(text)
+    assert info.value.errors == ["line 1: nesting deeper than 64 levels"]
+
+
+def test_the_yaml_limits_can_be_changed() -> None:
+    text = yaml.safe_dump(minimal())
+    parse_job_config(text)
+    with pytest.raises(JobConfigError) as info:
+        parse_job_config(text, yaml_limits=YamlLimits(max_depth=2))
+    assert info.value.errors[0].endswith("nesting deeper than 2 levels")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "name: 0x" + "f" * 5000 + "\n",
+        "labels: [{key: 0x" + "f" * 5000 + ", value: 1}]\n",
+        "instanceconfig: {0x" + "f" * 900 + ": {name: x}}\n",
+        "defaultconfig: {resource: {cpulimit: 0x" + "f" * 5000 + "}}\n",
+        "defaultconfig: {ports: [{name: p, value: 0x" + "f" * 5000 + "}]}\n",
+        "defaultconfig: {command: {value: x, environment: {A: 0x" + "f" * 5000 + "}}}\n",
+        "defaultconfig: {constraint: {labelconstraint: {kind: 2, condition: 2, requirement: 0x" + "f" * 5000 + "}}}\n",
+        "defaultconfig: {constraint: &c {type: 2, andconstraint: {constraints: [1]}}}\ninstanceconfig: {1: {constraint: *c}}\n",
+        "instanceconfig: {'\u00b2': {name: x}, '" + "9" * 5000 + "': {name: y}}\n",
+        "defaultconfig: {healthcheck: &h {enabled: true}}\ninstanceconfig: {1: {healthcheck: *h}}\n",
+        "sla: {priority: .nan, maxrunningtime: -.inf}\n",
+        "? [1, 2]\n: x\n",
+        "!!binary AAAA\n",
+        "!!python/object:os.system x\n",
+    ],
+)
+def test_hostile_values_in_a_file_are_a_job_config_error(text: str) -> None:
+    with pytest.raises(JobConfigError) as info:
+        parse_job_config(text)
+    assert info.value.errors and all(": " in e for e in info.value.errors)

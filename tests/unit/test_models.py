@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from peloton.model.constraint import LabelConstraint, OrConstraint
 from peloton.model.jobconfig import parse_job_config
 from peloton.model.pool import PoolConfigError, leaf_pool_error, parse_pool_config, pool_limit
 from peloton.model.resources import Resources
@@ -11,6 +14,7 @@ from peloton.runtime import HeldOffsets
 from peloton.topics import murmur2, partition_for
 from stages.admit.expand import expand_job, gang_records, next_run
 from stages.launch.inventory import InventoryError, parse_inventory
+from stages.place.placement import TaskNeed
 
 
 @pytest.mark.parametrize("name", ["default_respool.yaml", "helloworld_pool.yaml"])
@@ -27,6 +31,81 @@ def test_pool_errors_name_every_problem() -> None:
     message = str(exc.value)
     assert "limit 2.0 is below reservation 5.0" in message
     assert "resources[1].kind" in message and "150" in message
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("resources: 5\n", "resources: expected a list, got 5"),
+        ("resources: cpu\n", "resources: expected a list, got 'cpu'"),
+        ("resources: [cpu]\n", "resources[0]: expected a mapping, got 'cpu'"),
+        ("resources: [{kind: [cpu]}]\n", "resources[0].kind: must be one of cpu, memory, disk, gpu, got a list"),
+        ("resources: [{kind: cpu, limit: .inf}]\n", "resources[0].limit: expected a finite number, got inf"),
+        ("resources: [{kind: cpu, reservation: .nan}]\n", "resources[0].reservation: expected a finite number, got nan"),
+        ("resources: [{kind: cpu, share: -.inf}]\n", "resources[0].share: expected a finite number, got -inf"),
+        ("resources: [{kind: cpu, limit: 0x" + "f" * 400 + "}]\n", "resources[0].limit: expected a finite number, got 4446"),
+        ("resources: [{kind: cpu, limit: '4'}]\n", "resources[0].limit: expected a number, got '4'"),
+        ("controllerlimit: 5\n", "controllerlimit: expected a mapping, got 5"),
+        ("controllerlimit: [50]\n", "controllerlimit: expected a mapping, got a list"),
+        ("slacklimit: high\n", "slacklimit: expected a mapping, got 'high'"),
+        ("slacklimit: {maxpercent: .nan}\n", "slacklimit.maxpercent: expected a finite number, got nan"),
+        ("slacklimit: {maxpercent: 101}\n", "slacklimit.maxpercent: must be <= 100, got 101.0"),
+        ("policy: true\n", "policy: only 1 (PriorityFIFO) exists, got true"),
+        ("name: {a: b}\n", "name: expected a string, got a mapping"),
+        ("name: 0x" + "f" * 5000 + "\n", "name: expected a string, got an integer of 20000 bits"),
+        ("owningteam: [a]\n", "owningteam: expected a string, got a list"),
+        ("- a\n", "<document>: expected a mapping of pool config keys, got a list"),
+        ("", "<document>: expected a mapping of pool config keys, got null"),
+        ("Resources: []\nresources: []\n", "resources: given twice (keys are case-insensitive)"),
+        ("a: &a [1, *a]\n", "line 1: alias *a refers to a node that contains it (a recursive alias)"),
+        ("[" * 5000 + "]" * 5000, "line 1: nesting deeper than 64 levels"),
+        ("resources: [{kind: cpu, limit: 2001-13-01}]\n", "line 1, column 32: invalid YAML: cannot read this value"),
+        ("resources: [\n", "line 2, column 1: invalid YAML: expected the node content"),
+    ],
+)
+def test_hostile_pool_files_are_pool_config_errors(text: str, expected: str) -> None:
+    with pytest.raises(PoolConfigError) as exc:
+        parse_pool_config(text, "/p")
+    assert any(e.startswith(expected) for e in exc.value.errors), exc.value.errors
+
+
+def test_a_pool_alias_bomb_is_refused_before_it_expands() -> None:
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]" for i in range(1, 9)]
+    with pytest.raises(PoolConfigError) as exc:
+        parse_pool_config("\n".join(lines), "/p")
+    assert exc.value.errors == ["line 7: aliases expand to more than 1000000 nodes (a YAML alias bomb?)"]
+
+
+def test_pool_keys_may_be_camel_case_and_a_wrong_amount_is_reported_once() -> None:
+    config = parse_pool_config("name: team\nResources: [{Kind: cpu, Limit: 4, Reservation: 1}]\n"
+                               "controllerLimit: {maxPercent: 50}\n", "/t")
+    assert (config["name"], pool_limit(config).cpu, config["controller_limit_pct"]) == ("team", 4.0, 50.0)
+    with pytest.raises(PoolConfigError) as exc:
+        parse_pool_config("resources: [{kind: cpu, limit: .nan, reservation: 1}]\n", "/p")
+    assert exc.value.errors == ["resources[0].limit: expected a finite number, got nan"]
+
+
+def test_a_constraint_reaches_placement_as_the_same_typed_tree() -> None:
+    text = """
+instancecount: 2
+defaultconfig:
+  resource: {cpulimit: 1}
+  command: {value: "true"}
+  constraint:
+    type: 3
+    orConstraint:
+      constraints:
+      - {type: 1, labelconstraint: {kind: 2, condition: 2, requirement: 1, label: {key: zone, value: 7}}}
+      - labelConstraint: {kind: TASK, condition: CONDITION_LESS_THAN, requirement: 2, label: {key: app, value: web}}
+"""
+    spec = parse_job_config(text)
+    job, tasks = expand_job("j1", "/pool", spec, text, now_ms=1)
+    record = tasks[1].spec["constraint_json"]
+    assert json.loads(record)["type"] == "OR"
+    assert TaskNeed.from_spec(tasks[1].spec).constraint == spec.tasks[1].constraint == OrConstraint((
+        LabelConstraint("HOST", "EQUAL", "zone", "7", 1), LabelConstraint("TASK", "LESS_THAN", "app", "web", 2)))
+    assert tasks[0].spec["constraint_json"] == record
 
 
 def test_jobs_go_to_existing_leaf_pools_only() -> None:

@@ -1,7 +1,12 @@
 from __future__ import annotations
 
+import json
+
+import pytest
+
+from peloton.model.constraint import AndConstraint, ConstraintError, LabelConstraint, OrConstraint, evaluate
 from peloton.model.resources import Resources
-from stages.place.placement import HostView, TaskNeed, place_gang, satisfies
+from stages.place.placement import HostView, TaskNeed, place_gang
 
 
 def host(name: str, cpu: float = 4, **labels) -> HostView:
@@ -37,20 +42,59 @@ def test_hosts_in_maintenance_take_nothing() -> None:
 
 
 def test_host_affinity_constraint_from_pelotons_example() -> None:
-    pin = {"type": 1, "labelconstraint": {"kind": 2, "condition": 2, "requirement": 1,
-                                         "label": {"key": "hostname", "value": "b"}}}
+    pin = LabelConstraint("HOST", "EQUAL", "hostname", "b", 1)
     placed = place_gang([need("t1", constraint=pin)], [host("a"), host("b")], now=0)
     assert placed["t1"].host_id == "b"
     assert place_gang([need("t1", constraint=pin)], [host("a")], now=0) is None
 
 
-def test_and_or_and_task_label_constraints() -> None:
-    h = host("a", zone="z1")
-    zone = {"type": 1, "labelconstraint": {"kind": 2, "condition": 2, "requirement": 1, "label": {"key": "zone", "value": "z1"}}}
-    other = {"type": 1, "labelconstraint": {"kind": 2, "condition": 2, "requirement": 1, "label": {"key": "zone", "value": "z2"}}}
-    assert satisfies({"type": 3, "orconstraint": {"constraints": [other, zone]}}, h, [])
-    assert not satisfies({"type": 2, "andconstraint": {"constraints": [other, zone]}}, h, [])
-    one_per_host = {"type": 1, "labelconstraint": {"kind": 1, "condition": 2, "requirement": 0,
-                                                  "label": {"key": "app", "value": "web"}}}
-    assert satisfies(one_per_host, h, [])
-    assert not satisfies(one_per_host, h, [{"app": "web"}])
+def test_and_or_and_host_label_constraints() -> None:
+    labels = {"hostname": "a", "zone": "z1"}
+    zone = LabelConstraint("HOST", "EQUAL", "zone", "z1", 1)
+    other = LabelConstraint("HOST", "EQUAL", "zone", "z2", 1)
+    assert evaluate(OrConstraint((other, zone)), labels, [])
+    assert not evaluate(AndConstraint((other, zone)), labels, [])
+    assert evaluate(AndConstraint((zone, OrConstraint((other, zone)))), labels, [])
+    assert evaluate(LabelConstraint("HOST", "EQUAL", "zone", "z2", 0), labels, [])  # "not in zone z2"
+    assert evaluate(None, labels, [])
+
+
+def test_task_label_constraints_count_the_tasks_already_on_the_host() -> None:
+    one_per_host = LabelConstraint("TASK", "EQUAL", "app", "web", 0)
+    assert evaluate(one_per_host, {}, [])
+    assert evaluate(one_per_host, {}, [{"app": "db"}])
+    assert not evaluate(one_per_host, {}, [{"app": "web"}])
+    at_most_two = LabelConstraint("TASK", "LESS_THAN", "app", "web", 2)
+    assert evaluate(at_most_two, {}, [{"app": "web"}])
+    assert not evaluate(at_most_two, {}, [{"app": "web"}, {"app": "web"}])
+    more_than_one = LabelConstraint("TASK", "GREATER_THAN", "app", "web", 1)
+    assert not evaluate(more_than_one, {}, [{"app": "web"}])
+    assert evaluate(more_than_one, {}, [{"app": "web"}] * 2)
+
+
+def test_a_gang_spreads_when_its_tasks_exclude_each_other() -> None:
+    spread = LabelConstraint("TASK", "EQUAL", "app", "web", 0)
+    needs = [TaskNeed(f"t{i}", Resources(cpu=1), spread, {"app": "web"}) for i in range(2)]
+    placed = place_gang(needs, [host("a"), host("b")], now=0)
+    assert [placed[t].host_id for t in ("t0", "t1")] == ["a", "b"]
+    assert place_gang(needs + [TaskNeed("t2", Resources(cpu=1), spread, {"app": "web"})],
+                      [host("a"), host("b")], now=0) is None
+
+
+def spec_with(constraint_json) -> dict:
+    return {"task_id": "t1", "resources": Resources(cpu=1).to_record(), "labels": {},
+            "constraint_json": constraint_json}
+
+
+def test_task_need_reads_the_canonical_constraint_json() -> None:
+    record = {"type": "LABEL", "labelconstraint": {"kind": "HOST", "condition": "EQUAL", "requirement": 1,
+                                                  "label": {"key": "hostname", "value": "b"}}}
+    need_ = TaskNeed.from_spec(spec_with(json.dumps(record)))
+    assert need_.constraint == LabelConstraint("HOST", "EQUAL", "hostname", "b", 1)
+    assert TaskNeed.from_spec(spec_with(None)).constraint is None
+
+
+@pytest.mark.parametrize("bad", ["{", "[" * 100_000, '{"type": "AND"}', '"x"', "17"])
+def test_a_bad_constraint_json_fails_when_the_spec_is_decoded(bad: str) -> None:
+    with pytest.raises(ConstraintError):
+        TaskNeed.from_spec(spec_with(bad))
