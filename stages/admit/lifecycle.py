@@ -7,6 +7,11 @@ from dataclasses import dataclass
 
 from peloton.model.states import JOB_TERMINAL, MESOS_TO_TASK, TASK_ORDER, TASK_TERMINAL
 
+# A run lost to the system (its host or host manager went away: TASK_LOST and the other Mesos
+# states that map to LOST) is rerun like Peloton's system failures: every task gets at least
+# this many runs, whatever its maxFailures.
+SYSTEM_FAILURE_RUNS = 4
+
 
 @dataclass(frozen=True, slots=True)
 class Transition:
@@ -26,6 +31,12 @@ def task_transition(
 
     Ignored: events of another run (older runs are orphans), unknown states, repeats and
     out-of-order events (moves are monotonic by state order), anything after a terminal state.
+
+    Retries (each counts a failure; `failures` counts the earlier failed and lost runs):
+      FAILED      rerun while failures + 1 < max_failures (maxFailures 4: at most 4 runs)
+      LOST        rerun while failures + 1 < max(max_failures, SYSTEM_FAILURE_RUNS), then LOST
+      TASK_ERROR  (Mesos: the task description is invalid) FAILED at once, never rerun: the
+                  same description would fail again
     """
     if event_run != current_run:
         return None
@@ -41,16 +52,20 @@ def task_transition(
         return Transition("PENDING", requeue=True, release=True)
     if TASK_ORDER[new] <= TASK_ORDER[current_state]:
         return None
+    if mesos_state == "TASK_ERROR":
+        return Transition("FAILED", count_failure=True, release=True)
     # Rerun until the failure count reaches maxFailures: maxFailures 4 means at most 4 runs.
     if new == "FAILED" and failures + 1 < max_failures:
         return Transition("FAILED", retry=True, count_failure=True, release=True)
+    if new == "LOST" and failures + 1 < max(max_failures, SYSTEM_FAILURE_RUNS):
+        return Transition("LOST", retry=True, count_failure=True, release=True)
     if new in TASK_TERMINAL:
-        return Transition(new, count_failure=new == "FAILED", release=True)
+        return Transition(new, count_failure=new in ("FAILED", "LOST"), release=True)
     return Transition(new)
 
 
 def job_state(counts: Mapping[str, int], instance_count: int, current: str) -> str:
-    """Job state from its tasks' state counts, Peloton's rules in order (JOBS.md)."""
+    """Job state from its tasks' state counts, Peloton's rules in order."""
     if current in JOB_TERMINAL:
         return current
     succeeded = counts.get("SUCCEEDED", 0)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from stages.admit.lifecycle import job_state, task_transition
+from stages.admit.lifecycle import SYSTEM_FAILURE_RUNS, job_state, task_transition
 
 
 def test_a_run_moves_forward_and_ignores_repeats_and_late_events() -> None:
@@ -31,6 +31,40 @@ def test_failed_runs_rerun_until_the_failure_count_reaches_max_failures(max_fail
             break
         run += 1
     assert run == runs
+
+
+@pytest.mark.parametrize("max_failures, runs", [(0, 4), (1, 4), (4, 4), (6, 6)])
+def test_lost_runs_rerun_at_least_four_times_then_the_task_stays_lost(max_failures: int, runs: int) -> None:
+    failures, run = 0, 1
+    while True:
+        move = task_transition("RUNNING", run, run, "TASK_LOST", failures, max_failures)
+        assert move.state == "LOST" and move.release and move.count_failure and not move.requeue
+        failures += 1
+        if not move.retry:
+            break
+        run += 1
+    assert run == runs == max(max_failures, SYSTEM_FAILURE_RUNS)
+
+
+def test_a_task_lost_with_max_failures_0_gets_four_runs_and_the_last_loss_is_terminal() -> None:
+    assert [task_transition("LAUNCHED", r, r, "TASK_LOST", r - 1, 0).retry for r in (1, 2, 3, 4)] == [
+        True, True, True, False]
+    assert task_transition("LOST", 4, 4, "TASK_RUNNING", 4, 0) is None
+
+
+def test_failed_and_lost_runs_share_one_failure_count() -> None:
+    assert task_transition("RUNNING", 2, 2, "TASK_LOST", 1, 3).retry  # 2 < max(3, 4)
+    assert not task_transition("RUNNING", 4, 4, "TASK_FAILED", 3, 3).retry
+
+
+@pytest.mark.parametrize("max_failures", [0, 1, 10])
+def test_an_invalid_task_description_fails_at_once_and_is_never_retried(max_failures: int) -> None:
+    for current in ("LAUNCHED", "STARTING", "RUNNING"):
+        move = task_transition(current, 1, 1, "TASK_ERROR", 0, max_failures)
+        assert move.state == "FAILED" and move.release and move.count_failure
+        assert not move.retry and not move.requeue
+    assert task_transition("FAILED", 1, 1, "TASK_ERROR", 0, 10) is None
+    assert task_transition("RUNNING", 2, 1, "TASK_ERROR", 0, 10) is None  # another run's event
 
 
 def test_a_refused_placement_requeues_the_same_run_without_counting_a_failure() -> None:

@@ -111,6 +111,20 @@ class AgentDriver(ABC):
         The resulting TASK_KILLED updates can still be collected with one last poll().
         """
 
+    def reap_orphans(self, task_ids: Sequence[str]) -> dict[str, str]:
+        """Stop what still runs of tasks that an earlier driver (one in a launch process that died
+        without close()) started and no driver runs now, before they are reported TASK_LOST.
+
+        Returns task id -> a short description of what was done, only for tasks that had
+        something running. Blocks for at most a few seconds in all; never raises. The default
+        has nothing to do: drivers whose tasks cannot outlive them (the simulated one) keep it.
+        """
+        return {}
+
+    def reap_orphan(self, task_id: str) -> str | None:
+        """reap_orphans() for one task: what was done, or None when nothing of it was running."""
+        return self.reap_orphans([task_id]).get(task_id)
+
 
 # Imported lazily so that importing the contract does not drag in every driver.
 _DRIVERS: dict[str, tuple[str, str]] = {

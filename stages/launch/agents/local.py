@@ -14,16 +14,25 @@ Exit mapping (Mesos command-executor style):
 When a task's main process ends, whatever is left in its process group is SIGKILLed, as
 Mesos does when it destroys a task's container; that keeps background children from leaking.
 
+Orphans: a task's processes outlive the driver if the launch process dies without close()
+(SIGKILL). So that the next owner of the host can stop them, each started task gets a pid file
+<sandbox>/.peloton-pid (written atomically, removed once the task is reaped) naming its process
+group and identifying its leader beyond the pid: the leader's start time (/proc/<pid>/stat
+field 22) and the boot id. kill_orphan() / LocalDriver.reap_orphans() use it to find and stop
+the group, never touching a process that merely reuses the pid. Linux /proc is needed to verify
+a process; without it nothing is ever killed as an orphan.
+
 No threads: poll() checks the few hundred local children with a non-blocking waitid each.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +51,12 @@ from .driver import (
 
 _CLOSE_POLL_SECONDS = 0.01
 
+PID_FILE = ".peloton-pid"  # in the task's sandbox; tasks must leave it alone
+DEFAULT_ORPHAN_GRACE_SECONDS = 2.0  # SIGTERM -> SIGKILL for orphans (the task spec is not at hand)
+MAX_ORPHAN_GRACE_SECONDS = 10.0  # the new owner blocks while it waits, so the grace is capped
+_ORPHAN_SIGKILL_WAIT_SECONDS = 1.0  # how long to wait for a SIGKILLed group to disappear
+_ORPHAN_POLL_SECONDS = 0.02
+
 
 @dataclass(slots=True, eq=False)
 class _LocalTask:
@@ -56,19 +71,23 @@ class _LocalTask:
 
 
 class LocalDriver(AgentDriver):
-    def __init__(self, sandbox_root: str | Path, close_timeout: float = 2.0) -> None:
+    def __init__(
+        self,
+        sandbox_root: str | Path,
+        close_timeout: float = 2.0,
+        orphan_grace_seconds: float = DEFAULT_ORPHAN_GRACE_SECONDS,
+    ) -> None:
         self._root = Path(sandbox_root)
         self._root.mkdir(parents=True, exist_ok=True)
         self._close_timeout = close_timeout
+        self._orphan_grace = orphan_grace_seconds
         self._tasks: dict[str, _LocalTask] = {}
         self._outbox: list[TaskUpdate] = []
         self._closed = False
 
     def sandbox(self, task_id: str) -> Path:
         """The task's sandbox directory; task ids must be plain names, not paths."""
-        if task_id in ("", ".", "..") or "/" in task_id or "\0" in task_id:
-            raise ValueError(f"task id {task_id!r} cannot name a sandbox directory")
-        return self._root / task_id
+        return sandbox_path(self._root, task_id)
 
     def launch(self, requests: Sequence[LaunchRequest]) -> None:
         if self._closed:
@@ -95,6 +114,14 @@ class LocalDriver(AgentDriver):
     def active(self) -> set[str]:
         return set(self._tasks)
 
+    def reap_orphans(self, task_ids: Sequence[str]) -> dict[str, str]:
+        """Stop what still runs of tasks an earlier driver on this machine started (see kill_orphans).
+
+        Tasks this driver runs itself are never touched.
+        """
+        theirs = [t for t in task_ids if t not in self._tasks]
+        return kill_orphans(self._root, theirs, self._orphan_grace)
+
     def close(self) -> None:
         if self._closed:
             return
@@ -118,6 +145,21 @@ class LocalDriver(AgentDriver):
                     TASK_FAILED,
                     reason=REASON_COMMAND_EXECUTOR_FAILED,
                     message=f"failed to start command: {exc}",
+                )
+            ]
+        try:
+            write_pid_file(self.sandbox(request.task_id), proc.pid)
+        except OSError as exc:
+            # Without the pid file a later owner could not stop the task were this process to
+            # die, so the task does not run at all.
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return [
+                update_for(
+                    request,
+                    TASK_FAILED,
+                    reason=REASON_COMMAND_EXECUTOR_FAILED,
+                    message=f"failed to record the task's process: {exc}",
                 )
             ]
         self._tasks[request.task_id] = _LocalTask(request, proc)
@@ -155,7 +197,15 @@ class LocalDriver(AgentDriver):
         _signal_group(task.pid, signal.SIGKILL)
         returncode = task.proc.wait()
         del self._tasks[task.request.task_id]
+        _remove_pid_file(self.sandbox(task.request.task_id))
         return _outcome(task, returncode)
+
+
+def sandbox_path(sandbox_root: str | Path, task_id: str) -> Path:
+    """<sandbox_root>/<task_id>; task ids must be plain names, not paths (ValueError otherwise)."""
+    if task_id in ("", ".", "..") or "/" in task_id or "\0" in task_id:
+        raise ValueError(f"task id {task_id!r} cannot name a sandbox directory")
+    return Path(sandbox_root) / task_id
 
 
 def command_line(request: LaunchRequest) -> list[str]:
@@ -232,3 +282,190 @@ def _signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return str(signum)
+
+
+# --- pid files and orphans -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _ProcStat:
+    state: str  # R, S, D, Z, ...
+    pgrp: int
+    session: int
+    start_time: int  # clock ticks after boot (field 22)
+
+
+def _proc_stat(pid: int) -> _ProcStat | None:
+    """The few /proc/<pid>/stat fields we need, or None if there is no such process (or no /proc)."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+        # Fields after "(comm)", which may itself hold spaces and parentheses, start at field 3.
+        fields = raw.rsplit(")", 1)[1].split()
+        return _ProcStat(fields[0], int(fields[2]), int(fields[3]), int(fields[19]))
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def write_pid_file(sandbox: Path, pid: int) -> None:
+    """Record the task's process group (= its leader's pid) and who that leader is, atomically."""
+    stat = _proc_stat(pid)
+    record = {"pgid": pid, "start_time": stat.start_time if stat else None, "boot_id": _boot_id()}
+    tmp = sandbox / (PID_FILE + ".tmp")
+    tmp.write_text(json.dumps(record) + "\n")
+    os.replace(tmp, sandbox / PID_FILE)
+
+
+def _read_pid_file(sandbox: Path) -> tuple[int, int, str | None] | None:
+    """(pgid, start time, boot id) from a task's pid file, or None if missing or garbled."""
+    try:
+        record = json.loads((sandbox / PID_FILE).read_text())
+        pgid, start_time, boot_id = record["pgid"], record["start_time"], record.get("boot_id")
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+    valid = (
+        type(pgid) is int and pgid > 1 and type(start_time) is int and start_time >= 0
+        and (boot_id is None or isinstance(boot_id, str))
+    )
+    return (pgid, start_time, boot_id) if valid else None
+
+
+def _remove_pid_file(sandbox: Path) -> None:
+    try:
+        (sandbox / PID_FILE).unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def _live_groups() -> dict[int, list[int]]:
+    """Process group id -> pids of its members that are not zombies, from one /proc scan."""
+    groups: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return groups
+    for name in entries:
+        if name.isdigit():
+            stat = _proc_stat(int(name))
+            if stat is not None and stat.state != "Z":
+                groups.setdefault(stat.pgrp, []).append(int(name))
+    return groups
+
+
+def _task_id_of(pid: int) -> str | None:
+    """PELOTON_TASK_ID from the environment the process was started with, if readable."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    for entry in environ.split(b"\0"):
+        if entry.startswith(b"PELOTON_TASK_ID="):
+            return entry.split(b"=", 1)[1].decode(errors="replace")
+    return None
+
+
+def _orphan_group(sandbox_root: Path, task_id: str, groups: dict[int, list[int]]) -> int | None:
+    """The process group id of the task's processes if some still run here, else None."""
+    try:
+        record = _read_pid_file(sandbox_path(sandbox_root, task_id))
+    except (ValueError, TypeError):  # not a usable task id
+        return None
+    if record is None:
+        return None
+    pgid, start_time, boot_id = record
+    if boot_id is not None and boot_id != _boot_id():
+        return None  # written before a reboot (or on another machine): none of it runs here
+    leader = _proc_stat(pgid)
+    if leader is not None and leader.start_time != start_time:
+        return None  # the pid was reused by another process
+    if leader is not None and leader.state != "Z":
+        return pgid  # the task's own leader, alive
+    # The leader has ended; members left in its group may still run. The kernel does not reuse a
+    # pid while a group or session of that id exists, yet the group could belong to a later
+    # process that got the pid after the task's group was gone, so members must also carry the
+    # task's identity in the environment they were started with.
+    for pid in groups.get(pgid, ()):
+        stat = _proc_stat(pid)
+        if stat is not None and stat.start_time >= start_time and _task_id_of(pid) == task_id:
+            return pgid
+    return None
+
+
+def kill_orphans(
+    sandbox_root: str | Path, task_ids: Iterable[str], grace_seconds: float = DEFAULT_ORPHAN_GRACE_SECONDS
+) -> dict[str, str]:
+    """Stop the processes of tasks that a dead driver started on this machine and left running.
+
+    For each task whose pid file names a process group that still runs here (its leader verified
+    by start time and boot id): SIGTERM the group, wait up to `grace_seconds` (capped at
+    MAX_ORPHAN_GRACE_SECONDS) for every group together, then SIGKILL what is left. Returns task
+    id -> a short description of what was done, only for tasks that had something running.
+    Never raises: a missing or garbled pid file, a bad task id or processes that are gone all
+    mean nothing to do.
+    """
+    root = Path(sandbox_root)
+    try:
+        grace = float(grace_seconds)
+    except (TypeError, ValueError):
+        grace = DEFAULT_ORPHAN_GRACE_SECONDS
+    grace = min(grace, MAX_ORPHAN_GRACE_SECONDS) if grace >= 0 else 0.0  # NaN -> 0 too
+    groups = _live_groups()
+    found: dict[str, int] = {}
+    for task_id in task_ids:
+        pgid = _orphan_group(root, task_id, groups)
+        if pgid is not None:
+            found[task_id] = pgid
+    if not found:
+        return {}
+    done: dict[str, str] = {}
+    for task_id, pgid in found.items():
+        problem = _send_group(pgid, signal.SIGTERM)
+        if problem:
+            done[task_id] = f"orphan process group {pgid} could not be stopped: {problem}"
+    terminated = {t: g for t, g in found.items() if t not in done}
+    left = _wait_groups_gone(terminated, time.monotonic() + grace)
+    for pgid in left.values():
+        _send_group(pgid, signal.SIGKILL)
+    stuck = _wait_groups_gone(left, time.monotonic() + _ORPHAN_SIGKILL_WAIT_SECONDS)
+    for task_id, pgid in terminated.items():
+        if task_id in stuck:
+            done[task_id] = f"orphan process group {pgid} still running after SIGKILL"
+            continue
+        how = f"SIGKILL after {grace:g}s grace" if task_id in left else "SIGTERM"
+        done[task_id] = f"orphan process group {pgid} killed ({how})"
+        _remove_pid_file(root / task_id)
+    return done
+
+
+def kill_orphan(
+    sandbox_root: str | Path, task_id: str, grace_seconds: float = DEFAULT_ORPHAN_GRACE_SECONDS
+) -> str | None:
+    """kill_orphans() for one task: what was done, or None when nothing of it was running."""
+    return kill_orphans(sandbox_root, [task_id], grace_seconds).get(task_id)
+
+
+def _send_group(pgid: int, signum: int) -> str | None:
+    """Signal a process group; a problem worth reporting, or None (sent, or the group is gone)."""
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def _wait_groups_gone(groups: dict[str, int], deadline: float) -> dict[str, int]:
+    """Wait until the groups have no live members or the deadline passes; those still alive."""
+    while True:
+        live = _live_groups()
+        left = {t: g for t, g in groups.items() if g in live}
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(_ORPHAN_POLL_SECONDS)

@@ -8,6 +8,8 @@ Timeline of a task launched at clock time t with duration d:
   first poll >= t+d -> TASK_FINISHED (exit 0) or TASK_FAILED (exit != 0)
 Both can land in the same poll (d == 0 does exactly that); the order is always kept.
 A kill wins over a deadline that expires in the same poll.
+Simulated tasks end with the driver, so there are never orphans to reap (the default
+AgentDriver.reap_orphans does nothing).
 """
 
 from __future__ import annotations
