@@ -10,10 +10,13 @@ from confluent_kafka.admin import AdminClient
 from peloton.config import Settings
 from peloton.model.jobconfig import JobSpec, parse_job_config
 from peloton.model.pool import PoolConfigError, leaf_pool_error, parse_pool_config
-from peloton.runtime import Emitter, now_ms, producer_config
+from peloton.model.resources import Resources
+from peloton.runtime import CompactedView, DeliveryError, Emitter, RecordTooLarge, now_ms, producer_config
 from peloton.serde import registry
 from peloton.store import StorageGateway
 from peloton.topics import Catalogue, apply_topics
+from stages.admit.checks import fit_problems, job_id_problem, size_problems
+from stages.admit.expand import expand_job
 
 
 class UserError(Exception):
@@ -34,11 +37,26 @@ def ensure_topics(settings: Settings) -> list[dict]:
 
 
 def emitter(settings: Settings, who: str = "pelotonctl") -> Emitter:
-    return Emitter(Producer({**producer_config(settings), **QUIET}), Catalogue(settings.topic_prefix), registry(), who)
+    # A command line waits for the broker a bounded time, and what it reports must be what
+    # happened: messages not delivered by then are given up (purged), not sent later.
+    config = {**producer_config(settings), **QUIET, "message.timeout.ms": int(settings.flush_timeout_s * 1000)}
+    return Emitter(Producer(config), Catalogue(settings.topic_prefix), registry(), who, settings.max_message_bytes)
+
+
+def _deliver(out: Emitter, settings: Settings) -> None:
+    """Send and wait; on failure nothing is left queued to arrive after we said it failed."""
+    try:
+        out.flush(timeout=settings.flush_timeout_s)
+    except DeliveryError:
+        out.producer.purge()
+        out.producer.flush(0)
+        raise
 
 
 def create_pool(settings: Settings, store: StorageGateway, path: str, text: str) -> dict:
-    """Validate a respool config, store it, and publish it for the entitle stage."""
+    """Validate a respool config, then store and publish it as one step: the store keeps it only
+    once the broker has it, so a reported failure leaves nothing behind and a retry can succeed.
+    Creating a pool that exists with the same config again publishes it again (idempotent)."""
     try:
         config = parse_pool_config(text, path)
     except PoolConfigError as exc:
@@ -46,39 +64,74 @@ def create_pool(settings: Settings, store: StorageGateway, path: str, text: str)
     pools = store.list_pools()
     if config["parent"] != "/" and config["parent"] not in pools:
         raise UserError(f"parent pool {config['parent']!r} does not exist; create it first")
-    if path in pools:
-        raise UserError(f"resource pool {path!r} already exists")
+    if path in pools and _comparable(pools[path]) != _comparable(config):
+        raise UserError(f"resource pool {path!r} already exists with another config")
     config["updated_ms"] = now_ms()
-    store.put_pool(path, config)
     out = emitter(settings)
-    out.emit("pools", path, "peloton.PoolConfig", config)
-    out.flush(timeout=10)
+    with store.transaction():
+        store.put_pool(path, config)
+        out.emit("pools", path, "peloton.PoolConfig", config)
+        _deliver(out, settings)  # raises inside the transaction: the store rolls back
     return config
 
 
-def validate_job(text: str) -> JobSpec:
+def _comparable(config: dict) -> dict:
+    return {k: v for k, v in config.items() if k != "updated_ms"}
+
+
+def validate_job(text: str, settings: Settings | None = None) -> JobSpec:
     from peloton.model.jobconfig import JobConfigError
 
+    settings = settings or Settings()
     try:
-        return parse_job_config(text)
+        return parse_job_config(text, settings.job_limits(), settings.yaml_limits())
     except JobConfigError as exc:
         raise UserError(str(exc)) from None
 
 
-def submit_job(settings: Settings, store: StorageGateway, pool: str, text: str, job_id: str | None = None,
-               out: Emitter | None = None) -> str:
-    """Validate locally (clear errors, nothing sent), then publish a CREATE command.
+def host_capacities(settings: Settings, wait_s: float = 3.0) -> list[Resources]:
+    """Distinct host capacities from the host-state topic, as admit sees them (empty if none yet)."""
+    view = CompactedView(settings, "host-state")
+    try:
+        view.catch_up(timeout=wait_s)
+        return list({Resources.from_record(h["capacity"]) for h in view.values.values()})
+    finally:
+        view.close()
 
-    Pass `out` to submit many jobs through one producer (creating one costs about a second)."""
-    validate_job(text)
-    problem = leaf_pool_error(store.list_pools(), pool)
+
+def check_job(settings: Settings, store: StorageGateway, pool: str, text: str, job_id: str,
+              hosts: list[Resources] | None = None) -> JobSpec:
+    """Every check the job manager makes at create, so a job refused there is refused here."""
+    spec = validate_job(text, settings)
+    pools = store.list_pools()
+    problem = job_id_problem(job_id) or leaf_pool_error(pools, pool)
     if problem:
         raise UserError(problem)
+    if hosts is None:
+        hosts = host_capacities(settings)
+    job, tasks = expand_job(job_id, pool, spec, text, now_ms())
+    problems = fit_problems(spec, pool, pools[pool], hosts) or size_problems(
+        spec, job, tasks, registry(), settings.max_message_bytes)
+    if problems:
+        raise UserError("job refused: " + "; ".join(problems))
+    return spec
+
+
+def submit_job(settings: Settings, store: StorageGateway, pool: str, text: str, job_id: str | None = None,
+               out: Emitter | None = None, hosts: list[Resources] | None = None) -> str:
+    """Check locally (clear errors, nothing sent), then publish a CREATE command.
+
+    Pass `out` (and `hosts`) to submit many jobs through one producer (creating one costs about a
+    second)."""
     job_id = job_id or str(uuid.uuid4())
+    check_job(settings, store, pool, text, job_id, hosts)
     out = out or emitter(settings)
-    out.emit("job-commands", job_id, "peloton.JobCommand", {
-        "command_id": uuid.uuid4().hex, "kind": "CREATE", "job_id": job_id, "pool": pool, "config": text,
-        "requested_by": "pelotonctl", "timestamp_ms": now_ms(),
-    })
-    out.flush(timeout=10)
+    try:
+        out.emit("job-commands", job_id, "peloton.JobCommand", {
+            "command_id": uuid.uuid4().hex, "kind": "CREATE", "job_id": job_id, "pool": pool, "config": text,
+            "requested_by": "pelotonctl", "timestamp_ms": now_ms(),
+        })
+    except RecordTooLarge as exc:
+        raise UserError(f"the job file is too large to submit: {exc}") from None
+    _deliver(out, settings)
     return job_id

@@ -8,7 +8,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from peloton.admin import create_pool, submit_job
+from peloton.admin import create_pool, host_capacities, submit_job
 from peloton.config import Settings
 from peloton.devstack import DevStack
 from peloton.store import open_store
@@ -40,8 +40,9 @@ def run_pipeline_bench(console, tasks: int, hosts: str, task_seconds: float) -> 
         settings = stack.settings
         store = open_store(settings.store_path)
         create_pool(settings, store, "/bench", BENCH_POOL)
+        capacities = host_capacities(settings)
         started = time.monotonic()
-        job_id = submit_job(settings, store, "/bench", BENCH_JOB.format(tasks=tasks))
+        job_id = submit_job(settings, store, "/bench", BENCH_JOB.format(tasks=tasks), hosts=capacities)
         result = wait_for_jobs(store, [job_id], timeout=max(120.0, tasks / 50), console=console)[job_id]
         elapsed = time.monotonic() - started
         figures = {"tasks": tasks, "hosts": hosts, "task_seconds": task_seconds, "state": result["state"],

@@ -222,7 +222,7 @@ def job_validate(config: Path, as_json: bool = typer.Option(False, "--json")) ->
     from peloton.model.jobconfig import gang_instances
 
     try:
-        spec = validate_job(_read(config))
+        spec = validate_job(_read(config), _settings())
     except UserError as exc:
         _fail(f"{config}: {exc}", EXIT_INVALID)
     summary = {
@@ -277,7 +277,7 @@ def job_status(job_id: str, as_json: bool = typer.Option(False, "--json")) -> No
     from peloton.watch import job_summary
 
     store = _store()
-    summary = job_summary(store, job_id)
+    summary = job_summary(store, job_id, _settings())
     if summary is None:
         _fail(f"no job {job_id}", EXIT_NOT_FOUND)
     if as_json:
@@ -286,6 +286,11 @@ def job_status(job_id: str, as_json: bool = typer.Option(False, "--json")) -> No
     out.print(f"job {summary['job_id']} ({summary['name']}) in {summary['pool']}: [bold]{summary['state']}[/bold]",
               highlight=False)
     out.print("tasks: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["tasks"].items())), highlight=False)
+    for w in summary.get("waiting", []):
+        out.print(f"waiting: gang {w['gang_id']} ({w['tasks']} tasks): {w['reason']}", highlight=False)
+    for f in summary.get("failures", []):
+        out.print(f"instance {f['instance']} run {f['run_id']} {f['state']}: {f['message'] or f['reason']}",
+                  highlight=False)
 
 
 @job_app.command("list")

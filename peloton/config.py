@@ -10,6 +10,9 @@ import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from peloton.model.jobconfig import JobLimits
+from peloton.model.safe_yaml import YamlLimits
+
 # The repository root holds topics.yaml and schemas/avro; an installed copy finds them the same way
 # because the package is installed in editable mode from the checkout.
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -37,6 +40,27 @@ class Settings:
     placement_backoff_s: float = 0.5
     # How long place counts its own placements on a host before host state must show them.
     placement_pending_ttl_s: float = 3.0
+    # A gang blocked at the head of its pool's queue for this long stops blocking smaller gangs
+    # behind it (Peloton's head-of-line rule, with a bound).
+    head_of_line_timeout_s: float = 30.0
+    # The largest record a stage may produce (librdkafka's and Kafka's default limit is ~1 MB).
+    max_message_bytes: int = 1_000_000
+    # While the broker or the store is unavailable a stage waits and tries again, backing off
+    # from retry_min_s to retry_max_s; flush_timeout_s bounds one wait for the broker.
+    retry_min_s: float = 0.2
+    retry_max_s: float = 5.0
+    flush_timeout_s: float = 10.0
+    # How often a stage checks that every topic exists (a broker that restarted empty has none),
+    # and how far back launch sends task ends again when the broker lost them.
+    topic_check_s: float = 5.0
+    status_replay_s: float = 600.0
+    # What one job file may be and one task may ask for (far above real hosts: they catch typos
+    # and hostile files before anything is queued).
+    max_config_bytes: int = 1_048_576
+    max_task_cpu: float = 1024.0
+    max_task_mem_mb: float = 4_194_304.0
+    max_task_disk_mb: float = 104_857_600.0
+    max_task_gpu: float = 64.0
 
     @classmethod
     def from_env(cls, **overrides) -> Settings:
@@ -49,6 +73,13 @@ class Settings:
                 values[f.name] = _parse(f.type, raw)
         values.update(overrides)
         return cls(**values)
+
+    def job_limits(self) -> JobLimits:
+        return JobLimits(cpu=self.max_task_cpu, mem_mb=self.max_task_mem_mb, disk_mb=self.max_task_disk_mb,
+                         gpu=self.max_task_gpu)
+
+    def yaml_limits(self) -> YamlLimits:
+        return YamlLimits(max_bytes=self.max_config_bytes)
 
     def env(self) -> dict[str, str]:
         """These settings as PELOTON_* variables, for starting child processes."""

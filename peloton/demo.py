@@ -6,7 +6,7 @@ import time
 
 from rich.table import Table
 
-from peloton.admin import emitter, submit_job
+from peloton.admin import emitter, host_capacities, submit_job
 from peloton.config import REPO_ROOT, Settings
 from peloton.devstack import DEFAULT_POOL, DevStack
 from peloton.store import open_store
@@ -24,10 +24,11 @@ def run_demo(settings: Settings, console, keep: bool = False, timeout: float = 3
         store = open_store(settings.store_path)
         console.rule(f"submitting {len(DEMO_JOBS)} example jobs to {DEFAULT_POOL}")
         out = emitter(settings)
+        hosts = host_capacities(settings)
         job_ids = []
         for name in DEMO_JOBS:
             path = REPO_ROOT / "examples" / "jobs" / name
-            job_ids.append(submit_job(settings, store, DEFAULT_POOL, path.read_text(), out=out))
+            job_ids.append(submit_job(settings, store, DEFAULT_POOL, path.read_text(), out=out, hosts=hosts))
             console.print(f"{name:<12} -> job {job_ids[-1]}", highlight=False)
         results = wait_for_jobs(store, job_ids, timeout, console)
         return _summary(console, store, job_ids, results, stack)

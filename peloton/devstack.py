@@ -3,6 +3,7 @@ topics, a default pool, and one process per stage. State lives in $PELOTON_HOME/
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -120,9 +121,23 @@ class DevStack:
         return [{**c, "running": alive(c["pid"])} for c in state["components"]]
 
     def up(self, progress=print) -> dict:
-        if any(c["running"] for c in self.status()):
-            raise StackError(f"a dev stack is already running (see `pelotonctl dev status`; state in {self.state_file})")
+        """Start a stack in this home; refuses while another runs or is being started here."""
         self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.dir / "up.lock", "w") as lock:
+            try:  # two `dev up` at once: the second must not start a second broker and stages
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise StackError(f"another `pelotonctl dev up` is starting a dev stack in {self.settings.home} "
+                                 f"right now") from None
+            running = [c for c in self.status() if c["running"]]
+            if running:
+                state = self.read() or {}
+                names = ", ".join(f"{c['component']} (pid {c['pid']})" for c in running)
+                raise StackError(f"a dev stack is already running in {self.settings.home}: broker at "
+                                 f"{state.get('bootstrap', '?')}, {names}; `pelotonctl dev down` stops it")
+            return self._up(progress)
+
+    def _up(self, progress) -> dict:
         logs = self.dir / "logs"
         logs.mkdir(exist_ok=True)
         components = []

@@ -21,10 +21,12 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Iterable
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from peloton.config import Settings
+from peloton.model.events import task_errors
 from peloton.serde import DecodeError, SchemaRegistry, registry
+from peloton.store import STORE_UNAVAILABLE
 from peloton.topics import Catalogue, partition_for
 
 log = logging.getLogger("peloton.runtime")
@@ -51,29 +53,81 @@ class Record:
 def producer_config(settings: Settings) -> dict:
     return {
         "bootstrap.servers": settings.bootstrap,
-        "enable.idempotence": True,
+        # Not the idempotent producer: its producer id dies with a broker that restarts empty,
+        # and it then never delivers again. At-least-once with idempotent handlers needs no more;
+        # one request in flight keeps each partition in order across retries.
+        "enable.idempotence": False,
+        "max.in.flight.requests.per.connection": 1,
         "linger.ms": 5,
         "batch.num.messages": 10000,
         "compression.type": "none",
         # Java-compatible key hashing, so other producers land keys on the same partitions.
         "partitioner": "murmur2_random",
+        # Never give up on a message while the broker is away: a message that timed out would be
+        # lost after its batch's offsets were committed. flush() reports the wait instead.
+        "message.timeout.ms": 0,
+        "message.max.bytes": settings.max_message_bytes + MESSAGE_OVERHEAD,
+        # Topics come from topics.yaml only: one a client made would have the broker's default
+        # partition count, and keys would land where no stage looks for them.
+        "allow.auto.create.topics": False,
     }
 
 
+# Room for the key, headers and batch framing on top of a record's value.
+MESSAGE_OVERHEAD = 4096
+
+
+# Commit errors that mean this member is no longer in the group's current generation.
+_LEFT_GROUP = {KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS,
+               KafkaError._ASSIGNMENT_LOST, KafkaError.FENCED_INSTANCE_ID, KafkaError._NO_OFFSET,
+               KafkaError.UNKNOWN_TOPIC_OR_PART}
+
+
 class DeliveryError(RuntimeError):
-    """Produced messages did not reach the broker."""
+    """Produced messages did not reach the broker (yet): the broker is away or refused them."""
+
+
+class RecordError(ValueError):
+    """The record being handled cannot be used; it goes to the dead-letter topic with this reason."""
+
+
+class RecordTooLarge(RecordError):
+    """What a record would make is larger than the broker accepts."""
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A failure that is not the record's fault: the broker or the store is unavailable. The
+    batch is tried again after a pause instead of being dead-lettered."""
+    if isinstance(exc, (DeliveryError, *STORE_UNAVAILABLE)):
+        return True
+    if isinstance(exc, KafkaException):
+        err = exc.args[0] if exc.args else None
+        code = err.code() if isinstance(err, KafkaError) else None
+        return code not in _RECORD_KAFKA_ERRORS
+    return False
+
+
+_RECORD_KAFKA_ERRORS = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_MSG_SIZE, KafkaError._INVALID_ARG,
+                        KafkaError._MSG_TIMED_OUT}
 
 
 class Emitter:
-    """Encodes and produces records for a stage; knows partition counts for explicit keying."""
+    """Encodes what a stage produces. While `holding` (the runtime holds output while a handler
+    runs) it keeps what is emitted until send(), so the output of a failed handler is discarded,
+    never half sent; otherwise it hands each record to the producer at once, which sends in the
+    background while the stage works on. flush() sends what is kept and waits for the broker."""
 
-    def __init__(self, producer: Producer, catalogue: Catalogue, serde: SchemaRegistry, stage: str):
+    def __init__(self, producer: Producer | None, catalogue: Catalogue, serde: SchemaRegistry, stage: str,
+                 max_bytes: int = 1_000_000):
         self.producer = producer
         self.catalogue = catalogue
         self.serde = serde
         self.stage = stage
+        self.max_bytes = max_bytes
+        self.holding = False
         self.produced = 0
         self.dead_lettered = 0
+        self._kept: list[tuple[str, bytes | None, bytes, int]] = []  # (topic name, key, value, partition)
         self._errors: list[str] = []
 
     def _on_delivery(self, err, msg) -> None:
@@ -83,18 +137,33 @@ class Emitter:
     def emit(self, topic: str, key: str, schema: str, value: dict, partition: int | None = None) -> None:
         spec = self.catalogue[topic]
         data = self.serde.encode(schema, value)
+        raw_key = key.encode()
+        if len(data) + len(raw_key) > self.max_bytes:
+            raise RecordTooLarge(f"a {schema} of {len(data) + len(raw_key):,} bytes for {spec.id} is larger than "
+                                 f"the broker's message limit of {self.max_bytes:,} bytes")
         if partition is None:
             partition = partition_for(key, spec.partitions)
-        self._produce(spec.name, key.encode(), data, partition)
+        self._kept.append((spec.name, raw_key, data, partition))
+        if not self.holding:
+            self.send()
 
-    def _produce(self, topic: str, key: bytes | None, value: bytes, partition: int) -> None:
-        while True:
-            try:
-                self.producer.produce(topic, value=value, key=key, partition=partition, on_delivery=self._on_delivery)
-                break
-            except BufferError:  # local queue full: let librdkafka drain, then retry
-                self.producer.poll(0.05)
-        self.produced += 1
+    def discard(self) -> int:
+        """Drop what was emitted since the last send(): the handler that emitted it failed."""
+        n, self._kept = len(self._kept), []
+        return n
+
+    def send(self) -> None:
+        """Hand what is kept to the producer (it delivers in the background)."""
+        kept, self._kept = self._kept, []
+        for topic, key, value, partition in kept:
+            while True:
+                try:
+                    self.producer.produce(topic, value=value, key=key, partition=partition,
+                                          on_delivery=self._on_delivery)
+                    break
+                except BufferError:  # local queue full: let librdkafka drain, then retry
+                    self.producer.poll(0.05)
+            self.produced += 1
 
     def dead_letter(self, record_or_msg, reason: str) -> None:
         """Park a message we cannot use, with where it came from and why; the stage goes on."""
@@ -105,7 +174,14 @@ class Emitter:
         else:
             topic, part, off = record_or_msg.topic(), record_or_msg.partition(), record_or_msg.offset()
             key, value = record_or_msg.key(), record_or_msg.value()
-        log.warning("dead-letter %s[%d]@%d: %s", topic, part, off, reason)
+        log.warning("dead-letter %s[%d]@%d: %s", topic, part, off, reason[:500])
+        # The letter must itself fit in a message: an oversize original is kept in part.
+        room = self.max_bytes // 2
+        if value is not None and len(value) > room:
+            reason = f"{reason} (value truncated from {len(value):,} bytes)"
+            value = value[:room]
+        if key is not None and len(key) > 1024:
+            key = key[:1024]
         dl = {
             "source_topic": topic,
             "partition": part,
@@ -113,13 +189,14 @@ class Emitter:
             "key": key,
             "value": value,
             "stage": self.stage,
-            "reason": reason,
+            "reason": reason[:10_000],
             "timestamp_ms": now_ms(),
         }
         self.emit("dead-letters", topic, "peloton.DeadLetter", dl)
         self.dead_lettered += 1
 
     def flush(self, timeout: float = 30.0) -> None:
+        self.send()
         remaining = self.producer.flush(timeout)
         if remaining:
             raise DeliveryError(f"{remaining} messages not delivered to the broker within {timeout:g}s")
@@ -128,8 +205,39 @@ class Emitter:
             raise DeliveryError("delivery failed: " + "; ".join(errors[:5]))
 
 
+class RecordingEmitter(Emitter):
+    """An Emitter with no broker behind it, for unit tests of stages: what a handler emitted and
+    the runtime would have sent is in `sent`, decoded, as (topic id, key, schema, value)."""
+
+    def __init__(self, stage: str = "test", catalogue: Catalogue | None = None, max_bytes: int = 1_000_000):
+        super().__init__(None, catalogue or Catalogue(), registry(), stage, max_bytes)
+        self.sent: list[tuple[str, str, str, dict]] = []
+
+    def send(self) -> None:
+        kept, self._kept = self._kept, []
+        for topic, key, value, _partition in kept:
+            schema, decoded = self.serde.decode(value)
+            self.sent.append((self.catalogue.by_name[topic].id, key.decode() if key else None, schema, decoded))
+            self.produced += 1
+
+    def flush(self, timeout: float = 30.0) -> None:
+        self.send()
+
+    def take(self, topic: str | None = None) -> list[tuple[str, str, str, dict]]:
+        """What was sent (to one topic, if given) since the last take."""
+        self.send()
+        out = [s for s in self.sent if topic is None or s[0] == topic]
+        self.sent = [s for s in self.sent if not (topic is None or s[0] == topic)]
+        return out
+
+
 class Stage:
-    """A stage's logic as the runtime sees it. Subclasses override what they need."""
+    """A stage's logic as the runtime sees it. Subclasses override what they need.
+
+    handle() may raise: the runtime then finds the record at fault, dead-letters it and goes on.
+    It must therefore be safe to call again with records it has seen (every handler is idempotent
+    anyway, for at-least-once delivery), and it should emit only through `self.emit`, whose
+    output the runtime discards when the handler fails."""
 
     name = "stage"
     inputs: tuple[str, ...] = ()
@@ -155,8 +263,56 @@ class Stage:
         """Lowest offset per (topic id, partition) that must be read again after a crash."""
         return {}
 
+    def recover(self) -> None:
+        """The broker lost every message and offset (it restarted empty): send again, from the
+        store, what downstream stages may never have read. Called after partitions are assigned."""
+
+    def refuse(self, record: Record, tasks: list[dict], reason: str) -> None:
+        """Give up on a record that carries tasks: a dead letter for operators and a TASK_ERROR per
+        task, so the job manager fails those runs with the reason instead of leaving them waiting."""
+        self.emit.dead_letter(record, reason)
+        for status in task_errors(tasks, f"{self.name}: {reason}"):
+            self.emit.emit("task-status", status["job_id"], "peloton.TaskStatus", status)
+
     def close(self) -> None:
         pass
+
+
+def handle_batch(stage: Stage, records: list[Record], emitter: Emitter) -> int:
+    """Let the stage handle a batch. When its handler raises for a reason other than the broker
+    or the store being away, handle the records one by one to find those at fault and
+    dead-letter each with the exception, so the rest of the batch is not lost. Output of a failed
+    call is discarded; transient failures propagate (the caller tries the batch again).
+    Returns how many records were dead-lettered."""
+    emitter.send()  # what came before (decode dead letters) stays sent whatever happens below
+    emitter.holding = True
+    try:
+        try:
+            stage.handle(records)
+            emitter.send()
+            return 0
+        except Exception as exc:
+            emitter.discard()
+            if is_transient(exc):
+                raise
+            log.warning("a batch of %d failed (%s: %s); handling its records one by one",
+                        len(records), type(exc).__name__, exc)
+        failed = 0
+        for r in records:
+            try:
+                stage.handle([r])
+            except Exception as exc:
+                emitter.discard()
+                if is_transient(exc):
+                    raise
+                log.warning("record %s[%d]@%d failed", r.topic, r.partition, r.offset, exc_info=True)
+                reason = str(exc) if isinstance(exc, RecordError) else f"{type(exc).__name__}: {exc}"
+                emitter.dead_letter(r, f"{stage.name} could not handle it: {reason}")
+                failed += 1
+            emitter.send()
+        return failed
+    finally:
+        emitter.holding = False
 
 
 class StageRuntime:
@@ -178,16 +334,28 @@ class StageRuntime:
                 "heartbeat.interval.ms": max(100, settings.session_timeout_ms // 6),
                 "partition.assignment.strategy": "cooperative-sticky",
                 "fetch.wait.max.ms": 50,
+                "allow.auto.create.topics": False,  # see producer_config
+                # Notice topics made again (after a broker lost them) within seconds, not minutes.
+                "topic.metadata.refresh.interval.ms": int(settings.topic_check_s * 1000),
             }
         )
         self.producer = Producer(producer_config(settings))
-        self.emitter = Emitter(self.producer, self.catalogue, self.serde, stage.name)
+        self.emitter = Emitter(self.producer, self.catalogue, self.serde, stage.name, settings.max_message_bytes)
         stage.bind(self.emitter, settings, self.catalogue)
         self._next: dict[tuple[str, int], int] = {}  # next offset to commit, per (topic id, partition)
         self._committed: dict[tuple[str, int], int] = {}
         self.assigned: set[tuple[str, int]] = set()
         self.batches = 0
         self.records = 0
+        self.failed_records = 0  # handled alone, raised, dead-lettered
+        self.retries = 0  # pauses for an unavailable broker or store
+        self.recoveries = 0  # times the broker was found to have lost everything
+        # Offsets this instance committed, kept across rebalances: if the group's committed
+        # offsets are all gone at the next assignment, the broker lost its log (see _on_assign).
+        self._ever_committed: dict[tuple[str, int], int] = {}
+        self._next_topic_check = 0.0
+        self._admin = None
+        self._consume_errors = 0
 
     # -- rebalance ------------------------------------------------------------------------
     def _ids(self, partitions: Iterable[TopicPartition]) -> list[tuple[str, int]]:
@@ -197,13 +365,40 @@ class StageRuntime:
         ids = self._ids(partitions)
         self.assigned.update(ids)
         log.info("%s assigned %s", self.instance_id, ids)
-        self.stage.on_assign(ids)
+        wiped = bool(ids) and self._offsets_wiped()
+        self._until_done(lambda: self.stage.on_assign(ids), "taking over partitions")
+        if wiped:
+            log.warning("%s: every offset this instance committed is gone: the broker lost its log "
+                        "(restarted empty?); sending again from the store what may be lost", self.instance_id)
+            self.recoveries += 1
+            self._until_done(self.stage.recover, "recovering after the broker lost its log")
+
+    def _offsets_wiped(self) -> bool:
+        """True when the group has no committed offset left for any partition this instance once
+        committed past 0. A broker that keeps its log never forgets them all at once; Tansu, which
+        keeps nothing across a restart, does."""
+        if not self._ever_committed:
+            return False
+        parts = [TopicPartition(self.catalogue[t].name, p) for t, p in self._ever_committed]
+        try:
+            committed = self.consumer.committed(parts, timeout=10)
+        except KafkaException as exc:
+            log.warning("could not read committed offsets: %s", exc)
+            return False
+        if any(tp.offset >= 0 for tp in committed):
+            return False
+        self._ever_committed.clear()
+        self._committed.clear()
+        return True
 
     def _on_revoke(self, consumer, partitions) -> None:
         ids = self._ids(partitions)
         # Everything handled so far is flushed and committed at the end of each loop, so the next
         # owner starts exactly after it; only held messages are read again.
-        self._flush_and_commit()
+        try:
+            self._flush_and_commit()
+        except Exception as exc:  # the next owner redoes what was not committed
+            log.warning("commit before giving up partitions failed: %s", exc)
         self._forget(ids, "revoked")
 
     def _on_lost(self, consumer, partitions) -> None:
@@ -238,28 +433,93 @@ class StageRuntime:
             self._shutdown()
 
     def run_once(self) -> None:
+        if time.monotonic() >= self._next_topic_check:
+            self._next_topic_check = time.monotonic() + self.settings.topic_check_s
+            self._check_topics()
         msgs = self.consumer.consume(self.settings.max_batch, self.settings.poll_timeout_s)
-        records = self._decode(msgs) if msgs else []
-        if records:
-            self.stage.handle(records)
-            self.records += len(records)
-            self.batches += 1
-        self.stage.tick(time.monotonic())
-        self._flush_and_commit()
+        records, positions = self._decode(msgs) if msgs else ([], {})
+        if records and not self._until_done(lambda: self._handle(records), "handling a batch"):
+            return  # stopping before the batch was handled: none of it is committed
+        self._next.update(positions)
+        self.stage_tick()
+        self._until_done(self._flush_and_commit, "sending and committing")
 
-    def _decode(self, msgs) -> list[Record]:
+    def _check_topics(self) -> None:
+        """Make the topics of topics.yaml again if the broker lost them: consumers would wait for
+        them for ever, and produced messages would fail."""
+        try:
+            present = self.consumer.list_topics(timeout=2).topics
+        except KafkaException:
+            return  # the broker is away; the loop waits for it
+        missing = [t.name for t in self.catalogue if t.name not in present]
+        if not missing:
+            return
+        log.warning("topics missing on the broker (it restarted empty?): %s; making them from topics.yaml",
+                    ", ".join(missing))
+        from confluent_kafka.admin import AdminClient
+
+        from peloton.topics import apply_topics
+
+        if self._admin is None:
+            self._admin = AdminClient({"bootstrap.servers": self.settings.bootstrap})
+        try:
+            apply_topics(self._admin, self.catalogue)
+        except Exception as exc:  # another instance may be making them too; try again later
+            log.warning("could not make the topics: %s", exc)
+
+    def stage_tick(self) -> None:
+        try:
+            self.stage.tick(time.monotonic())
+        except Exception as exc:
+            self.emitter.discard()
+            if is_transient(exc):
+                log.warning("tick: %s (tried again next loop)", exc)
+            else:  # a bug, not input: say so loudly, and keep serving
+                log.exception("tick failed; the stage goes on")
+
+    def _handle(self, records: list[Record]) -> None:
+        self.failed_records += handle_batch(self.stage, records, self.emitter)
+        self.records += len(records)
+        self.batches += 1
+
+    def _until_done(self, step, what: str) -> bool:
+        """Run step; while the broker or the store is unavailable, pause and try again (backing off
+        up to retry_max_s) instead of exiting. False when asked to stop before it succeeded."""
+        delay = self.settings.retry_min_s
+        while True:
+            try:
+                step()
+                return True
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                self.emitter.discard()
+                self.retries += 1
+                log.warning("%s: %s; trying again in %.1fs", what, exc, delay)
+            stop_at = time.monotonic() + delay
+            while self._running and time.monotonic() < stop_at:
+                time.sleep(min(0.1, delay))
+            if not self._running:
+                return False
+            delay = min(delay * 2, self.settings.retry_max_s)
+
+    def _decode(self, msgs) -> tuple[list[Record], dict[tuple[str, int], int]]:
+        """Decoded records, and the next offset per partition once they are handled."""
         records = []
+        positions: dict[tuple[str, int], int] = {}
         by_name = self.catalogue.by_name
         decode = self.serde.decode
         for m in msgs:
             err = m.error()
             if err is not None:
                 if err.code() != KafkaError._PARTITION_EOF:
-                    log.warning("consume error: %s", err)
+                    self._consume_errors += 1
+                    if self._consume_errors in (1, 10, 100) or self._consume_errors % 1000 == 0:
+                        log.warning("consume error (%d so far): %s", self._consume_errors, err)
                 continue
             spec = by_name[m.topic()]
             tp = (spec.id, m.partition())
-            self._next[tp] = m.offset() + 1
+            positions[tp] = m.offset() + 1
             raw_key, raw_value = m.key(), m.value()
             try:
                 schema, value = decode(raw_value)
@@ -271,19 +531,34 @@ class StageRuntime:
                 continue
             key = raw_key.decode("utf-8", "replace") if raw_key is not None else None
             records.append(Record(spec.id, m.partition(), m.offset(), key, schema, value, raw_key, raw_value))
-        return records
+        return records, positions
 
     def _flush_and_commit(self) -> None:
-        self.emitter.flush()
+        self.emitter.flush(self.settings.flush_timeout_s)
         held = self.stage.held_offsets()
         offsets = []
         for tp, nxt in self._next.items():
             target = min(nxt, held[tp]) if tp in held else nxt
             if self._committed.get(tp) != target and tp in self.assigned:
                 offsets.append(TopicPartition(self.catalogue[tp[0]].name, tp[1], target))
-                self._committed[tp] = target
         if offsets:
-            self.consumer.commit(offsets=offsets, asynchronous=False)
+            try:
+                self.consumer.commit(offsets=offsets, asynchronous=False)
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                if not isinstance(err, KafkaError) or err.code() not in _LEFT_GROUP:
+                    raise
+                # The group went on without us (a rebalance, or a broker that restarted): the
+                # commit is refused for good, and whoever owns the partitions next reads again
+                # from the last commit. Retrying would only keep us from rejoining.
+                log.warning("commit refused (%s); the partitions' next owner reads again from the last commit",
+                            err.name())
+                return
+            for tp in offsets:
+                key = (self.catalogue.by_name[tp.topic].id, tp.partition)
+                self._committed[key] = tp.offset
+                if tp.offset > 0:
+                    self._ever_committed[key] = tp.offset
 
     def _shutdown(self) -> None:
         try:
@@ -311,6 +586,8 @@ class CompactedView:
                 "bootstrap.servers": settings.bootstrap,
                 "group.id": f"{self.catalogue.prefix}peloton.view.{uuid.uuid4().hex[:8]}",
                 "enable.auto.commit": False,
+                # A broker that restarted empty starts the topic again at 0: read it from there.
+                "auto.offset.reset": "earliest",
                 "fetch.wait.max.ms": 20,
             }
         )
@@ -336,8 +613,56 @@ class CompactedView:
                 changes.append((key, value))
             timeout = 0.0
 
+    def catch_up(self, timeout: float = 5.0) -> bool:
+        """Read until every partition is at its high-water mark (False if timeout passed first).
+
+        The mark is taken from fetch responses (cached), not from ListOffsets, which Tansu answers
+        wrongly when the last batch holds several records."""
+        parts = [TopicPartition(self.spec.name, p) for p in range(self.spec.partitions)]
+        deadline = time.monotonic() + timeout
+        while True:
+            self.poll(timeout=0.05)
+            positions = {tp.partition: tp.offset for tp in self.consumer.position(parts)}
+            behind = False
+            for tp in parts:
+                try:
+                    _low, high = self.consumer.get_watermark_offsets(tp, cached=True)
+                except KafkaException:
+                    high = -1
+                if high < 0 or (high > 0 and positions.get(tp.partition, -1) < high):
+                    behind = True
+                    break
+            if not behind:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+
     def close(self) -> None:
         self.consumer.close()
+
+
+class StaticView:
+    """A CompactedView fed by hand, for unit tests of stages: put() what the topic would hold."""
+
+    def __init__(self, values: dict[str, dict] | None = None):
+        self.values: dict[str, dict] = {}
+        self._changes: list[tuple[str, dict]] = []
+        for key, value in (values or {}).items():
+            self.put(key, value)
+
+    def put(self, key: str, value: dict) -> None:
+        self.values[key] = value
+        self._changes.append((key, value))
+
+    def poll(self, timeout: float = 0.0, max_messages: int = 5000) -> list[tuple[str, dict]]:
+        changes, self._changes = self._changes, []
+        return changes
+
+    def catch_up(self, timeout: float = 5.0) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
 
 
 class HeldOffsets:

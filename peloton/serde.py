@@ -28,16 +28,33 @@ class DecodeError(ValueError):
 
 
 class SchemaRegistry:
+    """Schemas by name (the newest version, used to write) and by id (every version, to read).
+
+    ids.yaml maps `peloton.Name` to the id of its current version and `peloton.Name@N` to the id
+    of an older version N, kept in Name.vN.avsc: what an older writer wrote is read with its own
+    schema and resolved into the current one (new fields take their defaults)."""
+
     def __init__(self, schema_dir: Path = SCHEMA_DIR):
         ids = yaml.safe_load((schema_dir / "ids.yaml").read_text())
         named: dict[str, Any] = {}
         self.by_name: dict[str, tuple[int, Any]] = {}
         self.by_id: dict[int, tuple[str, Any]] = {}
+        older: dict[int, tuple[str, dict]] = {}
         for name, schema_id in ids.items():
-            raw = json.loads((schema_dir / f"{name.split('.')[-1]}.avsc").read_text())
+            base, _, version = name.partition("@")
+            short = base.split(".")[-1]
+            if version:
+                older[schema_id] = (base, json.loads((schema_dir / f"{short}.v{version}.avsc").read_text()))
+                continue
+            raw = json.loads((schema_dir / f"{short}.avsc").read_text())
             parsed = fastavro.parse_schema(raw, named_schemas=named)
             self.by_name[name] = (schema_id, parsed)
             self.by_id[schema_id] = (name, parsed)
+        self._writers: dict[int, Any] = {}  # id of an older version -> its parsed writer schema
+        for schema_id, (name, raw) in older.items():
+            # Parsed against a copy: an old version must not replace the current named type.
+            self._writers[schema_id] = fastavro.parse_schema(raw, named_schemas=dict(named))
+            self.by_id[schema_id] = (name, self.by_name[name][1])
         self.named = named  # name -> parsed schema, for references between files
 
     def encode(self, name: str, record: dict) -> bytes:
@@ -57,8 +74,9 @@ class SchemaRegistry:
         if entry is None:
             raise DecodeError(f"unknown schema id {schema_id}")
         name, schema = entry
+        writer = self._writers.get(schema_id, schema)
         try:
-            record = fastavro.schemaless_reader(io.BytesIO(data[5:]), schema, None)
+            record = fastavro.schemaless_reader(io.BytesIO(data[5:]), writer, schema if writer is not schema else None)
         except Exception as exc:  # fastavro raises several types on corrupt payloads
             raise DecodeError(f"payload does not decode as {name}: {exc.__class__.__name__}: {exc}") from exc
         return name, record

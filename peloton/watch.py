@@ -4,20 +4,49 @@ from __future__ import annotations
 
 import time
 
+from peloton.config import Settings
 from peloton.model.states import JOB_TERMINAL
 from peloton.store import StorageGateway
 
 
-def job_summary(store: StorageGateway, job_id: str) -> dict | None:
+def job_summary(store: StorageGateway, job_id: str, settings: Settings | None = None) -> dict | None:
+    """A job's state and task counts. With settings (so the broker can be asked), also why its
+    pending gangs wait, as its pool's resource manager last published, and its failed runs."""
     job = store.get_job(job_id)
     if job is None:
         return None
     counts = store.task_state_counts([job_id])[job_id]
-    return {
+    summary = {
         "job_id": job.job_id, "name": job.name, "pool": job.pool, "type": job.type, "state": job.state,
         "instances": job.instance_count, "tasks": counts, "created_ms": job.created_ms,
         "completed_ms": job.completed_ms,
     }
+    if settings is not None:
+        summary["failures"] = [
+            {"instance": t.instance, "run_id": t.run_id, "state": t.state, "reason": t.reason, "message": t.message}
+            for t in store.tasks_of_job(job_id) if t.state in ("FAILED", "LOST")][:20]
+        if job.state not in JOB_TERMINAL and counts.get("PENDING"):
+            summary["waiting"] = waiting_gangs(settings, job.pool, job_id)
+    return summary
+
+
+def waiting_gangs(settings: Settings, pool: str, job_id: str) -> list[dict]:
+    """The job's gangs among the first of its pool's queue, with the resource manager's reason;
+    empty when the broker cannot be asked."""
+    from confluent_kafka import KafkaException
+
+    from peloton.runtime import CompactedView
+
+    try:
+        view = CompactedView(settings, "entitlements")
+        try:
+            view.catch_up(timeout=3.0)
+        finally:
+            view.close()
+    except KafkaException:
+        return []
+    record = view.values.get(pool) or {}
+    return [w for w in record.get("waiting", []) if w["job_id"] == job_id]
 
 
 def job_seconds(summary: dict) -> float:

@@ -6,7 +6,13 @@ memory is rebuilt from it (and from compacted topics) on start and on partition 
 
 from __future__ import annotations
 
+import sqlite3
+
 from peloton.store.base import Allocation, JobRow, Launch, StorageGateway, TaskRow
+
+# Errors that mean the store is unavailable (locked, disk full, server gone), not that a request
+# was wrong: stages pause and try again rather than blame the record. Each backend adds its own.
+STORE_UNAVAILABLE: tuple[type[BaseException], ...] = (sqlite3.OperationalError,)
 
 
 def open_store(url_or_path) -> StorageGateway:
@@ -21,4 +27,4 @@ def open_store(url_or_path) -> StorageGateway:
     return SqliteStore(target)
 
 
-__all__ = ["Allocation", "JobRow", "Launch", "StorageGateway", "TaskRow", "open_store"]
+__all__ = ["STORE_UNAVAILABLE", "Allocation", "JobRow", "Launch", "StorageGateway", "TaskRow", "open_store"]

@@ -105,6 +105,9 @@ class StorageGateway(ABC):
     @abstractmethod
     def list_jobs(self, limit: int = 100) -> list[JobRow]: ...
     @abstractmethod
+    def active_jobs(self) -> list[JobRow]:
+        """Every job not in a terminal state."""
+    @abstractmethod
     def update_jobs(self, jobs: list[JobRow]) -> None: ...
     @abstractmethod
     def tasks_of_job(self, job_id: str) -> list[TaskRow]: ...
@@ -138,9 +141,14 @@ class StorageGateway(ABC):
     def claim_launches(self, rows: list[Launch]) -> set[str]:
         """Record launches not seen before; returns the task ids that are new (launch these)."""
     @abstractmethod
-    def end_launches(self, task_ids: list[str], ended_ms: int) -> None: ...
+    def end_launches(self, task_ids: list[str], ended_ms: int, final_status: dict[str, dict] | None = None) -> None:
+        """Mark runs ended; final_status keeps each one's last TaskStatus record, to send again
+        if the broker loses it (see ended_launches)."""
     @abstractmethod
     def active_launches(self, host_ids: list[str]) -> list[Launch]: ...
+    @abstractmethod
+    def ended_launches(self, host_ids: list[str], since_ms: int) -> list[dict]:
+        """The final TaskStatus records of runs on these hosts that ended at or after since_ms."""
     @abstractmethod
     def launch_counts(self, job_id: str) -> dict[int, int]:
         """Launches per instance of a job (every run counted), for checking run-once."""

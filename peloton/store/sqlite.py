@@ -32,7 +32,8 @@ CREATE TABLE IF NOT EXISTS allocations (
     gpu REAL, admitted_ms INTEGER);
 CREATE TABLE IF NOT EXISTS launches (
     task_id TEXT PRIMARY KEY, job_id TEXT, instance INTEGER, run_id INTEGER, host_id TEXT,
-    cpu REAL, mem_mb REAL, disk_mb REAL, gpu REAL, launched_ms INTEGER, ended_ms INTEGER);
+    cpu REAL, mem_mb REAL, disk_mb REAL, gpu REAL, launched_ms INTEGER, ended_ms INTEGER,
+    final_status TEXT);
 CREATE INDEX IF NOT EXISTS launches_by_host ON launches (host_id, ended_ms);
 CREATE INDEX IF NOT EXISTS launches_by_job ON launches (job_id);
 """
@@ -45,6 +46,7 @@ _JOB_COLS = (
     "job_id, name, pool, type, state, instance_count, priority, preemptible, placement_strategy, "
     "owner, config_text, created_ms, updated_ms, completed_ms"
 )
+_LAUNCH_COLS = "task_id, job_id, instance, run_id, host_id, cpu, mem_mb, disk_mb, gpu, launched_ms, ended_ms"
 # SQLite limits bound variables per statement; IN lists are chunked below this.
 _CHUNK = 900
 
@@ -93,6 +95,10 @@ class SqliteStore(StorageGateway):
             for statement in SCHEMA.split(";"):
                 if statement.strip():
                     self.db.execute(statement)
+            # Files made before a column existed get it added.
+            columns = {row[1] for row in self.db.execute("PRAGMA table_info(launches)")}
+            if "final_status" not in columns:
+                self.db.execute("ALTER TABLE launches ADD COLUMN final_status TEXT")
 
     @contextmanager
     def transaction(self):
@@ -169,6 +175,10 @@ class SqliteStore(StorageGateway):
     def list_jobs(self, limit: int = 100) -> list[JobRow]:
         q = f"SELECT {_JOB_COLS} FROM jobs ORDER BY created_ms DESC LIMIT ?"
         return [_job(r) for r in self.db.execute(q, (limit,))]
+
+    def active_jobs(self) -> list[JobRow]:
+        q = f"SELECT {_JOB_COLS} FROM jobs WHERE state NOT IN ('SUCCEEDED', 'FAILED', 'KILLED', 'DELETED')"
+        return [_job(r) for r in self.db.execute(q)]
 
     def update_jobs(self, jobs: list[JobRow]) -> None:
         with self.transaction():
@@ -264,7 +274,7 @@ class SqliteStore(StorageGateway):
                 seen.update(r[0] for r in self.db.execute(q, chunk))
             new = [r for r in rows if r.task_id not in seen]
             self.db.executemany(
-                "INSERT OR IGNORE INTO launches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT OR IGNORE INTO launches ({_LAUNCH_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     (r.task_id, r.job_id, r.instance, r.run_id, r.host_id, r.cpu, r.mem_mb, r.disk_mb, r.gpu,
                      r.launched_ms, r.ended_ms)
@@ -273,18 +283,28 @@ class SqliteStore(StorageGateway):
             )
         return {r.task_id for r in new}
 
-    def end_launches(self, task_ids: list[str], ended_ms: int) -> None:
+    def end_launches(self, task_ids: list[str], ended_ms: int, final_status: dict[str, dict] | None = None) -> None:
+        final_status = final_status or {}
         with self.transaction():
             self.db.executemany(
-                "UPDATE launches SET ended_ms = ? WHERE task_id = ? AND ended_ms IS NULL",
-                [(ended_ms, t) for t in task_ids],
+                "UPDATE launches SET ended_ms = ?, final_status = ? WHERE task_id = ? AND ended_ms IS NULL",
+                [(ended_ms, json.dumps(final_status[t]) if t in final_status else None, t) for t in task_ids],
             )
 
     def active_launches(self, host_ids: list[str]) -> list[Launch]:
         out = []
         for chunk in _chunks(list(host_ids)):
-            q = f"SELECT * FROM launches WHERE ended_ms IS NULL AND host_id IN ({','.join('?' * len(chunk))})"
+            q = (f"SELECT {_LAUNCH_COLS} FROM launches WHERE ended_ms IS NULL "
+                 f"AND host_id IN ({','.join('?' * len(chunk))})")
             out.extend(Launch(*r) for r in self.db.execute(q, chunk))
+        return out
+
+    def ended_launches(self, host_ids: list[str], since_ms: int) -> list[dict]:
+        out = []
+        for chunk in _chunks(list(host_ids)):
+            q = (f"SELECT final_status FROM launches WHERE ended_ms >= ? AND final_status IS NOT NULL "
+                 f"AND host_id IN ({','.join('?' * len(chunk))}) ORDER BY ended_ms")
+            out.extend(json.loads(r[0]) for r in self.db.execute(q, (since_ms, *chunk)))
         return out
 
     def launch_counts(self, job_id: str) -> dict[int, int]:

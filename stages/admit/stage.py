@@ -11,10 +11,12 @@ import uuid
 
 from peloton.model.jobconfig import JobConfigError, parse_job_config
 from peloton.model.pool import leaf_pool_error
-from peloton.model.states import JOB_TERMINAL
-from peloton.runtime import Record, Stage, now_ms
+from peloton.model.resources import Resources
+from peloton.model.states import JOB_TERMINAL, MESOS_TO_TASK
+from peloton.runtime import CompactedView, Record, Stage, now_ms
 from peloton.store import JobRow, StorageGateway, TaskRow
-from stages.admit.expand import expand_job, gang_records, next_run
+from stages.admit.checks import fit_problems, job_id_problem, size_problems
+from stages.admit.expand import expand_job, gang_records, next_run, task_id_of
 from stages.admit.lifecycle import job_state, task_transition
 
 log = logging.getLogger("peloton.admit")
@@ -24,27 +26,46 @@ class AdmitStage(Stage):
     name = "admit"
     inputs = ("job-commands", "task-status")
 
-    def __init__(self, store: StorageGateway):
+    def __init__(self, store: StorageGateway, hosts: CompactedView | None = None):
         self.store = store
+        self.hosts = hosts  # host-state, for refusing tasks larger than every host
+
+    def bind(self, emitter, settings, catalogue) -> None:
+        super().bind(emitter, settings, catalogue)
+        if self.hosts is None:
+            self.hosts = CompactedView(settings, "host-state", catalogue)
 
     def handle(self, records: list[Record]) -> None:
         commands = [r for r in records if r.topic == "job-commands"]
         statuses = [r for r in records if r.topic == "task-status"]
-        out: list[tuple[str, str, str, dict]] = []  # (topic, key, schema, value), sent after commit
+        out: list[tuple[str, str, str, dict]] = []  # (topic, key, schema, value)
+        # One transaction for the batch, and what it sends is emitted inside it: if anything
+        # raises, the store rolls back and the runtime discards the output, so neither is half done.
         with self.store.transaction():
             if commands:
                 self._commands(commands, out)
             if statuses:
                 self._statuses(statuses, out)
-        for topic, key, schema, value in out:
-            self.emit.emit(topic, key, schema, value)
+            for topic, key, schema, value in out:
+                self.emit.emit(topic, key, schema, value)
+
+    def tick(self, now: float) -> None:
+        self.hosts.poll()
+
+    def host_capacities(self) -> list[Resources]:
+        self.hosts.poll()
+        return list({Resources.from_record(h["capacity"]) for h in self.hosts.values.values()})
 
     # -- job commands -----------------------------------------------------------------------
     def _commands(self, records: list[Record], out: list) -> None:
         now = now_ms()
         pools = self.store.list_pools()
+        known = self.store.get_jobs([r.value["job_id"] for r in records])
+        hosts: list[Resources] | None = None
         jobs: list[JobRow] = []
         tasks: list[TaskRow] = []
+        seen: set[str] = set()
+        repeats: set[str] = set()
         for r in records:
             cmd = r.value
             if cmd["kind"] != "CREATE":
@@ -53,30 +74,49 @@ class AdmitStage(Stage):
             if not cmd["config"]:
                 self.emit.dead_letter(r, "CREATE command without a job config")
                 continue
+            problem = job_id_problem(cmd["job_id"])
+            if problem:
+                self.emit.dead_letter(r, problem)
+                continue
+            if cmd["job_id"] in known:
+                repeats.add(cmd["job_id"])  # handled below, without judging the config again
+                continue
+            if cmd["job_id"] in seen:
+                continue  # created earlier in this batch: a repeat
             problem = leaf_pool_error(pools, cmd["pool"])
             if problem:
                 self.emit.dead_letter(r, problem)
                 continue
             try:
-                spec = parse_job_config(cmd["config"])
+                spec = parse_job_config(cmd["config"], self.settings.job_limits(), self.settings.yaml_limits())
             except JobConfigError as exc:
                 self.emit.dead_letter(r, str(exc))
                 continue
+            if hosts is None:
+                hosts = self.host_capacities()
             job, job_tasks = expand_job(cmd["job_id"], cmd["pool"], spec, cmd["config"], now)
+            problems = fit_problems(spec, cmd["pool"], pools[cmd["pool"]], hosts) or size_problems(
+                spec, job, job_tasks, self.emit.serde, self.settings.max_message_bytes)
+            if problems:
+                self.emit.dead_letter(r, "job refused: " + "; ".join(problems))
+                continue
+            seen.add(job.job_id)
             jobs.append(job)
             tasks.extend(job_tasks)
         created = self.store.create_jobs(jobs, tasks)
+        by_job: dict[str, list[TaskRow]] = {}
+        for t in tasks:
+            by_job.setdefault(t.job_id, []).append(t)
         for job in jobs:
             if job.job_id in created:
-                mine = [t for t in tasks if t.job_id == job.job_id]
-                out.extend(("task-demand", job.pool, "peloton.GangDemand", g) for g in gang_records(job, mine, now))
+                out.extend(("task-demand", job.pool, "peloton.GangDemand", g)
+                           for g in gang_records(job, by_job[job.job_id], now))
         # A repeated create (a redelivery after a crash, or a producer retry) must not lose demand
         # that was stored but never sent: send whatever is still PENDING again; entitle dedupes.
-        repeats = [j.job_id for j in jobs if j.job_id not in created]
         if repeats:
-            stored = self.store.get_jobs(repeats)
-            pending = self.store.pending_tasks_of_jobs(repeats)
-            for job_id, job in stored.items():
+            pending = self.store.pending_tasks_of_jobs(list(repeats))
+            for job_id in repeats:
+                job = known[job_id]
                 mine = [t for t in pending if t.job_id == job_id]
                 out.extend(("task-demand", job.pool, "peloton.GangDemand", g) for g in gang_records(job, mine, now))
 
@@ -92,7 +132,15 @@ class AdmitStage(Stage):
             ev = r.value
             task = tasks.get((ev["job_id"], ev["instance"]))
             if task is None:
-                log.info("status for unknown task %s ignored", ev["task_id"])
+                self.emit.dead_letter(r, f"status for unknown task {ev['task_id']!r} (no instance "
+                                         f"{ev['instance']} of job {ev['job_id']!r})")
+                continue
+            if ev["task_id"] != task_id_of(ev["job_id"], ev["instance"], ev["run_id"]):
+                self.emit.dead_letter(r, f"task id {ev['task_id']!r} is not that of job {ev['job_id']!r}, "
+                                         f"instance {ev['instance']}, run {ev['run_id']}")
+                continue
+            if ev["state"] not in MESOS_TO_TASK:
+                self.emit.dead_letter(r, f"status {ev['state']} says nothing about the task")
                 continue
             move = task_transition(task.state, task.run_id, ev["run_id"], ev["state"], task.failures, task.max_failures)
             if move is None:
@@ -134,6 +182,28 @@ class AdmitStage(Stage):
         for task in reruns:
             job = jobs[task.job_id]
             out.extend(("task-demand", job.pool, "peloton.GangDemand", g) for g in gang_records(job, [task], now))
+
+
+    def recover(self) -> None:
+        """After the broker lost its log: publish every pool again (entitle reads them from the
+        pools topic) and send again the demand of every task still PENDING. Entitle dedupes what
+        it queued, and admits again what it holds but was never placed."""
+        for path, config in self.store.list_pools().items():
+            self.emit.emit("pools", path, "peloton.PoolConfig", config)
+        jobs = {j.job_id: j for j in self.store.active_jobs()}
+        pending = self.store.pending_tasks_of_jobs(list(jobs))
+        by_job: dict[str, list[TaskRow]] = {}
+        for t in pending:
+            by_job.setdefault(t.job_id, []).append(t)
+        now = now_ms()
+        for job_id, tasks in by_job.items():
+            for g in gang_records(jobs[job_id], tasks, now):
+                self.emit.emit("task-demand", jobs[job_id].pool, "peloton.GangDemand", g)
+        log.info("recovery: %d pools and %d pending tasks of %d jobs sent again", len(self.store.list_pools()),
+                 len(pending), len(by_job))
+
+    def close(self) -> None:
+        self.hosts.close()
 
 
 def new_job_id() -> str:

@@ -7,6 +7,7 @@ anywhere: their offsets are held uncommitted, so after a crash the next owner re
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 
@@ -15,19 +16,22 @@ from peloton.model.resources import Resources
 from peloton.runtime import CompactedView, HeldOffsets, Record, Stage, now_ms
 from peloton.store import Allocation, StorageGateway
 from peloton.topics import partition_for
-from stages.entitle.admission import PoolLedger, PoolQueue, admit
+from peloton.model.gang import gang_problem
+from stages.entitle.admission import PoolLedger, PoolQueue, apply_admission, plan_admission, why_waiting
 
 log = logging.getLogger("peloton.entitle")
 
 TOPIC = "task-demand"
+WAITING_SHOWN = 20  # gangs per pool whose reason for waiting is published
 
 
 class EntitleStage(Stage):
     name = "entitle"
     inputs = (TOPIC,)
 
-    def __init__(self, store: StorageGateway):
+    def __init__(self, store: StorageGateway, pools: CompactedView | None = None):
         self.store = store
+        self.pools = pools  # the pools topic; read from the broker unless given
         self.queues: dict[str, PoolQueue] = {}
         self.ledgers: dict[str, PoolLedger] = {}
         self.held = HeldOffsets()
@@ -39,7 +43,8 @@ class EntitleStage(Stage):
     def bind(self, emitter, settings, catalogue) -> None:
         super().bind(emitter, settings, catalogue)
         self.partitions = catalogue[TOPIC].partitions
-        self.pools = CompactedView(settings, "pools", catalogue)
+        if self.pools is None:
+            self.pools = CompactedView(settings, "pools", catalogue)
 
     # -- ownership ----------------------------------------------------------------------------
     def _partition(self, pool: str) -> int:
@@ -84,22 +89,35 @@ class EntitleStage(Stage):
     def _enqueue(self, records: list[Record]) -> None:
         # Drop what this pool already queued or holds, and (one store read for the whole batch)
         # anything no longer PENDING: a redelivered gang that already ran must not run again.
-        fresh = []
+        fresh, held = [], []
         for r in records:
             g = r.value
+            problem = gang_problem(g)
+            if problem:
+                self.refuse(r, g["tasks"], problem)
+                continue
             queue = self.queues.get(g["pool"])
             ledger = self.ledgers.get(g["pool"])
             if queue is not None and g["gang_id"] in queue.gang_ids:
                 continue
-            if ledger is not None and any(t["task_id"] in ledger.held for t in g["tasks"]):
+            if ledger is not None and all(t["task_id"] in ledger.held for t in g["tasks"]):
+                held.append(r)
                 continue
             fresh.append(r)
-        pending = self.store.pending_task_ids([t["task_id"] for r in fresh for t in r.value["tasks"]])
+        pending = self.store.pending_task_ids([t["task_id"] for r in fresh + held for t in r.value["tasks"]])
+        # Demand for a gang this pool already admitted comes again only when the job manager sends
+        # it again (a repeated create, or recovery after the broker lost its log): if its tasks
+        # are still PENDING, the admission may never have reached placement, so send it again.
+        # Place and launch drop what they already have.
+        for r in held:
+            g = r.value
+            if all(t["task_id"] in pending for t in g["tasks"]):
+                self.emit.emit("admitted-gangs", g["pool"], "peloton.AdmittedGang", {"gang": g, "admitted_ms": now_ms()})
         for r in fresh:
             g = r.value
             if all(t["task_id"] in pending for t in g["tasks"]):
                 tp = (r.topic, r.partition)
-                self.queues.setdefault(g["pool"], PoolQueue()).push(g, tp, r.offset)
+                self.queues.setdefault(g["pool"], PoolQueue()).push(g, tp, r.offset, r)
                 self.held.hold(tp, r.offset)
 
     # -- admission ----------------------------------------------------------------------------
@@ -112,10 +130,12 @@ class EntitleStage(Stage):
             self._last_publish = now
 
     def _admit(self) -> None:
-        self._last_admit = time.monotonic()
+        """Plan every pool's admissions, record them in the store, and only then take the gangs
+        off their queues and send them: a store failure leaves queues and ledgers untouched."""
+        now = self._last_admit = time.monotonic()
         admitted_at = now_ms()
         rows: list[Allocation] = []
-        out = []
+        plans = []
         for pool, queue in self.queues.items():
             if not len(queue):
                 continue
@@ -124,25 +144,35 @@ class EntitleStage(Stage):
                 continue  # its config has not reached us yet: keep the gangs queued
             ledger = self.ledgers.setdefault(pool, PoolLedger())
             ledger.entitlement = pool_limit(config)
-            for q in admit(queue, ledger):
+            chosen = plan_admission(queue, ledger, now, self.settings.head_of_line_timeout_s)
+            if not chosen:
+                continue
+            plans.append((queue, ledger, chosen))
+            for q in chosen:
                 for t in q.gang["tasks"]:
                     r = t["resources"]
                     rows.append(Allocation(t["task_id"], pool, q.gang["gang_id"], r["cpu"], r["mem_mb"],
                                            r["disk_mb"], r["gpu"], admitted_at))
-                out.append(q)
-        if not out:
+        if not plans:
             return
         self.store.add_allocations(rows)  # charged before anything is sent
-        for q in out:
-            self.emit.emit("admitted-gangs", q.gang["pool"], "peloton.AdmittedGang",
-                           {"gang": q.gang, "admitted_ms": admitted_at})
-            self.held.release(q.source, q.offset)
-        self.admitted_gangs += len(out)
+        for queue, ledger, chosen in plans:
+            apply_admission(queue, ledger, chosen)
+            for q in chosen:
+                self.emit.emit("admitted-gangs", q.gang["pool"], "peloton.AdmittedGang",
+                               {"gang": q.gang, "admitted_ms": admitted_at})
+                self.held.release(q.source, q.offset)
+            self.admitted_gangs += len(chosen)
 
     def _publish_entitlements(self) -> None:
-        now = now_ms()
+        now, mono = now_ms(), time.monotonic()
         for pool, ledger in self.ledgers.items():
             queue = self.queues.get(pool)
+            waiting = []
+            for q in itertools.islice(queue or (), WAITING_SHOWN):
+                waiting.append({"gang_id": q.gang["gang_id"], "job_id": q.gang["job_id"],
+                                "tasks": len(q.gang["tasks"]), "reason": why_waiting(q, ledger, mono),
+                                "since_ms": q.gang["created_ms"]})
             self.emit.emit("entitlements", pool, "peloton.PoolEntitlement", {
                 "pool": pool,
                 "entitlement": ledger.entitlement.to_record(),
@@ -150,6 +180,7 @@ class EntitleStage(Stage):
                 "demand": (queue.demand if queue else Resources()).to_record(),
                 "queued_gangs": len(queue) if queue else 0,
                 "computed_ms": now,
+                "waiting": waiting,
             })
 
     def close(self) -> None:

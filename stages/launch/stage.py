@@ -8,9 +8,10 @@ instance died after sending it, or this partition moved) launches nothing the se
 from __future__ import annotations
 
 import logging
-import uuid
 from pathlib import Path
 
+from peloton.model.events import task_status
+from peloton.model.gang import task_problem
 from peloton.model.resources import Resources
 from peloton.runtime import Record, Stage, now_ms
 from peloton.store import Launch, StorageGateway
@@ -32,6 +33,8 @@ class LaunchStage(Stage):
         self.drivers = drivers or {}
         self.ledgers: dict[str, HostLedger] = {}  # hosts of the shards this instance owns
         self.running: dict[str, tuple[dict, str]] = {}  # task id -> (launch spec, host id)
+        self.last_state: dict[str, str] = {}  # task id -> the last Mesos state reported for it
+        self.updates: list[TaskUpdate] = []  # from the drivers, not yet published
         self.changed_hosts: dict[str, list[str]] = {}  # host id -> placement ids applied since last report
         self.launched = 0
 
@@ -52,18 +55,36 @@ class LaunchStage(Stage):
             self.ledgers[h.host_id] = HostLedger(h.host_id, h.capacity)
             self.changed_hosts.setdefault(h.host_id, [])
         # Runs the store says are active on these hosts but no driver of ours is running were
-        # started by an instance that is gone: their processes are lost with it.
+        # started by an instance that is gone: they are reported lost (admit retries them).
         lost = []
         for launch in self.store.active_launches([h.host_id for h in hosts]):
             if launch.task_id in self.running:
                 self.ledgers[launch.host_id].try_reserve(launch.task_id, Resources(launch.cpu, launch.mem_mb, launch.disk_mb, launch.gpu))
             else:
                 lost.append(launch)
+        # Their processes may still run (a local task is its own process group and outlives a
+        # SIGKILLed launch process): stop them first, so that nothing reported lost still runs.
+        orphans: dict[str, list[str]] = {}
         for launch in lost:
-            self._status(launch.job_id, launch.instance, launch.run_id, launch.task_id, launch.host_id,
-                         "TASK_LOST", reason="REASON_AGENT_DISCONNECTED", message="its host manager instance went away")
-        if lost:
-            self.store.end_launches([launch.task_id for launch in lost], now_ms())
+            orphans.setdefault(self.inventory[launch.host_id].driver, []).append(launch.task_id)
+        reaped: dict[str, str] = {}
+        for kind, task_ids in orphans.items():
+            driver = self.drivers.get(kind)
+            if driver is not None:
+                reaped.update(driver.reap_orphans(task_ids))
+        ends = {}
+        for launch in lost:
+            message = "its host manager instance went away"
+            if launch.task_id in reaped:
+                message += "; " + reaped[launch.task_id]
+                log.warning("task %s: %s", launch.task_id, reaped[launch.task_id])
+            ends[launch.task_id] = task_status(launch.job_id, launch.instance, launch.run_id, launch.task_id,
+                                               launch.host_id, "TASK_LOST", reason="REASON_AGENT_DISCONNECTED",
+                                               message=message)
+        if ends:
+            self.store.end_launches(list(ends), now_ms(), ends)
+        for status in ends.values():
+            self.emit.emit("task-status", status["job_id"], "peloton.TaskStatus", status)
         self._report_hosts()
 
     def on_revoke(self, partitions: list[tuple[str, int]]) -> None:
@@ -78,6 +99,10 @@ class LaunchStage(Stage):
         refused: list[tuple[dict, str, str]] = []
         for r in records:
             p = r.value
+            problem = next(filter(None, (task_problem(a["task"]) for a in p["assignments"])), None)
+            if problem:
+                self.refuse(r, [a["task"] for a in p["assignments"]], problem)
+                continue
             for a in p["assignments"]:
                 task, host_id = a["task"], a["host_id"]
                 ledger = self.ledgers.get(host_id)
@@ -107,6 +132,7 @@ class LaunchStage(Stage):
                     self.ledgers[host_id].release(t["task_id"])
                     continue
                 self.running[t["task_id"]] = (t, host_id)
+                self.last_state[t["task_id"]] = "TASK_STAGING"
                 self._status(t["job_id"], t["instance"], t["run_id"], t["task_id"], host_id, "TASK_STAGING")
                 by_driver.setdefault(self.inventory[host_id].driver, []).append(_request(t, host_id))
             for kind, requests in by_driver.items():
@@ -119,37 +145,57 @@ class LaunchStage(Stage):
 
     # -- driver updates -----------------------------------------------------------------------
     def tick(self, now: float) -> None:
-        ended = []
         for driver in self.drivers.values():
-            for u in driver.poll():
-                entry = self.running.get(u.task_id)
-                if entry is None:
-                    continue
-                spec, host_id = entry
-                self._update(spec, u)
-                if u.terminal:
-                    del self.running[u.task_id]
-                    ledger = self.ledgers.get(host_id)
-                    if ledger is not None and ledger.release(u.task_id):
-                        self.changed_hosts.setdefault(host_id, [])
-                    ended.append(u.task_id)
-        if ended:
-            self.store.end_launches(ended, now_ms())
+            self.updates.extend(driver.poll())
+        if self.updates:
+            self._apply_updates()
         self._report_hosts()
 
-    def _update(self, spec: dict, u: TaskUpdate) -> None:
-        self._status(spec["job_id"], spec["instance"], spec["run_id"], u.task_id, u.host_id, u.state,
-                     reason=u.reason, message=u.message, exit_code=u.exit_code, signal=u.signal,
-                     timestamp_ms=u.timestamp_ms)
+    def _apply_updates(self) -> None:
+        """Publish what the drivers reported. The ends are stored first: if the store is away the
+        updates stay queued for the next tick, since the drivers will not report them again."""
+        statuses, ended = [], {}
+        for u in self.updates:
+            entry = self.running.get(u.task_id)
+            if entry is None:
+                continue
+            spec = entry[0]
+            status = task_status(spec["job_id"], spec["instance"], spec["run_id"], u.task_id, u.host_id, u.state,
+                                 u.reason, u.message, u.exit_code, u.signal, u.timestamp_ms)
+            statuses.append(status)
+            if u.terminal:
+                ended[u.task_id] = status
+        if ended:
+            self.store.end_launches(list(ended), now_ms(), ended)
+        self.updates = []
+        for status in statuses:
+            self.emit.emit("task-status", status["job_id"], "peloton.TaskStatus", status)
+            self.last_state[status["task_id"]] = status["state"]
+        for task_id in ended:
+            _spec, host_id = self.running.pop(task_id)
+            self.last_state.pop(task_id, None)
+            ledger = self.ledgers.get(host_id)
+            if ledger is not None and ledger.release(task_id):
+                self.changed_hosts.setdefault(host_id, [])
+
+    def recover(self) -> None:
+        """The broker lost what it held: send again the state of every task running here and the
+        end of every run that ended lately on these hosts, whose status events may be gone."""
+        for task_id, (spec, host_id) in self.running.items():
+            self._status(spec["job_id"], spec["instance"], spec["run_id"], task_id, host_id,
+                         self.last_state.get(task_id, "TASK_STAGING"))
+        since = now_ms() - int(self.settings.status_replay_s * 1000)
+        for status in self.store.ended_launches(list(self.ledgers), since):
+            self.emit.emit("task-status", status["job_id"], "peloton.TaskStatus", status)
+        for host_id in self.ledgers:
+            self.changed_hosts.setdefault(host_id, [])
+        self._report_hosts()
 
     def _status(self, job_id: str, instance: int, run_id: int, task_id: str, host_id: str, state: str,
                 reason: str = "", message: str = "", exit_code: int | None = None, signal: int | None = None,
                 timestamp_ms: int | None = None) -> None:
-        self.emit.emit("task-status", job_id, "peloton.TaskStatus", {
-            "event_id": uuid.uuid4().hex, "task_id": task_id, "job_id": job_id, "instance": instance,
-            "run_id": run_id, "host_id": host_id, "state": state, "reason": reason, "message": message,
-            "exit_code": exit_code, "signal": signal, "timestamp_ms": timestamp_ms or now_ms(),
-        })
+        self.emit.emit("task-status", job_id, "peloton.TaskStatus", task_status(
+            job_id, instance, run_id, task_id, host_id, state, reason, message, exit_code, signal, timestamp_ms))
 
     def _report_hosts(self) -> None:
         """One host-state record per host whose accounting changed since the last report."""

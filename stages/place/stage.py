@@ -13,8 +13,10 @@ import uuid
 from collections import deque
 from dataclasses import dataclass
 
+from peloton.model.constraint import ConstraintError
+from peloton.model.gang import gang_problem
 from peloton.model.resources import Resources
-from peloton.runtime import CompactedView, HeldOffsets, Record, Stage, now_ms
+from peloton.runtime import CompactedView, HeldOffsets, Record, Stage, is_transient, now_ms
 from stages.place.placement import HostView, TaskNeed, place_gang
 
 log = logging.getLogger("peloton.place")
@@ -28,6 +30,7 @@ class WaitingGang:
     needs: list[TaskNeed]
     source: tuple[str, int]
     offset: int
+    record: Record
     attempts: int = 0
     next_try: float = 0.0
 
@@ -36,16 +39,19 @@ class PlaceStage(Stage):
     name = "place"
     inputs = (TOPIC,)
 
-    def __init__(self):
+    def __init__(self, host_state: CompactedView | None = None):
+        self.host_state = host_state  # the host-state topic; read from the broker unless given
         self.hosts: dict[str, HostView] = {}
         self.waiting: deque[WaitingGang] = deque()
         self.waiting_ids: set[str] = set()
         self.held = HeldOffsets()
         self.placed_gangs = 0
+        self.failed_attempts = 0  # gangs that found no host, counted per try
 
     def bind(self, emitter, settings, catalogue) -> None:
         super().bind(emitter, settings, catalogue)
-        self.host_state = CompactedView(settings, "host-state", catalogue)
+        if self.host_state is None:
+            self.host_state = CompactedView(settings, "host-state", catalogue)
 
     def on_revoke(self, partitions: list[tuple[str, int]]) -> None:
         gone = set(partitions)
@@ -62,9 +68,16 @@ class PlaceStage(Stage):
             gang = r.value["gang"]
             if gang["gang_id"] in self.waiting_ids:
                 continue
+            problem = gang_problem(gang)
+            try:
+                needs = [] if problem else [TaskNeed.from_spec(t) for t in gang["tasks"]]
+            except ConstraintError as exc:
+                problem = str(exc)
+            if problem:
+                self.refuse(r, gang["tasks"], problem)
+                continue
             tp = (r.topic, r.partition)
-            needs = [TaskNeed.from_spec(t) for t in gang["tasks"]]
-            self.waiting.append(WaitingGang(gang, needs, tp, r.offset))
+            self.waiting.append(WaitingGang(gang, needs, tp, r.offset, r))
             self.waiting_ids.add(gang["gang_id"])
             self.held.hold(tp, r.offset)
 
@@ -88,37 +101,53 @@ class PlaceStage(Stage):
 
     def _place(self, now: float) -> None:
         hosts = sorted(self.hosts.values(), key=lambda h: h.host_id)
-        ttl = self.settings.placement_pending_ttl_s
         still_waiting: deque[WaitingGang] = deque()
         placed_at = now_ms()
         for w in self.waiting:
             if w.next_try > now:
                 still_waiting.append(w)
                 continue
-            chosen = place_gang(w.needs, hosts, now) if hosts else None
-            if chosen is None:
-                w.attempts += 1
-                w.next_try = now + self.settings.placement_backoff_s
-                still_waiting.append(w)
-                continue
-            by_shard: dict[int, list[dict]] = {}
-            for t in w.gang["tasks"]:
-                host = chosen[t["task_id"]]
-                by_shard.setdefault(host.shard, []).append({"host_id": host.host_id, "task": t})
-            for shard, assignments in by_shard.items():
-                pid = uuid.uuid4().hex
-                for a in assignments:
-                    host = self.hosts[a["host_id"]]
-                    prev = host.pending.get(pid, (0.0, Resources()))[1]
-                    host.pending[pid] = (now + ttl, prev + Resources.from_record(a["task"]["resources"]))
-                self.emit.emit("placements", f"shard-{shard}", "peloton.Placement", {
-                    "placement_id": pid, "gang_id": w.gang["gang_id"], "pool": w.gang["pool"],
-                    "shard": shard, "assignments": assignments, "placed_ms": placed_at,
-                }, partition=shard)
+            try:
+                if not self._try_gang(w, hosts, now, placed_at):
+                    still_waiting.append(w)
+                    continue
+            except Exception as exc:
+                if is_transient(exc):  # the broker is away: try this gang again next tick
+                    still_waiting.append(w)
+                    continue
+                # Not the broker: a bug this gang meets; it alone is given up, with the reason.
+                log.exception("placing gang %s failed", w.gang["gang_id"])
+                self.refuse(w.record, w.gang["tasks"], f"placement failed: {type(exc).__name__}: {exc}")
             self.waiting_ids.discard(w.gang["gang_id"])
             self.held.release(w.source, w.offset)
-            self.placed_gangs += 1
         self.waiting = still_waiting
 
+    def _try_gang(self, w: WaitingGang, hosts: list[HostView], now: float, placed_at: int) -> bool:
+        """Place one gang and send its placements, one per host shard; False if it found no host."""
+        chosen = place_gang(w.needs, hosts, now) if hosts else None
+        if chosen is None:
+            self.failed_attempts += 1
+            w.attempts += 1
+            w.next_try = now + self.settings.placement_backoff_s
+            return False
+        ttl = self.settings.placement_pending_ttl_s
+        by_shard: dict[int, list[dict]] = {}
+        for t in w.gang["tasks"]:
+            host = chosen[t["task_id"]]
+            by_shard.setdefault(host.shard, []).append({"host_id": host.host_id, "task": t})
+        for shard, assignments in by_shard.items():
+            pid = uuid.uuid4().hex
+            for a in assignments:
+                host = self.hosts[a["host_id"]]
+                prev = host.pending.get(pid, (0.0, Resources()))[1]
+                host.pending[pid] = (now + ttl, prev + Resources.from_record(a["task"]["resources"]))
+            self.emit.emit("placements", f"shard-{shard}", "peloton.Placement", {
+                "placement_id": pid, "gang_id": w.gang["gang_id"], "pool": w.gang["pool"],
+                "shard": shard, "assignments": assignments, "placed_ms": placed_at,
+            }, partition=shard)
+        self.placed_gangs += 1
+        return True
+
     def close(self) -> None:
+        log.info("placed %d gangs; %d tries found no host", self.placed_gangs, self.failed_attempts)
         self.host_state.close()

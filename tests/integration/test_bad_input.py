@@ -6,14 +6,17 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
 from confluent_kafka import Producer
 
-from peloton.admin import emitter
+from peloton.admin import emitter, host_capacities
+from peloton.devstack import free_port
 from peloton.runtime import now_ms
 from peloton.topics import Catalogue
+from tests.integration.conftest import pool_yaml
 
 pytestmark = pytest.mark.integration
 
@@ -99,3 +102,73 @@ def test_topics_apply_is_idempotent(pipeline_factory) -> None:
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert len(report) == len(list(Catalogue())) and {r["status"] for r in report} == {"ok"}
+
+
+def test_a_job_that_can_never_fit_is_refused_at_create_with_the_numbers(pipeline_factory, tmp_path) -> None:
+    p = pipeline_factory()
+    p.start("launch")  # publishes its hosts: local 8-cpu hosts
+    deadline = time.monotonic() + 20
+    while not host_capacities(p.settings, wait_s=1):
+        assert time.monotonic() < deadline, "launch never published its hosts"
+    wide, gang, huge = tmp_path / "wide.yaml", tmp_path / "gang.yaml", tmp_path / "huge.yaml"
+    wide.write_text(GOOD.replace("cpulimit: 1", "cpulimit: 12"))
+    gang.write_text(GOOD.replace("instancecount: 2", "instancecount: 80\nsla: {minimumRunningInstances: 80}"))
+    huge.write_text(GOOD + "# " + "x" * 5_000_000 + "\n")
+    result = pelotonctl(p, "job", "create", "/test", str(wide))
+    assert result.returncode == 2, result.stderr
+    assert "fits on no host: it needs cpu 12, memory MB 32" in result.stderr
+    assert "the largest host has cpu 8" in result.stderr
+    result = pelotonctl(p, "job", "create", "/test", str(gang))
+    assert result.returncode == 2 and "need more than pool /test's limit: cpu 80 > 64" in result.stderr, result.stderr
+    result = pelotonctl(p, "job", "create", "/test", str(huge))
+    assert result.returncode == 2 and "more than the limit of 1048576" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert p.store.list_jobs() == []
+
+
+def test_a_pool_create_that_fails_on_the_broker_stores_nothing_and_a_retry_succeeds(pipeline_factory,
+                                                                                    tmp_path) -> None:
+    p = pipeline_factory()
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(pool_yaml(cpu=4))
+    closed = free_port()  # nothing listens there
+    env = {**os.environ, **p.settings.env(), "PELOTON_KAFKA_BOOTSTRAP": f"127.0.0.1:{closed}",
+           "PELOTON_FLUSH_TIMEOUT_S": "2"}
+    down = subprocess.run([sys.executable, "-m", "peloton.cli", "respool", "create", "/later", str(pool)], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert down.returncode == 5, down.stderr
+    assert p.store.get_pool("/later") is None  # what it reported is what happened
+    again = pelotonctl(p, "respool", "create", "/later", str(pool))
+    assert again.returncode == 0, again.stderr
+    assert p.store.get_pool("/later") is not None
+    assert pelotonctl(p, "respool", "create", "/later", str(pool)).returncode == 0  # the same again: idempotent
+    other = tmp_path / "other.yaml"
+    other.write_text(pool_yaml(cpu=8))
+    clash = pelotonctl(p, "respool", "create", "/later", str(other))
+    assert clash.returncode == 2 and "already exists with another config" in clash.stderr
+
+
+def test_job_status_says_why_a_job_waits(pipeline_factory) -> None:
+    p = pipeline_factory(hosts="sim:4:cpu=16,mem_mb=65536,disk_mb=100000", sim_task_seconds=60)
+    p.start_all()
+    busy = p.submit(GOOD.replace("instancecount: 2", "instancecount: 60").replace("exit 0", "sleep 60"))
+    deadline = time.monotonic() + 30
+    while p.store.task_state_counts([busy])[busy].get("RUNNING", 0) < 60:
+        assert time.monotonic() < deadline, "the first job never ran"
+        time.sleep(0.2)
+    waiting = p.submit(GOOD.replace("instancecount: 2", "instancecount: 8\nsla: {minimumRunningInstances: 8}"))
+    deadline = time.monotonic() + 20
+    while True:
+        result = pelotonctl(p, "job", "status", waiting, "--json")
+        assert result.returncode == 0, result.stderr
+        summary = json.loads(result.stdout)
+        if summary.get("waiting"):
+            break
+        assert time.monotonic() < deadline, f"job status never said why the job waits: {summary}"
+        time.sleep(0.5)
+    assert summary["state"] == "PENDING"
+    [gang] = summary["waiting"]
+    assert gang["tasks"] == 8 and "waiting for room in its pool" in gang["reason"]
+    assert "cpu 8 (free 4 of 64)" in gang["reason"]
+    text = pelotonctl(p, "job", "status", waiting)
+    assert "waiting: gang" in text.stdout and "free 4 of 64" in text.stdout

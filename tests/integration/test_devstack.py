@@ -47,3 +47,32 @@ def test_dev_up_status_and_down(tmp_path) -> None:
     for stage in ("admit", "entitle", "place", "launch"):
         assert f"{stage}-0 stopped after" in (tmp_path / "dev" / "logs" / f"{stage}.log").read_text()
     assert ctl("dev", "status", "--json").returncode == 5
+
+
+def test_two_dev_up_at_once_start_one_stack_and_the_other_names_it(tmp_path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PELOTON_")}
+    env.update(PELOTON_HOME=str(tmp_path), PELOTON_SESSION_TIMEOUT_MS="2000")
+    cmd = [sys.executable, "-m", "peloton.cli", "dev", "up", "--hosts", "sim:2:cpu=4"]
+    both = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)]
+    results = [(p.wait(120), *p.communicate()) for p in both]
+    try:
+        codes = sorted(code for code, _, _ in results)
+        assert codes == [0, 5], results
+        refused = next(err for code, _, err in results if code == 5)
+        assert "starting a dev stack" in refused or "already running" in refused
+        rows = json.loads(subprocess.run([sys.executable, "-m", "peloton.cli", "dev", "status", "--json"], env=env,
+                                         capture_output=True, text=True, timeout=60).stdout)
+        assert [r["component"] for r in rows] == ["broker", "admit", "entitle", "place", "launch"]
+        # one stack's processes and no others: every process of this home is in the state file
+        mine = set()
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                environ = open(f"/proc/{pid}/environ", "rb").read()
+            except OSError:
+                continue
+            if f"PELOTON_HOME={tmp_path}".encode() in environ and b"stage" in open(f"/proc/{pid}/cmdline", "rb").read():
+                mine.add(int(pid))
+        assert mine == {r["pid"] for r in rows if r["component"] != "broker"}
+    finally:
+        subprocess.run([sys.executable, "-m", "peloton.cli", "dev", "down"], env=env, capture_output=True, timeout=120)

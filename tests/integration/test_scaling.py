@@ -4,6 +4,7 @@ its partitions and finishes the work, with every task run exactly once."""
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import signal
 import time
@@ -82,3 +83,53 @@ def test_a_killed_instance_hands_its_partitions_over_and_every_task_runs_once(pi
     survivor = p.log(f"{stage}-a").read_text()
     assert len(assigned_partitions(survivor)) >= 2, "the survivor never took over the partitions"
     print(f"{stage}: all 400 tasks done {time.monotonic() - killed_at:.1f}s after the kill")
+
+
+SLEEPY = """
+name: sleepy
+instancecount: 8
+defaultconfig:
+  resource: {cpulimit: 1, memlimitmb: 16, disklimitmb: 1}
+  command: {shell: true, value: 'sleep 4'}
+"""
+
+
+def processes_of(job_id: str) -> list[int]:
+    """Pids of live processes started for the job's tasks (they carry PELOTON_JOB_ID)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if f"PELOTON_JOB_ID={job_id}".encode() in open(f"/proc/{pid}/environ", "rb").read():
+                found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_killed_launch_instance_leaves_no_orphan_running_and_its_tasks_run_again(pipeline_factory) -> None:
+    p = pipeline_factory(hosts="local:8:cpu=1,mem_mb=1024,disk_mb=1000")
+    for s in ("admit", "entitle", "place"):
+        p.start(s, wait=False)
+    p.start("launch", "launch-a")
+    victim = p.start("launch", "launch-b")
+    deadline = time.monotonic() + 30
+    while "revoked" not in p.log("launch-a").read_text():
+        assert time.monotonic() < deadline, "the second launch instance never got partitions"
+        time.sleep(0.1)
+    job_id = p.submit(SLEEPY)
+    deadline = time.monotonic() + 30
+    while p.store.task_state_counts([job_id])[job_id].get("RUNNING", 0) < 8:
+        assert time.monotonic() < deadline, "the tasks never all ran"
+        time.sleep(0.1)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+
+    assert p.wait_job(job_id, timeout=90) == "SUCCEEDED"
+    tasks = p.store.tasks_of_job(job_id)
+    rerun = [t for t in tasks if t.run_id > 1]
+    assert rerun, "no task of the killed instance was taken over; the test proved nothing"
+    lost = [e for e in p.store.task_events(job_id) if e["state"] == "LOST"]
+    assert {e["instance"] for e in lost} == {t.instance for t in rerun}
+    assert processes_of(job_id) == []  # the orphans were killed, and the reruns ended
+    survivor = p.log("launch-a").read_text()
+    assert "orphan process group" in survivor and "killed" in survivor

@@ -107,3 +107,19 @@ def test_current_schemas_stay_compatible_with_released_snapshots() -> None:
             buf = io.BytesIO()
             fastavro.schemaless_writer(buf, writer, record)
             fastavro.schemaless_reader(io.BytesIO(buf.getvalue()), writer, reader)
+
+
+def test_a_record_written_with_an_older_schema_version_reads_into_the_current_one() -> None:
+    reg = registry()
+    old = fastavro.parse_schema(json.loads((SCHEMA_DIR / "PoolEntitlement.v1.avsc").read_text()),
+                                named_schemas=dict(reg.named))
+    zero = {"cpu": 0.0, "mem_mb": 0.0, "disk_mb": 0.0, "gpu": 0.0}
+    record = {"pool": "/a", "entitlement": zero, "allocation": zero, "demand": zero, "queued_gangs": 2,
+              "computed_ms": 5}
+    buf = io.BytesIO()
+    buf.write(struct.pack(">bI", 0, 11))  # the id the first version was published under
+    fastavro.schemaless_writer(buf, old, record)
+    name, decoded = reg.decode(buf.getvalue())
+    assert name == "peloton.PoolEntitlement"
+    assert decoded == {**record, "waiting": []}
+    assert reg.encode(name, decoded)[1:5] == struct.pack(">I", 13)  # writers use the newest id

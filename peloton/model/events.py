@@ -1,0 +1,33 @@
+"""Records that more than one stage writes, built in one place."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+# Mesos' reason for a task description that cannot run (we use it for a gang a stage refused).
+REASON_TASK_INVALID = "REASON_TASK_INVALID"
+
+
+def task_status(job_id: str, instance: int, run_id: int, task_id: str, host_id: str, state: str, reason: str = "",
+                message: str = "", exit_code: int | None = None, signal: int | None = None,
+                timestamp_ms: int | None = None) -> dict:
+    """A TaskStatus record (schemas/avro/TaskStatus.avsc)."""
+    return {
+        "event_id": uuid.uuid4().hex, "task_id": task_id, "job_id": job_id, "instance": instance,
+        "run_id": run_id, "host_id": host_id, "state": state, "reason": reason, "message": message,
+        "exit_code": exit_code, "signal": signal, "timestamp_ms": timestamp_ms or int(time.time() * 1000),
+    }
+
+
+def task_errors(tasks: list[dict], message: str) -> list[dict]:
+    """TASK_ERROR statuses for the tasks (TaskLaunchSpec records) of a gang a stage refused: the job
+    manager ends those runs FAILED with the reason, so the job does not wait for ever."""
+    out = []
+    for t in tasks:
+        try:
+            out.append(task_status(str(t["job_id"]), int(t["instance"]), int(t["run_id"]), str(t["task_id"]), "",
+                                   "TASK_ERROR", reason=REASON_TASK_INVALID, message=message[:2000]))
+        except (KeyError, TypeError, ValueError):
+            continue  # not even a task we could name: the dead letter alone tells of it
+    return out

@@ -1,0 +1,180 @@
+"""Stages without a broker: records fed by hand, views given, output read from a recording emitter
+(the store is a real SQLite file). The integration tests prove the wiring; these the decisions."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from peloton.config import Settings
+from peloton.model.pool import parse_pool_config
+from peloton.runtime import Record, RecordingEmitter, Stage, StaticView, handle_batch
+from peloton.serde import registry
+from peloton.store import Allocation, open_store
+from peloton.topics import Catalogue
+from stages.admit.stage import AdmitStage
+from stages.entitle.stage import EntitleStage
+from stages.place.stage import PlaceStage
+
+POOL = """
+resources:
+- {kind: cpu, reservation: 8, limit: 8, share: 1}
+- {kind: memory, reservation: 4096, limit: 4096, share: 1}
+- {kind: disk, reservation: 1000, limit: 1000, share: 1}
+"""
+
+JOB = """
+name: {name}
+instancecount: {count}
+sla: {{minimumRunningInstances: {gang}}}
+defaultconfig:
+  resource: {{cpulimit: {cpu}, memlimitmb: 16}}
+  command: {{shell: true, value: 'true'}}
+"""
+
+_offsets: dict[tuple[str, int], int] = {}
+
+
+def record(topic: str, schema: str, value: dict, key: str = "k", partition: int = 0) -> Record:
+    """A record as the runtime would decode it, with its bytes, at the next offset."""
+    tp = (topic, partition)
+    _offsets[tp] = _offsets.get(tp, -1) + 1
+    raw = registry().encode(schema, value)
+    return Record(topic, partition, _offsets[tp], key, schema, value, key.encode(), raw)
+
+
+def command(job_id: str, config: str, pool: str = "/p") -> Record:
+    return record("job-commands", "peloton.JobCommand", {
+        "command_id": uuid.uuid4().hex, "kind": "CREATE", "job_id": job_id, "pool": pool, "config": config,
+        "requested_by": "test", "timestamp_ms": 1}, key=job_id)
+
+
+def host_state(host_id: str, cpu: float) -> dict:
+    return {"host_id": host_id, "shard": 0, "driver": "sim", "state": "UP",
+            "capacity": {"cpu": cpu, "mem_mb": 65536.0, "disk_mb": 100000.0, "gpu": 0.0},
+            "allocated": {"cpu": 0.0, "mem_mb": 0.0, "disk_mb": 0.0, "gpu": 0.0}, "task_count": 0,
+            "labels": {"hostname": host_id, "driver": "sim"}, "applied_placements": [], "updated_ms": 1}
+
+
+def bound(stage: Stage, **settings) -> RecordingEmitter:
+    out = RecordingEmitter(stage.name)
+    stage.bind(out, Settings(**settings), Catalogue())
+    return out
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = open_store(tmp_path / "peloton.db")
+    s.put_pool("/p", parse_pool_config(POOL, "/p"))
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def admit(store):
+    stage = AdmitStage(store, hosts=StaticView({"h1": host_state("h1", cpu=4)}))
+    return stage, bound(stage)
+
+
+def test_admit_stores_a_job_and_sends_its_gangs(admit, store) -> None:
+    stage, out = admit
+    stage.handle([command("a", JOB.format(name="a", count=3, gang=2, cpu=1))])
+    assert store.get_job("a").state == "PENDING"
+    demand = out.take("task-demand")
+    assert [len(v["tasks"]) for _, _, _, v in demand] == [2, 1]
+
+
+def test_a_gang_larger_than_its_pool_is_refused_with_the_numbers(admit, store) -> None:
+    stage, out = admit
+    stage.handle([command("big", JOB.format(name="big", count=10, gang=10, cpu=1))])
+    assert store.get_job("big") is None
+    [(_, _, _, letter)] = out.take("dead-letters")
+    assert "instances 0-9 (one gang) need more than pool /p's limit: cpu 10 > 8" in letter["reason"]
+
+
+def test_a_task_larger_than_every_host_is_refused_with_the_numbers(admit, store) -> None:
+    stage, out = admit
+    stage.handle([command("wide", JOB.format(name="wide", count=1, gang=0, cpu=6))])
+    [(_, _, _, letter)] = out.take("dead-letters")
+    assert "fits on no host" in letter["reason"] and "the largest host has cpu 4" in letter["reason"]
+
+
+def test_a_record_that_breaks_the_handler_is_dead_lettered_and_the_rest_of_its_batch_lives(admit, store,
+                                                                                           monkeypatch) -> None:
+    stage, out = admit
+    import stages.admit.stage as admit_module
+
+    real = admit_module.parse_job_config
+
+    def fragile(text, *args):
+        if "poison" in text:
+            raise RecursionError("maximum recursion depth exceeded")
+        return real(text, *args)
+
+    monkeypatch.setattr(admit_module, "parse_job_config", fragile)
+    batch = [command("g1", JOB.format(name="g1", count=1, gang=0, cpu=1)),
+             command("bad", JOB.format(name="poison", count=1, gang=0, cpu=1)),
+             command("g2", JOB.format(name="g2", count=1, gang=0, cpu=1))]
+    assert handle_batch(stage, batch, out) == 1
+    assert store.get_job("g1") and store.get_job("g2") and store.get_job("bad") is None
+    [(_, _, _, letter)] = out.take("dead-letters")
+    assert letter["offset"] == batch[1].offset and "RecursionError" in letter["reason"]
+    assert {v["job_id"] for _, _, _, v in out.take("task-demand")} == {"g1", "g2"}
+
+
+def test_a_status_for_an_unknown_task_is_a_dead_letter(admit) -> None:
+    stage, out = admit
+    stage.handle([record("task-status", "peloton.TaskStatus", {
+        "event_id": "e", "task_id": "nobody-0-1", "job_id": "nobody", "instance": 0, "run_id": 1, "host_id": "",
+        "state": "TASK_RUNNING", "reason": "", "message": "", "exit_code": None, "signal": None,
+        "timestamp_ms": 1})])
+    [(_, _, _, letter)] = out.take("dead-letters")
+    assert "unknown task 'nobody-0-1'" in letter["reason"]
+
+
+def demand_of(stage: AdmitStage, out: RecordingEmitter, job_id: str, count: int, gang: int, cpu: float) -> list[Record]:
+    stage.handle([command(job_id, JOB.format(name=job_id, count=count, gang=gang, cpu=cpu))])
+    return [record("task-demand", schema, value, key="/p") for _, _, schema, value in out.take("task-demand")]
+
+
+def test_a_blocked_head_gang_stops_blocking_smaller_gangs_after_the_bound(admit, store) -> None:
+    admit_stage, admit_out = admit
+    head = demand_of(admit_stage, admit_out, "head", count=6, gang=6, cpu=1)  # 6 of the pool's 8 cpu
+    small = demand_of(admit_stage, admit_out, "small", count=2, gang=0, cpu=1)
+    entitle = EntitleStage(store, pools=StaticView({"/p": parse_pool_config(POOL, "/p")}))
+    out = bound(entitle, head_of_line_timeout_s=0.3)
+    # Something else already holds 4 cpu, so the 6-cpu head cannot fit; the 1-cpu gangs behind it could.
+    store.add_allocations([Allocation("other-0-1", "/p", "other-0-1", 4, 0, 0, 0, 1)])
+    entitle.on_assign([("task-demand", p) for p in range(4)])
+    entitle.handle(head + small)
+    assert out.take("admitted-gangs") == []  # the head blocks its pool (Peloton's rule)
+    entitle._publish_entitlements()
+    [(_, _, _, published)] = out.take("entitlements")
+    assert published["waiting"][0]["job_id"] == "head"
+    assert "waiting for room in its pool" in published["waiting"][0]["reason"]
+    assert "cpu 6 (free 4 of 8)" in published["waiting"][0]["reason"]
+    time.sleep(0.35)
+    entitle._admit()
+    admitted = [v["gang"]["job_id"] for _, _, _, v in out.take("admitted-gangs")]
+    assert admitted == ["small", "small"]  # past the bound, the smaller gangs go first
+    assert entitle.held_offsets()  # the head is still held: read again after a crash
+
+
+def test_place_refuses_a_gang_whose_constraint_it_cannot_read_and_fails_its_tasks() -> None:
+    stage = PlaceStage(host_state=StaticView({"h1": host_state("h1", cpu=4)}))
+    out = bound(stage)
+    task = {"task_id": "j-0-1", "job_id": "j", "instance": 0, "run_id": 1,
+            "resources": {"cpu": 1.0, "mem_mb": 1.0, "disk_mb": 0.0, "gpu": 0.0}, "dynamic_ports": 0,
+            "command": "true", "shell": True, "arguments": [], "environment": {}, "labels": {},
+            "constraint_json": '{"type": "LABEL", "labelconstraint": {"requirement": "abc"}}',
+            "kill_grace_seconds": 1.0, "controller": False}
+    gang = {"gang_id": "j-0-1", "job_id": "j", "pool": "/p", "priority": 0, "preemptible": True,
+            "placement_strategy": "PACK_HOST", "tasks": [task], "created_ms": 1}
+    stage.handle([record("admitted-gangs", "peloton.AdmittedGang", {"gang": gang, "admitted_ms": 1}, key="/p")])
+    [(_, _, _, letter)] = out.take("dead-letters")
+    assert "requirement" in letter["reason"]
+    [(_, key, _, status)] = out.take("task-status")
+    assert (key, status["state"], status["task_id"]) == ("j", "TASK_ERROR", "j-0-1")
+    assert not stage.waiting and not stage.held_offsets()
