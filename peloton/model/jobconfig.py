@@ -22,8 +22,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from peloton.model.constraint import Constraint, parse_constraint
 from peloton.model.fields import ROOT, is_integer
 from peloton.model.fields import describe as _describe
@@ -31,7 +29,7 @@ from peloton.model.fields import join as _join
 from peloton.model.fields import mapping as _mapping
 from peloton.model.fields import text as _text
 from peloton.model.resources import Resources
-from peloton.model.safe_yaml import YamlLimitError, YamlLimits, load_yaml, yaml_error_text
+from peloton.model.safe_yaml import YamlError, YamlLimits, read_yaml
 
 JOB_TYPES = ("BATCH", "SERVICE", "DAEMON")  # index = the enum value in Peloton's API
 PLACEMENT_STRATEGIES = {1: "PACK_HOST", 2: "SPREAD_JOB"}
@@ -133,11 +131,9 @@ def parse_job_config(text: str, limits: JobLimits = JobLimits(), yaml_limits: Ya
     """Parse YAML text; syntax errors and YAML limits passed become a JobConfigError naming the
     line."""
     try:
-        doc = load_yaml(text, yaml_limits)
-    except YamlLimitError as exc:
+        doc = read_yaml(text, yaml_limits)
+    except YamlError as exc:
         raise JobConfigError([str(exc)]) from None
-    except yaml.YAMLError as exc:
-        raise JobConfigError([yaml_error_text(exc)]) from None
     return job_spec_from_dict(doc, limits)
 
 

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import math
 
-import yaml
-
 from peloton.model.fields import ROOT, describe, is_integer, join, mapping
 from peloton.model.fields import text as scalar_text  # `text` is parse_pool_config's argument
 from peloton.model.resources import Resources
-from peloton.model.safe_yaml import YamlLimitError, YamlLimits, load_yaml, yaml_error_text
+from peloton.model.safe_yaml import YamlError, YamlLimits, read_yaml
 
 # Peloton's kind names -> our Resources fields.
 KIND_FIELDS = {"cpu": "cpu", "memory": "mem_mb", "disk": "disk_mb", "gpu": "gpu"}
@@ -109,11 +107,9 @@ def _name(fields: dict, key: str, errors: _Errors) -> str:
 def parse_pool_config(text: str, path: str, limits: YamlLimits = YamlLimits()) -> dict:
     """Parse a Peloton respool YAML (lowercase or camelCase keys) into a PoolConfig record."""
     try:
-        doc = load_yaml(text, limits)
-    except YamlLimitError as exc:
+        doc = read_yaml(text, limits)
+    except YamlError as exc:
         raise PoolConfigError([str(exc)]) from None
-    except yaml.YAMLError as exc:
-        raise PoolConfigError([yaml_error_text(exc)]) from None
     errors = _Errors()
     fields = mapping(doc, ROOT, errors, what="a mapping of pool config keys")
     if fields is None:

@@ -51,6 +51,20 @@ def load_yaml(text: str, limits: YamlLimits = YamlLimits()) -> Any:
         raise YamlLimitError("yaml: merge keys (<<) chained too deeply") from None
 
 
+class YamlError(ValueError):
+    """YAML that cannot be read (a syntax error or a limit passed), as one line naming the place."""
+
+
+def read_yaml(text: str, limits: YamlLimits = YamlLimits()) -> Any:
+    """load_yaml, with every way it can fail as one YamlError: what config parsers report."""
+    try:
+        return load_yaml(text, limits)
+    except YamlLimitError as exc:
+        raise YamlError(str(exc)) from None
+    except yaml.YAMLError as exc:
+        raise YamlError(yaml_error_text(exc)) from None
+
+
 def yaml_error_text(exc: yaml.YAMLError) -> str:
     """A YAML error as one 'where: message' line, naming the line and column when known."""
     if isinstance(exc, yaml.MarkedYAMLError):

@@ -11,12 +11,12 @@ import itertools
 import logging
 import time
 
+from peloton.model.gang import gang_problem
 from peloton.model.pool import pool_limit
 from peloton.model.resources import Resources
 from peloton.runtime import CompactedView, HeldOffsets, Record, Stage, now_ms
 from peloton.store import Allocation, StorageGateway
 from peloton.topics import partition_for
-from peloton.model.gang import gang_problem
 from stages.entitle.admission import PoolLedger, PoolQueue, apply_admission, plan_admission, why_waiting
 
 log = logging.getLogger("peloton.entitle")
