@@ -288,6 +288,8 @@ def job_status(job_id: str, as_json: bool = typer.Option(False, "--json")) -> No
     out.print("tasks: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["tasks"].items())), highlight=False)
     for w in summary.get("waiting", []):
         out.print(f"waiting: gang {w['gang_id']} ({w['tasks']} tasks): {w['reason']}", highlight=False)
+    for u in summary.get("unplaced", []):
+        out.print(f"instance {u['instance']} found no host: {u['message']}", highlight=False)
     for f in summary.get("failures", []):
         out.print(f"instance {f['instance']} run {f['run_id']} {f['state']}: {f['message'] or f['reason']}",
                   highlight=False)

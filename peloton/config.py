@@ -38,6 +38,8 @@ class Settings:
     # Entitle's admission tick, place's retry backoff for gangs that found no host.
     admission_tick_s: float = 0.1
     placement_backoff_s: float = 0.5
+    # Tries in one placement cycle; then the gang goes back to its pool's queue (Peloton's rule).
+    placement_attempts: int = 10
     # How long place counts its own placements on a host before host state must show them.
     placement_pending_ttl_s: float = 3.0
     # A gang blocked at the head of its pool's queue for this long stops blocking smaller gangs

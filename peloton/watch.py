@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from peloton.config import Settings
+from peloton.model.events import REASON_NO_HOST
 from peloton.model.states import JOB_TERMINAL
 from peloton.store import StorageGateway
 
@@ -22,12 +23,17 @@ def job_summary(store: StorageGateway, job_id: str, settings: Settings | None = 
         "completed_ms": job.completed_ms,
     }
     if settings is not None:
-        summary["failures"] = [
-            {"instance": t.instance, "run_id": t.run_id, "state": t.state, "reason": t.reason, "message": t.message}
-            for t in store.tasks_of_job(job_id) if t.state in ("FAILED", "LOST")][:20]
+        tasks = store.tasks_of_job(job_id)
+        summary["failures"] = [_told(t) for t in tasks if t.state in ("FAILED", "LOST")][:20]
         if job.state not in JOB_TERMINAL and counts.get("PENDING"):
             summary["waiting"] = waiting_gangs(settings, job.pool, job_id)
+            # placement gave a cycle up on these: no host could take them (the message says why)
+            summary["unplaced"] = [_told(t) for t in tasks if t.state == "PENDING" and t.reason == REASON_NO_HOST][:20]
     return summary
+
+
+def _told(t) -> dict:
+    return {"instance": t.instance, "run_id": t.run_id, "state": t.state, "reason": t.reason, "message": t.message}
 
 
 def waiting_gangs(settings: Settings, pool: str, job_id: str) -> list[dict]:

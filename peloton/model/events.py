@@ -7,6 +7,8 @@ import uuid
 
 # Mesos' reason for a task description that cannot run (we use it for a gang a stage refused).
 REASON_TASK_INVALID = "REASON_TASK_INVALID"
+# Placement gave up a cycle: no host could take the gang (the message says why).
+REASON_NO_HOST = "REASON_NO_HOST"
 
 
 def task_status(job_id: str, instance: int, run_id: int, task_id: str, host_id: str, state: str, reason: str = "",

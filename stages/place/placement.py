@@ -82,3 +82,40 @@ def place_gang(needs: list[TaskNeed], hosts: list[HostView], now: float) -> dict
         labels_on.setdefault(chosen.host_id, []).append(need.labels)
         result[need.task_id] = chosen
     return result
+
+
+def explain(needs: list[TaskNeed], hosts: list[HostView], now: float) -> str:
+    """Why a gang found no hosts, with counts per reason (Nomad's filter metrics): for the first
+    task that fits on no host by itself, how many hosts fail each check; otherwise the gang as a
+    whole does not fit on the room free now."""
+    for need in needs:
+        down = short = refused = 0
+        lacking: dict[str, int] = {}
+        for host in hosts:
+            if host.state != "UP":
+                down += 1
+                continue
+            free = host.free(now)
+            if not need.resources.fits_in(free):
+                short += 1
+                for kind in ("cpu", "mem_mb", "disk_mb", "gpu"):
+                    if getattr(need.resources, kind) > getattr(free, kind) + 0.0009:
+                        lacking[kind] = lacking.get(kind, 0) + 1
+                continue
+            if not evaluate(need.constraint, host.labels, []):
+                refused += 1
+                continue
+            break  # this task fits somewhere
+        else:
+            if not hosts:
+                return "no hosts are known yet"
+            parts = []
+            if short:
+                kinds = ", ".join(f"{k} on {n}" for k, n in sorted(lacking.items()))
+                parts.append(f"{short} without room ({kinds})")
+            if refused:
+                parts.append(f"{refused} refused by its constraint")
+            if down:
+                parts.append(f"{down} not UP")
+            return f"task {need.task_id} fits on none of {len(hosts)} hosts: " + "; ".join(parts)
+    return f"the gang's {len(needs)} tasks do not fit together on the room the hosts have free now"

@@ -14,10 +14,11 @@ from collections import deque
 from dataclasses import dataclass
 
 from peloton.model.constraint import ConstraintError
+from peloton.model.events import REASON_NO_HOST, task_status
 from peloton.model.gang import gang_problem
 from peloton.model.resources import Resources
 from peloton.runtime import CompactedView, HeldOffsets, Record, Stage, is_transient, now_ms
-from stages.place.placement import HostView, TaskNeed, place_gang
+from stages.place.placement import HostView, TaskNeed, explain, place_gang
 
 log = logging.getLogger("peloton.place")
 
@@ -47,6 +48,7 @@ class PlaceStage(Stage):
         self.held = HeldOffsets()
         self.placed_gangs = 0
         self.failed_attempts = 0  # gangs that found no host, counted per try
+        self.cycles_given_up = 0  # gangs sent back to their pool after placement_attempts tries
 
     def bind(self, emitter, settings, catalogue) -> None:
         super().bind(emitter, settings, catalogue)
@@ -129,7 +131,17 @@ class PlaceStage(Stage):
             self.failed_attempts += 1
             w.attempts += 1
             w.next_try = now + self.settings.placement_backoff_s
-            return False
+            if w.attempts < self.settings.placement_attempts:
+                return False
+            # A placement cycle is over (Peloton's rule): the gang goes back to its pool's queue,
+            # giving its allocation back, and its tasks carry the reason for whoever asks.
+            why = explain(w.needs, hosts, now)
+            for t in w.gang["tasks"]:
+                self.emit.emit("task-status", t["job_id"], "peloton.TaskStatus", task_status(
+                    t["job_id"], t["instance"], t["run_id"], t["task_id"], "", "TASK_DROPPED",
+                    reason=REASON_NO_HOST, message=why))
+            self.cycles_given_up += 1
+            return True
         ttl = self.settings.placement_pending_ttl_s
         by_shard: dict[int, list[dict]] = {}
         for t in w.gang["tasks"]:
@@ -149,5 +161,6 @@ class PlaceStage(Stage):
         return True
 
     def close(self) -> None:
-        log.info("placed %d gangs; %d tries found no host", self.placed_gangs, self.failed_attempts)
+        log.info("placed %d gangs; %d tries found no host; %d gangs sent back to their pools",
+                 self.placed_gangs, self.failed_attempts, self.cycles_given_up)
         self.host_state.close()

@@ -172,3 +172,23 @@ def test_job_status_says_why_a_job_waits(pipeline_factory) -> None:
     assert "cpu 8 (free 4 of 64)" in gang["reason"]
     text = pelotonctl(p, "job", "status", waiting)
     assert "waiting: gang" in text.stdout and "free 4 of 64" in text.stdout
+
+
+def test_job_status_says_why_no_host_takes_a_job(pipeline_factory) -> None:
+    p = pipeline_factory(hosts="sim:2:cpu=8,mem_mb=65536,disk_mb=100000", placement_attempts=2,
+                         placement_backoff_s=0.2)
+    p.start_all()
+    pinned = GOOD + ("  constraint:\n    type: 1\n    labelconstraint: {kind: 2, condition: 2, "
+                     "label: {key: hostname, value: nowhere}, requirement: 1}\n")
+    job_id = p.submit(pinned)
+    deadline = time.monotonic() + 30
+    while True:
+        result = pelotonctl(p, "job", "status", job_id, "--json")
+        summary = json.loads(result.stdout)
+        if summary.get("unplaced"):
+            break
+        assert time.monotonic() < deadline, f"job status never said why no host takes the job: {summary}"
+        time.sleep(0.5)
+    assert summary["state"] == "PENDING"
+    assert summary["unplaced"][0]["message"].endswith("fits on none of 2 hosts: 2 refused by its constraint")
+    assert "found no host" in pelotonctl(p, "job", "status", job_id).stdout

@@ -6,7 +6,7 @@ import pytest
 
 from peloton.model.constraint import AndConstraint, ConstraintError, LabelConstraint, OrConstraint, evaluate
 from peloton.model.resources import Resources
-from stages.place.placement import HostView, TaskNeed, place_gang
+from stages.place.placement import HostView, TaskNeed, explain, place_gang
 
 
 def host(name: str, cpu: float = 4, **labels) -> HostView:
@@ -98,3 +98,14 @@ def test_task_need_reads_the_canonical_constraint_json() -> None:
 def test_a_bad_constraint_json_fails_when_the_spec_is_decoded(bad: str) -> None:
     with pytest.raises(ConstraintError):
         TaskNeed.from_spec(spec_with(bad))
+
+
+def test_explain_counts_the_hosts_that_fail_each_check() -> None:
+    hosts = [host("a", cpu=1), host("b", cpu=8, rack="x"), host("c", cpu=8, rack="y")]
+    hosts[2].state = "DRAINING"
+    pinned = LabelConstraint("HOST", "EQUAL", "rack", "z", 1)
+    why = explain([need("t1", cpu=2, constraint=pinned)], hosts, now=0)
+    assert why == "task t1 fits on none of 3 hosts: 1 without room (cpu on 1); 1 refused by its constraint; 1 not UP"
+    assert explain([need("t1")], [], now=0) == "no hosts are known yet"
+    together = explain([need("t1", cpu=3), need("t2", cpu=3)], [host("a", cpu=4)], now=0)
+    assert together == "the gang's 2 tasks do not fit together on the room the hosts have free now"

@@ -178,3 +178,22 @@ def test_place_refuses_a_gang_whose_constraint_it_cannot_read_and_fails_its_task
     [(_, key, _, status)] = out.take("task-status")
     assert (key, status["state"], status["task_id"]) == ("j", "TASK_ERROR", "j-0-1")
     assert not stage.waiting and not stage.held_offsets()
+
+
+def test_place_sends_a_gang_back_to_its_pool_with_the_reason_after_a_placement_cycle() -> None:
+    stage = PlaceStage(host_state=StaticView({"h1": host_state("h1", cpu=4)}))
+    out = bound(stage, placement_attempts=2, placement_backoff_s=0.0)
+    task = {"task_id": "j-0-1", "job_id": "j", "instance": 0, "run_id": 1,
+            "resources": {"cpu": 8.0, "mem_mb": 1.0, "disk_mb": 0.0, "gpu": 0.0}, "dynamic_ports": 0,
+            "command": "true", "shell": True, "arguments": [], "environment": {}, "labels": {},
+            "constraint_json": None, "kill_grace_seconds": 1.0, "controller": False}
+    gang = {"gang_id": "j-0-1", "job_id": "j", "pool": "/p", "priority": 0, "preemptible": True,
+            "placement_strategy": "PACK_HOST", "tasks": [task], "created_ms": 1}
+    stage.handle([record("admitted-gangs", "peloton.AdmittedGang", {"gang": gang, "admitted_ms": 1}, key="/p")])
+    stage.tick(1.0)
+    assert out.take("task-status") == [] and stage.held_offsets()  # one try: it waits
+    stage.tick(2.0)
+    [(_, key, _, status)] = out.take("task-status")
+    assert (status["state"], status["reason"]) == ("TASK_DROPPED", "REASON_NO_HOST")
+    assert status["message"] == "task j-0-1 fits on none of 1 hosts: 1 without room (cpu on 1)"
+    assert not stage.waiting and not stage.held_offsets() and out.take("placements") == []
