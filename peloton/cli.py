@@ -17,7 +17,8 @@ from rich.table import Table
 
 from peloton.config import Settings
 
-app = typer.Typer(help="Peloton-style cluster scheduler on Kafka.", no_args_is_help=True, add_completion=False)
+# add_completion gives --install-completion and --show-completion (bash, zsh, fish, PowerShell).
+app = typer.Typer(help="Peloton-style cluster scheduler on Kafka.", no_args_is_help=True, add_completion=True)
 topics_app = typer.Typer(help="Topics of the pipeline (topics.yaml).", no_args_is_help=True)
 stage_app = typer.Typer(help="Run pipeline stages.", no_args_is_help=True)
 dev_app = typer.Typer(help="The embedded dev stack: broker, stages and hosts on this machine.", no_args_is_help=True)
@@ -37,13 +38,35 @@ err = Console(stderr=True)
 EXIT_FAILED, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_TIMEOUT, EXIT_UNAVAILABLE = 1, 2, 3, 4, 5
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        out.print(f"pelotonctl {version('peloton-kafka')}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """Peloton-style cluster scheduler on Kafka."""
+
+
 def _fail(message: str, code: int) -> None:
     err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
 def _settings() -> Settings:
-    return Settings.from_env()
+    from peloton.config import SettingsError
+
+    try:
+        return Settings.from_env()
+    except SettingsError as exc:
+        _fail(str(exc), EXIT_INVALID)
+        raise
 
 
 def _store():
@@ -102,11 +125,15 @@ def stage_run(
     max_seconds: Optional[float] = typer.Option(None, help="Stop after this long (for tests and benchmarks)."),
 ) -> None:
     """Start one instance of a stage; it joins the stage's consumer group. SIGTERM stops it cleanly."""
+    from stages.launch.inventory import InventoryError
     from stages.run import STAGES, run_stage
 
     if name not in STAGES:
         _fail(f"unknown stage {name!r}; stages are {', '.join(STAGES)}", EXIT_INVALID)
-    run_stage(name, _settings(), instance_id, max_seconds)
+    try:
+        run_stage(name, _settings(), instance_id, max_seconds)
+    except InventoryError as exc:
+        _fail(f"PELOTON_HOSTS: {exc}", EXIT_INVALID)
 
 
 # -- dev stack ---------------------------------------------------------------------------------
@@ -120,8 +147,13 @@ def dev_up(
     from dataclasses import replace
 
     from peloton.devstack import DevStack, StackError
+    from stages.launch.inventory import InventoryError, parse_inventory
 
     settings = _settings()
+    try:
+        parse_inventory(hosts or settings.hosts, 1)
+    except InventoryError as exc:
+        _fail(f"{'--hosts' if hosts else 'PELOTON_HOSTS'}: {exc}", EXIT_INVALID)
     stack = DevStack(replace(settings, hosts=hosts) if hosts else settings)
     try:
         state = stack.up(progress=(lambda m: None) if as_json else (lambda m: out.print(m, highlight=False)))
@@ -257,6 +289,12 @@ def job_create(
         return
     if not as_json:
         out.print(f"job {job_id} submitted to {pool}", highlight=False)
+    _follow(job_id, timeout, as_json)
+
+
+def _follow(job_id: str, timeout: float, as_json: bool) -> None:
+    """Wait for a job to end with a progress bar; exit 0 SUCCEEDED, 1 other end, 4 timed out."""
+    from peloton.model.states import JOB_TERMINAL
     from peloton.watch import wait_for_jobs
 
     results = wait_for_jobs(_store(), [job_id], timeout, None if as_json else out)
@@ -265,21 +303,29 @@ def job_create(
         _print_json(results[job_id])
     else:
         out.print(f"job {job_id} {state}", highlight=False)
-    if state is None or state not in ("SUCCEEDED", "FAILED", "KILLED", "DELETED"):
+    if state not in JOB_TERMINAL:
         raise typer.Exit(EXIT_TIMEOUT)
     if state != "SUCCEEDED":
         raise typer.Exit(EXIT_FAILED)
 
 
 @job_app.command("status")
-def job_status(job_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
-    """A job's state and its tasks' states."""
+def job_status(
+    job_id: str,
+    wait: bool = typer.Option(False, "--wait", help="Follow the job to its end, showing progress."),
+    timeout: float = typer.Option(600, help="Seconds to wait with --wait."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """A job's state, its tasks' states, and why it waits; with --wait, follow it to the end."""
     from peloton.watch import job_summary
 
     store = _store()
     summary = job_summary(store, job_id, _settings())
     if summary is None:
         _fail(f"no job {job_id}", EXIT_NOT_FOUND)
+    if wait:
+        _follow(job_id, timeout, as_json)
+        return
     if as_json:
         _print_json(summary)
         return

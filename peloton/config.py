@@ -66,13 +66,20 @@ class Settings:
 
     @classmethod
     def from_env(cls, **overrides) -> Settings:
+        """Settings from PELOTON_* variables; a value that does not parse is a SettingsError
+        naming the variable."""
         home = home_dir()
         values: dict = {"home": home, "store_path": home / "peloton.db",
                         "bootstrap": _dev_stack_bootstrap(home) or cls.bootstrap}
         for f in fields(cls):
-            raw = os.environ.get(_env_name(f.name))
+            name = _env_name(f.name)
+            raw = os.environ.get(name)
             if raw not in (None, "") or (f.name == "topic_prefix" and raw is not None):
-                values[f.name] = _parse(f.type, raw)
+                try:
+                    values[f.name] = _parse(f.type, raw)
+                except ValueError:
+                    kind = {"int": "a whole number", "float": "a number"}.get(f.type, f.type)
+                    raise SettingsError(f"{name}={raw!r}: expected {kind}") from None
         values.update(overrides)
         return cls(**values)
 
@@ -86,6 +93,10 @@ class Settings:
     def env(self) -> dict[str, str]:
         """These settings as PELOTON_* variables, for starting child processes."""
         return {_env_name(f.name): str(getattr(self, f.name)) for f in fields(self)}
+
+
+class SettingsError(ValueError):
+    """A PELOTON_* variable holds a value that does not parse; the message names it."""
 
 
 # Field -> variable: PELOTON_<FIELD>, but for the two whose names predate this table.

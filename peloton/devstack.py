@@ -37,6 +37,25 @@ def tansu_binary() -> Path:
     return path
 
 
+KAFKA_PORT = 9092
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def settings_store(settings: Settings) -> str:
+    try:
+        return str(Path(settings.store_path).relative_to(Path.cwd()))
+    except ValueError:
+        return str(settings.store_path)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -128,12 +147,12 @@ class DevStack:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 raise StackError(f"another `pelotonctl dev up` is starting a dev stack in {self.settings.home} "
-                                 f"right now") from None
+                                 f"(PELOTON_HOME) right now") from None
             running = [c for c in self.status() if c["running"]]
             if running:
                 state = self.read() or {}
                 names = ", ".join(f"{c['component']} (pid {c['pid']})" for c in running)
-                raise StackError(f"a dev stack is already running in {self.settings.home}: broker at "
+                raise StackError(f"a dev stack is already running in {self.settings.home} (PELOTON_HOME): broker at "
                                  f"{state.get('bootstrap', '?')}, {names}; `pelotonctl dev down` stops it")
             return self._up(progress)
 
@@ -150,12 +169,18 @@ class DevStack:
             # would hold allocations and launches that no event will ever release.
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{self.settings.store_path}{suffix}").unlink(missing_ok=True)
-            port = free_port()
+            # Kafka's own port when it is free, so clients' defaults reach the dev broker.
+            port = KAFKA_PORT if port_is_free(KAFKA_PORT) else free_port()
             bootstrap = f"127.0.0.1:{port}"
             broker = start_broker(port, logs / "broker.log")
             components.append({"component": "broker", "pid": broker.pid, "address": bootstrap,
                                "log": str(logs / "broker.log")})
             progress(f"broker    tansu on {bootstrap} (pid {broker.pid})")
+            progress("          the embedded broker keeps nothing across restarts, so it and the store "
+                     f"({settings_store(self.settings)}) start empty")
+            if port != KAFKA_PORT:
+                progress(f"          {KAFKA_PORT} is taken: producers outside pelotonctl need "
+                         f"PELOTON_KAFKA_BOOTSTRAP={bootstrap}")
         # Everything started from here on talks to this broker and store.
         self.settings = settings = replace(self.settings, bootstrap=bootstrap)
         state = {"bootstrap": bootstrap, "store": str(settings.store_path), "hosts": settings.hosts,

@@ -140,7 +140,7 @@ class Emitter:
         raw_key = key.encode()
         if len(data) + len(raw_key) > self.max_bytes:
             raise RecordTooLarge(f"a {schema} of {len(data) + len(raw_key):,} bytes for {spec.id} is larger than "
-                                 f"the broker's message limit of {self.max_bytes:,} bytes")
+                                 f"the broker's message limit of {self.max_bytes:,} bytes (PELOTON_MAX_MESSAGE_BYTES)")
         if partition is None:
             partition = partition_for(key, spec.partitions)
         self._kept.append((spec.name, raw_key, data, partition))

@@ -254,7 +254,12 @@ def _integer(
     return value
 
 
-def _amount(fields: dict, key: str, path: str, problems: _Problems, cap: float) -> float | None:
+# The settings (environment variables) that raise the per-task caps.
+_CAP_SETTINGS = {"cpu": "PELOTON_MAX_TASK_CPU", "mem_mb": "PELOTON_MAX_TASK_MEM_MB",
+                 "disk_mb": "PELOTON_MAX_TASK_DISK_MB", "gpu": "PELOTON_MAX_TASK_GPU"}
+
+
+def _amount(fields: dict, key: str, path: str, problems: _Problems, cap: float, setting: str = "") -> float | None:
     """A resource amount: a finite number in [0, cap]; 0.0 when absent, None when wrong.
 
     Checked before any float() so that a huge YAML integer (0x and 100k digits) is refused,
@@ -272,7 +277,8 @@ def _amount(fields: dict, key: str, path: str, problems: _Problems, cap: float) 
         problems.add(where, f"expected a non-negative number, got {_describe(value)}")
         return None
     if value > cap:
-        problems.add(where, f"must be at most {_plain(cap)} (the per-task cap), got {_describe(value)}")
+        named = f", {setting}" if setting else ""
+        problems.add(where, f"must be at most {_plain(cap)} (the per-task cap{named}), got {_describe(value)}")
         return None
     return float(value)
 
@@ -370,7 +376,8 @@ def _read_resources(fields: dict, path: str, problems: _Problems, limits: JobLim
     if res is None:
         return Resources()
     _amount(res, "fdlimit", where, problems, limits.fd)  # checked, but nothing here limits descriptors
-    amounts = {name: _amount(res, key, where, problems, getattr(limits, name)) for name, key in _RESOURCE_KEYS.items()}
+    amounts = {name: _amount(res, key, where, problems, getattr(limits, name), _CAP_SETTINGS[name])
+               for name, key in _RESOURCE_KEYS.items()}
     # A task asking for nothing fits on every host at once: a mistake, and a way to flood hosts.
     # A wrong amount (None) is reported already.
     if all(a == 0.0 for a in amounts.values()):

@@ -31,6 +31,7 @@ class YamlLimits:
     max_depth: int = 64  # nested sequences and mappings
     max_aliases: int = 1000
     max_nodes: int = 1_000_000  # with every alias counted as the whole node it stands for
+    max_bytes_setting: str = "PELOTON_MAX_CONFIG_BYTES"  # named in the error, to raise the limit
 
 
 class YamlLimitError(ValueError):
@@ -82,7 +83,8 @@ def check_yaml(text: str, limits: YamlLimits = YamlLimits()) -> None:
     # encoding it. surrogatepass: a lone surrogate is for the YAML reader to refuse, clearly.
     size = len(text) if len(text) > limits.max_bytes else len(text.encode("utf-8", "surrogatepass"))
     if size > limits.max_bytes:
-        raise YamlLimitError(f"yaml: the document is {size} bytes, more than the limit of {limits.max_bytes}")
+        raise YamlLimitError(f"yaml: the document is {size} bytes, more than the limit of {limits.max_bytes} "
+                             f"({limits.max_bytes_setting})")
     walk = _Walk(limits)
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
         walk.step(event)

@@ -25,6 +25,7 @@ def test_dev_up_status_and_down(tmp_path) -> None:
     up = ctl("dev", "up", "--hosts", "sim:2:cpu=4")
     try:
         assert up.returncode == 0, up.stderr
+        assert "start empty" in up.stdout  # the embedded broker and store keep nothing: say so
         status = ctl("dev", "status", "--json")
         assert status.returncode == 0, status.stderr
         rows = json.loads(status.stdout)

@@ -391,10 +391,10 @@ def set_path(doc: dict, dotted: str, value: Any) -> dict:
         ("defaultconfig.resource.memlimitmb", float("-inf"), "defaultconfig.resource.memlimitmb: expected a finite number, got -inf"),
         ("defaultconfig.resource.disklimitmb", float("nan"), "defaultconfig.resource.disklimitmb: expected a finite number, got nan"),
         ("defaultconfig.resource.fdlimit", float("inf"), "defaultconfig.resource.fdlimit: expected a finite number, got inf"),
-        ("defaultconfig.resource.cpulimit", 1e9, "defaultconfig.resource.cpulimit: must be at most 1024 (the per-task cap), got 1000000000.0"),
-        ("defaultconfig.resource.memlimitmb", 2**22 + 1, "defaultconfig.resource.memlimitmb: must be at most 4194304 (the per-task cap), got 4194305"),
-        ("defaultconfig.resource.disklimitmb", 16**500, "defaultconfig.resource.disklimitmb: must be at most 104857600 (the per-task cap), got "),
-        ("defaultconfig.resource.gpulimit", 65, "defaultconfig.resource.gpulimit: must be at most 64 (the per-task cap), got 65"),
+        ("defaultconfig.resource.cpulimit", 1e9, "defaultconfig.resource.cpulimit: must be at most 1024 (the per-task cap, PELOTON_MAX_TASK_CPU), got 1000000000.0"),
+        ("defaultconfig.resource.memlimitmb", 2**22 + 1, "defaultconfig.resource.memlimitmb: must be at most 4194304 (the per-task cap, PELOTON_MAX_TASK_MEM_MB), got 4194305"),
+        ("defaultconfig.resource.disklimitmb", 16**500, "defaultconfig.resource.disklimitmb: must be at most 104857600 (the per-task cap, PELOTON_MAX_TASK_DISK_MB), got "),
+        ("defaultconfig.resource.gpulimit", 65, "defaultconfig.resource.gpulimit: must be at most 64 (the per-task cap, PELOTON_MAX_TASK_GPU), got 65"),
         ("defaultconfig.resource.fdlimit", 2**21, "defaultconfig.resource.fdlimit: must be at most 1048576 (the per-task cap)"),
         ("defaultconfig.resource", {"cpulimit": 0, "memlimitmb": 0}, "defaultconfig.resource: a task must ask for some resource"),
         ("instanceconfig.1.resource", {"fdlimit": 10}, "instanceconfig.1.resource: a task must ask for some resource"),
@@ -525,7 +525,7 @@ def test_the_per_task_caps_can_be_changed() -> None:
     doc = with_default(resource={"cpulimit": 8, "memlimitmb": 64})
     assert job_spec_from_dict(doc).tasks[0].resources.cpu == 8.0
     errors = pytest.raises(JobConfigError, job_spec_from_dict, doc, JobLimits(cpu=4)).value.errors
-    assert errors == ["defaultconfig.resource.cpulimit: must be at most 4 (the per-task cap), got 8"]
+    assert errors == ["defaultconfig.resource.cpulimit: must be at most 4 (the per-task cap, PELOTON_MAX_TASK_CPU), got 8"]
     assert JobLimits() == JobLimits(cpu=1024, mem_mb=4_194_304, disk_mb=104_857_600, gpu=64)
 
 
@@ -591,7 +591,7 @@ def test_nested_constraints_within_the_limit_parse() -> None:
         ("a: &a [1, *a]\n", "line 1: alias *a refers to a node that contains it (a recursive alias)"),
         ("name: x\nsla: {priority: 2001-13-01}\n", "line 2, column 17: invalid YAML: cannot read this value: month must be in 1..12"),
         ("instancecount: " + "9" * 5000 + "\n", "line 1, column 16: invalid YAML: cannot read this value: Exceeds the limit"),
-        ("name: " + "x" * 1_100_000, "yaml: the document is 1100006 bytes, more than the limit of 1048576"),
+        ("name: " + "x" * 1_100_000, "yaml: the document is 1100006 bytes, more than the limit of 1048576 (PELOTON_MAX_CONFIG_BYTES)"),
     ],
 )
 def test_hostile_yaml_is_a_job_config_error(text: str, expected: str) -> None:

@@ -80,7 +80,7 @@ def test_too_many_aliases_are_refused_even_when_each_is_small() -> None:
 
 def test_a_large_document_is_refused_before_it_is_parsed() -> None:
     message = refused_quickly("a: " + "x" * 2_000_000)
-    assert message == "yaml: the document is 2000003 bytes, more than the limit of 1048576"
+    assert message == "yaml: the document is 2000003 bytes, more than the limit of 1048576 (PELOTON_MAX_CONFIG_BYTES)"
     # Bytes, not characters: 600k three-byte characters are 1.8 MB.
     assert "1800003 bytes" in refused_quickly("a: " + "€" * 600_000)
 
