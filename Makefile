@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test unit integration bench clean
+.PHONY: install system demo test unit integration bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,18 +14,35 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The Debian packages the tests start real servers from: PostgreSQL (the multi-machine store) and
+# ZooKeeper (the instance registry). Installed when missing and this runs as root with apt;
+# otherwise it says the one command to run.
+system:
+	@missing=""; \
+	ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	[ -x /usr/share/zookeeper/bin/zkServer.sh ] || missing="$$missing zookeeper"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing$$missing (Debian packages)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "missing Debian packages:$$missing; install them with: sudo apt-get install -y$$missing" >&2; \
+	    exit 1; \
+	  fi; \
+	fi
+
 # Starts the embedded stack, runs the example jobs to completion with live progress, prints a
 # summary with tasks per second, and stops the stack.
 demo: $(STAMP)
 	$(BIN)/pelotonctl dev demo
 
-test: $(STAMP)
+test: $(STAMP) system
 	$(BIN)/python -m pytest -q
 
-unit: $(STAMP)
+unit: $(STAMP) system
 	$(BIN)/python -m pytest -q tests/unit
 
-integration: $(STAMP)
+integration: $(STAMP) system
 	$(BIN)/python -m pytest -q tests/integration
 
 # Figures, not pass/fail: the pipeline's rate on simulated hosts.

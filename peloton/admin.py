@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from contextlib import contextmanager
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
@@ -61,6 +62,24 @@ def create_pool(settings: Settings, store: StorageGateway, path: str, text: str)
         config = parse_pool_config(text, path)
     except PoolConfigError as exc:
         raise UserError(str(exc)) from None
+    with pool_tree_lock(settings):
+        return _create_pool(settings, store, path, config)
+
+
+@contextmanager
+def pool_tree_lock(settings: Settings):
+    """Pool-tree changes happen one at a time in the cluster: the check of the tree and the
+    write must not interleave with another pelotonctl's. ZooKeeper's lock when there is one."""
+    if not settings.zookeeper:
+        yield
+        return
+    from peloton.registry import Registry
+
+    with Registry(settings.zookeeper) as registry, registry.lock("pool-tree", timeout=settings.flush_timeout_s):
+        yield
+
+
+def _create_pool(settings: Settings, store: StorageGateway, path: str, config: dict) -> dict:
     pools = store.list_pools()
     if config["parent"] != "/" and config["parent"] not in pools:
         raise UserError(f"parent pool {config['parent']!r} does not exist; create it first")

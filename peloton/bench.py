@@ -33,12 +33,12 @@ defaultconfig:
 
 def run_pipeline_bench(console, tasks: int, hosts: str, task_seconds: float) -> dict:
     home = Path(tempfile.mkdtemp(prefix="peloton-bench-"))
-    stack = DevStack(Settings.from_env(home=home, store_path=home / "peloton.db", hosts=hosts,
+    stack = DevStack(Settings.from_env(home=home, store=str(home / "peloton.db"), hosts=hosts,
                                        sim_task_seconds=task_seconds))
     stack.up(progress=lambda m: console.print(m, highlight=False))
     try:
         settings = stack.settings
-        store = open_store(settings.store_path)
+        store = open_store(settings.store)
         create_pool(settings, store, "/bench", BENCH_POOL)
         capacities = host_capacities(settings)
         started = time.monotonic()

@@ -25,15 +25,18 @@ dev_app = typer.Typer(help="The embedded dev stack: broker, stages and hosts on 
 job_app = typer.Typer(help="Jobs: validate, create, status, list.", no_args_is_help=True)
 task_app = typer.Typer(help="Tasks of a job.", no_args_is_help=True)
 pool_app = typer.Typer(help="Resource pools.", no_args_is_help=True)
+cluster_app = typer.Typer(help="The cluster's instances on every machine, from ZooKeeper (PELOTON_ZOOKEEPER).",
+                          no_args_is_help=True)
 app.add_typer(topics_app, name="topics")
 app.add_typer(stage_app, name="stage")
 app.add_typer(dev_app, name="dev")
 app.add_typer(job_app, name="job")
 app.add_typer(task_app, name="task")
 app.add_typer(pool_app, name="respool")
+app.add_typer(cluster_app, name="cluster")
 
-out = Console(soft_wrap=True)
-err = Console(stderr=True)
+out = Console(soft_wrap=True, emoji=False)
+err = Console(stderr=True, emoji=False)
 
 EXIT_FAILED, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_TIMEOUT, EXIT_UNAVAILABLE = 1, 2, 3, 4, 5
 
@@ -72,7 +75,7 @@ def _settings() -> Settings:
 def _store():
     from peloton.store import open_store
 
-    return open_store(_settings().store_path)
+    return open_store(_settings().store)
 
 
 def _print_json(data) -> None:
@@ -90,10 +93,13 @@ def _read(path: Path) -> str:
 def _broker_call(fn, *args):
     from confluent_kafka import KafkaException
 
+    from peloton.registry import LockNotAcquired, RegistryUnavailable
     from peloton.runtime import DeliveryError
 
     try:
         return fn(*args)
+    except (RegistryUnavailable, LockNotAcquired) as exc:
+        _fail(str(exc), EXIT_UNAVAILABLE)
     except (KafkaException, DeliveryError) as exc:
         _fail(f"broker at {_settings().bootstrap} is unavailable (is `pelotonctl dev up` running, or "
               f"PELOTON_KAFKA_BOOTSTRAP set?): {exc}", EXIT_UNAVAILABLE)
@@ -140,6 +146,9 @@ def stage_run(
 @dev_app.command("up")
 def dev_up(
     hosts: Optional[str] = typer.Option(None, help="Host inventory, e.g. 'local:2:cpu=8;sim:100:cpu=32'."),
+    store: str = typer.Option("sqlite", help="sqlite (one file), or postgres: a local PostgreSQL and ZooKeeper "
+                                             "of the stack's own, as on several machines."),
+    instances: int = typer.Option(1, min=1, max=8, help="Instances of every stage."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Start a broker (unless PELOTON_KAFKA_BOOTSTRAP is set), apply topics, create the default
@@ -150,13 +159,16 @@ def dev_up(
     from stages.launch.inventory import InventoryError, parse_inventory
 
     settings = _settings()
+    if store not in ("sqlite", "postgres"):
+        _fail(f"--store: {store!r} is neither sqlite nor postgres", EXIT_INVALID)
     try:
         parse_inventory(hosts or settings.hosts, 1)
     except InventoryError as exc:
         _fail(f"{'--hosts' if hosts else 'PELOTON_HOSTS'}: {exc}", EXIT_INVALID)
     stack = DevStack(replace(settings, hosts=hosts) if hosts else settings)
     try:
-        state = stack.up(progress=(lambda m: None) if as_json else (lambda m: out.print(m, highlight=False)))
+        state = stack.up(progress=(lambda m: None) if as_json else (lambda m: out.print(m, highlight=False)),
+                         store=store, instances=instances)
     except StackError as exc:
         _fail(str(exc), EXIT_UNAVAILABLE)
     if as_json:
@@ -174,7 +186,8 @@ def dev_status(as_json: bool = typer.Option(False, "--json")) -> None:
     else:
         table = Table("component", "pid", "address", "running")
         for r in rows:
-            table.add_row(r["component"], str(r["pid"]), r["address"], "yes" if r["running"] else "[red]no[/red]")
+            table.add_row(r.get("instance") or r["component"], str(r["pid"]), r["address"],
+                          "yes" if r["running"] else "[red]no[/red]")
         out.print(table if rows else "no dev stack is running")
     if not rows or not all(r["running"] for r in rows):
         raise typer.Exit(EXIT_UNAVAILABLE)
@@ -372,6 +385,88 @@ def task_list(job_id: str, as_json: bool = typer.Option(False, "--json")) -> Non
         table.add_row(str(r["instance"]), str(r["run_id"]), r["state"], r["host"],
                       "" if r["exit_code"] is None else str(r["exit_code"]), r["message"])
     out.print(table)
+
+
+# -- cluster -----------------------------------------------------------------------------------
+@cluster_app.command("status")
+def cluster_status(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    timeout: float = typer.Option(5.0, help="Seconds to wait for ZooKeeper."),
+) -> None:
+    """Every registered instance on any machine, from ZooKeeper (PELOTON_ZOOKEEPER).
+
+    Per instance: kind, instance id, host, pid, partitions, metrics address, age."""
+    import time
+
+    from peloton.registry import Registry, RegistryUnavailable
+
+    hosts = _settings().zookeeper.strip()  # PELOTON_ZOOKEEPER, else a running dev stack's
+    if not hosts:
+        _fail("PELOTON_ZOOKEEPER is not set: set it to the ZooKeeper the cluster registers in (e.g. "
+              "zk1:2181,zk2:2181, optionally ending in a chroot path such as /peloton); for a local dev "
+              "stack `pelotonctl dev status` shows what runs (`dev up --store postgres` starts a ZooKeeper)",
+              EXIT_UNAVAILABLE)
+    try:
+        with Registry(hosts, timeout=timeout) as registry:
+            rows = registry.instances()
+    except RegistryUnavailable as exc:
+        _fail(str(exc), EXIT_UNAVAILABLE)
+    now = time.time()
+    for r in rows:
+        started = r.get("started_ms")
+        r["age_s"] = round(now - started / 1000, 1) if isinstance(started, (int, float)) else None
+    if as_json:
+        _print_json(rows)
+        return
+    if not rows:
+        out.print(f"no instances are registered in ZooKeeper at {hosts}", highlight=False)
+        return
+    table = Table("kind", "instance", "host", "pid", "partitions", "metrics", "age")
+    for r in rows:
+        table.add_row(r["kind"], r["instance_id"], str(r.get("host") or ""), str(r.get("pid") or ""),
+                      _cluster_partitions(r.get("partitions")), str(r.get("metrics") or ""),
+                      _cluster_age(r["age_s"]) if r.get("error") is None else f"[red]{r['error']}[/red]")
+    out.print(table)
+
+
+def _cluster_ranges(numbers: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2,5"."""
+    spans: list[list[int]] = []
+    for n in sorted(set(numbers)):
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def _cluster_partitions(value) -> str:
+    """An instance's partitions as registered: a list of numbers, a list of [topic, partition]
+    pairs, or {topic: [partitions]}; shown as "topic 0-3; other 1"."""
+    if not value:
+        return ""
+    try:
+        if isinstance(value, dict):
+            by_topic = {str(t): list(ps) for t, ps in value.items()}
+        elif all(isinstance(v, int) for v in value):
+            return _cluster_ranges(value)
+        else:
+            by_topic = {}
+            for topic, partition in value:
+                by_topic.setdefault(str(topic), []).append(int(partition))
+        return "; ".join(f"{t} {_cluster_ranges(ps)}" for t, ps in sorted(by_topic.items()))
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _cluster_age(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    s = max(int(seconds), 0)
+    for unit, size, sub, sub_size in (("d", 86400, "h", 3600), ("h", 3600, "m", 60), ("m", 60, "s", 1)):
+        if s >= size:
+            return f"{s // size}{unit}{(s % size) // sub_size:02d}{sub}"
+    return f"{s}s"
 
 
 def main() -> None:

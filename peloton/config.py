@@ -26,8 +26,12 @@ def home_dir() -> Path:
 class Settings:
     bootstrap: str = "127.0.0.1:9092"
     topic_prefix: str = ""
-    store_path: Path = field(default_factory=lambda: home_dir() / "peloton.db")
+    # The store: `postgresql://user@host:port/db` (several machines), or `sqlite:///path` or a
+    # plain path (the embedded default, one machine).
+    store: str = field(default_factory=lambda: str(home_dir() / "peloton.db"))
     home: Path = field(default_factory=home_dir)
+    # ZooKeeper connect string (host:port,...): the instance registry. Empty: no registry.
+    zookeeper: str = ""
     # Host inventory of the launch stage, e.g. "local:2:cpu=4,mem_mb=8192;sim:100:cpu=32".
     hosts: str = "local:2:cpu=8,mem_mb=16384,disk_mb=100000"
     sim_task_seconds: float = 1.0
@@ -56,6 +60,8 @@ class Settings:
     # and how far back launch sends task ends again when the broker lost them.
     topic_check_s: float = 5.0
     status_replay_s: float = 600.0
+    # How long entitle remembers a run that ended, to recognise a late redelivery of its demand.
+    released_keep_s: float = 86400.0
     # What one job file may be and one task may ask for (far above real hosts: they catch typos
     # and hostile files before anything is queued).
     max_config_bytes: int = 1_048_576
@@ -69,8 +75,9 @@ class Settings:
         """Settings from PELOTON_* variables; a value that does not parse is a SettingsError
         naming the variable."""
         home = home_dir()
-        values: dict = {"home": home, "store_path": home / "peloton.db",
-                        "bootstrap": _dev_stack_bootstrap(home) or cls.bootstrap}
+        # A running dev stack is the default: its broker, store and ZooKeeper.
+        values: dict = {"home": home, "store": str(home / "peloton.db"), "bootstrap": cls.bootstrap,
+                        **_dev_stack(home)}
         for f in fields(cls):
             name = _env_name(f.name)
             raw = os.environ.get(name)
@@ -100,7 +107,7 @@ class SettingsError(ValueError):
 
 
 # Field -> variable: PELOTON_<FIELD>, but for the two whose names predate this table.
-_ENV_NAMES = {"bootstrap": "PELOTON_KAFKA_BOOTSTRAP", "store_path": "PELOTON_STORE"}
+_ENV_NAMES = {"bootstrap": "PELOTON_KAFKA_BOOTSTRAP", "store": "PELOTON_STORE"}
 
 
 def _env_name(field_name: str) -> str:
@@ -111,10 +118,10 @@ def _parse(type_name: str, raw: str):
     return {"int": int, "float": float, "Path": Path}.get(type_name, str)(raw)
 
 
-def _dev_stack_bootstrap(home: Path) -> str | None:
-    """A running dev stack records its broker address; the CLI finds it without flags."""
-    state = home / "dev" / "stack.json"
+def _dev_stack(home: Path) -> dict:
+    """What a running dev stack records (broker, store, ZooKeeper), so the CLI finds it without flags."""
     try:
-        return json.loads(state.read_text())["bootstrap"]
-    except (OSError, ValueError, KeyError):
-        return None
+        state = json.loads((home / "dev" / "stack.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: state[k] for k in ("bootstrap", "store", "zookeeper") if state.get(k)}

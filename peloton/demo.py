@@ -21,7 +21,7 @@ def run_demo(settings: Settings, console, keep: bool = False, timeout: float = 3
     stack.up(progress=lambda m: console.print(m, highlight=False))
     try:
         settings = stack.settings
-        store = open_store(settings.store_path)
+        store = open_store(settings.store)
         console.rule(f"submitting {len(DEMO_JOBS)} example jobs to {DEFAULT_POOL}")
         out = emitter(settings)
         hosts = host_capacities(settings)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -15,8 +16,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from peloton.config import REPO_ROOT, Settings
+from peloton.store import sqlite_path
 
 STAGE_ORDER = ("admit", "entitle", "place", "launch")
+SERVERS = ("broker", "postgres", "zookeeper")  # stopped after the stages
 DEFAULT_POOL = "/DefaultResPool"
 DEFAULT_POOL_FILE = REPO_ROOT / "examples" / "pools" / "default.yaml"
 
@@ -51,9 +54,9 @@ def port_is_free(port: int) -> bool:
 
 def settings_store(settings: Settings) -> str:
     try:
-        return str(Path(settings.store_path).relative_to(Path.cwd()))
+        return str(Path(settings.store).relative_to(Path.cwd()))
     except ValueError:
-        return str(settings.store_path)
+        return settings.store
 
 
 def free_port() -> int:
@@ -139,8 +142,11 @@ class DevStack:
             return []
         return [{**c, "running": alive(c["pid"])} for c in state["components"]]
 
-    def up(self, progress=print) -> dict:
-        """Start a stack in this home; refuses while another runs or is being started here."""
+    def up(self, progress=print, store: str = "sqlite", instances: int = 1) -> dict:
+        """Start a stack in this home; refuses while another runs or is being started here.
+
+        store="postgres" runs it on a local PostgreSQL and ZooKeeper of its own, as the stages
+        would run on several machines; instances starts that many of every stage."""
         self.dir.mkdir(parents=True, exist_ok=True)
         with open(self.dir / "up.lock", "w") as lock:
             try:  # two `dev up` at once: the second must not start a second broker and stages
@@ -154,9 +160,9 @@ class DevStack:
                 names = ", ".join(f"{c['component']} (pid {c['pid']})" for c in running)
                 raise StackError(f"a dev stack is already running in {self.settings.home} (PELOTON_HOME): broker at "
                                  f"{state.get('bootstrap', '?')}, {names}; `pelotonctl dev down` stops it")
-            return self._up(progress)
+            return self._up(progress, store, instances)
 
-    def _up(self, progress) -> dict:
+    def _up(self, progress, store_kind: str, instances: int) -> dict:
         logs = self.dir / "logs"
         logs.mkdir(exist_ok=True)
         components = []
@@ -167,8 +173,10 @@ class DevStack:
         else:
             # The embedded broker is memory-only: it starts empty, so the store must too, or it
             # would hold allocations and launches that no event will ever release.
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{self.settings.store_path}{suffix}").unlink(missing_ok=True)
+            path = sqlite_path(self.settings.store)
+            if path is not None:
+                for suffix in ("", "-wal", "-shm"):
+                    Path(f"{path}{suffix}").unlink(missing_ok=True)
             # Kafka's own port when it is free, so clients' defaults reach the dev broker.
             port = KAFKA_PORT if port_is_free(KAFKA_PORT) else free_port()
             bootstrap = f"127.0.0.1:{port}"
@@ -181,9 +189,15 @@ class DevStack:
             if port != KAFKA_PORT:
                 progress(f"          {KAFKA_PORT} is taken: producers outside pelotonctl need "
                          f"PELOTON_KAFKA_BOOTSTRAP={bootstrap}")
+        if store_kind == "postgres":
+            try:
+                self.settings = replace(self.settings, **self._start_servers(components, logs, progress))
+            except Exception as exc:  # leave nothing running behind a failed start
+                self._stop(components, lambda m: None)
+                raise StackError(str(exc)) from None
         # Everything started from here on talks to this broker and store.
         self.settings = settings = replace(self.settings, bootstrap=bootstrap)
-        state = {"bootstrap": bootstrap, "store": str(settings.store_path), "hosts": settings.hosts,
+        state = {"bootstrap": bootstrap, "store": settings.store, "zookeeper": settings.zookeeper, "hosts": settings.hosts,
                  "started": time.time(), "components": components}
         self._write(state)
         from peloton.admin import create_pool, ensure_topics
@@ -191,21 +205,24 @@ class DevStack:
 
         report = ensure_topics(settings)
         progress(f"topics    {len(report)} ready")
-        store = open_store(settings.store_path)
+        store = open_store(settings.store)
         if store.get_pool(DEFAULT_POOL) is None:
             create_pool(settings, store, DEFAULT_POOL, DEFAULT_POOL_FILE.read_text())
             progress(f"pool      {DEFAULT_POOL} created from {DEFAULT_POOL_FILE.relative_to(REPO_ROOT)}")
+        store.close()
         procs = {}
         for name in STAGE_ORDER:
-            log = logs / f"{name}.log"
-            proc = start_stage(name, settings, log, instance_id=f"{name}-0")
-            procs[name] = (proc, log)
-            components.append({"component": name, "pid": proc.pid, "address": f"group {settings.topic_prefix}peloton.{name}",
-                               "log": str(log)})
-            self._write(state)
-        for name, (proc, log) in procs.items():
+            for i in range(instances):
+                instance = f"{name}-{i}"
+                log = logs / f"{instance if instances > 1 else name}.log"
+                proc = start_stage(name, settings, log, instance_id=instance)
+                procs[instance] = (proc, log)
+                components.append({"component": name, "instance": instance, "pid": proc.pid,
+                                   "address": f"group {settings.topic_prefix}peloton.{name}", "log": str(log)})
+                self._write(state)
+        for instance, (proc, log) in procs.items():
             wait_for_log(log, "assigned", 60, proc)
-            progress(f"{name:<9} running (pid {proc.pid})")
+            progress(f"{instance if instances > 1 else instance.rsplit('-', 1)[0]:<9} running (pid {proc.pid})")
         progress(f"hosts     {settings.hosts}")
         return state
 
@@ -214,9 +231,13 @@ class DevStack:
         if not state:
             progress("no dev stack is recorded; nothing to stop")
             return
-        # Stages first (they finish their batch and leave their groups), the broker last.
-        order = [c for c in state["components"] if c["component"] != "broker"] + [
-            c for c in state["components"] if c["component"] == "broker"]
+        self._stop(state["components"], progress, timeout)
+        self.state_file.unlink(missing_ok=True)
+
+    def _stop(self, components: list[dict], progress, timeout: float = 15.0) -> None:
+        # Stages first (they finish their batch and leave their groups), the servers last.
+        order = [c for c in components if c["component"] not in SERVERS] + [
+            c for c in components if c["component"] in SERVERS]
         for c in order:
             if not c["pid"] or not alive(c["pid"]):
                 continue
@@ -232,7 +253,27 @@ class DevStack:
                 progress(f"{c['component']:<9} killed after {timeout:.0f}s")
             else:
                 progress(f"{c['component']:<9} stopped")
-        self.state_file.unlink(missing_ok=True)
+        for c in components:
+            if c.get("dir"):  # a server's throwaway data directory
+                shutil.rmtree(c["dir"], ignore_errors=True)
+
+    def _start_servers(self, components: list[dict], logs: Path, progress) -> dict:
+        """A PostgreSQL and a ZooKeeper of the stack's own; the settings that point at them."""
+        from peloton.pgserver import start_postgres
+        from peloton.zkserver import start_zookeeper
+
+        pg = start_postgres(free_port())
+        url = pg.create_database("peloton")
+        components.append({"component": "postgres", "pid": pg.pid, "address": url,
+                           "log": str(pg.dir / "server.log"), "dir": str(pg.dir)})
+        progress(f"postgres  {url} (pid {pg.pid})")
+        zk_dir = self.dir / "zookeeper"
+        shutil.rmtree(zk_dir, ignore_errors=True)  # a new stack starts empty, like the broker
+        zk, address = start_zookeeper(zk_dir)
+        components.append({"component": "zookeeper", "pid": zk.pid, "address": address,
+                           "log": str(zk_dir / "zookeeper.log"), "dir": str(zk_dir)})
+        progress(f"zookeeper {address} (pid {zk.pid})")
+        return {"store": url, "zookeeper": address}
 
     def _write(self, state: dict) -> None:
         tmp = self.state_file.with_suffix(".tmp")

@@ -356,6 +356,28 @@ class StageRuntime:
         self._next_topic_check = 0.0
         self._admin = None
         self._consume_errors = 0
+        self.registry = self._register()
+
+    def _register(self):
+        """Join the instance registry in ZooKeeper, when one is configured. It is for operators,
+        not for the stage's work: a ZooKeeper that cannot be reached is logged, not fatal."""
+        if not self.settings.zookeeper:
+            return None
+        from peloton.registry import Registry, RegistryUnavailable
+
+        registry = Registry(self.settings.zookeeper)
+        try:
+            registry.start()
+        except RegistryUnavailable as exc:
+            log.warning("not in the instance registry: %s", exc)
+            return None
+        registry.register(self.stage.name, self.instance_id, {
+            "group": self.catalogue.group(self.stage.name), "partitions": [], "metrics": None})
+        return registry
+
+    def _registry_partitions(self) -> None:
+        if self.registry is not None:
+            self.registry.update({"partitions": sorted(self.assigned)})
 
     # -- rebalance ------------------------------------------------------------------------
     def _ids(self, partitions: Iterable[TopicPartition]) -> list[tuple[str, int]]:
@@ -365,6 +387,7 @@ class StageRuntime:
         ids = self._ids(partitions)
         self.assigned.update(ids)
         log.info("%s assigned %s", self.instance_id, ids)
+        self._registry_partitions()
         wiped = bool(ids) and self._offsets_wiped()
         self._until_done(lambda: self.stage.on_assign(ids), "taking over partitions")
         if wiped:
@@ -412,6 +435,7 @@ class StageRuntime:
             self._next.pop(tp, None)
             self._committed.pop(tp, None)
         log.info("%s %s %s", self.instance_id, how, ids)
+        self._registry_partitions()
         self.stage.on_revoke(ids)
 
     # -- main loop ------------------------------------------------------------------------
@@ -568,6 +592,8 @@ class StageRuntime:
         self.consumer.close()  # leaves the group so partitions move at once
         self.stage.close()
         self.producer.flush(10)
+        if self.registry is not None:
+            self.registry.close()
 
 
 class CompactedView:

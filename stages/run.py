@@ -15,11 +15,11 @@ def build_stage(name: str, settings: Settings) -> Stage:
     if name == "admit":
         from stages.admit.stage import AdmitStage
 
-        return AdmitStage(open_store(settings.store_path))
+        return AdmitStage(open_store(settings.store))
     if name == "entitle":
         from stages.entitle.stage import EntitleStage
 
-        return EntitleStage(open_store(settings.store_path))
+        return EntitleStage(open_store(settings.store))
     if name == "place":
         from stages.place.stage import PlaceStage
 
@@ -27,7 +27,7 @@ def build_stage(name: str, settings: Settings) -> Stage:
     if name == "launch":
         from stages.launch.stage import LaunchStage
 
-        return LaunchStage(open_store(settings.store_path))
+        return LaunchStage(open_store(settings.store))
     raise ValueError(f"unknown stage {name!r}; stages are {', '.join(STAGES)}")
 
 

@@ -1,4 +1,4 @@
-"""Shared test helpers: where Peloton's example files live."""
+"""Shared test helpers: where Peloton's example files live, and a real PostgreSQL server."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO.parent / "shared" / "peloton-examples"
+STORES = ["sqlite", "postgres"]
 
 
 @pytest.fixture
@@ -15,3 +16,25 @@ def peloton_examples() -> Path:
     if not EXAMPLES.is_dir():
         pytest.skip(f"Peloton's example files are not at {EXAMPLES}")
     return EXAMPLES
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """One throwaway PostgreSQL server for the session, started on first use. Not installed is
+    an error, not a skip: `make test` installs it (Debian's postgresql package)."""
+    from peloton.devstack import free_port
+    from peloton.pgserver import PostgresUnavailable, start_postgres
+
+    try:
+        server = start_postgres(free_port())
+    except PostgresUnavailable as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield server
+    server.stop()
+
+
+def fresh_store_url(request, kind: str, tmp_path: Path) -> str:
+    """A new, empty store of the given kind ("sqlite" or "postgres")."""
+    if kind == "postgres":
+        return request.getfixturevalue("postgres_server").create_database()
+    return str(tmp_path / "peloton.db")

@@ -1,30 +1,63 @@
-"""The storage gateway: one interface (StorageGateway), one backend per database.
+"""The storage gateway: one interface (StorageGateway), one backend per database, chosen by URL.
+
+    sqlite:///path/peloton.db or a plain path   embedded SQLite (one machine; the default)
+    postgresql://user@host:port/db               PostgreSQL (several machines)
 
 The store is the source of truth for jobs, tasks, pools, pool allocations and launches; stage
 memory is rebuilt from it (and from compacted topics) on start and on partition assignment.
+Cassandra, Peloton's own store, cannot run on these machines; a backend for it would be one
+more module here, held to the same contract suite (tests/unit/test_store.py).
 """
 
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 
-from peloton.store.base import Allocation, JobRow, Launch, StorageGateway, TaskRow
+import psycopg
+import psycopg_pool
+
+from peloton.store.base import (
+    Allocation,
+    AllocationStore,
+    JobRow,
+    JobStore,
+    Launch,
+    LaunchStore,
+    StorageGateway,
+    TaskRow,
+)
 
 # Errors that mean the store is unavailable (locked, disk full, server gone), not that a request
-# was wrong: stages pause and try again rather than blame the record. Each backend adds its own.
-STORE_UNAVAILABLE: tuple[type[BaseException], ...] = (sqlite3.OperationalError,)
+# was wrong: stages pause and try again rather than blame the record.
+STORE_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    sqlite3.OperationalError, psycopg.OperationalError, psycopg_pool.PoolTimeout)
+
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
-def open_store(url_or_path) -> StorageGateway:
-    """`sqlite:///path`, or a plain path, opens the embedded SQLite backend."""
+def sqlite_path(url_or_path: str | Path) -> Path | None:
+    """The file of an SQLite store, or None for a store that is not a file."""
     target = str(url_or_path)
-    if target.startswith("cassandra://"):
-        raise NotImplementedError("the Cassandra backend arrives with the job manager issue")
-    if target.startswith("sqlite:///"):
-        target = target[len("sqlite:///") - 1 :]
+    if target.startswith(POSTGRES_SCHEMES) or "://" in target and not target.startswith("sqlite:///"):
+        return None
+    return Path(target[len("sqlite:///") - 1:] if target.startswith("sqlite:///") else target)
+
+
+def open_store(url_or_path: str | Path) -> StorageGateway:
+    target = str(url_or_path)
+    if target.startswith(POSTGRES_SCHEMES):
+        from peloton.store.postgres import PostgresStore
+
+        return PostgresStore(target)
+    path = sqlite_path(target)
+    if path is None:
+        raise ValueError(f"PELOTON_STORE={target!r}: a store is postgresql://user@host:port/db, "
+                         f"sqlite:///path or a file path")
     from peloton.store.sqlite import SqliteStore
 
-    return SqliteStore(target)
+    return SqliteStore(path)
 
 
-__all__ = ["STORE_UNAVAILABLE", "Allocation", "JobRow", "Launch", "StorageGateway", "TaskRow", "open_store"]
+__all__ = ["STORE_UNAVAILABLE", "Allocation", "AllocationStore", "JobRow", "JobStore", "Launch", "LaunchStore",
+           "StorageGateway", "TaskRow", "open_store", "sqlite_path"]

@@ -9,6 +9,20 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from peloton.store.base import Allocation, JobRow, Launch, StorageGateway, TaskRow
+from peloton.store.rows import (
+    ALLOCATION_COLS,
+    EVENT_COLS,
+    JOB_COLS,
+    LAUNCH_COLS,
+    TASK_COLS,
+    allocation_params,
+    job_from_row,
+    job_params,
+    launch_params,
+    placeholders,
+    task_from_row,
+    task_params,
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS pools (
@@ -29,7 +43,7 @@ CREATE TABLE IF NOT EXISTS task_events (
 CREATE INDEX IF NOT EXISTS task_events_by_job ON task_events (job_id);
 CREATE TABLE IF NOT EXISTS allocations (
     task_id TEXT PRIMARY KEY, pool TEXT, gang_id TEXT, cpu REAL, mem_mb REAL, disk_mb REAL,
-    gpu REAL, admitted_ms INTEGER);
+    gpu REAL, admitted_ms INTEGER, released_ms INTEGER);
 CREATE TABLE IF NOT EXISTS launches (
     task_id TEXT PRIMARY KEY, job_id TEXT, instance INTEGER, run_id INTEGER, host_id TEXT,
     cpu REAL, mem_mb REAL, disk_mb REAL, gpu REAL, launched_ms INTEGER, ended_ms INTEGER,
@@ -38,45 +52,17 @@ CREATE INDEX IF NOT EXISTS launches_by_host ON launches (host_id, ended_ms);
 CREATE INDEX IF NOT EXISTS launches_by_job ON launches (job_id);
 """
 
-_TASK_COLS = (
-    "job_id, instance, run_id, task_id, pool, gang_id, state, spec, max_failures, failures, "
-    "host_id, reason, message, exit_code, signal, updated_ms"
-)
-_JOB_COLS = (
-    "job_id, name, pool, type, state, instance_count, priority, preemptible, placement_strategy, "
-    "owner, config_text, created_ms, updated_ms, completed_ms"
-)
-_LAUNCH_COLS = "task_id, job_id, instance, run_id, host_id, cpu, mem_mb, disk_mb, gpu, launched_ms, ended_ms"
 # SQLite limits bound variables per statement; IN lists are chunked below this.
 _CHUNK = 900
+
+
+def _q(cols: str) -> str:
+    return placeholders(cols, "?")
 
 
 def _chunks(items: list, size: int = _CHUNK):
     for i in range(0, len(items), size):
         yield items[i : i + size]
-
-
-def _task(row) -> TaskRow:
-    return TaskRow(
-        job_id=row[0], instance=row[1], run_id=row[2], task_id=row[3], pool=row[4], gang_id=row[5],
-        state=row[6], spec=json.loads(row[7]), max_failures=row[8], failures=row[9], host_id=row[10] or "",
-        reason=row[11] or "", message=row[12] or "", exit_code=row[13], signal=row[14], updated_ms=row[15] or 0,
-    )
-
-
-def _task_params(t: TaskRow) -> tuple:
-    return (
-        t.job_id, t.instance, t.run_id, t.task_id, t.pool, t.gang_id, t.state, json.dumps(t.spec),
-        t.max_failures, t.failures, t.host_id, t.reason, t.message, t.exit_code, t.signal, t.updated_ms,
-    )
-
-
-def _job(row) -> JobRow:
-    return JobRow(
-        job_id=row[0], name=row[1], pool=row[2], type=row[3], state=row[4], instance_count=row[5],
-        priority=row[6], preemptible=bool(row[7]), placement_strategy=row[8], owner=row[9],
-        config_text=row[10], created_ms=row[11], updated_ms=row[12], completed_ms=row[13],
-    )
 
 
 class SqliteStore(StorageGateway):
@@ -96,9 +82,9 @@ class SqliteStore(StorageGateway):
                 if statement.strip():
                     self.db.execute(statement)
             # Files made before a column existed get it added.
-            columns = {row[1] for row in self.db.execute("PRAGMA table_info(launches)")}
-            if "final_status" not in columns:
-                self.db.execute("ALTER TABLE launches ADD COLUMN final_status TEXT")
+            for table, column, kind in (("launches", "final_status", "TEXT"), ("allocations", "released_ms", "INTEGER")):
+                if column not in {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}:
+                    self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
     @contextmanager
     def transaction(self):
@@ -146,39 +132,33 @@ class SqliteStore(StorageGateway):
                 existing.update(r[0] for r in self.db.execute(q, chunk))
             new_jobs = [j for j in jobs if j.job_id not in existing]
             new_ids = {j.job_id for j in new_jobs}
+            self.db.executemany(f"INSERT INTO jobs ({JOB_COLS}) VALUES ({_q(JOB_COLS)})",
+                                [job_params(j) for j in new_jobs])
             self.db.executemany(
-                f"INSERT INTO jobs ({_JOB_COLS}) VALUES ({','.join('?' * 14)})",
-                [
-                    (j.job_id, j.name, j.pool, j.type, j.state, j.instance_count, j.priority, int(j.preemptible),
-                     j.placement_strategy, j.owner, j.config_text, j.created_ms, j.updated_ms, j.completed_ms)
-                    for j in new_jobs
-                ],
-            )
-            self.db.executemany(
-                f"INSERT INTO tasks ({_TASK_COLS}) VALUES ({','.join('?' * 16)})",
-                [_task_params(t) for t in tasks if t.job_id in new_ids],
+                f"INSERT INTO tasks ({TASK_COLS}) VALUES ({_q(TASK_COLS)})",
+                [task_params(t) for t in tasks if t.job_id in new_ids],
             )
         return new_ids
 
     def get_job(self, job_id: str) -> JobRow | None:
-        row = self.db.execute(f"SELECT {_JOB_COLS} FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
-        return _job(row) if row else None
+        row = self.db.execute(f"SELECT {JOB_COLS} FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+        return job_from_row(row) if row else None
 
     def get_jobs(self, job_ids: list[str]) -> dict[str, JobRow]:
         out = {}
         for chunk in _chunks(list(job_ids)):
-            q = f"SELECT {_JOB_COLS} FROM jobs WHERE job_id IN ({','.join('?' * len(chunk))})"
+            q = f"SELECT {JOB_COLS} FROM jobs WHERE job_id IN ({','.join('?' * len(chunk))})"
             for row in self.db.execute(q, chunk):
-                out[row[0]] = _job(row)
+                out[row[0]] = job_from_row(row)
         return out
 
     def list_jobs(self, limit: int = 100) -> list[JobRow]:
-        q = f"SELECT {_JOB_COLS} FROM jobs ORDER BY created_ms DESC LIMIT ?"
-        return [_job(r) for r in self.db.execute(q, (limit,))]
+        q = f"SELECT {JOB_COLS} FROM jobs ORDER BY created_ms DESC LIMIT ?"
+        return [job_from_row(r) for r in self.db.execute(q, (limit,))]
 
     def active_jobs(self) -> list[JobRow]:
-        q = f"SELECT {_JOB_COLS} FROM jobs WHERE state NOT IN ('SUCCEEDED', 'FAILED', 'KILLED', 'DELETED')"
-        return [_job(r) for r in self.db.execute(q)]
+        q = f"SELECT {JOB_COLS} FROM jobs WHERE state NOT IN ('SUCCEEDED', 'FAILED', 'KILLED', 'DELETED')"
+        return [job_from_row(r) for r in self.db.execute(q)]
 
     def update_jobs(self, jobs: list[JobRow]) -> None:
         with self.transaction():
@@ -188,8 +168,8 @@ class SqliteStore(StorageGateway):
             )
 
     def tasks_of_job(self, job_id: str) -> list[TaskRow]:
-        q = f"SELECT {_TASK_COLS} FROM tasks WHERE job_id = ? ORDER BY instance"
-        return [_task(r) for r in self.db.execute(q, (job_id,))]
+        q = f"SELECT {TASK_COLS} FROM tasks WHERE job_id = ? ORDER BY instance"
+        return [task_from_row(r) for r in self.db.execute(q, (job_id,))]
 
     def tasks_by_instance(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], TaskRow]:
         out: dict[tuple[str, int], TaskRow] = {}
@@ -198,26 +178,26 @@ class SqliteStore(StorageGateway):
             by_job.setdefault(job_id, []).append(instance)
         for job_id, instances in by_job.items():
             for chunk in _chunks(sorted(set(instances))):
-                q = f"SELECT {_TASK_COLS} FROM tasks WHERE job_id = ? AND instance IN ({','.join('?' * len(chunk))})"
+                q = f"SELECT {TASK_COLS} FROM tasks WHERE job_id = ? AND instance IN ({','.join('?' * len(chunk))})"
                 for row in self.db.execute(q, (job_id, *chunk)):
-                    out[(row[0], row[1])] = _task(row)
+                    out[(row[0], row[1])] = task_from_row(row)
         return out
 
     def pending_tasks_of_jobs(self, job_ids: list[str]) -> list[TaskRow]:
         out = []
         for chunk in _chunks(list(job_ids)):
             q = (
-                f"SELECT {_TASK_COLS} FROM tasks WHERE state = 'PENDING' AND job_id IN ({','.join('?' * len(chunk))}) "
+                f"SELECT {TASK_COLS} FROM tasks WHERE state = 'PENDING' AND job_id IN ({','.join('?' * len(chunk))}) "
                 "ORDER BY job_id, instance"
             )
-            out.extend(_task(r) for r in self.db.execute(q, chunk))
+            out.extend(task_from_row(r) for r in self.db.execute(q, chunk))
         return out
 
     def save_tasks(self, tasks: list[TaskRow]) -> None:
         with self.transaction():
             self.db.executemany(
-                f"INSERT OR REPLACE INTO tasks ({_TASK_COLS}) VALUES ({','.join('?' * 16)})",
-                [_task_params(t) for t in tasks],
+                f"INSERT OR REPLACE INTO tasks ({TASK_COLS}) VALUES ({_q(TASK_COLS)})",
+                [task_params(t) for t in tasks],
             )
 
     def task_state_counts(self, job_ids: list[str]) -> dict[str, dict[str, int]]:
@@ -233,29 +213,39 @@ class SqliteStore(StorageGateway):
 
     def record_task_events(self, events: list[tuple]) -> None:
         with self.transaction():
-            self.db.executemany("INSERT INTO task_events VALUES (?, ?, ?, ?, ?, ?, ?, ?)", events)
+            cols = ", ".join(EVENT_COLS)
+            self.db.executemany(f"INSERT INTO task_events ({cols}) VALUES ({_q(cols)})", events)
 
     def task_events(self, job_id: str) -> list[dict]:
-        cols = ("task_id", "job_id", "instance", "run_id", "state", "reason", "exit_code", "timestamp_ms")
-        q = "SELECT * FROM task_events WHERE job_id = ? ORDER BY rowid"
-        return [dict(zip(cols, r)) for r in self.db.execute(q, (job_id,))]
+        q = f"SELECT {', '.join(EVENT_COLS)} FROM task_events WHERE job_id = ? ORDER BY rowid"
+        return [dict(zip(EVENT_COLS, r, strict=True)) for r in self.db.execute(q, (job_id,))]
 
     # -- allocations ------------------------------------------------------------------------
-    def pending_task_ids(self, task_ids: list[str]) -> set[str]:
-        out: set[str] = set()
+    def allocations(self) -> list[Allocation]:
+        q = f"SELECT {ALLOCATION_COLS} FROM allocations WHERE released_ms IS NULL"
+        return [Allocation(*r) for r in self.db.execute(q)]
+
+    def release_allocations(self, task_ids: list[str], released_ms: int) -> None:
+        with self.transaction():
+            self.db.executemany("UPDATE allocations SET released_ms = ? WHERE task_id = ? AND released_ms IS NULL",
+                                [(released_ms, t) for t in task_ids])
+
+    def allocation_states(self, task_ids: list[str]) -> dict[str, str]:
+        out: dict[str, str] = {}
         for chunk in _chunks(list(task_ids)):
-            q = f"SELECT task_id FROM tasks WHERE state = 'PENDING' AND task_id IN ({','.join('?' * len(chunk))})"
-            out.update(r[0] for r in self.db.execute(q, chunk))
+            q = f"SELECT task_id, released_ms FROM allocations WHERE task_id IN ({','.join('?' * len(chunk))})"
+            out.update((t, "held" if released is None else "released") for t, released in self.db.execute(q, chunk))
         return out
 
-    def allocations(self) -> list[Allocation]:
-        return [Allocation(*r) for r in self.db.execute("SELECT * FROM allocations")]
+    def forget_released_allocations(self, before_ms: int) -> int:
+        with self.transaction():
+            return self.db.execute("DELETE FROM allocations WHERE released_ms < ?", (before_ms,)).rowcount
 
     def add_allocations(self, rows: list[Allocation]) -> None:
         with self.transaction():
             self.db.executemany(
-                "INSERT OR REPLACE INTO allocations VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [(a.task_id, a.pool, a.gang_id, a.cpu, a.mem_mb, a.disk_mb, a.gpu, a.admitted_ms) for a in rows],
+                f"INSERT OR REPLACE INTO allocations ({ALLOCATION_COLS}) VALUES ({_q(ALLOCATION_COLS)})",
+                [allocation_params(a) for a in rows],
             )
 
     def remove_allocations(self, task_ids: list[str]) -> None:
@@ -274,12 +264,8 @@ class SqliteStore(StorageGateway):
                 seen.update(r[0] for r in self.db.execute(q, chunk))
             new = [r for r in rows if r.task_id not in seen]
             self.db.executemany(
-                f"INSERT OR IGNORE INTO launches ({_LAUNCH_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (r.task_id, r.job_id, r.instance, r.run_id, r.host_id, r.cpu, r.mem_mb, r.disk_mb, r.gpu,
-                     r.launched_ms, r.ended_ms)
-                    for r in new
-                ],
+                f"INSERT OR IGNORE INTO launches ({LAUNCH_COLS}) VALUES ({_q(LAUNCH_COLS)})",
+                [launch_params(r) for r in new],
             )
         return {r.task_id for r in new}
 
@@ -294,7 +280,7 @@ class SqliteStore(StorageGateway):
     def active_launches(self, host_ids: list[str]) -> list[Launch]:
         out = []
         for chunk in _chunks(list(host_ids)):
-            q = (f"SELECT {_LAUNCH_COLS} FROM launches WHERE ended_ms IS NULL "
+            q = (f"SELECT {LAUNCH_COLS} FROM launches WHERE ended_ms IS NULL "
                  f"AND host_id IN ({','.join('?' * len(chunk))})")
             out.extend(Launch(*r) for r in self.db.execute(q, chunk))
         return out

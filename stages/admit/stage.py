@@ -14,7 +14,7 @@ from peloton.model.pool import leaf_pool_error
 from peloton.model.resources import Resources
 from peloton.model.states import JOB_TERMINAL, MESOS_TO_TASK
 from peloton.runtime import CompactedView, Record, Stage, now_ms
-from peloton.store import JobRow, StorageGateway, TaskRow
+from peloton.store import JobRow, JobStore, TaskRow
 from stages.admit.checks import fit_problems, job_id_problem, size_problems
 from stages.admit.expand import expand_job, gang_records, next_run, task_id_of
 from stages.admit.lifecycle import job_state, task_transition
@@ -26,7 +26,7 @@ class AdmitStage(Stage):
     name = "admit"
     inputs = ("job-commands", "task-status")
 
-    def __init__(self, store: StorageGateway, hosts: CompactedView | None = None):
+    def __init__(self, store: JobStore, hosts: CompactedView | None = None):
         self.store = store
         self.hosts = hosts  # host-state, for refusing tasks larger than every host
 

@@ -1,7 +1,8 @@
 """entitle stage: gang demand and releases in (key = pool); admitted gangs out (key = pool).
 
-Durable state: the allocations table (one row per admitted task run). On partition assignment the
-ledgers of the pools on those partitions are rebuilt from it. Queued gangs are not written
+Durable state: the allocations table (one row per admitted task run, held until the run ends,
+then kept a while as released). On partition assignment the ledgers of the pools on those
+partitions are rebuilt from it. Entitle reads no other stage's tables. Queued gangs are not written
 anywhere: their offsets are held uncommitted, so after a crash the next owner reads them again.
 """
 
@@ -15,7 +16,7 @@ from peloton.model.gang import gang_problem
 from peloton.model.pool import pool_limit
 from peloton.model.resources import Resources
 from peloton.runtime import CompactedView, HeldOffsets, Record, Stage, now_ms
-from peloton.store import Allocation, StorageGateway
+from peloton.store import Allocation, AllocationStore
 from peloton.topics import partition_for
 from stages.entitle.admission import PoolLedger, PoolQueue, apply_admission, plan_admission, why_waiting
 
@@ -29,7 +30,7 @@ class EntitleStage(Stage):
     name = "entitle"
     inputs = (TOPIC,)
 
-    def __init__(self, store: StorageGateway, pools: CompactedView | None = None):
+    def __init__(self, store: AllocationStore, pools: CompactedView | None = None):
         self.store = store
         self.pools = pools  # the pools topic; read from the broker unless given
         self.queues: dict[str, PoolQueue] = {}
@@ -53,6 +54,8 @@ class EntitleStage(Stage):
     def on_assign(self, partitions: list[tuple[str, int]]) -> None:
         new = {p for t, p in partitions if t == TOPIC}
         self.owned |= new
+        # Ended runs are remembered a while, to recognise late redeliveries; then forgotten.
+        self.store.forget_released_allocations(now_ms() - int(self.settings.released_keep_s * 1000))
         for a in self.store.allocations():
             if self._partition(a.pool) in new:
                 ledger = self.ledgers.setdefault(a.pool, PoolLedger())
@@ -74,22 +77,26 @@ class EntitleStage(Stage):
     def handle(self, records: list[Record]) -> None:
         releases = [r for r in records if r.schema == "peloton.TaskRelease"]
         if releases:
-            ids = []
+            ended, requeued = [], []
             for r in releases:
                 ledger = self.ledgers.get(r.value["pool"])
                 if ledger is not None:
                     ledger.held.release(r.value["task_id"])
-                ids.append(r.value["task_id"])
-            self.store.remove_allocations(ids)
+                # A refused placement sends the same run back to the queue: forget it, so it
+                # can be admitted again. Any other release ends the run for good.
+                (requeued if r.value["reason"] == "TASK_DROPPED" else ended).append(r.value["task_id"])
+            self.store.release_allocations(ended, now_ms())
+            self.store.remove_allocations(requeued)
         gangs = [r for r in records if r.schema == "peloton.GangDemand"]
         if gangs:
             self._enqueue(gangs)
         self._admit()
 
     def _enqueue(self, records: list[Record]) -> None:
-        # Drop what this pool already queued or holds, and (one store read for the whole batch)
-        # anything no longer PENDING: a redelivered gang that already ran must not run again.
-        fresh, held = [], []
+        """Queue new gangs. What this pool already queued is dropped; what it admitted is sent
+        again (see below); a run it admitted that has ended is never admitted again. Entitle
+        knows all of this from its own allocations, one store read per batch."""
+        candidates = []
         for r in records:
             g = r.value
             problem = gang_problem(g)
@@ -97,28 +104,24 @@ class EntitleStage(Stage):
                 self.refuse(r, g["tasks"], problem)
                 continue
             queue = self.queues.get(g["pool"])
-            ledger = self.ledgers.get(g["pool"])
             if queue is not None and g["gang_id"] in queue.gang_ids:
                 continue
-            if ledger is not None and all(t["task_id"] in ledger.held for t in g["tasks"]):
-                held.append(r)
-                continue
-            fresh.append(r)
-        pending = self.store.pending_task_ids([t["task_id"] for r in fresh + held for t in r.value["tasks"]])
-        # Demand for a gang this pool already admitted comes again only when the job manager sends
-        # it again (a repeated create, or recovery after the broker lost its log): if its tasks
-        # are still PENDING, the admission may never have reached placement, so send it again.
-        # Place and launch drop what they already have.
-        for r in held:
+            candidates.append(r)
+        states = self.store.allocation_states([t["task_id"] for r in candidates for t in r.value["tasks"]])
+        for r in candidates:
             g = r.value
-            if all(t["task_id"] in pending for t in g["tasks"]):
+            seen = [states.get(t["task_id"]) for t in g["tasks"]]
+            if "released" in seen:
+                continue  # a redelivery of a gang that already ran
+            if all(s == "held" for s in seen):
+                # Admitted, and demanded again: only a repeated create or the job manager's
+                # recovery after the broker lost its log sends that, and the admission may never
+                # have reached placement. Send it again; place and launch drop what they have.
                 self.emit.emit("admitted-gangs", g["pool"], "peloton.AdmittedGang", {"gang": g, "admitted_ms": now_ms()})
-        for r in fresh:
-            g = r.value
-            if all(t["task_id"] in pending for t in g["tasks"]):
-                tp = (r.topic, r.partition)
-                self.queues.setdefault(g["pool"], PoolQueue()).push(g, tp, r.offset, r)
-                self.held.hold(tp, r.offset)
+                continue
+            tp = (r.topic, r.partition)
+            self.queues.setdefault(g["pool"], PoolQueue()).push(g, tp, r.offset, r)
+            self.held.hold(tp, r.offset)
 
     # -- admission ----------------------------------------------------------------------------
     def tick(self, now: float) -> None:

@@ -14,7 +14,7 @@ from peloton.model.events import task_status
 from peloton.model.gang import task_problem
 from peloton.model.resources import Resources
 from peloton.runtime import Record, Stage, now_ms
-from peloton.store import Launch, StorageGateway
+from peloton.store import Launch, LaunchStore
 from stages.launch.agents import AgentDriver, LaunchRequest, TaskUpdate, make_driver
 from stages.launch.inventory import HostSpec, parse_inventory
 from stages.launch.ledger import HostLedger
@@ -28,7 +28,7 @@ class LaunchStage(Stage):
     name = "launch"
     inputs = (TOPIC,)
 
-    def __init__(self, store: StorageGateway, drivers: dict[str, AgentDriver] | None = None):
+    def __init__(self, store: LaunchStore, drivers: dict[str, AgentDriver] | None = None):
         self.store = store
         self.drivers = drivers or {}
         self.ledgers: dict[str, HostLedger] = {}  # hosts of the shards this instance owns

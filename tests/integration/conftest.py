@@ -21,6 +21,7 @@ from peloton.model.states import JOB_TERMINAL
 from peloton.serde import registry
 from peloton.store import open_store
 from peloton.topics import Catalogue
+from tests.conftest import fresh_store_url
 
 pytestmark = pytest.mark.integration
 
@@ -57,17 +58,17 @@ class Pipeline:
     """One isolated pipeline on the shared broker; stages are real child processes."""
 
     def __init__(self, bootstrap: str, home: Path, hosts: str, **overrides):
+        overrides.setdefault("store", str(home / "peloton.db"))
         self.settings = Settings(
             bootstrap=bootstrap,
             topic_prefix=f"t{next(_seq)}-{uuid.uuid4().hex[:6]}.",
-            store_path=home / "peloton.db",
             home=home,
             hosts=hosts,
             session_timeout_ms=2000,
             **overrides,
         )
         self.home = home
-        self.store = open_store(self.settings.store_path)
+        self.store = open_store(self.settings.store)
         self.procs: dict[str, subprocess.Popen] = {}
         ensure_topics(self.settings)
         create_pool(self.settings, self.store, "/test", pool_yaml(cpu=64))
@@ -134,11 +135,16 @@ class Pipeline:
 
 
 @pytest.fixture
-def pipeline_factory(broker, tmp_path):
+def pipeline_factory(broker, tmp_path, request):
+    """Makes isolated pipelines; `store_kind="postgres"` puts one on a fresh PostgreSQL database."""
     made: list[Pipeline] = []
 
-    def make(hosts: str = "local:2:cpu=8,mem_mb=16384,disk_mb=100000", **overrides) -> Pipeline:
-        p = Pipeline(broker, tmp_path / f"p{len(made)}", hosts, **overrides)
+    def make(hosts: str = "local:2:cpu=8,mem_mb=16384,disk_mb=100000", store_kind: str = "sqlite",
+             **overrides) -> Pipeline:
+        home = tmp_path / f"p{len(made)}"
+        home.mkdir(parents=True, exist_ok=True)
+        overrides.setdefault("store", fresh_store_url(request, store_kind, home))
+        p = Pipeline(broker, home, hosts, **overrides)
         made.append(p)
         return p
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -77,3 +79,82 @@ def test_two_dev_up_at_once_start_one_stack_and_the_other_names_it(tmp_path) -> 
         assert mine == {r["pid"] for r in rows if r["component"] != "broker"}
     finally:
         subprocess.run([sys.executable, "-m", "peloton.cli", "dev", "down"], env=env, capture_output=True, timeout=120)
+
+
+BIG_POOL = """
+name: big
+resources:
+- {kind: cpu, reservation: 1000, limit: 1000, share: 1}
+- {kind: memory, reservation: 1000000, limit: 1000000, share: 1}
+- {kind: disk, reservation: 1000000, limit: 1000000, share: 1}
+"""
+
+FIVE_HUNDRED = """
+name: five-hundred
+instancecount: 500
+defaultconfig:
+  resource: {cpulimit: 1, memlimitmb: 16, disklimitmb: 1}
+  command: {shell: true, value: 'true'}
+"""
+
+
+def test_a_postgres_stack_with_two_instances_of_each_stage_loses_nothing_when_one_of_each_dies(tmp_path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PELOTON_")}
+    env.update(PELOTON_HOME=str(tmp_path), PELOTON_SESSION_TIMEOUT_MS="2000", PELOTON_SIM_TASK_SECONDS="1.5")
+
+    def ctl(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "peloton.cli", *args], env=env, capture_output=True,
+                              text=True, timeout=300)
+
+    up = ctl("dev", "up", "--store", "postgres", "--instances", "2", "--hosts", "sim:10:cpu=8,mem_mb=65536")
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        rows = json.loads(ctl("dev", "status", "--json").stdout)
+        kinds = [r["component"] for r in rows]
+        assert kinds[:3] == ["broker", "postgres", "zookeeper"] and kinds.count("admit") == 2
+        assert all(r["running"] for r in rows)
+        deadline = time.monotonic() + 20  # every instance registers in the stack's ZooKeeper
+        while True:
+            cluster = ctl("cluster", "status", "--json")
+            assert cluster.returncode == 0, cluster.stderr
+            registered = json.loads(cluster.stdout)
+            if len(registered) == 8 and all(r["partitions"] for r in registered if r["instance_id"].endswith("-0")):
+                break
+            assert time.monotonic() < deadline, registered
+            time.sleep(0.5)
+        assert sorted(r["kind"] for r in registered) == sorted(["admit", "entitle", "place", "launch"] * 2)
+        assert {r["pid"] for r in registered} == {r["pid"] for r in rows if r.get("instance")}
+        pool = tmp_path / "big.yaml"
+        pool.write_text(BIG_POOL)
+        assert ctl("respool", "create", "/big", str(pool)).returncode == 0
+        job = tmp_path / "job.yaml"
+        job.write_text(FIVE_HUNDRED)
+        created = ctl("job", "create", "/big", str(job))
+        assert created.returncode == 0, created.stderr
+        job_id = created.stdout.strip()
+        victims = [r for r in rows if r.get("instance", "").endswith("-1")]
+        assert [v["component"] for v in victims] == ["admit", "entitle", "place", "launch"]
+        for victim in victims:  # one instance of each stage, in turn, while the job runs
+            time.sleep(3)
+            os.kill(victim["pid"], signal.SIGKILL)
+        status = ctl("job", "status", job_id, "--wait", "--timeout", "180", "--json")
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert json.loads(status.stdout)["state"] == "SUCCEEDED"
+        store_url = next(r["address"] for r in rows if r["component"] == "postgres")
+        from peloton.store import open_store
+
+        store = open_store(store_url)
+        try:
+            tasks = store.tasks_of_job(job_id)
+            assert len(tasks) == 500 and {t.state for t in tasks} == {"SUCCEEDED"}
+            runs = store.launch_counts(job_id)
+            lost = {e["instance"] for e in store.task_events(job_id) if e["state"] == "LOST"}
+            # a run is launched twice only when its launch instance died under it (LOST, retried)
+            assert {i for i, n in runs.items() if n > 1} <= lost
+        finally:
+            store.close()
+        assert not list(tmp_path.rglob("*.db")), "a SQLite file was made on a postgres stack"
+    finally:
+        down = ctl("dev", "down")
+    assert down.returncode == 0, down.stderr
+    assert not any(alive(r["pid"]) for r in rows if r["pid"])

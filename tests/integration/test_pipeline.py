@@ -6,6 +6,8 @@ import time
 
 import pytest
 
+from tests.conftest import STORES
+
 pytestmark = pytest.mark.integration
 
 HELLO = """
@@ -28,8 +30,9 @@ defaultconfig:
 """
 
 
-def test_a_job_runs_to_succeeded_through_all_four_stages(pipeline_factory) -> None:
-    p = pipeline_factory()
+@pytest.mark.parametrize("store", STORES)
+def test_a_job_runs_to_succeeded_through_all_four_stages(pipeline_factory, store) -> None:
+    p = pipeline_factory(store_kind=store)
     p.start_all()
     job_id = p.submit(HELLO)
     assert p.wait_job(job_id) == "SUCCEEDED"
@@ -49,8 +52,9 @@ def test_a_job_runs_to_succeeded_through_all_four_stages(pipeline_factory) -> No
     assert p.store.allocations() == []
 
 
-def test_a_failing_command_ends_failed_with_its_exit_code_after_its_retries(pipeline_factory) -> None:
-    p = pipeline_factory()
+@pytest.mark.parametrize("store", STORES)
+def test_a_failing_command_ends_failed_with_its_exit_code_after_its_retries(pipeline_factory, store) -> None:
+    p = pipeline_factory(store_kind=store)
     p.start_all()
     job_id = p.submit(FAILING)
     assert p.wait_job(job_id) == "FAILED"

@@ -13,6 +13,7 @@ import pytest
 
 from peloton.admin import create_pool, emitter, submit_job
 from peloton.topics import partition_for
+from tests.conftest import STORES
 from tests.integration.conftest import pool_yaml
 
 pytestmark = pytest.mark.integration
@@ -40,9 +41,10 @@ def assigned_partitions(log_text: str) -> list[str]:
     return re.findall(r"assigned (\[.+\])", log_text)
 
 
+@pytest.mark.parametrize("store", STORES)
 @pytest.mark.parametrize("stage", ["admit", "entitle", "place"])
-def test_a_killed_instance_hands_its_partitions_over_and_every_task_runs_once(pipeline_factory, stage) -> None:
-    p = pipeline_factory(hosts="sim:16:cpu=8,mem_mb=65536,disk_mb=100000", sim_task_seconds=0.5)
+def test_a_killed_instance_hands_its_partitions_over_and_every_task_runs_once(pipeline_factory, stage, store) -> None:
+    p = pipeline_factory(hosts="sim:16:cpu=8,mem_mb=65536,disk_mb=100000", sim_task_seconds=0.5, store_kind=store)
     others = [s for s in ("admit", "entitle", "place", "launch") if s != stage]
     for s in others:
         p.start(s, wait=False)

@@ -170,7 +170,7 @@ def test_settings_round_trip_through_the_environment(monkeypatch, tmp_path) -> N
     monkeypatch.setenv("PELOTON_SIM_TASK_SECONDS", "0.25")
     s = Settings.from_env()
     assert (s.bootstrap, s.max_batch, s.sim_task_seconds) == ("broker:1", 7, 0.25)
-    assert s.store_path == tmp_path / "peloton.db"
+    assert s.store == str(tmp_path / "peloton.db")
     assert Settings.from_env(max_batch=3).max_batch == 3
     for name, value in s.env().items():
         monkeypatch.setenv(name, value)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 
 from peloton.store import Allocation, JobRow, Launch, TaskRow, open_store
+from tests.conftest import STORES, fresh_store_url
 
 
-@pytest.fixture(params=["sqlite"])
+@pytest.fixture(params=STORES)
 def store(request, tmp_path):
-    s = open_store(tmp_path / "peloton.db")
+    s = open_store(fresh_store_url(request, request.param, tmp_path))
     yield s
     s.close()
 
@@ -29,9 +30,19 @@ def test_create_jobs_is_idempotent(store) -> None:
     assert store.task_state_counts(["a", "b"]) == {"a": {"PENDING": 2}, "b": {"PENDING": 1}}
 
 
-def test_pending_task_ids_only_for_current_pending_runs(store) -> None:
-    store.create_jobs([job("a")], [task("a", 0), task("a", 1, "RUNNING")])
-    assert store.pending_task_ids(["a-0-1", "a-1-1", "zzz"]) == {"a-0-1"}
+def test_an_ended_run_is_remembered_as_released_and_a_refused_one_forgotten(store) -> None:
+    store.add_allocations([Allocation(t, "/p", "g", 1, 2, 3, 0, 1) for t in ("x", "y", "z")])
+    store.release_allocations(["x"], 100)
+    store.release_allocations(["x"], 200)  # ended once
+    store.remove_allocations(["y"])
+    assert store.allocation_states(["x", "y", "z", "nope"]) == {"x": "released", "z": "held"}
+    assert [a.task_id for a in store.allocations()] == ["z"]  # only what is held counts
+    assert store.forget_released_allocations(before_ms=150) == 1
+    assert store.allocation_states(["x"]) == {}
+    store.add_allocations([Allocation("z", "/p", "g", 1, 2, 3, 0, 1)])
+    store.release_allocations(["z"], 300)
+    store.add_allocations([Allocation("z", "/p", "g", 1, 2, 3, 0, 2)])  # admitted again: held again
+    assert store.allocation_states(["z"]) == {"z": "held"}
 
 
 def test_claim_launches_once(store) -> None:
@@ -56,3 +67,97 @@ def test_a_failed_transaction_leaves_nothing(store) -> None:
             store.create_jobs([job("a")], [task("a", 0)])
             raise RuntimeError("boom")
     assert store.get_job("a") is None
+
+
+def test_pools_are_stored_replaced_and_listed_by_path(store) -> None:
+    store.put_pool("/b", {"path": "/b", "limit": 1})
+    store.put_pool("/a", {"path": "/a", "limit": 2})
+    store.put_pool("/b", {"path": "/b", "limit": 3, "updated_ms": 9})
+    assert store.get_pool("/b") == {"path": "/b", "limit": 3, "updated_ms": 9}
+    assert store.get_pool("/nope") is None
+    assert list(store.list_pools()) == ["/a", "/b"]
+
+
+def test_jobs_are_read_listed_and_updated_with_named_fields(store) -> None:
+    a, b = job("a"), job("b")
+    b.created_ms = 2
+    store.create_jobs([a, b], [task("a", 0), task("b", 0)])
+    assert store.get_job("a") == a and store.get_jobs(["a", "b", "zzz"]) == {"a": a, "b": b}
+    assert [j.job_id for j in store.list_jobs(limit=1)] == ["b"]  # newest first
+    a.state, a.completed_ms = "SUCCEEDED", 7
+    store.update_jobs([a])
+    assert store.get_job("a").completed_ms == 7 and store.get_job("a").preemptible is True
+    assert [j.job_id for j in store.active_jobs()] == ["b"]
+
+
+def test_tasks_are_found_by_instance_saved_and_their_events_kept_in_order(store) -> None:
+    store.create_jobs([job("a")], [task("a", 0), task("a", 1), task("a", 2, "RUNNING")])
+    found = store.tasks_by_instance([("a", 0), ("a", 2), ("zzz", 0)])
+    assert sorted(found) == [("a", 0), ("a", 2)] and found[("a", 2)].state == "RUNNING"
+    assert [t.instance for t in store.pending_tasks_of_jobs(["a"])] == [0, 1]
+    t = found[("a", 0)]
+    t.state, t.run_id, t.task_id, t.spec, t.exit_code, t.message = "PENDING", 2, "a-0-2", {"x": [1]}, 3, "again"
+    store.save_tasks([t])
+    assert store.tasks_by_instance([("a", 0)])[("a", 0)] == t
+    store.record_task_events([("a-0-1", "a", 0, 1, "FAILED", "r", 3, 5), ("a-0-2", "a", 0, 2, "PENDING", "", None, 6)])
+    assert [(e["run_id"], e["state"], e["exit_code"]) for e in store.task_events("a")] == [(1, "FAILED", 3),
+                                                                                          (2, "PENDING", None)]
+
+
+def test_an_allocation_charged_twice_is_held_once(store) -> None:
+    store.add_allocations([Allocation("x", "/p", "g", 1, 2, 3, 0, 1)])
+    store.add_allocations([Allocation("x", "/p", "g", 1, 2, 3, 0, 1)])
+    assert store.allocations() == [Allocation("x", "/p", "g", 1, 2, 3, 0, 1)]
+
+
+def test_a_run_ends_once_and_its_final_status_is_kept_for_replay(store) -> None:
+    store.claim_launches([Launch("t-0-1", "t", 0, 1, "h", 1, 1, 1, 0, 5), Launch("t-1-1", "t", 1, 1, "h", 1, 1, 1, 0, 5)])
+    store.end_launches(["t-0-1"], 100, {"t-0-1": {"state": "TASK_FINISHED"}})
+    store.end_launches(["t-0-1"], 200, {"t-0-1": {"state": "TASK_LOST"}})  # already ended: no change
+    store.end_launches(["t-1-1"], 300, {"t-1-1": {"state": "TASK_FAILED"}})
+    assert store.ended_launches(["h"], since_ms=0) == [{"state": "TASK_FINISHED"}, {"state": "TASK_FAILED"}]
+    assert store.ended_launches(["h"], since_ms=150) == [{"state": "TASK_FAILED"}]
+    assert store.ended_launches(["other"], since_ms=0) == []
+
+
+def test_two_instances_creating_the_same_jobs_at_once_create_each_once(store, request, tmp_path) -> None:
+    """Two stage instances on one store (two connections) race to create and to claim: the store
+    decides, and each job and each launch belongs to exactly one of them."""
+    import threading
+
+    url = getattr(store, "url", None) or str(store.path)
+    other = open_store(url)
+    jobs = [job(f"j{i}") for i in range(200)]
+    tasks = [task(j.job_id, 0) for j in jobs]
+    results: list[set[str]] = [set(), set()]
+    launches: list[set[str]] = [set(), set()]
+
+    def race(s, i: int) -> None:
+        for k in range(0, 200, 20):
+            results[i] |= s.create_jobs(jobs[k:k + 20], tasks[k:k + 20])
+            launches[i] |= s.claim_launches([Launch(t.task_id, t.job_id, 0, 1, "h", 1, 1, 1, 0, 5)
+                                             for t in tasks[k:k + 20]])
+
+    threads = [threading.Thread(target=race, args=(s, i)) for i, s in enumerate((store, other))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    other.close()
+    assert results[0] | results[1] == {j.job_id for j in jobs} and not results[0] & results[1]
+    assert len(launches[0] | launches[1]) == 200 and not launches[0] & launches[1]
+    assert all(len(store.tasks_of_job(j.job_id)) == 1 for j in jobs[:5])
+
+
+def test_the_postgres_schema_is_versioned_and_migrated_once(postgres_server) -> None:
+    from peloton.store.postgres import MIGRATIONS
+
+    url = postgres_server.create_database()
+    first, second = open_store(url), open_store(url)  # the second finds the schema made
+    try:
+        assert first.schema_version == second.schema_version == len(MIGRATIONS)
+        with first.transaction() as conn:
+            assert conn.execute("SELECT count(*) FROM schema_version").fetchone()[0] == len(MIGRATIONS)
+    finally:
+        first.close()
+        second.close()

@@ -1,0 +1,110 @@
+"""A throwaway PostgreSQL server on this machine, for the tests and `dev up --store postgres`.
+
+Debian's `postgresql` package provides the binaries (/usr/lib/postgresql/<version>/bin). The
+server refuses to run as root, so as root every command runs as the `postgres` user, on a
+directory that user owns. Trust authentication on 127.0.0.1 only; fsync off: the data is thrown
+away with the directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+INSTALL = "apt-get install -y postgresql"
+
+
+class PostgresUnavailable(RuntimeError):
+    pass
+
+
+def bin_dir() -> Path:
+    """The newest installed server's binaries."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"), key=lambda p: int(p.parts[-3]))
+    if not found:
+        raise PostgresUnavailable(f"PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/pg_ctl); "
+                                  f"install it with `{INSTALL}` (make test does when it runs as root)")
+    return found[-1].parent
+
+
+def _as_server_user(cmd: list[str]) -> list[str]:
+    return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
+
+
+@dataclass
+class PostgresServer:
+    dir: Path
+    port: int
+
+    @property
+    def url(self) -> str:
+        return self.url_of("postgres")
+
+    def url_of(self, database: str) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+    @property
+    def pid(self) -> int:
+        """The postmaster's pid (first line of postmaster.pid)."""
+        try:
+            return int((self.dir / "data" / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return 0
+
+    def create_database(self, prefix: str = "peloton") -> str:
+        """A new empty database; its URL."""
+        import psycopg
+
+        name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.url_of(name)
+
+    def stop(self) -> None:
+        subprocess.run(_as_server_user([str(bin_dir() / "pg_ctl"), "-D", str(self.dir / "data"), "-m", "immediate",
+                                        "stop"]), capture_output=True, timeout=60)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def start_postgres(port: int, parent: Path | None = None, timeout: float = 60) -> PostgresServer:
+    """initdb and start a server on 127.0.0.1:port in a new directory (under parent, or /tmp)."""
+    bins = bin_dir()
+    # The server user must reach the directory: not below a root-only pytest tmp dir.
+    base = Path(tempfile.mkdtemp(prefix="peloton-pg-", dir=parent))
+    os.chmod(base, 0o755)
+    if os.geteuid() == 0:
+        shutil.chown(base, "postgres", "postgres")
+    data = base / "data"
+    run = lambda cmd: subprocess.run(_as_server_user(cmd), capture_output=True, text=True, timeout=timeout)  # noqa: E731
+    init = run([str(bins / "initdb"), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync", "-D", str(data)])
+    if init.returncode:
+        raise PostgresUnavailable(f"initdb failed: {init.stderr.strip()[-500:]}")
+    options = f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off"
+    started = run([str(bins / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(base / "server.log"),
+                   "-w", "-t", str(int(timeout)), "start"])
+    if started.returncode:
+        log = (base / "server.log").read_text(errors="replace")[-800:] if (base / "server.log").exists() else ""
+        raise PostgresUnavailable(f"PostgreSQL did not start on port {port}: {started.stderr.strip()} {log}")
+    server = PostgresServer(base, port)
+    _wait_ready(server, timeout)
+    return server
+
+
+def _wait_ready(server: PostgresServer, timeout: float) -> None:
+    import psycopg
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            psycopg.connect(server.url, connect_timeout=2).close()
+            return
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)

@@ -1,0 +1,281 @@
+"""PostgreSQL backend, for stages on several machines (psycopg 3 with a connection pool).
+
+Every statement is parametrised. Where two instances could race, the database decides:
+create_jobs and claim_launches insert with ON CONFLICT DO NOTHING and return what they
+inserted, so a job is created once and a task run launched once whoever asks. The schema is
+created and migrated by the project: schema_version holds the version, and migrations run under
+an advisory lock so two processes starting at once do not both apply them.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from contextlib import contextmanager
+
+from psycopg_pool import ConnectionPool
+
+from peloton.store.base import Allocation, JobRow, Launch, StorageGateway, TaskRow
+from peloton.store.rows import (
+    ALLOCATION_COLS,
+    EVENT_COLS,
+    JOB_COLS,
+    LAUNCH_COLS,
+    TASK_COLS,
+    allocation_params,
+    job_from_row,
+    job_params,
+    launch_params,
+    placeholders,
+    task_from_row,
+    task_params,
+)
+
+# Migrations in order; the list index + 1 is the schema version each one brings.
+MIGRATIONS = [
+    """
+    CREATE TABLE pools (path TEXT PRIMARY KEY, config TEXT NOT NULL, updated_ms BIGINT NOT NULL DEFAULT 0);
+    CREATE TABLE jobs (
+        job_id TEXT PRIMARY KEY, name TEXT, pool TEXT, type TEXT, state TEXT, instance_count INTEGER,
+        priority INTEGER, preemptible BOOLEAN, placement_strategy TEXT, owner TEXT, config_text TEXT,
+        created_ms BIGINT, updated_ms BIGINT, completed_ms BIGINT);
+    CREATE INDEX jobs_by_state ON jobs (state);
+    CREATE TABLE tasks (
+        job_id TEXT NOT NULL, instance INTEGER NOT NULL, run_id INTEGER NOT NULL, task_id TEXT NOT NULL,
+        pool TEXT, gang_id TEXT, state TEXT, spec TEXT, max_failures INTEGER, failures INTEGER,
+        host_id TEXT, reason TEXT, message TEXT, exit_code INTEGER, signal INTEGER, updated_ms BIGINT,
+        PRIMARY KEY (job_id, instance));
+    CREATE INDEX tasks_by_task_id ON tasks (task_id);
+    CREATE TABLE task_events (
+        seq BIGSERIAL PRIMARY KEY, task_id TEXT, job_id TEXT, instance INTEGER, run_id INTEGER, state TEXT,
+        reason TEXT, exit_code INTEGER, timestamp_ms BIGINT);
+    CREATE INDEX task_events_by_job ON task_events (job_id);
+    CREATE TABLE allocations (
+        task_id TEXT PRIMARY KEY, pool TEXT, gang_id TEXT, cpu DOUBLE PRECISION, mem_mb DOUBLE PRECISION,
+        disk_mb DOUBLE PRECISION, gpu DOUBLE PRECISION, admitted_ms BIGINT);
+    CREATE TABLE launches (
+        task_id TEXT PRIMARY KEY, job_id TEXT, instance INTEGER, run_id INTEGER, host_id TEXT,
+        cpu DOUBLE PRECISION, mem_mb DOUBLE PRECISION, disk_mb DOUBLE PRECISION, gpu DOUBLE PRECISION,
+        launched_ms BIGINT, ended_ms BIGINT, final_status TEXT);
+    CREATE INDEX launches_by_host ON launches (host_id, ended_ms);
+    CREATE INDEX launches_by_job ON launches (job_id);
+    """,
+    # 2: ended runs are kept as released (entitle recognises a redelivered demand for one).
+    """
+    ALTER TABLE allocations ADD COLUMN released_ms BIGINT;
+    CREATE INDEX allocations_released ON allocations (released_ms);
+    """,
+]
+_MIGRATION_LOCK = 0x70656C6F  # any constant shared by every process of the project
+
+
+def _s(cols: str) -> str:
+    return placeholders(cols, "%s")
+
+
+class PostgresStore(StorageGateway):
+    def __init__(self, url: str, min_size: int = 1, max_size: int = 4, timeout: float = 30.0):
+        self.url = url
+        # autocommit: a statement outside transaction() commits at once; transaction() groups.
+        self.pool = ConnectionPool(url, min_size=min_size, max_size=max_size, timeout=timeout,
+                                   kwargs={"autocommit": True}, open=True, name="peloton-store")
+        self._local = threading.local()  # the connection of the transaction this thread is in
+        self.pool.wait(timeout)
+        self._migrate()
+
+    def _migrate(self) -> None:
+        with self.transaction() as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+            row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
+            current = row[0] or 0
+            for version, sql in enumerate(MIGRATIONS[current:], start=current + 1):
+                conn.execute(sql)
+                conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
+
+    @property
+    def schema_version(self) -> int:
+        with self._conn() as conn:
+            return conn.execute("SELECT max(version) FROM schema_version").fetchone()[0]
+
+    @contextmanager
+    def transaction(self):
+        """One transaction for everything inside, on one connection; nested calls join it."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            yield conn
+            return
+        with self.pool.connection() as conn, conn.transaction():
+            self._local.conn = conn
+            try:
+                yield conn
+            finally:
+                self._local.conn = None
+
+    @contextmanager
+    def _conn(self):
+        """The current transaction's connection, or a pooled one for a single statement."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            yield conn
+        else:
+            with self.pool.connection() as conn:
+                yield conn
+
+    def _all(self, sql: str, params=()) -> list[tuple]:
+        with self._conn() as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def _many(self, sql: str, rows: list[tuple]) -> None:
+        if rows:
+            with self._conn() as conn, conn.cursor() as cur:
+                cur.executemany(sql, rows)
+
+    # -- pools ------------------------------------------------------------------------------
+    def put_pool(self, path: str, config: dict) -> None:
+        self._many("INSERT INTO pools (path, config, updated_ms) VALUES (%s, %s, %s) ON CONFLICT (path) DO UPDATE "
+                   "SET config = excluded.config, updated_ms = excluded.updated_ms",
+                   [(path, json.dumps(config), config.get("updated_ms", 0))])
+
+    def get_pool(self, path: str) -> dict | None:
+        rows = self._all("SELECT config FROM pools WHERE path = %s", (path,))
+        return json.loads(rows[0][0]) if rows else None
+
+    def list_pools(self) -> dict[str, dict]:
+        return {p: json.loads(c) for p, c in self._all("SELECT path, config FROM pools ORDER BY path")}
+
+    # -- jobs and tasks ---------------------------------------------------------------------
+    def create_jobs(self, jobs: list[JobRow], tasks: list[TaskRow]) -> set[str]:
+        if not jobs:
+            return set()
+        with self.transaction() as conn, conn.cursor() as cur:
+            created: set[str] = set()
+            cur.executemany(f"INSERT INTO jobs ({JOB_COLS}) VALUES ({_s(JOB_COLS)}) ON CONFLICT DO NOTHING "
+                            "RETURNING job_id", [job_params(j) for j in jobs], returning=True)
+            while True:  # one result per statement; a skipped job returns no row
+                created.update(row[0] for row in cur.fetchall())
+                if not cur.nextset():
+                    break
+            self._many(f"INSERT INTO tasks ({TASK_COLS}) VALUES ({_s(TASK_COLS)})",
+                       [task_params(t) for t in tasks if t.job_id in created])
+        return created
+
+    def get_job(self, job_id: str) -> JobRow | None:
+        rows = self._all(f"SELECT {JOB_COLS} FROM jobs WHERE job_id = %s", (job_id,))
+        return job_from_row(rows[0]) if rows else None
+
+    def get_jobs(self, job_ids: list[str]) -> dict[str, JobRow]:
+        rows = self._all(f"SELECT {JOB_COLS} FROM jobs WHERE job_id = ANY(%s)", (list(job_ids),))
+        return {r[0]: job_from_row(r) for r in rows}
+
+    def list_jobs(self, limit: int = 100) -> list[JobRow]:
+        return [job_from_row(r) for r in
+                self._all(f"SELECT {JOB_COLS} FROM jobs ORDER BY created_ms DESC LIMIT %s", (limit,))]
+
+    def active_jobs(self) -> list[JobRow]:
+        return [job_from_row(r) for r in self._all(
+            f"SELECT {JOB_COLS} FROM jobs WHERE state NOT IN ('SUCCEEDED', 'FAILED', 'KILLED', 'DELETED')")]
+
+    def update_jobs(self, jobs: list[JobRow]) -> None:
+        self._many("UPDATE jobs SET state = %s, updated_ms = %s, completed_ms = %s WHERE job_id = %s",
+                   [(j.state, j.updated_ms, j.completed_ms, j.job_id) for j in jobs])
+
+    def tasks_of_job(self, job_id: str) -> list[TaskRow]:
+        return [task_from_row(r) for r in
+                self._all(f"SELECT {TASK_COLS} FROM tasks WHERE job_id = %s ORDER BY instance", (job_id,))]
+
+    def tasks_by_instance(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], TaskRow]:
+        if not keys:
+            return {}
+        rows = self._all(f"SELECT {TASK_COLS} FROM tasks WHERE (job_id, instance) IN "
+                         f"(SELECT * FROM unnest(%s::text[], %s::int[]))",
+                         ([k[0] for k in keys], [k[1] for k in keys]))
+        return {(r[0], r[1]): task_from_row(r) for r in rows}
+
+    def pending_tasks_of_jobs(self, job_ids: list[str]) -> list[TaskRow]:
+        return [task_from_row(r) for r in self._all(
+            f"SELECT {TASK_COLS} FROM tasks WHERE state = 'PENDING' AND job_id = ANY(%s) ORDER BY job_id, instance",
+            (list(job_ids),))]
+
+    def save_tasks(self, tasks: list[TaskRow]) -> None:
+        updates = ", ".join(f"{c} = excluded.{c}" for c in TASK_COLS.replace(" ", "").split(",")[2:])
+        self._many(f"INSERT INTO tasks ({TASK_COLS}) VALUES ({_s(TASK_COLS)}) "
+                   f"ON CONFLICT (job_id, instance) DO UPDATE SET {updates}", [task_params(t) for t in tasks])
+
+    def task_state_counts(self, job_ids: list[str]) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {j: {} for j in job_ids}
+        for job_id, state, n in self._all(
+                "SELECT job_id, state, count(*) FROM tasks WHERE job_id = ANY(%s) GROUP BY job_id, state",
+                (list(job_ids),)):
+            out[job_id][state] = n
+        return out
+
+    def record_task_events(self, events: list[tuple]) -> None:
+        cols = ", ".join(EVENT_COLS)
+        self._many(f"INSERT INTO task_events ({cols}) VALUES ({_s(cols)})", events)
+
+    def task_events(self, job_id: str) -> list[dict]:
+        rows = self._all(f"SELECT {', '.join(EVENT_COLS)} FROM task_events WHERE job_id = %s ORDER BY seq", (job_id,))
+        return [dict(zip(EVENT_COLS, r, strict=True)) for r in rows]
+
+    # -- allocations ------------------------------------------------------------------------
+    def allocations(self) -> list[Allocation]:
+        return [Allocation(*r) for r in self._all(f"SELECT {ALLOCATION_COLS} FROM allocations WHERE released_ms IS NULL")]
+
+    def release_allocations(self, task_ids: list[str], released_ms: int) -> None:
+        if task_ids:
+            self._all("UPDATE allocations SET released_ms = %s WHERE task_id = ANY(%s) AND released_ms IS NULL "
+                      "RETURNING task_id", (released_ms, list(task_ids)))
+
+    def allocation_states(self, task_ids: list[str]) -> dict[str, str]:
+        rows = self._all("SELECT task_id, released_ms FROM allocations WHERE task_id = ANY(%s)", (list(task_ids),))
+        return {t: "held" if released is None else "released" for t, released in rows}
+
+    def forget_released_allocations(self, before_ms: int) -> int:
+        return len(self._all("DELETE FROM allocations WHERE released_ms < %s RETURNING task_id", (before_ms,)))
+
+    def add_allocations(self, rows: list[Allocation]) -> None:
+        updates = ", ".join(f"{c} = excluded.{c}" for c in ALLOCATION_COLS.replace(" ", "").split(",")[1:])
+        self._many(f"INSERT INTO allocations ({ALLOCATION_COLS}) VALUES ({_s(ALLOCATION_COLS)}) "
+                   f"ON CONFLICT (task_id) DO UPDATE SET {updates}, released_ms = NULL",
+                   [allocation_params(a) for a in rows])
+
+    def remove_allocations(self, task_ids: list[str]) -> None:
+        if task_ids:
+            self._all("DELETE FROM allocations WHERE task_id = ANY(%s) RETURNING task_id", (list(task_ids),))
+
+    # -- launches ---------------------------------------------------------------------------
+    def claim_launches(self, rows: list[Launch]) -> set[str]:
+        if not rows:
+            return set()
+        with self.transaction() as conn, conn.cursor() as cur:
+            new: set[str] = set()
+            cur.executemany(f"INSERT INTO launches ({LAUNCH_COLS}) VALUES ({_s(LAUNCH_COLS)}) "
+                            "ON CONFLICT DO NOTHING RETURNING task_id", [launch_params(r) for r in rows],
+                            returning=True)
+            while True:
+                new.update(row[0] for row in cur.fetchall())
+                if not cur.nextset():
+                    break
+        return new
+
+    def end_launches(self, task_ids: list[str], ended_ms: int, final_status: dict[str, dict] | None = None) -> None:
+        final_status = final_status or {}
+        self._many("UPDATE launches SET ended_ms = %s, final_status = %s WHERE task_id = %s AND ended_ms IS NULL",
+                   [(ended_ms, json.dumps(final_status[t]) if t in final_status else None, t) for t in task_ids])
+
+    def active_launches(self, host_ids: list[str]) -> list[Launch]:
+        return [Launch(*r) for r in self._all(
+            f"SELECT {LAUNCH_COLS} FROM launches WHERE ended_ms IS NULL AND host_id = ANY(%s)", (list(host_ids),))]
+
+    def ended_launches(self, host_ids: list[str], since_ms: int) -> list[dict]:
+        return [json.loads(r[0]) for r in self._all(
+            "SELECT final_status FROM launches WHERE ended_ms >= %s AND final_status IS NOT NULL "
+            "AND host_id = ANY(%s) ORDER BY ended_ms", (since_ms, list(host_ids)))]
+
+    def launch_counts(self, job_id: str) -> dict[int, int]:
+        return dict(self._all("SELECT instance, count(*) FROM launches WHERE job_id = %s GROUP BY instance",
+                              (job_id,)))
+
+    def close(self) -> None:
+        self.pool.close()

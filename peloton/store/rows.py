@@ -1,0 +1,61 @@
+"""Columns and row conversions every SQL backend shares: one place that maps rows to named fields."""
+
+from __future__ import annotations
+
+import json
+
+from peloton.store.base import Allocation, JobRow, Launch, TaskRow
+
+TASK_COLS = (
+    "job_id, instance, run_id, task_id, pool, gang_id, state, spec, max_failures, failures, "
+    "host_id, reason, message, exit_code, signal, updated_ms"
+)
+JOB_COLS = (
+    "job_id, name, pool, type, state, instance_count, priority, preemptible, placement_strategy, "
+    "owner, config_text, created_ms, updated_ms, completed_ms"
+)
+LAUNCH_COLS = "task_id, job_id, instance, run_id, host_id, cpu, mem_mb, disk_mb, gpu, launched_ms, ended_ms"
+ALLOCATION_COLS = "task_id, pool, gang_id, cpu, mem_mb, disk_mb, gpu, admitted_ms"
+EVENT_COLS = ("task_id", "job_id", "instance", "run_id", "state", "reason", "exit_code", "timestamp_ms")
+
+
+def task_from_row(row) -> TaskRow:
+    return TaskRow(
+        job_id=row[0], instance=row[1], run_id=row[2], task_id=row[3], pool=row[4], gang_id=row[5],
+        state=row[6], spec=json.loads(row[7]), max_failures=row[8], failures=row[9], host_id=row[10] or "",
+        reason=row[11] or "", message=row[12] or "", exit_code=row[13], signal=row[14], updated_ms=row[15] or 0,
+    )
+
+
+def task_params(t: TaskRow) -> tuple:
+    return (
+        t.job_id, t.instance, t.run_id, t.task_id, t.pool, t.gang_id, t.state, json.dumps(t.spec),
+        t.max_failures, t.failures, t.host_id, t.reason, t.message, t.exit_code, t.signal, t.updated_ms,
+    )
+
+
+def job_from_row(row) -> JobRow:
+    return JobRow(
+        job_id=row[0], name=row[1], pool=row[2], type=row[3], state=row[4], instance_count=row[5],
+        priority=row[6], preemptible=bool(row[7]), placement_strategy=row[8], owner=row[9],
+        config_text=row[10], created_ms=row[11], updated_ms=row[12], completed_ms=row[13],
+    )
+
+
+def job_params(j: JobRow) -> tuple:
+    return (j.job_id, j.name, j.pool, j.type, j.state, j.instance_count, j.priority, bool(j.preemptible),
+            j.placement_strategy, j.owner, j.config_text, j.created_ms, j.updated_ms, j.completed_ms)
+
+
+def allocation_params(a: Allocation) -> tuple:
+    return (a.task_id, a.pool, a.gang_id, a.cpu, a.mem_mb, a.disk_mb, a.gpu, a.admitted_ms)
+
+
+def launch_params(r: Launch) -> tuple:
+    return (r.task_id, r.job_id, r.instance, r.run_id, r.host_id, r.cpu, r.mem_mb, r.disk_mb, r.gpu,
+            r.launched_ms, r.ended_ms)
+
+
+def placeholders(cols: str, mark: str) -> str:
+    """'?, ?, ?' (SQLite) or '%s, %s, %s' (PostgreSQL): one per column."""
+    return ", ".join([mark] * (cols.count(",") + 1))
