@@ -14,7 +14,7 @@ from peloton.model.pool import PoolConfigError, leaf_pool_error, parse_pool_conf
 from peloton.model.resources import Resources
 from peloton.runtime import CompactedView, DeliveryError, Emitter, RecordTooLarge, now_ms, producer_config
 from peloton.serde import registry
-from peloton.store import StorageGateway
+from peloton.store import QueryStore
 from peloton.topics import Catalogue, apply_topics
 from stages.admit.checks import fit_problems, job_id_problem, size_problems
 from stages.admit.expand import expand_job
@@ -54,7 +54,7 @@ def _deliver(out: Emitter, settings: Settings) -> None:
         raise
 
 
-def create_pool(settings: Settings, store: StorageGateway, path: str, text: str) -> dict:
+def create_pool(settings: Settings, store: QueryStore, path: str, text: str) -> dict:
     """Validate a respool config, then store and publish it as one step: the store keeps it only
     once the broker has it, so a reported failure leaves nothing behind and a retry can succeed.
     Creating a pool that exists with the same config again publishes it again (idempotent)."""
@@ -79,7 +79,7 @@ def pool_tree_lock(settings: Settings):
         yield
 
 
-def _create_pool(settings: Settings, store: StorageGateway, path: str, config: dict) -> dict:
+def _create_pool(settings: Settings, store: QueryStore, path: str, config: dict) -> dict:
     pools = store.list_pools()
     if config["parent"] != "/" and config["parent"] not in pools:
         raise UserError(f"parent pool {config['parent']!r} does not exist; create it first")
@@ -118,7 +118,7 @@ def host_capacities(settings: Settings, wait_s: float = 3.0) -> list[Resources]:
         view.close()
 
 
-def check_job(settings: Settings, store: StorageGateway, pool: str, text: str, job_id: str,
+def check_job(settings: Settings, store: QueryStore, pool: str, text: str, job_id: str,
               hosts: list[Resources] | None = None) -> JobSpec:
     """Every check the job manager makes at create, so a job refused there is refused here."""
     spec = validate_job(text, settings)
@@ -136,7 +136,7 @@ def check_job(settings: Settings, store: StorageGateway, pool: str, text: str, j
     return spec
 
 
-def submit_job(settings: Settings, store: StorageGateway, pool: str, text: str, job_id: str | None = None,
+def submit_job(settings: Settings, store: QueryStore, pool: str, text: str, job_id: str | None = None,
                out: Emitter | None = None, hosts: list[Resources] | None = None) -> str:
     """Check locally (clear errors, nothing sent), then publish a CREATE command.
 

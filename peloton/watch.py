@@ -7,10 +7,10 @@ import time
 from peloton.config import Settings
 from peloton.model.events import REASON_NO_HOST
 from peloton.model.states import JOB_TERMINAL
-from peloton.store import StorageGateway
+from peloton.store import QueryStore
 
 
-def job_summary(store: StorageGateway, job_id: str, settings: Settings | None = None) -> dict | None:
+def job_summary(store: QueryStore, job_id: str, settings: Settings | None = None) -> dict | None:
     """A job's state and task counts. With settings (so the broker can be asked), also why its
     pending gangs wait, as its pool's resource manager last published, and its failed runs."""
     job = store.get_job(job_id)
@@ -63,7 +63,7 @@ def job_seconds(summary: dict) -> float:
     return (end - summary["created_ms"]) / 1000
 
 
-def wait_for_jobs(store: StorageGateway, job_ids: list[str], timeout: float, console=None) -> dict[str, dict]:
+def wait_for_jobs(store: QueryStore, job_ids: list[str], timeout: float, console=None) -> dict[str, dict]:
     """Poll the store until every job is terminal or the timeout passes; show a bar per job."""
     deadline = time.monotonic() + timeout
     summaries: dict[str, dict] = {}

@@ -24,6 +24,7 @@ from peloton.store.base import (
     JobStore,
     Launch,
     LaunchStore,
+    QueryStore,
     StorageGateway,
     TaskRow,
 )
@@ -60,4 +61,4 @@ def open_store(url_or_path: str | Path) -> StorageGateway:
 
 
 __all__ = ["STORE_UNAVAILABLE", "Allocation", "AllocationStore", "JobRow", "JobStore", "Launch", "LaunchStore",
-           "StorageGateway", "TaskRow", "open_store", "sqlite_path"]
+           "QueryStore", "StorageGateway", "TaskRow", "open_store", "sqlite_path"]

@@ -22,9 +22,11 @@ from peloton.store.rows import (
     JOB_COLS,
     LAUNCH_COLS,
     TASK_COLS,
+    allocation_from_row,
     allocation_params,
     job_from_row,
     job_params,
+    launch_from_row,
     launch_params,
     placeholders,
     task_from_row,
@@ -220,7 +222,8 @@ class PostgresStore(StorageGateway):
 
     # -- allocations ------------------------------------------------------------------------
     def allocations(self) -> list[Allocation]:
-        return [Allocation(*r) for r in self._all(f"SELECT {ALLOCATION_COLS} FROM allocations WHERE released_ms IS NULL")]
+        q = f"SELECT {ALLOCATION_COLS} FROM allocations WHERE released_ms IS NULL"
+        return [allocation_from_row(r) for r in self._all(q)]
 
     def release_allocations(self, task_ids: list[str], released_ms: int) -> None:
         if task_ids:
@@ -265,7 +268,7 @@ class PostgresStore(StorageGateway):
                    [(ended_ms, json.dumps(final_status[t]) if t in final_status else None, t) for t in task_ids])
 
     def active_launches(self, host_ids: list[str]) -> list[Launch]:
-        return [Launch(*r) for r in self._all(
+        return [launch_from_row(r) for r in self._all(
             f"SELECT {LAUNCH_COLS} FROM launches WHERE ended_ms IS NULL AND host_id = ANY(%s)", (list(host_ids),))]
 
     def ended_launches(self, host_ids: list[str], since_ms: int) -> list[dict]:

@@ -47,6 +47,16 @@ def job_params(j: JobRow) -> tuple:
             j.placement_strategy, j.owner, j.config_text, j.created_ms, j.updated_ms, j.completed_ms)
 
 
+def allocation_from_row(row) -> Allocation:
+    return Allocation(task_id=row[0], pool=row[1], gang_id=row[2], cpu=row[3], mem_mb=row[4], disk_mb=row[5],
+                      gpu=row[6], admitted_ms=row[7])
+
+
+def launch_from_row(row) -> Launch:
+    return Launch(task_id=row[0], job_id=row[1], instance=row[2], run_id=row[3], host_id=row[4], cpu=row[5],
+                  mem_mb=row[6], disk_mb=row[7], gpu=row[8], launched_ms=row[9], ended_ms=row[10])
+
+
 def allocation_params(a: Allocation) -> tuple:
     return (a.task_id, a.pool, a.gang_id, a.cpu, a.mem_mb, a.disk_mb, a.gpu, a.admitted_ms)
 

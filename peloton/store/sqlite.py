@@ -15,9 +15,11 @@ from peloton.store.rows import (
     JOB_COLS,
     LAUNCH_COLS,
     TASK_COLS,
+    allocation_from_row,
     allocation_params,
     job_from_row,
     job_params,
+    launch_from_row,
     launch_params,
     placeholders,
     task_from_row,
@@ -223,7 +225,7 @@ class SqliteStore(StorageGateway):
     # -- allocations ------------------------------------------------------------------------
     def allocations(self) -> list[Allocation]:
         q = f"SELECT {ALLOCATION_COLS} FROM allocations WHERE released_ms IS NULL"
-        return [Allocation(*r) for r in self.db.execute(q)]
+        return [allocation_from_row(r) for r in self.db.execute(q)]
 
     def release_allocations(self, task_ids: list[str], released_ms: int) -> None:
         with self.transaction():
@@ -282,7 +284,7 @@ class SqliteStore(StorageGateway):
         for chunk in _chunks(list(host_ids)):
             q = (f"SELECT {LAUNCH_COLS} FROM launches WHERE ended_ms IS NULL "
                  f"AND host_id IN ({','.join('?' * len(chunk))})")
-            out.extend(Launch(*r) for r in self.db.execute(q, chunk))
+            out.extend(launch_from_row(r) for r in self.db.execute(q, chunk))
         return out
 
     def ended_launches(self, host_ids: list[str], since_ms: int) -> list[dict]:
