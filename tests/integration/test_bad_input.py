@@ -148,6 +148,19 @@ def test_a_pool_create_that_fails_on_the_broker_stores_nothing_and_a_retry_succe
     assert clash.returncode == 2 and "already exists with another config" in clash.stderr
 
 
+def status_once_it_says(p, job_id: str, key: str, timeout: float) -> dict:
+    """`job status --json` of the job, polled until it has something under key."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = pelotonctl(p, "job", "status", job_id, "--json")
+        assert result.returncode == 0, result.stderr
+        summary = json.loads(result.stdout)
+        if summary.get(key):
+            return summary
+        assert time.monotonic() < deadline, f"job status never showed {key!r}: {summary}"
+        time.sleep(0.5)
+
+
 def test_job_status_says_why_a_job_waits(pipeline_factory) -> None:
     p = pipeline_factory(hosts="sim:4:cpu=16,mem_mb=65536,disk_mb=100000", sim_task_seconds=60)
     p.start_all()
@@ -157,15 +170,7 @@ def test_job_status_says_why_a_job_waits(pipeline_factory) -> None:
         assert time.monotonic() < deadline, "the first job never ran"
         time.sleep(0.2)
     waiting = p.submit(GOOD.replace("instancecount: 2", "instancecount: 8\nsla: {minimumRunningInstances: 8}"))
-    deadline = time.monotonic() + 20
-    while True:
-        result = pelotonctl(p, "job", "status", waiting, "--json")
-        assert result.returncode == 0, result.stderr
-        summary = json.loads(result.stdout)
-        if summary.get("waiting"):
-            break
-        assert time.monotonic() < deadline, f"job status never said why the job waits: {summary}"
-        time.sleep(0.5)
+    summary = status_once_it_says(p, waiting, "waiting", timeout=20)
     assert summary["state"] == "PENDING"
     [gang] = summary["waiting"]
     assert gang["tasks"] == 8 and "waiting for room in its pool" in gang["reason"]
@@ -181,14 +186,7 @@ def test_job_status_says_why_no_host_takes_a_job(pipeline_factory) -> None:
     pinned = GOOD + ("  constraint:\n    type: 1\n    labelconstraint: {kind: 2, condition: 2, "
                      "label: {key: hostname, value: nowhere}, requirement: 1}\n")
     job_id = p.submit(pinned)
-    deadline = time.monotonic() + 30
-    while True:
-        result = pelotonctl(p, "job", "status", job_id, "--json")
-        summary = json.loads(result.stdout)
-        if summary.get("unplaced"):
-            break
-        assert time.monotonic() < deadline, f"job status never said why no host takes the job: {summary}"
-        time.sleep(0.5)
+    summary = status_once_it_says(p, job_id, "unplaced", timeout=30)
     assert summary["state"] == "PENDING"
     assert summary["unplaced"][0]["message"].endswith("fits on none of 2 hosts: 2 refused by its constraint")
     assert "found no host" in pelotonctl(p, "job", "status", job_id).stdout
