@@ -217,12 +217,15 @@ def bench(
     tasks: int = typer.Option(5000, help="Instances in the benchmark job."),
     hosts: str = typer.Option("sim:50:cpu=64,mem_mb=262144,disk_mb=1000000", help="Simulated host inventory."),
     task_seconds: float = typer.Option(0.0, help="How long each simulated task runs."),
+    store: str = typer.Option("sqlite", help="sqlite, or postgres (a throwaway PostgreSQL and ZooKeeper)."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Run one job of TASKS simulated tasks through a throwaway stack and print tasks per second."""
     from peloton.bench import run_pipeline_bench
 
-    figures = run_pipeline_bench(err if as_json else out, tasks, hosts, task_seconds)
+    if store not in ("sqlite", "postgres"):
+        _fail(f"--store: {store!r} is neither sqlite nor postgres", EXIT_INVALID)
+    figures = run_pipeline_bench(err if as_json else out, tasks, hosts, task_seconds, store)
     if as_json:
         _print_json(figures)
     if figures["state"] != "SUCCEEDED":
