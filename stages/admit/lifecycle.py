@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from peloton.model.states import JOB_TERMINAL, MESOS_TO_TASK, TASK_ORDER, TASK_TERMINAL
+from stages.admit.expand import task_id_of
 
 # A run lost to the system (its host or host manager went away: TASK_LOST and the other Mesos
 # states that map to LOST) is rerun like Peloton's system failures: every task gets at least
@@ -22,6 +23,20 @@ class Transition:
     requeue: bool = False  # ask for the same run again (its placement was refused)
     count_failure: bool = False
     release: bool = False  # the run's pool allocation is given back
+
+
+def status_problem(task_known: bool, event: dict) -> str | None:
+    """Why a TaskStatus record cannot be about any task of ours, or None. (A status for an older
+    run of a known task is not a problem: task_transition ignores it.)"""
+    if not task_known:
+        return (f"status for unknown task {event['task_id']!r} (no instance {event['instance']} of job "
+                f"{event['job_id']!r})")
+    if event["task_id"] != task_id_of(event["job_id"], event["instance"], event["run_id"]):
+        return (f"task id {event['task_id']!r} is not that of job {event['job_id']!r}, instance "
+                f"{event['instance']}, run {event['run_id']}")
+    if event["state"] not in MESOS_TO_TASK:
+        return f"status {event['state']} says nothing about the task"
+    return None
 
 
 def task_transition(

@@ -12,12 +12,12 @@ import uuid
 from peloton.model.jobconfig import JobConfigError, parse_job_config
 from peloton.model.pool import leaf_pool_error
 from peloton.model.resources import Resources
-from peloton.model.states import JOB_TERMINAL, MESOS_TO_TASK
+from peloton.model.states import JOB_TERMINAL
 from peloton.runtime import CompactedView, Record, Stage, now_ms
 from peloton.store import JobRow, JobStore, TaskRow
 from stages.admit.checks import fit_problems, job_id_problem, size_problems
-from stages.admit.expand import expand_job, gang_records, next_run, task_id_of
-from stages.admit.lifecycle import job_state, task_transition
+from stages.admit.expand import expand_job, gang_records, next_run
+from stages.admit.lifecycle import job_state, status_problem, task_transition
 
 log = logging.getLogger("peloton.admit")
 
@@ -131,16 +131,9 @@ class AdmitStage(Stage):
         for r in records:
             ev = r.value
             task = tasks.get((ev["job_id"], ev["instance"]))
-            if task is None:
-                self.emit.dead_letter(r, f"status for unknown task {ev['task_id']!r} (no instance "
-                                         f"{ev['instance']} of job {ev['job_id']!r})")
-                continue
-            if ev["task_id"] != task_id_of(ev["job_id"], ev["instance"], ev["run_id"]):
-                self.emit.dead_letter(r, f"task id {ev['task_id']!r} is not that of job {ev['job_id']!r}, "
-                                         f"instance {ev['instance']}, run {ev['run_id']}")
-                continue
-            if ev["state"] not in MESOS_TO_TASK:
-                self.emit.dead_letter(r, f"status {ev['state']} says nothing about the task")
+            problem = status_problem(task is not None, ev)
+            if problem:
+                self.emit.dead_letter(r, problem)
                 continue
             move = task_transition(task.state, task.run_id, ev["run_id"], ev["state"], task.failures, task.max_failures)
             if move is None:

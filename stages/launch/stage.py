@@ -17,7 +17,7 @@ from peloton.runtime import Record, Stage, now_ms
 from peloton.store import Launch, LaunchStore
 from stages.launch.agents import AgentDriver, LaunchRequest, TaskUpdate, make_driver
 from stages.launch.inventory import HostSpec, parse_inventory
-from stages.launch.ledger import HostLedger
+from stages.launch.ledger import HostLedger, judge_placement
 
 log = logging.getLogger("peloton.launch")
 
@@ -95,39 +95,31 @@ class LaunchStage(Stage):
 
     # -- placements ---------------------------------------------------------------------------
     def handle(self, records: list[Record]) -> None:
-        accepted: list[tuple[dict, str, str]] = []  # (launch spec, host id, placement id)
-        refused: list[tuple[dict, str, str]] = []
+        accepted: list[tuple[dict, str]] = []  # (launch spec, host id)
+        refused: list[tuple[dict, str, str]] = []  # (launch spec, host id, why)
         for r in records:
             p = r.value
             problem = next(filter(None, (task_problem(a["task"]) for a in p["assignments"])), None)
             if problem:
                 self.refuse(r, [a["task"] for a in p["assignments"]], problem)
                 continue
-            for a in p["assignments"]:
-                task, host_id = a["task"], a["host_id"]
-                ledger = self.ledgers.get(host_id)
-                if ledger is None:
-                    if host_id not in self.inventory:
-                        self.emit.dead_letter(r, f"placement names unknown host {host_id!r}")
-                        break
-                    refused.append((task, host_id, "host is not served by this shard's host manager"))
-                    continue
+            verdict = judge_placement(p["assignments"], self.ledgers, self.running, self.inventory)
+            if isinstance(verdict, str):
+                self.emit.dead_letter(r, verdict)
+                continue
+            for host_id in verdict.applied_on:
                 self.changed_hosts.setdefault(host_id, []).append(p["placement_id"])
-                if task["task_id"] in self.running:
-                    continue  # a repeat of a placement already running here
-                if ledger.try_reserve(task["task_id"], Resources.from_record(task["resources"])):
-                    accepted.append((task, host_id, p["placement_id"]))
-                else:
-                    refused.append((task, host_id, "host no longer has room for the task"))
+            accepted.extend(verdict.accepted)
+            refused.extend(verdict.refused)
         if accepted:
             now = now_ms()
             new = self.store.claim_launches([
                 Launch(t["task_id"], t["job_id"], t["instance"], t["run_id"], host_id, t["resources"]["cpu"],
                        t["resources"]["mem_mb"], t["resources"]["disk_mb"], t["resources"]["gpu"], now)
-                for t, host_id, _ in accepted
+                for t, host_id in accepted
             ])
             by_driver: dict[str, list[LaunchRequest]] = {}
-            for t, host_id, _ in accepted:
+            for t, host_id in accepted:
                 if t["task_id"] not in new:  # launched before (by us or an earlier owner)
                     self.ledgers[host_id].release(t["task_id"])
                     continue

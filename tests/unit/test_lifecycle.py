@@ -90,3 +90,13 @@ def test_a_refusal_after_launch_is_stale_and_ignored() -> None:
 ])
 def test_job_state_follows_pelotons_rules_in_order(counts, current, expected) -> None:
     assert job_state(counts, 3, current) == expected
+
+
+def test_a_status_that_names_no_task_of_ours_says_why() -> None:
+    from stages.admit.lifecycle import status_problem
+
+    ev = {"task_id": "j-0-1", "job_id": "j", "instance": 0, "run_id": 1, "state": "TASK_RUNNING"}
+    assert status_problem(True, ev) is None
+    assert status_problem(True, {**ev, "run_id": 2}) == "task id 'j-0-1' is not that of job 'j', instance 0, run 2"
+    assert status_problem(False, ev) == "status for unknown task 'j-0-1' (no instance 0 of job 'j')"
+    assert status_problem(True, {**ev, "state": "TASK_UNKNOWN"}) == "status TASK_UNKNOWN says nothing about the task"
