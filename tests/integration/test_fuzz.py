@@ -48,7 +48,8 @@ def hostile_configs(rng: random.Random) -> list[str]:
         laughs,
         "a: &a [*a]\n",
         "[" * 5000 + "]" * 5000,
-        "".join(" " * i + "k:\n" for i in range(2000)) + " " * 2000 + "v\n",
+        "".join(" " * i + "k:\n" for i in range(200)) + " " * 200 + "v\n",  # block style, 200 deep
+        "{k: " * 2000 + "v" + "}" * 2000,  # flow style, 2,000 deep
         job_with(TASK.format(cpu=1, mem=8) + "  constraint:\n    andconstraint:\n      constraints: " + laughs.replace("\n", " ")),
         "name: [unclosed\n",
         "- just\n- a list\n",
