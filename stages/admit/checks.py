@@ -83,8 +83,8 @@ def size_problems(spec: JobSpec, job: JobRow, tasks: list[TaskRow], serde: Schem
         size = len(serde.encode("peloton.GangDemand", gang)) + WRAPPING_BYTES + PER_TASK_BYTES * len(instances)
         if size > max_bytes:
             return [f"{_instances(instances)} make a gang record of about {size:,} bytes, more than the broker's "
-                    f"message limit of {max_bytes:,} bytes, PELOTON_MAX_MESSAGE_BYTES (shorten the command and environment, or make "
-                    f"the gang smaller)"]
+                    f"message limit of {max_bytes:,} bytes, PELOTON_MAX_MESSAGE_BYTES (shorten the command and "
+                    f"environment, or make the gang smaller)"]
     return []
 
 

@@ -70,6 +70,14 @@ def next_run(task: TaskRow, now_ms: int) -> None:
     task.updated_ms = now_ms
 
 
+def requeued_gang_id(gang_id: str, batch: str) -> str:
+    """The gang id of tasks sent back to their pool's queue (a refused placement, a placement
+    cycle given up). Tasks of one gang sent back together stay one gang; a new id keeps them
+    apart from the gang's earlier record and from other parts of it sent back later, which
+    entitle and place would otherwise take for repeats of what they already have."""
+    return f"{gang_id.split('~', 1)[0]}~{batch}"
+
+
 def gang_records(job: JobRow, tasks: list[TaskRow], now_ms: int) -> list[dict]:
     """GangDemand records for tasks (grouped by gang id, in task order)."""
     gangs: dict[str, list[TaskRow]] = {}

@@ -16,7 +16,7 @@ from peloton.model.states import JOB_TERMINAL
 from peloton.runtime import CompactedView, Record, Stage, now_ms
 from peloton.store import JobRow, JobStore, TaskRow
 from stages.admit.checks import fit_problems, job_id_problem, size_problems
-from stages.admit.expand import expand_job, gang_records, next_run
+from stages.admit.expand import expand_job, gang_records, next_run, requeued_gang_id
 from stages.admit.lifecycle import job_state, status_problem, task_transition
 
 log = logging.getLogger("peloton.admit")
@@ -127,6 +127,7 @@ class AdmitStage(Stage):
         tasks = self.store.tasks_by_instance(keys)
         changed: dict[tuple[str, int], TaskRow] = {}
         reruns: list[TaskRow] = []
+        requeue_batch = uuid.uuid4().hex[:8]
         events = []
         for r in records:
             ev = r.value
@@ -153,6 +154,8 @@ class AdmitStage(Stage):
                 task.failures += 1
             if move.retry:
                 next_run(task, now)
+            elif move.requeue:
+                task.gang_id = requeued_gang_id(task.gang_id, requeue_batch)
             if move.retry or move.requeue:
                 reruns.append(task)
             changed[(task.job_id, task.instance)] = task
@@ -172,9 +175,13 @@ class AdmitStage(Stage):
                     job.completed_ms = now
                 updated.append(job)
         self.store.update_jobs(updated)
+        by_job: dict[str, list[TaskRow]] = {}
         for task in reruns:
-            job = jobs[task.job_id]
-            out.extend(("task-demand", job.pool, "peloton.GangDemand", g) for g in gang_records(job, [task], now))
+            by_job.setdefault(task.job_id, []).append(task)
+        for job_id, tasks_of_job in by_job.items():  # requeued tasks of one gang go back as one gang
+            job = jobs[job_id]
+            out.extend(("task-demand", job.pool, "peloton.GangDemand", g)
+                       for g in gang_records(job, tasks_of_job, now))
 
 
     def recover(self) -> None:

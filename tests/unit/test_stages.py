@@ -197,3 +197,27 @@ def test_place_sends_a_gang_back_to_its_pool_with_the_reason_after_a_placement_c
     assert (status["state"], status["reason"]) == ("TASK_DROPPED", "REASON_NO_HOST")
     assert status["message"] == "task j-0-1 fits on none of 1 hosts: 1 without room (cpu on 1)"
     assert not stage.waiting and not stage.held_offsets() and out.take("placements") == []
+
+
+def status_record(task_id: str, state: str, reason: str = "") -> Record:
+    job_id, instance, run = task_id.rsplit("-", 2)
+    return record("task-status", "peloton.TaskStatus", {
+        "event_id": uuid.uuid4().hex, "task_id": task_id, "job_id": job_id, "instance": int(instance),
+        "run_id": int(run), "host_id": "", "state": state, "reason": reason, "message": "no room",
+        "exit_code": None, "signal": None, "timestamp_ms": 1}, key=job_id)
+
+
+def test_tasks_of_a_gang_sent_back_go_back_as_one_gang_under_a_new_id(admit, store) -> None:
+    stage, out = admit
+    stage.handle([command("g", JOB.format(name="g", count=3, gang=3, cpu=1))])
+    [(_, _, _, first)] = out.take("task-demand")
+    # placement refused two of the gang's tasks together, then the third later
+    stage.handle([status_record("g-0-1", "TASK_DROPPED"), status_record("g-1-1", "TASK_DROPPED")])
+    demand = [v for _, _, schema, v in out.take("task-demand") if schema == "peloton.GangDemand"]
+    stage.handle([status_record("g-2-1", "TASK_DROPPED")])
+    later = [v for _, _, schema, v in out.take("task-demand") if schema == "peloton.GangDemand"]
+    assert [[t["task_id"] for t in g["tasks"]] for g in demand] == [["g-0-1", "g-1-1"]]
+    assert [[t["task_id"] for t in g["tasks"]] for g in later] == [["g-2-1"]]
+    ids = {first["gang_id"], demand[0]["gang_id"], later[0]["gang_id"]}
+    assert len(ids) == 3, "a gang sent back must not look like a repeat of what entitle and place have"
+    assert all(i.split("~")[0] == first["gang_id"] for i in ids)
