@@ -77,12 +77,6 @@ def producer_config(settings: Settings) -> dict:
 MESSAGE_OVERHEAD = 4096
 
 
-# Commit errors that mean this member is no longer in the group's current generation.
-_LEFT_GROUP = {KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS,
-               KafkaError._ASSIGNMENT_LOST, KafkaError.FENCED_INSTANCE_ID, KafkaError._NO_OFFSET,
-               KafkaError.UNKNOWN_TOPIC_OR_PART}
-
-
 class DeliveryError(RuntimeError):
     """Produced messages did not reach the broker (yet): the broker is away or refused them."""
 
@@ -466,7 +460,16 @@ class StageRuntime:
             return  # stopping before the batch was handled: none of it is committed
         self._next.update(positions)
         self.stage_tick()
-        self._until_done(self._flush_and_commit, "sending and committing")
+        waited = self.retries
+        if not self._until_done(self._flush, "sending"):
+            return
+        if self.retries != waited:
+            # The broker was away while this waited to send. It may have come back as another
+            # broker (Tansu restarts empty): positions from before would skip its new messages,
+            # so they are not committed; the group's rejoin reads again from the last commit.
+            self._next.clear()
+            return
+        self._commit()
 
     def _check_topics(self) -> None:
         """Make the topics of topics.yaml again if the broker lost them: consumers would wait for
@@ -557,8 +560,17 @@ class StageRuntime:
             records.append(Record(spec.id, m.partition(), m.offset(), key, schema, value, raw_key, raw_value))
         return records, positions
 
-    def _flush_and_commit(self) -> None:
+    def _flush(self) -> None:
         self.emitter.flush(self.settings.flush_timeout_s)
+
+    def _flush_and_commit(self) -> None:
+        self._flush()
+        self._commit()
+
+    def _commit(self) -> None:
+        """Commit what was handled, never past a held record. A failed commit is not retried: the
+        next loop commits newer positions, and a commit retried across an outage could land old
+        positions on a broker that restarted empty."""
         held = self.stage.held_offsets()
         offsets = []
         for tp, nxt in self._next.items():
@@ -570,13 +582,11 @@ class StageRuntime:
                 self.consumer.commit(offsets=offsets, asynchronous=False)
             except KafkaException as exc:
                 err = exc.args[0] if exc.args else None
-                if not isinstance(err, KafkaError) or err.code() not in _LEFT_GROUP:
-                    raise
-                # The group went on without us (a rebalance, or a broker that restarted): the
-                # commit is refused for good, and whoever owns the partitions next reads again
-                # from the last commit. Retrying would only keep us from rejoining.
-                log.warning("commit refused (%s); the partitions' next owner reads again from the last commit",
-                            err.name())
+                # The group went on without us (a rebalance, or a broker that restarted), or the
+                # coordinator is away: whoever owns the partitions next reads again from the last
+                # commit. Retrying would only keep us from rejoining.
+                log.warning("commit not made (%s); the partitions' next owner reads again from the last commit",
+                            err.name() if isinstance(err, KafkaError) else exc)
                 return
             for tp in offsets:
                 key = (self.catalogue.by_name[tp.topic].id, tp.partition)

@@ -135,3 +135,23 @@ def test_a_stage_stopped_while_it_waits_commits_nothing_it_did_not_handle() -> N
     assert stage.handled == []
     assert all(CAT["job-commands"].name not in {t for t, _ in c} for c in consumer.commits)
     assert out.take() == []
+
+
+def test_positions_from_before_a_broker_outage_are_not_committed_after_it() -> None:
+    """The broker that answers after an outage may have restarted empty: committing the old
+    positions there would skip its new messages."""
+    from peloton.runtime import DeliveryError
+
+    stage = Recorder()
+    rt, consumer, out = runtime_for(stage, [Message(4, command("a"))])
+    failures = iter([True, True])
+
+    def flush(timeout: float = 30.0) -> None:
+        if next(failures, False):
+            raise DeliveryError("1 messages not delivered to the broker within 10s")
+        RecordingEmitter.flush(out, timeout)
+
+    out.flush = flush
+    rt.run_once()
+    assert stage.handled == ["a"] and rt.retries == 2
+    assert consumer.commits == []  # handled, delivered, and left for the group to read again
