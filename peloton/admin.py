@@ -16,7 +16,7 @@ from peloton.runtime import CompactedView, DeliveryError, Emitter, RecordTooLarg
 from peloton.serde import registry
 from peloton.store import QueryStore
 from peloton.topics import Catalogue, apply_topics
-from stages.admit.checks import fit_problems, job_id_problem, size_problems
+from stages.admit.checks import distinct_capacities, fit_problems, job_id_problem, size_problems
 from stages.admit.expand import expand_job
 
 
@@ -113,7 +113,7 @@ def host_capacities(settings: Settings, wait_s: float = 3.0) -> list[Resources]:
     view = CompactedView(settings, "host-state")
     try:
         view.catch_up(timeout=wait_s)
-        return list({Resources.from_record(h["capacity"]) for h in view.values.values()})
+        return distinct_capacities(view.values.values())
     finally:
         view.close()
 

@@ -38,6 +38,11 @@ def _instances(ids: list[int]) -> str:
     return f"instance {ids[0]}" if len(ids) == 1 else f"instances {ids[0]}-{ids[-1]}"
 
 
+def distinct_capacities(host_states) -> list[Resources]:
+    """The distinct capacities among HostState records: all fit_problems needs of the hosts."""
+    return list({Resources.from_record(h["capacity"]) for h in host_states})
+
+
 def fit_problems(spec: JobSpec, pool: str, pool_config: dict, hosts: list[Resources]) -> list[str]:
     """Gangs larger than the pool's limit; tasks larger than every host (when hosts are known)."""
     problems = []

@@ -15,7 +15,7 @@ from peloton.model.resources import Resources
 from peloton.model.states import JOB_TERMINAL
 from peloton.runtime import CompactedView, Record, Stage, now_ms
 from peloton.store import JobRow, JobStore, TaskRow
-from stages.admit.checks import fit_problems, job_id_problem, size_problems
+from stages.admit.checks import distinct_capacities, fit_problems, job_id_problem, size_problems
 from stages.admit.expand import expand_job, gang_records, next_run, requeued_gang_id
 from stages.admit.lifecycle import job_state, status_problem, task_transition
 
@@ -54,7 +54,7 @@ class AdmitStage(Stage):
 
     def host_capacities(self) -> list[Resources]:
         self.hosts.poll()
-        return list({Resources.from_record(h["capacity"]) for h in self.hosts.values.values()})
+        return distinct_capacities(self.hosts.values.values())
 
     # -- job commands -----------------------------------------------------------------------
     def _commands(self, records: list[Record], out: list) -> None:
