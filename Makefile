@@ -47,6 +47,7 @@ integration: $(STAMP) system
 
 # Figures, not pass/fail: the pipeline's rate on simulated hosts.
 bench: $(STAMP)
+	$(BIN)/pelotonctl respool bench
 	$(BIN)/pelotonctl bench --tasks 5000
 
 clean:

@@ -10,18 +10,41 @@ from confluent_kafka.admin import AdminClient
 
 from peloton.config import Settings
 from peloton.model.jobconfig import JobSpec, parse_job_config
-from peloton.model.pool import PoolConfigError, leaf_pool_error, parse_pool_config
+from peloton.model.pool import (
+    PoolConfigError,
+    delete_problems,
+    leaf_pool_error,
+    parse_pool_config,
+    same_pool,
+    tree_problems,
+)
 from peloton.model.resources import Resources
-from peloton.runtime import CompactedView, DeliveryError, Emitter, RecordTooLarge, now_ms, producer_config
+from peloton.runtime import (
+    CompactedView,
+    DeliveryError,
+    Emitter,
+    RecordTooLarge,
+    now_ms,
+    producer_config,
+)
 from peloton.serde import registry
 from peloton.store import QueryStore
 from peloton.topics import Catalogue, apply_topics
-from stages.admit.checks import distinct_capacities, fit_problems, job_id_problem, size_problems
+from stages.admit.checks import (
+    distinct_capacities,
+    fit_problems,
+    job_id_problem,
+    size_problems,
+)
 from stages.admit.expand import expand_job
 
 
 class UserError(Exception):
     """Bad input from a user: printed as a clear message with exit code 2."""
+
+
+class NotFound(UserError):
+    """What the user named does not exist: exit code 3."""
 
 
 # A command line prints its own one-line error; librdkafka's reconnect chatter (one line per
@@ -54,22 +77,66 @@ def _deliver(out: Emitter, settings: Settings) -> None:
         raise
 
 
-def create_pool(settings: Settings, store: QueryStore, path: str, text: str) -> dict:
-    """Validate a respool config, then store and publish it as one step: the store keeps it only
-    once the broker has it, so a reported failure leaves nothing behind and a retry can succeed.
-    Creating a pool that exists with the same config again publishes it again (idempotent)."""
+def _parse_pool(text: str, path: str) -> dict:
     try:
-        config = parse_pool_config(text, path)
+        return parse_pool_config(text, path)
     except PoolConfigError as exc:
         raise UserError(str(exc)) from None
-    with pool_tree_lock(settings):
-        return _create_pool(settings, store, path, config)
+
+
+def _refuse(what: str, problems: list[str]) -> None:
+    if problems:
+        raise UserError(f"{what}:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+def create_pool(settings: Settings, store: QueryStore, path: str, text: str) -> dict:
+    """Validate a respool config against the tree and store it: one row, so every stage sees the
+    pool at its next read, or none does. Creating a pool again with the same config is a no-op."""
+    config = _parse_pool(text, path)
+    with pool_tree_lock(settings), store.transaction():
+        store.lock_pool_tree()
+        pools = store.list_pools()
+        if path in pools and same_pool(pools[path], config):
+            return pools[path]
+        _refuse(f"resource pool {path} refused", tree_problems(
+            pools, config, leaf_has_jobs=config["parent"] in store.pools_with_jobs()))
+        config["updated_ms"] = now_ms()
+        store.put_pool(path, config)
+    return config
+
+
+def update_pool(settings: Settings, store: QueryStore, path: str, text: str, force: bool = False) -> dict:
+    """Replace a pool's config; the tree's rules hold unless forced (Peloton's --force)."""
+    config = _parse_pool(text, path)
+    with pool_tree_lock(settings), store.transaction():
+        store.lock_pool_tree()
+        pools = store.list_pools()
+        if path not in pools:
+            raise NotFound(f"no resource pool {path!r}")
+        if not force:
+            _refuse(f"resource pool {path} not updated", tree_problems(pools, config, update=True))
+        config["updated_ms"] = now_ms()
+        store.put_pool(path, config)
+    return config
+
+
+def delete_pool(settings: Settings, store: QueryStore, path: str) -> None:
+    """Delete a leaf pool that has no job left to run."""
+    with pool_tree_lock(settings), store.transaction():
+        store.lock_pool_tree()
+        pools = store.list_pools()
+        if path not in pools and path != "/":
+            raise NotFound(f"no resource pool {path!r}")
+        _refuse(f"resource pool {path} not deleted",
+                delete_problems(pools, path, has_jobs=path in store.pools_with_jobs()))
+        store.delete_pool(path)
 
 
 @contextmanager
 def pool_tree_lock(settings: Settings):
     """Pool-tree changes happen one at a time in the cluster: the check of the tree and the
-    write must not interleave with another pelotonctl's. ZooKeeper's lock when there is one."""
+    write must not interleave with another pelotonctl's. ZooKeeper's lock when there is one
+    (the store's own lock, taken inside, covers a cluster without it)."""
     if not settings.zookeeper:
         yield
         return
@@ -79,23 +146,29 @@ def pool_tree_lock(settings: Settings):
         yield
 
 
-def _create_pool(settings: Settings, store: QueryStore, path: str, config: dict) -> dict:
+def pool_usage(settings: Settings, wait_s: float = 3.0) -> tuple[dict[str, dict], list[dict]]:
+    """What entitle last published for each pool, and the host states: what `respool get`
+    computes the tree from, as every entitle instance does."""
+    usage, hosts = CompactedView(settings, "entitlements"), CompactedView(settings, "host-state")
+    try:
+        usage.catch_up(timeout=wait_s)
+        hosts.catch_up(timeout=wait_s)
+        return dict(usage.values), list(hosts.values.values())
+    finally:
+        usage.close()
+        hosts.close()
+
+
+def pool_report(settings: Settings, store: QueryStore, path: str) -> dict:
+    """`respool get`: a pool's reservation, limit and share, and its entitlement, allocation and
+    demand now, per resource kind (computed from what entitle publishes, as entitle computes it)."""
+    from stages.entitle.usage import pool_view
+
     pools = store.list_pools()
-    if config["parent"] != "/" and config["parent"] not in pools:
-        raise UserError(f"parent pool {config['parent']!r} does not exist; create it first")
-    if path in pools and _comparable(pools[path]) != _comparable(config):
-        raise UserError(f"resource pool {path!r} already exists with another config")
-    config["updated_ms"] = now_ms()
-    out = emitter(settings)
-    with store.transaction():
-        store.put_pool(path, config)
-        out.emit("pools", path, "peloton.PoolConfig", config)
-        _deliver(out, settings)  # raises inside the transaction: the store rolls back
-    return config
-
-
-def _comparable(config: dict) -> dict:
-    return {k: v for k, v in config.items() if k != "updated_ms"}
+    if path != "/" and path not in pools:
+        raise NotFound(f"no resource pool {path!r} (known pools: {', '.join(pools) or 'none'})")
+    published, hosts = pool_usage(settings)
+    return pool_view(pools, published, hosts)[path]
 
 
 def validate_job(text: str, settings: Settings | None = None) -> JobSpec:

@@ -49,6 +49,15 @@ class Settings:
     # A gang blocked at the head of its pool's queue for this long stops blocking smaller gangs
     # behind it (Peloton's head-of-line rule, with a bound).
     head_of_line_timeout_s: float = 30.0
+    # Entitle: pools are reread from the store, the whole tree's entitlement recomputed and its
+    # own pools' usage published at least this often (and at once on a change).
+    entitlement_period_s: float = 1.0
+    # Inter-pool preemption: a pool above its entitlement for this many periods in a row has its
+    # excess preempted (Peloton: 60 s in production, 10 s in dev; 3 periods in dev). 0: off.
+    preemption_period_s: float = 10.0
+    preemption_sustained_periods: int = 3
+    # A gang that placement sent back waits this long before its pool admits it again.
+    requeue_backoff_s: float = 2.0
     # The largest record a stage may produce (librdkafka's and Kafka's default limit is ~1 MB).
     max_message_bytes: int = 1_000_000
     # While the broker or the store is unavailable a stage waits and tries again, backing off

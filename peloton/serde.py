@@ -52,8 +52,11 @@ class SchemaRegistry:
             self.by_id[schema_id] = (name, parsed)
         self._writers: dict[int, Any] = {}  # id of an older version -> its parsed writer schema
         for schema_id, (name, raw) in older.items():
-            # Parsed against a copy: an old version must not replace the current named type.
-            self._writers[schema_id] = fastavro.parse_schema(raw, named_schemas=dict(named))
+            # Parsed against a copy, so an old version never replaces a current named type; the
+            # types it writes out in full (its own, and any older nested type) are its own.
+            own = _defined_names(raw)
+            known = {n: s for n, s in named.items() if n not in own}
+            self._writers[schema_id] = fastavro.parse_schema(raw, named_schemas=known)
             self.by_id[schema_id] = (name, self.by_name[name][1])
         self.named = named  # name -> parsed schema, for references between files
 
@@ -83,6 +86,25 @@ class SchemaRegistry:
 
     def schema(self, name: str) -> Any:
         return self.by_name[name][1]
+
+
+def _defined_names(schema, namespace: str = "") -> set[str]:
+    """Full names of the record, enum and fixed types a raw schema defines in place."""
+    if isinstance(schema, list):  # a union
+        return set().union(*(_defined_names(branch, namespace) for branch in schema))
+    if not isinstance(schema, dict):
+        return set()  # a primitive, or a reference to a type defined elsewhere
+    found: set[str] = set()
+    if schema.get("type") in ("record", "enum", "fixed"):
+        namespace = schema.get("namespace", namespace)
+        name = schema["name"]
+        found.add(name if "." in name or not namespace else f"{namespace}.{name}")
+    for f in schema.get("fields", []):
+        found |= _defined_names(f["type"], namespace)
+    for key in ("type", "items", "values"):
+        if isinstance(schema.get(key), (dict, list)):
+            found |= _defined_names(schema[key], namespace)
+    return found
 
 
 _default: SchemaRegistry | None = None

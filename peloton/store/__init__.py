@@ -25,6 +25,7 @@ from peloton.store.base import (
     Launch,
     LaunchStore,
     QueryStore,
+    QueuedGang,
     StorageGateway,
     TaskRow,
 )
@@ -61,4 +62,4 @@ def open_store(url_or_path: str | Path) -> StorageGateway:
 
 
 __all__ = ["STORE_UNAVAILABLE", "Allocation", "AllocationStore", "JobRow", "JobStore", "Launch", "LaunchStore",
-           "QueryStore", "StorageGateway", "TaskRow", "open_store", "sqlite_path"]
+           "QueryStore", "QueuedGang", "StorageGateway", "TaskRow", "open_store", "sqlite_path"]

@@ -27,6 +27,7 @@ class JobRow:
     created_ms: int
     updated_ms: int
     completed_ms: int | None = None
+    revocable: bool = False
 
 
 @dataclass(slots=True)
@@ -63,6 +64,24 @@ class Allocation:
     disk_mb: float
     gpu: float
     admitted_ms: int
+    # What admission and preemption rules need after a failover, without the gang record.
+    priority: int = 0
+    preemptible: bool = True
+    revocable: bool = False
+    controller: bool = False
+
+
+@dataclass(slots=True)
+class QueuedGang:
+    """A gang waiting in its pool's queue. Entitle owns the queue: its input offsets commit as
+    gangs are queued here, and a new owner of the pool rebuilds the queue from these rows."""
+
+    gang_id: str
+    pool: str
+    priority: int
+    seq: int  # arrival order within a priority
+    gang: dict  # the GangDemand record
+    not_before_ms: int = 0  # a gang sent back by placement waits out its backoff
 
 
 @dataclass(slots=True)
@@ -94,6 +113,15 @@ class StorageGateway(ABC):
     def get_pool(self, path: str) -> dict | None: ...
     @abstractmethod
     def list_pools(self) -> dict[str, dict]: ...
+    @abstractmethod
+    def delete_pool(self, path: str) -> bool: ...
+    @abstractmethod
+    def lock_pool_tree(self) -> None:
+        """Inside transaction(): no other pool-tree change runs until it ends, so a change checked
+        against the tree is written against the same tree."""
+    @abstractmethod
+    def pools_with_jobs(self) -> set[str]:
+        """Pools holding at least one job that is not terminal."""
 
     # jobs and tasks (admit)
     @abstractmethod
@@ -146,6 +174,20 @@ class StorageGateway(ABC):
     def forget_released_allocations(self, before_ms: int) -> int:
         """Drop released runs older than before_ms; how many went."""
 
+    # pool queues (entitle)
+    @abstractmethod
+    def queue_gangs(self, rows: list[QueuedGang]) -> None:
+        """Add gangs to their pools' queues; a gang already queued is left as it is."""
+    @abstractmethod
+    def queued_gangs(self) -> list[QueuedGang]: ...
+    @abstractmethod
+    def unqueue_gangs(self, gang_ids: list[str]) -> None: ...
+    @abstractmethod
+    def admit_gangs(self, gang_ids: list[str], allocations: list[Allocation]) -> set[str]:
+        """In one transaction: take the gangs off their queues and charge their tasks. Only gangs
+        still queued are admitted (returned); the allocations of the others are not written, so
+        two instances that both believe they own a pool never admit one gang twice."""
+
     # launches (launch)
     @abstractmethod
     def claim_launches(self, rows: list[Launch]) -> set[str]:
@@ -189,7 +231,13 @@ class JobStore(Protocol):
 
 
 class AllocationStore(Protocol):
-    """entitle: the allocations table, which it alone writes."""
+    """entitle: the allocations and queued_gangs tables, which it alone writes; pools (read)."""
+
+    def list_pools(self) -> dict[str, dict]: ...
+    def queue_gangs(self, rows: list[QueuedGang]) -> None: ...
+    def queued_gangs(self) -> list[QueuedGang]: ...
+    def unqueue_gangs(self, gang_ids: list[str]) -> None: ...
+    def admit_gangs(self, gang_ids: list[str], allocations: list[Allocation]) -> set[str]: ...
 
     def allocations(self) -> list[Allocation]: ...
     def add_allocations(self, rows: list[Allocation]) -> None: ...
@@ -211,6 +259,9 @@ class QueryStore(Protocol):
     def list_pools(self) -> dict[str, dict]: ...
     def get_pool(self, path: str) -> dict | None: ...
     def put_pool(self, path: str, config: dict) -> None: ...
+    def delete_pool(self, path: str) -> bool: ...
+    def lock_pool_tree(self) -> None: ...
+    def pools_with_jobs(self) -> set[str]: ...
     def transaction(self) -> AbstractContextManager: ...
 
 

@@ -15,12 +15,20 @@ from contextlib import contextmanager
 
 from psycopg_pool import ConnectionPool
 
-from peloton.store.base import Allocation, JobRow, Launch, StorageGateway, TaskRow
+from peloton.store.base import (
+    Allocation,
+    JobRow,
+    Launch,
+    QueuedGang,
+    StorageGateway,
+    TaskRow,
+)
 from peloton.store.rows import (
     ALLOCATION_COLS,
     EVENT_COLS,
     JOB_COLS,
     LAUNCH_COLS,
+    QUEUED_COLS,
     TASK_COLS,
     allocation_from_row,
     allocation_params,
@@ -29,6 +37,8 @@ from peloton.store.rows import (
     launch_from_row,
     launch_params,
     placeholders,
+    queued_from_row,
+    queued_params,
     task_from_row,
     task_params,
 )
@@ -67,8 +77,17 @@ MIGRATIONS = [
     ALTER TABLE allocations ADD COLUMN released_ms BIGINT;
     CREATE INDEX allocations_released ON allocations (released_ms);
     """,
+    # 3: entitle keeps its pools' queues, and what admission and preemption need of each run.
+    """
+    ALTER TABLE allocations ADD COLUMN priority INTEGER, ADD COLUMN preemptible BOOLEAN,
+        ADD COLUMN revocable BOOLEAN, ADD COLUMN controller BOOLEAN;
+    ALTER TABLE jobs ADD COLUMN revocable BOOLEAN;
+    CREATE TABLE queued_gangs (
+        gang_id TEXT PRIMARY KEY, pool TEXT, priority INTEGER, seq BIGINT, gang TEXT, not_before_ms BIGINT);
+    """,
 ]
 _MIGRATION_LOCK = 0x70656C6F  # any constant shared by every process of the project
+_POOL_TREE_LOCK = 0x706F6F6C
 
 
 def _s(cols: str) -> str:
@@ -145,6 +164,16 @@ class PostgresStore(StorageGateway):
 
     def list_pools(self) -> dict[str, dict]:
         return {p: json.loads(c) for p, c in self._all("SELECT path, config FROM pools ORDER BY path")}
+
+    def delete_pool(self, path: str) -> bool:
+        return bool(self._all("DELETE FROM pools WHERE path = %s RETURNING path", (path,)))
+
+    def lock_pool_tree(self) -> None:
+        self._all("SELECT pg_advisory_xact_lock(%s)", (_POOL_TREE_LOCK,))
+
+    def pools_with_jobs(self) -> set[str]:
+        q = "SELECT DISTINCT pool FROM jobs WHERE state NOT IN ('SUCCEEDED', 'FAILED', 'KILLED', 'DELETED')"
+        return {r[0] for r in self._all(q)}
 
     # -- jobs and tasks ---------------------------------------------------------------------
     def create_jobs(self, jobs: list[JobRow], tasks: list[TaskRow]) -> set[str]:
@@ -246,6 +275,25 @@ class PostgresStore(StorageGateway):
     def remove_allocations(self, task_ids: list[str]) -> None:
         if task_ids:
             self._all("DELETE FROM allocations WHERE task_id = ANY(%s) RETURNING task_id", (list(task_ids),))
+
+    # -- pool queues ------------------------------------------------------------------------
+    def queue_gangs(self, rows: list[QueuedGang]) -> None:
+        self._many(f"INSERT INTO queued_gangs ({QUEUED_COLS}) VALUES ({_s(QUEUED_COLS)}) ON CONFLICT DO NOTHING",
+                   [queued_params(q) for q in rows])
+
+    def queued_gangs(self) -> list[QueuedGang]:
+        return [queued_from_row(r) for r in self._all(f"SELECT {QUEUED_COLS} FROM queued_gangs ORDER BY seq")]
+
+    def unqueue_gangs(self, gang_ids: list[str]) -> None:
+        if gang_ids:
+            self._all("DELETE FROM queued_gangs WHERE gang_id = ANY(%s) RETURNING gang_id", (list(gang_ids),))
+
+    def admit_gangs(self, gang_ids: list[str], allocations: list[Allocation]) -> set[str]:
+        with self.transaction():
+            taken = {r[0] for r in self._all("DELETE FROM queued_gangs WHERE gang_id = ANY(%s) RETURNING gang_id",
+                                             (list(gang_ids),))}
+            self.add_allocations([a for a in allocations if a.gang_id in taken])
+            return taken
 
     # -- launches ---------------------------------------------------------------------------
     def claim_launches(self, rows: list[Launch]) -> set[str]:

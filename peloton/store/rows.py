@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from peloton.store.base import Allocation, JobRow, Launch, TaskRow
+from peloton.store.base import Allocation, JobRow, Launch, QueuedGang, TaskRow
 
 TASK_COLS = (
     "job_id, instance, run_id, task_id, pool, gang_id, state, spec, max_failures, failures, "
@@ -12,10 +12,13 @@ TASK_COLS = (
 )
 JOB_COLS = (
     "job_id, name, pool, type, state, instance_count, priority, preemptible, placement_strategy, "
-    "owner, config_text, created_ms, updated_ms, completed_ms"
+    "owner, config_text, created_ms, updated_ms, completed_ms, revocable"
 )
 LAUNCH_COLS = "task_id, job_id, instance, run_id, host_id, cpu, mem_mb, disk_mb, gpu, launched_ms, ended_ms"
-ALLOCATION_COLS = "task_id, pool, gang_id, cpu, mem_mb, disk_mb, gpu, admitted_ms"
+ALLOCATION_COLS = (
+    "task_id, pool, gang_id, cpu, mem_mb, disk_mb, gpu, admitted_ms, priority, preemptible, revocable, controller"
+)
+QUEUED_COLS = "gang_id, pool, priority, seq, gang, not_before_ms"
 EVENT_COLS = ("task_id", "job_id", "instance", "run_id", "state", "reason", "exit_code", "timestamp_ms")
 
 
@@ -39,17 +42,21 @@ def job_from_row(row) -> JobRow:
         job_id=row[0], name=row[1], pool=row[2], type=row[3], state=row[4], instance_count=row[5],
         priority=row[6], preemptible=bool(row[7]), placement_strategy=row[8], owner=row[9],
         config_text=row[10], created_ms=row[11], updated_ms=row[12], completed_ms=row[13],
+        revocable=bool(row[14]),
     )
 
 
 def job_params(j: JobRow) -> tuple:
     return (j.job_id, j.name, j.pool, j.type, j.state, j.instance_count, j.priority, bool(j.preemptible),
-            j.placement_strategy, j.owner, j.config_text, j.created_ms, j.updated_ms, j.completed_ms)
+            j.placement_strategy, j.owner, j.config_text, j.created_ms, j.updated_ms, j.completed_ms,
+            bool(j.revocable))
 
 
 def allocation_from_row(row) -> Allocation:
     return Allocation(task_id=row[0], pool=row[1], gang_id=row[2], cpu=row[3], mem_mb=row[4], disk_mb=row[5],
-                      gpu=row[6], admitted_ms=row[7])
+                      gpu=row[6], admitted_ms=row[7], priority=row[8] or 0,
+                      preemptible=True if row[9] is None else bool(row[9]), revocable=bool(row[10]),
+                      controller=bool(row[11]))
 
 
 def launch_from_row(row) -> Launch:
@@ -58,7 +65,17 @@ def launch_from_row(row) -> Launch:
 
 
 def allocation_params(a: Allocation) -> tuple:
-    return (a.task_id, a.pool, a.gang_id, a.cpu, a.mem_mb, a.disk_mb, a.gpu, a.admitted_ms)
+    return (a.task_id, a.pool, a.gang_id, a.cpu, a.mem_mb, a.disk_mb, a.gpu, a.admitted_ms, a.priority,
+            bool(a.preemptible), bool(a.revocable), bool(a.controller))
+
+
+def queued_from_row(row) -> QueuedGang:
+    return QueuedGang(gang_id=row[0], pool=row[1], priority=row[2], seq=row[3], gang=json.loads(row[4]),
+                      not_before_ms=row[5] or 0)
+
+
+def queued_params(q: QueuedGang) -> tuple:
+    return (q.gang_id, q.pool, q.priority, q.seq, json.dumps(q.gang), q.not_before_ms)
 
 
 def launch_params(r: Launch) -> tuple:

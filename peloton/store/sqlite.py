@@ -8,12 +8,20 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-from peloton.store.base import Allocation, JobRow, Launch, StorageGateway, TaskRow
+from peloton.store.base import (
+    Allocation,
+    JobRow,
+    Launch,
+    QueuedGang,
+    StorageGateway,
+    TaskRow,
+)
 from peloton.store.rows import (
     ALLOCATION_COLS,
     EVENT_COLS,
     JOB_COLS,
     LAUNCH_COLS,
+    QUEUED_COLS,
     TASK_COLS,
     allocation_from_row,
     allocation_params,
@@ -22,6 +30,8 @@ from peloton.store.rows import (
     launch_from_row,
     launch_params,
     placeholders,
+    queued_from_row,
+    queued_params,
     task_from_row,
     task_params,
 )
@@ -32,7 +42,7 @@ CREATE TABLE IF NOT EXISTS pools (
 CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY, name TEXT, pool TEXT, type TEXT, state TEXT, instance_count INTEGER,
     priority INTEGER, preemptible INTEGER, placement_strategy TEXT, owner TEXT, config_text TEXT,
-    created_ms INTEGER, updated_ms INTEGER, completed_ms INTEGER);
+    created_ms INTEGER, updated_ms INTEGER, completed_ms INTEGER, revocable INTEGER);
 CREATE TABLE IF NOT EXISTS tasks (
     job_id TEXT NOT NULL, instance INTEGER NOT NULL, run_id INTEGER NOT NULL, task_id TEXT NOT NULL,
     pool TEXT, gang_id TEXT, state TEXT, spec TEXT, max_failures INTEGER, failures INTEGER,
@@ -45,7 +55,10 @@ CREATE TABLE IF NOT EXISTS task_events (
 CREATE INDEX IF NOT EXISTS task_events_by_job ON task_events (job_id);
 CREATE TABLE IF NOT EXISTS allocations (
     task_id TEXT PRIMARY KEY, pool TEXT, gang_id TEXT, cpu REAL, mem_mb REAL, disk_mb REAL,
-    gpu REAL, admitted_ms INTEGER, released_ms INTEGER);
+    gpu REAL, admitted_ms INTEGER, released_ms INTEGER, priority INTEGER, preemptible INTEGER,
+    revocable INTEGER, controller INTEGER);
+CREATE TABLE IF NOT EXISTS queued_gangs (
+    gang_id TEXT PRIMARY KEY, pool TEXT, priority INTEGER, seq INTEGER, gang TEXT, not_before_ms INTEGER);
 CREATE TABLE IF NOT EXISTS launches (
     task_id TEXT PRIMARY KEY, job_id TEXT, instance INTEGER, run_id INTEGER, host_id TEXT,
     cpu REAL, mem_mb REAL, disk_mb REAL, gpu REAL, launched_ms INTEGER, ended_ms INTEGER,
@@ -84,7 +97,11 @@ class SqliteStore(StorageGateway):
                 if statement.strip():
                     self.db.execute(statement)
             # Files made before a column existed get it added.
-            for table, column, kind in (("launches", "final_status", "TEXT"), ("allocations", "released_ms", "INTEGER")):
+            added = (("launches", "final_status", "TEXT"), ("allocations", "released_ms", "INTEGER"),
+                     ("allocations", "priority", "INTEGER"), ("allocations", "preemptible", "INTEGER"),
+                     ("allocations", "revocable", "INTEGER"), ("allocations", "controller", "INTEGER"),
+                     ("jobs", "revocable", "INTEGER"))
+            for table, column, kind in added:
                 if column not in {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}:
                     self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
@@ -121,6 +138,17 @@ class SqliteStore(StorageGateway):
 
     def list_pools(self) -> dict[str, dict]:
         return {p: json.loads(c) for p, c in self.db.execute("SELECT path, config FROM pools ORDER BY path")}
+
+    def delete_pool(self, path: str) -> bool:
+        with self.transaction():
+            return self.db.execute("DELETE FROM pools WHERE path = ?", (path,)).rowcount > 0
+
+    def lock_pool_tree(self) -> None:
+        pass  # transaction() begins IMMEDIATE: it holds the database's one write lock already
+
+    def pools_with_jobs(self) -> set[str]:
+        q = "SELECT DISTINCT pool FROM jobs WHERE state NOT IN ('SUCCEEDED', 'FAILED', 'KILLED', 'DELETED')"
+        return {r[0] for r in self.db.execute(q)}
 
     # -- jobs and tasks ---------------------------------------------------------------------
     def create_jobs(self, jobs: list[JobRow], tasks: list[TaskRow]) -> set[str]:
@@ -253,6 +281,26 @@ class SqliteStore(StorageGateway):
     def remove_allocations(self, task_ids: list[str]) -> None:
         with self.transaction():
             self.db.executemany("DELETE FROM allocations WHERE task_id = ?", [(t,) for t in task_ids])
+
+    # -- pool queues ------------------------------------------------------------------------
+    def queue_gangs(self, rows: list[QueuedGang]) -> None:
+        with self.transaction():
+            self.db.executemany(f"INSERT OR IGNORE INTO queued_gangs ({QUEUED_COLS}) VALUES ({_q(QUEUED_COLS)})",
+                                [queued_params(q) for q in rows])
+
+    def queued_gangs(self) -> list[QueuedGang]:
+        return [queued_from_row(r) for r in self.db.execute(f"SELECT {QUEUED_COLS} FROM queued_gangs ORDER BY seq")]
+
+    def unqueue_gangs(self, gang_ids: list[str]) -> None:
+        with self.transaction():
+            self.db.executemany("DELETE FROM queued_gangs WHERE gang_id = ?", [(g,) for g in gang_ids])
+
+    def admit_gangs(self, gang_ids: list[str], allocations: list[Allocation]) -> set[str]:
+        with self.transaction():
+            taken = {g for g in gang_ids
+                     if self.db.execute("DELETE FROM queued_gangs WHERE gang_id = ?", (g,)).rowcount}
+            self.add_allocations([a for a in allocations if a.gang_id in taken])
+            return taken
 
     # -- launches ---------------------------------------------------------------------------
     def claim_launches(self, rows: list[Launch]) -> set[str]:

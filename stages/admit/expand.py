@@ -42,6 +42,7 @@ def expand_job(job_id: str, pool: str, spec: JobSpec, config_text: str, now_ms: 
     job = JobRow(
         job_id=job_id, name=spec.name, pool=pool, type=spec.type, state="PENDING",
         instance_count=spec.instance_count, priority=spec.priority, preemptible=spec.preemptible,
+        revocable=spec.revocable,
         placement_strategy=spec.placement_strategy, owner=spec.owning_team or spec.owner,
         config_text=config_text, created_ms=now_ms, updated_ms=now_ms,
     )
@@ -90,6 +91,7 @@ def gang_records(job: JobRow, tasks: list[TaskRow], now_ms: int) -> list[dict]:
             "pool": job.pool,
             "priority": job.priority,
             "preemptible": job.preemptible,
+            "revocable": job.revocable,
             "placement_strategy": job.placement_strategy,
             "tasks": [t.spec for t in members],
             "created_ms": now_ms,

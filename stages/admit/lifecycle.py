@@ -39,8 +39,12 @@ def status_problem(task_known: bool, event: dict) -> str | None:
     return None
 
 
+PREEMPTED = "PREEMPTED"  # the reason of a resource manager's kill
+
+
 def task_transition(
-    current_state: str, current_run: int, event_run: int, mesos_state: str, failures: int, max_failures: int
+    current_state: str, current_run: int, event_run: int, mesos_state: str, failures: int, max_failures: int,
+    reason: str = "",
 ) -> Transition | None:
     """The effect of one status event, or None when it must be ignored.
 
@@ -52,6 +56,8 @@ def task_transition(
       LOST        rerun while failures + 1 < max(max_failures, SYSTEM_FAILURE_RUNS), then LOST
       TASK_ERROR  (Mesos: the task description is invalid) FAILED at once, never rerun: the
                   same description would fail again
+    Preemption (reason PREEMPTED): TASK_KILLING makes the run PREEMPTING; its TASK_KILLED
+    reruns the task and counts no failure (the task did nothing wrong).
     """
     if event_run != current_run:
         return None
@@ -65,8 +71,12 @@ def task_transition(
         if TASK_ORDER[current_state] >= TASK_ORDER["LAUNCHED"]:
             return None
         return Transition("PENDING", requeue=True, release=True)
+    if reason == PREEMPTED and mesos_state == "TASK_KILLING":
+        new = "PREEMPTING"
     if TASK_ORDER[new] <= TASK_ORDER[current_state]:
         return None
+    if reason == PREEMPTED and new == "KILLED":
+        return Transition("KILLED", retry=True, release=True)
     if mesos_state == "TASK_ERROR":
         return Transition("FAILED", count_failure=True, release=True)
     # Rerun until the failure count reaches maxFailures: maxFailures 4 means at most 4 runs.

@@ -136,7 +136,8 @@ class AdmitStage(Stage):
             if problem:
                 self.emit.dead_letter(r, problem)
                 continue
-            move = task_transition(task.state, task.run_id, ev["run_id"], ev["state"], task.failures, task.max_failures)
+            move = task_transition(task.state, task.run_id, ev["run_id"], ev["state"], task.failures, task.max_failures,
+                                   ev["reason"])
             if move is None:
                 continue
             events.append((ev["task_id"], ev["job_id"], ev["instance"], ev["run_id"], move.state,
@@ -185,11 +186,8 @@ class AdmitStage(Stage):
 
 
     def recover(self) -> None:
-        """After the broker lost its log: publish every pool again (entitle reads them from the
-        pools topic) and send again the demand of every task still PENDING. Entitle dedupes what
-        it queued, and admits again what it holds but was never placed."""
-        for path, config in self.store.list_pools().items():
-            self.emit.emit("pools", path, "peloton.PoolConfig", config)
+        """After the broker lost its log: send again the demand of every task still PENDING.
+        Entitle dedupes what it queued, and admits again what it holds but was never placed."""
         jobs = {j.job_id: j for j in self.store.active_jobs()}
         pending = self.store.pending_tasks_of_jobs(list(jobs))
         by_job: dict[str, list[TaskRow]] = {}
@@ -199,8 +197,7 @@ class AdmitStage(Stage):
         for job_id, tasks in by_job.items():
             for g in gang_records(jobs[job_id], tasks, now):
                 self.emit.emit("task-demand", jobs[job_id].pool, "peloton.GangDemand", g)
-        log.info("recovery: %d pools and %d pending tasks of %d jobs sent again", len(self.store.list_pools()),
-                 len(pending), len(by_job))
+        log.info("recovery: %d pending tasks of %d jobs sent again", len(pending), len(by_job))
 
     def close(self) -> None:
         self.hosts.close()

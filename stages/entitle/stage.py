@@ -1,9 +1,23 @@
-"""entitle stage: gang demand and releases in (key = pool); admitted gangs out (key = pool).
+"""entitle stage (resource manager): gang demand and releases in (key = pool); admitted gangs out
+(key = pool), each pool's entitlement, allocation and demand out (compacted), preemptions out.
 
-Durable state: the allocations table (one row per admitted task run, held until the run ends,
-then kept a while as released). On partition assignment the ledgers of the pools on those
-partitions are rebuilt from it. Entitle reads no other stage's tables. Queued gangs are not written
-anywhere: their offsets are held uncommitted, so after a crash the next owner reads them again.
+Kueue's split: the pool tree and every pool's usage are the cache, PoolQueue the queue manager,
+and `_admit` the scheduler.
+- Pools come from the store, the one source of truth for them: a pool change is one row, seen by
+  every stage at its next read, or by none.
+- Every instance publishes the usage (demand and allocation) of the pools it owns to the
+  compacted entitlements topic and reads every pool's usage back from it, computes the whole
+  tree's entitlement itself (deterministic and cheap, so no leader is needed), and admits only
+  its own pools' gangs against it. The root's capacity is the sum of the UP hosts in host state.
+- Durable state, all of it entitle's own: the allocations table (one row per admitted task run,
+  held until the run ends, then kept a while as released) and the queued_gangs table (the pools'
+  queues). Offsets commit as gangs are queued; a new owner of a partition rebuilds its pools'
+  queues and ledgers from the two tables.
+- Preemption: a pool above its entitlement for `preemption_sustained_periods` periods in a row
+  has its excess preempted; a higher-priority gang that cannot be admitted preempts
+  lower-priority runs of its own pool. A victim gets a TASK_KILLING status (the job manager shows
+  it PREEMPTING) and a TaskKill on every host shard's partition of the placements topic; the KILLED that follows releases
+  its allocation and the job manager runs it again.
 """
 
 from __future__ import annotations
@@ -11,41 +25,84 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+import uuid
 
 from peloton.model.gang import gang_problem
-from peloton.model.pool import pool_limit
-from peloton.model.resources import Resources
-from peloton.runtime import CompactedView, HeldOffsets, Record, Stage, now_ms
-from peloton.store import Allocation, AllocationStore
+from peloton.model.pool import KIND_FIELDS
+from peloton.model.resources import ZERO, Resources
+from peloton.runtime import CompactedView, Record, Stage, now_ms
+from peloton.store import Allocation, AllocationStore, QueuedGang
 from peloton.topics import partition_for
-from stages.entitle.admission import PoolLedger, PoolQueue, apply_admission, plan_admission, why_waiting
+from stages.entitle.admission import (
+    Charge,
+    PoolLedger,
+    PoolQueue,
+    apply_admission,
+    charges_of,
+    over_allocation,
+    plan_admission,
+    priority_victims,
+    reclaim_victims,
+    why_waiting,
+)
+from stages.entitle.entitlement import PoolUsage
+from stages.entitle.usage import (
+    cluster_capacity,
+    leaves,
+    tree_entitlements,
+    usage_from_record,
+)
 
 log = logging.getLogger("peloton.entitle")
 
 TOPIC = "task-demand"
 WAITING_SHOWN = 20  # gangs per pool whose reason for waiting is published
+PREEMPTED = "PREEMPTED"
+
+
+def pool_vector(config: dict, key: str) -> Resources:
+    """A pool's reservation or limit as Resources."""
+    return Resources(**{KIND_FIELDS[r["kind"]]: r[key] for r in config["resources"]})
+
+
+def split_task_id(task_id: str) -> tuple[str, int, int]:
+    """<job id>-<instance>-<run id> (job ids may hold dashes themselves)."""
+    job_id, instance, run_id = task_id.rsplit("-", 2)
+    return job_id, int(instance), int(run_id)
 
 
 class EntitleStage(Stage):
     name = "entitle"
     inputs = (TOPIC,)
 
-    def __init__(self, store: AllocationStore, pools: CompactedView | None = None):
+    def __init__(self, store: AllocationStore, usage: CompactedView | None = None,
+                 hosts: CompactedView | None = None):
         self.store = store
-        self.pools = pools  # the pools topic; read from the broker unless given
+        self.usage_view = usage  # the entitlements topic: every pool's usage, as its owner publishes it
+        self.hosts = hosts  # host state: the root's capacity
+        self.pools: dict[str, dict] = {}
         self.queues: dict[str, PoolQueue] = {}
         self.ledgers: dict[str, PoolLedger] = {}
-        self.held = HeldOffsets()
         self.owned: set[int] = set()
-        self._last_admit = 0.0
-        self._last_publish = 0.0
+        self.shares: dict = {}  # path -> PoolShare, the last calculation
+        self.capacity = ZERO
+        self.over_periods: dict[str, int] = {}
+        self._dirty = True  # an input of the calculation changed since it last ran
+        self._changed_pools: set[str] = set()  # own pools to publish at the next pass
+        self._last_admit = self._last_publish = self._last_pools = self._last_reclaim = 0.0
+        self._seq = 0
         self.admitted_gangs = 0
+        self.preempted_runs = 0
 
     def bind(self, emitter, settings, catalogue) -> None:
         super().bind(emitter, settings, catalogue)
         self.partitions = catalogue[TOPIC].partitions
-        if self.pools is None:
-            self.pools = CompactedView(settings, "pools", catalogue)
+        self.kill_partitions = catalogue["placements"].partitions
+        if self.usage_view is None:
+            self.usage_view = CompactedView(settings, "entitlements", catalogue)
+        if self.hosts is None:
+            self.hosts = CompactedView(settings, "host-state", catalogue)
+        self._read_pools()
 
     # -- ownership ----------------------------------------------------------------------------
     def _partition(self, pool: str) -> int:
@@ -58,20 +115,36 @@ class EntitleStage(Stage):
         self.store.forget_released_allocations(now_ms() - int(self.settings.released_keep_s * 1000))
         for a in self.store.allocations():
             if self._partition(a.pool) in new:
-                ledger = self.ledgers.setdefault(a.pool, PoolLedger())
-                ledger.held.charge(a.task_id, Resources(a.cpu, a.mem_mb, a.disk_mb, a.gpu))
+                self._ledger(a.pool).charge(Charge(a.task_id, a.gang_id, Resources(a.cpu, a.mem_mb, a.disk_mb, a.gpu),
+                                                   a.priority, a.preemptible, a.revocable, a.controller,
+                                                   a.admitted_ms))
+                self._changed_pools.add(a.pool)
+        for q in self.store.queued_gangs():
+            if self._partition(q.pool) in new:
+                queue = self.queues.setdefault(q.pool, PoolQueue())
+                if q.gang_id not in queue.gang_ids:
+                    queue.push(q.gang, q.seq, q.not_before_ms)
+                    self._changed_pools.add(q.pool)
+                self._seq = max(self._seq, q.seq)
+        self._dirty = True
 
     def on_revoke(self, partitions: list[tuple[str, int]]) -> None:
         gone = {p for t, p in partitions if t == TOPIC}
         self.owned -= gone
-        for pool in [p for p in self.ledgers if self._partition(p) in gone]:
+        for pool in [p for p in set(self.ledgers) | set(self.queues) if self._partition(p) in gone]:
             self.ledgers.pop(pool, None)
             self.queues.pop(pool, None)
-        for p in gone:
-            self.held.drop((TOPIC, p))
+            self.over_periods.pop(pool, None)
+        self._dirty = True
 
-    def held_offsets(self) -> dict[tuple[str, int], int]:
-        return self.held.lowest()
+    def _ledger(self, pool: str) -> PoolLedger:
+        return self.ledgers.setdefault(pool, PoolLedger())
+
+    def _next_seq(self) -> int:
+        """Arrival order that a later owner keeps: time-based, so a gang queued by another
+        instance earlier sorts earlier, and strictly increasing here."""
+        self._seq = max(self._seq + 1, time.time_ns() // 1000)
+        return self._seq
 
     # -- input --------------------------------------------------------------------------------
     def handle(self, records: list[Record]) -> None:
@@ -80,22 +153,23 @@ class EntitleStage(Stage):
             ended, requeued = [], []
             for r in releases:
                 ledger = self.ledgers.get(r.value["pool"])
-                if ledger is not None:
-                    ledger.held.release(r.value["task_id"])
+                if ledger is not None and ledger.release(r.value["task_id"]):
+                    self._changed_pools.add(r.value["pool"])
                 # A refused placement sends the same run back to the queue: forget it, so it
                 # can be admitted again. Any other release ends the run for good.
                 (requeued if r.value["reason"] == "TASK_DROPPED" else ended).append(r.value["task_id"])
             self.store.release_allocations(ended, now_ms())
             self.store.remove_allocations(requeued)
+            self._dirty = True
         gangs = [r for r in records if r.schema == "peloton.GangDemand"]
         if gangs:
             self._enqueue(gangs)
         self._admit()
 
     def _enqueue(self, records: list[Record]) -> None:
-        """Queue new gangs. What this pool already queued is dropped; what it admitted is sent
-        again (see below); a run it admitted that has ended is never admitted again. Entitle
-        knows all of this from its own allocations, one store read per batch."""
+        """Queue new gangs, in the store first (then their offsets may commit). What this pool
+        already queued is dropped; what it admitted is sent again (see below); a run it admitted
+        that has ended is never admitted again. Entitle knows all of this from its own tables."""
         candidates = []
         for r in records:
             g = r.value
@@ -108,33 +182,108 @@ class EntitleStage(Stage):
                 continue
             candidates.append(r)
         states = self.store.allocation_states([t["task_id"] for r in candidates for t in r.value["tasks"]])
+        rows: list[QueuedGang] = []
+        fresh: list[tuple[Record, QueuedGang]] = []
+        seen_now: set[str] = set()
+        backoff_ms = int(self.settings.requeue_backoff_s * 1000)
         for r in candidates:
             g = r.value
             seen = [states.get(t["task_id"]) for t in g["tasks"]]
-            if "released" in seen:
-                continue  # a redelivery of a gang that already ran
+            if "released" in seen or g["gang_id"] in seen_now:
+                continue  # a redelivery of a gang that already ran, or twice in this batch
             if all(s == "held" for s in seen):
                 # Admitted, and demanded again: only a repeated create or the job manager's
                 # recovery after the broker lost its log sends that, and the admission may never
                 # have reached placement. Send it again; place and launch drop what they have.
                 self.emit.emit("admitted-gangs", g["pool"], "peloton.AdmittedGang", {"gang": g, "admitted_ms": now_ms()})
                 continue
-            tp = (r.topic, r.partition)
-            self.queues.setdefault(g["pool"], PoolQueue()).push(g, tp, r.offset, r)
-            self.held.hold(tp, r.offset)
+            seen_now.add(g["gang_id"])
+            # A gang sent back by placement (its id says so) waits out a backoff first.
+            not_before = now_ms() + backoff_ms if "~" in g["gang_id"] else 0
+            row = QueuedGang(g["gang_id"], g["pool"], g["priority"], self._next_seq(), g, not_before)
+            rows.append(row)
+            fresh.append((r, row))
+        if not rows:
+            return
+        self.store.queue_gangs(rows)
+        for r, row in fresh:
+            self.queues.setdefault(row.pool, PoolQueue()).push(row.gang, row.seq, row.not_before_ms, r)
+            self._changed_pools.add(row.pool)
+        self._dirty = True
+
+    # -- the tree -----------------------------------------------------------------------------
+    def _read_pools(self) -> None:
+        pools = {p: c for p, c in self.store.list_pools().items() if not c.get("deleted")}
+        if pools != self.pools:
+            self.pools = pools
+            self._dirty = True
+        self._last_pools = time.monotonic()
+
+    def _usage_of(self, pool: str) -> PoolUsage:
+        ledger, queue = self.ledgers.get(pool), self.queues.get(pool)
+        if ledger is not None or queue is not None:
+            held = ledger.held.total if ledger else ZERO
+            slack = ledger.slack.total if ledger else ZERO
+            return PoolUsage(demand=queue.demand if queue else ZERO, slack_demand=queue.slack_demand if queue else ZERO,
+                             allocation=held, non_slack_allocation=held - slack, slack_allocation=slack)
+        rec = self.usage_view.values.get(pool)
+        if rec is None or self._partition(pool) in self.owned:
+            return PoolUsage()  # no owner has published it yet, or ours and empty
+        return usage_from_record(rec)
+
+    def _entitle(self) -> None:
+        """Recompute every pool's entitlement from every pool's usage, then give each owned
+        pool's ledger its share."""
+        self.capacity = cluster_capacity(self.hosts.values.values())
+        try:
+            self.shares = tree_entitlements(self.pools, {p: self._usage_of(p) for p in leaves(self.pools)},
+                                            self.capacity)
+        except ValueError as exc:  # a tree the store should never hold (a pool without its parent)
+            log.error("pool tree not usable, entitlements kept as they were: %s", exc)
+            return
+        for pool, ledger in self.ledgers.items():
+            self._apply_share(pool, ledger)
+        self._dirty = False
+
+    def _apply_share(self, pool: str, ledger: PoolLedger) -> None:
+        share, config = self.shares.get(pool), self.pools.get(pool)
+        if share is None or config is None:  # no such pool (any more): nothing more is admitted
+            ledger.entitlement = ledger.non_slack_entitlement = ledger.slack_entitlement = ZERO
+            return
+        if (ledger.entitlement, ledger.non_slack_entitlement, ledger.slack_entitlement) != (
+                share.entitlement, share.non_slack_entitlement, share.slack_entitlement):
+            self._changed_pools.add(pool)
+        ledger.entitlement = share.entitlement
+        ledger.non_slack_entitlement = share.non_slack_entitlement
+        ledger.slack_entitlement = share.slack_entitlement
+        ledger.reservation = pool_vector(config, "reservation")
+        ledger.controller_limit_pct = config.get("controller_limit_pct", 100.0)
 
     # -- admission ----------------------------------------------------------------------------
     def tick(self, now: float) -> None:
-        self.pools.poll()
+        usage_changed, hosts_changed = self.usage_view.poll(), self.hosts.poll()
+        if usage_changed or hosts_changed:
+            self._dirty = True
+        if now - self._last_pools >= self.settings.entitlement_period_s:
+            self._read_pools()
+            self._dirty = True  # at least once a period, whatever changed
         if now - self._last_admit >= self.settings.admission_tick_s:
             self._admit()
-        if now - self._last_publish >= 1.0:
-            self._publish_entitlements()
+        period = self.settings.preemption_period_s
+        if period > 0 and now - self._last_reclaim >= period:
+            self._last_reclaim = now
+            self._reclaim()
+        if now - self._last_publish >= self.settings.entitlement_period_s:
+            self._publish(set(self.ledgers) | set(self.queues))
             self._last_publish = now
+        elif self._changed_pools:
+            self._publish(self._changed_pools)
 
     def _admit(self) -> None:
         """Plan every pool's admissions, record them in the store, and only then take the gangs
         off their queues and send them: a store failure leaves queues and ledgers untouched."""
+        if self._dirty:
+            self._entitle()
         now = self._last_admit = time.monotonic()
         admitted_at = now_ms()
         rows: list[Allocation] = []
@@ -142,49 +291,122 @@ class EntitleStage(Stage):
         for pool, queue in self.queues.items():
             if not len(queue):
                 continue
-            config = self.pools.values.get(pool)
-            if config is None or config.get("deleted"):
-                continue  # its config has not reached us yet: keep the gangs queued
-            ledger = self.ledgers.setdefault(pool, PoolLedger())
-            ledger.entitlement = pool_limit(config)
-            chosen = plan_admission(queue, ledger, now, self.settings.head_of_line_timeout_s)
+            if pool not in self.pools:
+                continue  # its pool is not in the store (yet): keep the gangs queued
+            ledger = self._ledger(pool)
+            self._apply_share(pool, ledger)
+            chosen = plan_admission(queue, ledger, now, self.settings.head_of_line_timeout_s, now_ms=admitted_at)
             if not chosen:
+                self._preempt_for_priority(pool, queue, ledger)
                 continue
-            plans.append((queue, ledger, chosen))
+            plans.append((pool, queue, ledger, chosen))
             for q in chosen:
-                for t in q.gang["tasks"]:
-                    r = t["resources"]
-                    rows.append(Allocation(t["task_id"], pool, q.gang["gang_id"], r["cpu"], r["mem_mb"],
-                                           r["disk_mb"], r["gpu"], admitted_at))
+                for c in charges_of(q, admitted_at):
+                    r = c.resources
+                    rows.append(Allocation(c.task_id, pool, c.gang_id, r.cpu, r.mem_mb, r.disk_mb, r.gpu, admitted_at,
+                                           c.priority, c.preemptible, c.revocable, c.controller))
         if not plans:
             return
-        self.store.add_allocations(rows)  # charged before anything is sent
-        for queue, ledger, chosen in plans:
-            apply_admission(queue, ledger, chosen)
+        taken = self.store.admit_gangs([q.gang["gang_id"] for *_, chosen in plans for q in chosen], rows)
+        for pool, queue, ledger, chosen in plans:
+            lost = [q for q in chosen if q.gang["gang_id"] not in taken]
+            for q in lost:  # another instance admitted it (it owned the pool a moment ago)
+                queue.remove(q)
+            chosen = [q for q in chosen if q.gang["gang_id"] in taken]
+            apply_admission(queue, ledger, chosen, admitted_at)
             for q in chosen:
-                self.emit.emit("admitted-gangs", q.gang["pool"], "peloton.AdmittedGang",
-                               {"gang": q.gang, "admitted_ms": admitted_at})
-                self.held.release(q.source, q.offset)
+                self.emit.emit("admitted-gangs", pool, "peloton.AdmittedGang", {"gang": q.gang, "admitted_ms": admitted_at})
             self.admitted_gangs += len(chosen)
+            self._changed_pools.add(pool)
+        self._dirty = True  # allocations moved: others' shares may too
 
-    def _publish_entitlements(self) -> None:
-        now, mono = now_ms(), time.monotonic()
+    # -- preemption ---------------------------------------------------------------------------
+    def _reclaim(self) -> None:
+        """Inter-pool reclaim: count the periods each own pool spends above its entitlement and
+        preempt the excess of one that stays above for the configured number of periods."""
+        if self._dirty:
+            self._entitle()
         for pool, ledger in self.ledgers.items():
+            non_slack_excess, slack_excess = over_allocation(ledger)
+            if non_slack_excess.fits_in(ZERO) and slack_excess.fits_in(ZERO):
+                self.over_periods.pop(pool, None)
+                continue
+            self.over_periods[pool] = self.over_periods.get(pool, 0) + 1
+            if self.over_periods[pool] < self.settings.preemption_sustained_periods:
+                continue
+            self.over_periods.pop(pool, None)
+            victims = reclaim_victims(ledger)
+            if victims:
+                self._preempt(pool, ledger, victims, f"resource pool {pool} held more than its entitlement for "
+                              f"{self.settings.preemption_sustained_periods} periods")
+
+    def _preempt_for_priority(self, pool: str, queue: PoolQueue, ledger: PoolLedger) -> None:
+        if self.settings.preemption_period_s <= 0:
+            return
+        head = queue.head()
+        if head is None or head.side is not None or head.not_before_ms > now_ms():
+            return
+        victims = priority_victims(head, ledger)
+        if victims:
+            self._preempt(pool, ledger, victims, f"a priority {head.priority} gang of job {head.gang['job_id']} "
+                          f"needs room in resource pool {pool}")
+
+    def _preempt(self, pool: str, ledger: PoolLedger, victims: list[Charge], why: str) -> None:
+        """Stop each victim wherever it is: a TASK_KILLING status tells the job manager (the task
+        shows PREEMPTING) and a TaskKill on every partition of the placements topic stops the run, or keeps
+        it from starting if it is not launched yet. The KILLED that follows releases it."""
+        at = now_ms()
+        for c in victims:
+            ledger.preempting[c.task_id] = c.resources
+            job_id, instance, run_id = split_task_id(c.task_id)
+            message = f"preempted: {why}"
+            self.emit.emit("task-status", job_id, "peloton.TaskStatus", {
+                "event_id": uuid.uuid4().hex, "task_id": c.task_id, "job_id": job_id, "instance": instance,
+                "run_id": run_id, "host_id": "", "state": "TASK_KILLING", "reason": PREEMPTED, "message": message,
+                "exit_code": None, "signal": None, "timestamp_ms": at})
+            kill = {"kill_id": uuid.uuid4().hex, "task_id": c.task_id, "job_id": job_id, "instance": instance,
+                    "run_id": run_id, "reason": PREEMPTED, "message": message, "timestamp_ms": at}
+            for partition in range(self.kill_partitions):
+                self.emit.emit("placements", c.task_id, "peloton.TaskKill", kill, partition=partition)
+        self.preempted_runs += len(victims)
+        self._changed_pools.add(pool)
+        log.info("pool %s: preempting %d runs (%s)", pool, len(victims), why)
+
+    # -- what the pools look like ---------------------------------------------------------------
+    def _publish(self, pools: set[str]) -> None:
+        """Each own pool's usage (the others' calculation reads it), entitlement and first waiting
+        gangs with their reasons."""
+        now, mono = now_ms(), time.monotonic()
+        for pool in sorted(pools):
+            ledger = self.ledgers.get(pool) or PoolLedger()
             queue = self.queues.get(pool)
+            config = self.pools.get(pool)
             waiting = []
             for q in itertools.islice(queue or (), WAITING_SHOWN):
                 waiting.append({"gang_id": q.gang["gang_id"], "job_id": q.gang["job_id"],
-                                "tasks": len(q.gang["tasks"]), "reason": why_waiting(q, ledger, mono),
+                                "tasks": len(q.gang["tasks"]), "reason": why_waiting(q, ledger, mono, now),
                                 "since_ms": q.gang["created_ms"]})
+            non_slack = ledger.non_slack_entitlement
             self.emit.emit("entitlements", pool, "peloton.PoolEntitlement", {
                 "pool": pool,
                 "entitlement": ledger.entitlement.to_record(),
                 "allocation": ledger.held.total.to_record(),
-                "demand": (queue.demand if queue else Resources()).to_record(),
+                "demand": (queue.demand if queue else ZERO).to_record(),
                 "queued_gangs": len(queue) if queue else 0,
+                "slack_demand": (queue.slack_demand if queue else ZERO).to_record(),
+                "non_slack_allocation": ledger.non_slack_allocation.to_record(),
+                "slack_allocation": ledger.slack.total.to_record(),
+                "non_slack_entitlement": (ledger.entitlement if non_slack is None else non_slack).to_record(),
+                "slack_entitlement": ledger.slack_entitlement.to_record(),
+                "reservation": (pool_vector(config, "reservation") if config else ZERO).to_record(),
+                "limit": (pool_vector(config, "limit") if config else ZERO).to_record(),
+                "preempting": len(ledger.preempting),
                 "computed_ms": now,
                 "waiting": waiting,
             })
+        self._changed_pools -= pools
 
     def close(self) -> None:
-        self.pools.close()
+        for view in (self.usage_view, self.hosts):
+            if view is not None:
+                view.close()

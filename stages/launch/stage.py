@@ -1,12 +1,16 @@
-"""launch stage: placements in (partition = host shard); task status events out (key = job id),
-host state out (compacted, key = host id).
+"""launch stage: placements and kills in (partition = host shard); task status events out
+(key = job id), host state out (compacted, key = host id).
 
 Every launch is first claimed in the store by task run id: a placement delivered twice (a place
-instance died after sending it, or this partition moved) launches nothing the second time.
+instance died after sending it, or this partition moved) launches nothing the second time. A kill
+comes on every shard's partition: the shard running the run kills it; for a run nobody launched
+yet, one shard claims it as ended (the same claim), so a placement that comes later launches
+nothing, and reports it killed.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 from pathlib import Path
 
@@ -37,6 +41,7 @@ class LaunchStage(Stage):
         self.updates: list[TaskUpdate] = []  # from the drivers, not yet published
         self.changed_hosts: dict[str, list[str]] = {}  # host id -> placement ids applied since last report
         self.launched = 0
+        self.kill_reasons: dict[str, tuple[str, str]] = {}  # task id -> (reason, message) of a kill asked for
 
     def bind(self, emitter, settings, catalogue) -> None:
         super().bind(emitter, settings, catalogue)
@@ -93,8 +98,45 @@ class LaunchStage(Stage):
             self.ledgers.pop(host_id, None)
             self.changed_hosts.pop(host_id, None)
 
-    # -- placements ---------------------------------------------------------------------------
+    # -- placements and kills -------------------------------------------------------------------
     def handle(self, records: list[Record]) -> None:
+        """Placements and kills in the order they came: a kill after a placement of the same run
+        finds it launched, one before it leaves a claim that keeps it from launching."""
+        for is_kill, run in itertools.groupby(records, key=lambda r: r.schema == "peloton.TaskKill"):
+            (self._kills if is_kill else self._placements)(list(run))
+        self._report_hosts()
+
+    def _kills(self, records: list[Record]) -> None:
+        unlaunched: dict[str, dict] = {}
+        for r in records:
+            k = r.value
+            self.kill_reasons.setdefault(k["task_id"], (k["reason"], k["message"]))
+            entry = self.running.get(k["task_id"])
+            if entry is not None:
+                self.drivers[self.inventory[entry[1]].driver].kill([k["task_id"]])
+            else:
+                unlaunched.setdefault(k["task_id"], k)
+        if not unlaunched:
+            return
+        now = now_ms()
+        claimed = self.store.claim_launches([
+            Launch(k["task_id"], k["job_id"], k["instance"], k["run_id"], "", 0.0, 0.0, 0.0, 0.0, now, now)
+            for k in unlaunched.values()])
+        ends = {}
+        for task_id in claimed:  # nobody launched it: it never will be
+            k = unlaunched[task_id]
+            ends[task_id] = task_status(k["job_id"], k["instance"], k["run_id"], task_id, "", "TASK_KILLED",
+                                        reason=k["reason"], message=k["message"] + " (before it was launched)")
+            self.kill_reasons.pop(task_id, None)
+        if ends:
+            self.store.end_launches(list(ends), now, ends)
+        for status in ends.values():
+            self.emit.emit("task-status", status["job_id"], "peloton.TaskStatus", status)
+        # A run launched elsewhere is that shard's to kill; forget the reason here.
+        for task_id in unlaunched:
+            self.kill_reasons.pop(task_id, None)
+
+    def _placements(self, records: list[Record]) -> None:
         accepted: list[tuple[dict, str]] = []  # (launch spec, host id)
         refused: list[tuple[dict, str, str]] = []  # (launch spec, host id, why)
         for r in records:
@@ -133,7 +175,6 @@ class LaunchStage(Stage):
         for t, host_id, why in refused:
             self._status(t["job_id"], t["instance"], t["run_id"], t["task_id"], host_id, "TASK_DROPPED",
                          reason="REASON_PLACEMENT_REFUSED", message=why)
-        self._report_hosts()
 
     # -- driver updates -----------------------------------------------------------------------
     def tick(self, now: float) -> None:
@@ -152,8 +193,11 @@ class LaunchStage(Stage):
             if entry is None:
                 continue
             spec = entry[0]
+            reason, message = u.reason, u.message
+            if u.state == "TASK_KILLED" and u.task_id in self.kill_reasons:  # say who asked for it
+                reason, message = self.kill_reasons[u.task_id]
             status = task_status(spec["job_id"], spec["instance"], spec["run_id"], u.task_id, u.host_id, u.state,
-                                 u.reason, u.message, u.exit_code, u.signal, u.timestamp_ms)
+                                 reason, message, u.exit_code, u.signal, u.timestamp_ms)
             statuses.append(status)
             if u.terminal:
                 ended[u.task_id] = status
@@ -166,6 +210,7 @@ class LaunchStage(Stage):
         for task_id in ended:
             _spec, host_id = self.running.pop(task_id)
             self.last_state.pop(task_id, None)
+            self.kill_reasons.pop(task_id, None)
             ledger = self.ledgers.get(host_id)
             if ledger is not None and ledger.release(task_id):
                 self.changed_hosts.setdefault(host_id, [])

@@ -10,6 +10,7 @@ import time
 import uuid
 
 import pytest
+import yaml
 from confluent_kafka import Producer
 
 from peloton.admin import emitter, host_capacities
@@ -126,26 +127,49 @@ def test_a_job_that_can_never_fit_is_refused_at_create_with_the_numbers(pipeline
     assert p.store.list_jobs() == []
 
 
-def test_a_pool_create_that_fails_on_the_broker_stores_nothing_and_a_retry_succeeds(pipeline_factory,
-                                                                                    tmp_path) -> None:
+def test_pool_changes_need_only_the_store_and_every_refusal_names_its_rule(pipeline_factory, tmp_path) -> None:
     p = pipeline_factory()
-    pool = tmp_path / "pool.yaml"
-    pool.write_text(pool_yaml(cpu=4))
-    closed = free_port()  # nothing listens there
-    env = {**os.environ, **p.settings.env(), "PELOTON_KAFKA_BOOTSTRAP": f"127.0.0.1:{closed}",
-           "PELOTON_FLUSH_TIMEOUT_S": "2"}
-    down = subprocess.run([sys.executable, "-m", "peloton.cli", "respool", "create", "/later", str(pool)], env=env,
+    parent, child, big = tmp_path / "parent.yaml", tmp_path / "child.yaml", tmp_path / "big.yaml"
+    parent.write_text(pool_yaml(cpu=4))
+    child.write_text(pool_yaml(cpu=4).replace("name: pool-4cpu", "name: child"))
+    big.write_text(pool_yaml(cpu=8).replace("name: pool-8cpu", "name: big"))
+    closed = free_port()  # nothing listens there: a pool is one row in the store, no broker needed
+    env = {**os.environ, **p.settings.env(), "PELOTON_KAFKA_BOOTSTRAP": f"127.0.0.1:{closed}"}
+    made = subprocess.run([sys.executable, "-m", "peloton.cli", "respool", "create", "/later", str(parent)], env=env,
                           capture_output=True, text=True, timeout=60)
-    assert down.returncode == 5, down.stderr
-    assert p.store.get_pool("/later") is None  # what it reported is what happened
-    again = pelotonctl(p, "respool", "create", "/later", str(pool))
-    assert again.returncode == 0, again.stderr
-    assert p.store.get_pool("/later") is not None
-    assert pelotonctl(p, "respool", "create", "/later", str(pool)).returncode == 0  # the same again: idempotent
-    other = tmp_path / "other.yaml"
-    other.write_text(pool_yaml(cpu=8))
-    clash = pelotonctl(p, "respool", "create", "/later", str(other))
-    assert clash.returncode == 2 and "already exists with another config" in clash.stderr
+    assert made.returncode == 0, made.stderr
+    assert pelotonctl(p, "respool", "create", "/later", str(parent)).returncode == 0  # the same again: a no-op
+    clash = pelotonctl(p, "respool", "create", "/later", str(big))
+    assert clash.returncode == 2 and "path: /later already exists" in clash.stderr, clash.stderr
+
+    too_big = pelotonctl(p, "respool", "create", "/later/big", str(big))
+    assert too_big.returncode == 2, too_big.stderr
+    assert "cpu reservation: children of /later reserve 8 of its 4" in too_big.stderr
+    assert "cpu limit: /later/big limit 8 is above" in too_big.stderr
+    assert p.store.get_pool("/later/big") is None  # nothing invalid is stored
+    assert pelotonctl(p, "respool", "create", "/later/child", str(child)).returncode == 0
+
+    shrink = tmp_path / "shrink.yaml"
+    shrink.write_text(pool_yaml(cpu=2))
+    refused = pelotonctl(p, "respool", "update", "/later", str(shrink))
+    assert refused.returncode == 2 and "children of /later reserve 4 of its 2" in refused.stderr, refused.stderr
+    gone = pelotonctl(p, "respool", "delete", "/later")
+    assert gone.returncode == 2 and "children: /later has child pools (/later/child)" in gone.stderr, gone.stderr
+    assert pelotonctl(p, "respool", "delete", "/nowhere").returncode == 3
+
+    tree = json.loads(pelotonctl(p, "respool", "dump", "--json").stdout)
+    later = next(c for c in tree["children"] if c["path"] == "/later")
+    assert [c["path"] for c in later["children"]] == ["/later/child"]
+    assert yaml.safe_load(pelotonctl(p, "respool", "dump").stdout)["path"] == "/"
+    assert pelotonctl(p, "respool", "delete", "/later/child").returncode == 0
+    assert pelotonctl(p, "respool", "delete", "/later").returncode == 0
+    assert p.store.get_pool("/later") is None
+
+    report = pelotonctl(p, "respool", "get", "/test", "--json")
+    assert report.returncode == 0, report.stderr
+    figures = json.loads(report.stdout)
+    assert figures["reservation"]["cpu"] == 64 and figures["limit"]["cpu"] == 64
+    assert set(figures["entitlement"]) == {"cpu", "gpu", "memory", "disk"}
 
 
 def status_once_it_says(p, job_id: str, key: str, timeout: float) -> dict:

@@ -100,3 +100,16 @@ def test_a_status_that_names_no_task_of_ours_says_why() -> None:
     assert status_problem(True, {**ev, "run_id": 2}) == "task id 'j-0-1' is not that of job 'j', instance 0, run 2"
     assert status_problem(False, ev) == "status for unknown task 'j-0-1' (no instance 0 of job 'j')"
     assert status_problem(True, {**ev, "state": "TASK_UNKNOWN"}) == "status TASK_UNKNOWN says nothing about the task"
+
+
+def test_a_preempted_run_shows_preempting_then_runs_again_without_a_failure() -> None:
+    killing = task_transition("RUNNING", 1, 1, "TASK_KILLING", 0, 1, reason="PREEMPTED")
+    assert killing.state == "PREEMPTING" and not killing.retry
+    assert task_transition("PREEMPTING", 1, 1, "TASK_RUNNING", 0, 1) is None  # no way back
+    killed = task_transition("PREEMPTING", 1, 1, "TASK_KILLED", 0, 1, reason="PREEMPTED")
+    assert killed.state == "KILLED" and killed.retry and killed.release and not killed.count_failure
+    # Before it was launched too: a run still PENDING in the job manager's eyes.
+    assert task_transition("PENDING", 1, 1, "TASK_KILLED", 0, 1, reason="PREEMPTED").retry
+    # A kill for any other reason ends the task as before.
+    other = task_transition("RUNNING", 1, 1, "TASK_KILLED", 0, 1)
+    assert other.state == "KILLED" and not other.retry

@@ -121,5 +121,22 @@ def test_a_record_written_with_an_older_schema_version_reads_into_the_current_on
     fastavro.schemaless_writer(buf, old, record)
     name, decoded = reg.decode(buf.getvalue())
     assert name == "peloton.PoolEntitlement"
-    assert decoded == {**record, "waiting": []}
-    assert reg.encode(name, decoded)[1:5] == struct.pack(">I", 13)  # writers use the newest id
+    assert decoded["waiting"] == [] and decoded["slack_allocation"] == zero and decoded["preempting"] == 0
+    assert {k: decoded[k] for k in record} == record
+    assert reg.encode(name, decoded)[1:5] == struct.pack(">I", 16)  # writers use the newest id
+
+
+def test_an_older_version_that_embeds_an_older_nested_type_still_reads() -> None:
+    """AdmittedGang 1 embeds GangDemand 1, from before gangs said whether they are revocable."""
+    reg = registry()
+    gang = {"gang_id": "g", "job_id": "j", "pool": "/p", "priority": 3, "preemptible": False,
+            "placement_strategy": "PACK_HOST", "tasks": [], "created_ms": 1}
+    for schema_id, record, name in ((6, {"gang": gang, "admitted_ms": 2}, "peloton.AdmittedGang"),
+                                    (4, gang, "peloton.GangDemand")):
+        buf = io.BytesIO()
+        buf.write(struct.pack(">bI", 0, schema_id))
+        fastavro.schemaless_writer(buf, reg._writers[schema_id], record)
+        decoded_name, decoded = reg.decode(buf.getvalue())
+        assert decoded_name == name
+        g = decoded["gang"] if "gang" in decoded else decoded
+        assert g["revocable"] is False and g["priority"] == 3

@@ -13,9 +13,10 @@ from peloton.model.pool import parse_pool_config
 from peloton.runtime import Record, RecordingEmitter, Stage, StaticView, handle_batch
 from peloton.serde import registry
 from peloton.store import Allocation, open_store
-from peloton.topics import Catalogue
+from peloton.topics import Catalogue, partition_for
 from stages.admit.stage import AdmitStage
 from stages.entitle.stage import EntitleStage
+from stages.launch.stage import LaunchStage
 from stages.place.stage import PlaceStage
 
 POOL = """
@@ -143,14 +144,14 @@ def test_a_blocked_head_gang_stops_blocking_smaller_gangs_after_the_bound(admit,
     admit_stage, admit_out = admit
     head = demand_of(admit_stage, admit_out, "head", count=6, gang=6, cpu=1)  # 6 of the pool's 8 cpu
     small = demand_of(admit_stage, admit_out, "small", count=2, gang=0, cpu=1)
-    entitle = EntitleStage(store, pools=StaticView({"/p": parse_pool_config(POOL, "/p")}))
+    entitle = EntitleStage(store, usage=StaticView(), hosts=StaticView({"h1": host_state("h1", cpu=8)}))
     out = bound(entitle, head_of_line_timeout_s=0.3)
     # Something else already holds 4 cpu, so the 6-cpu head cannot fit; the 1-cpu gangs behind it could.
     store.add_allocations([Allocation("other-0-1", "/p", "other-0-1", 4, 0, 0, 0, 1)])
     entitle.on_assign([("task-demand", p) for p in range(4)])
     entitle.handle(head + small)
     assert out.take("admitted-gangs") == []  # the head blocks its pool (Peloton's rule)
-    entitle._publish_entitlements()
+    entitle._publish({"/p"})
     [(_, _, _, published)] = out.take("entitlements")
     assert published["waiting"][0]["job_id"] == "head"
     assert "waiting for room in its pool" in published["waiting"][0]["reason"]
@@ -159,7 +160,9 @@ def test_a_blocked_head_gang_stops_blocking_smaller_gangs_after_the_bound(admit,
     entitle._admit()
     admitted = [v["gang"]["job_id"] for _, _, _, v in out.take("admitted-gangs")]
     assert admitted == ["small", "small"]  # past the bound, the smaller gangs go first
-    assert entitle.held_offsets()  # the head is still held: read again after a crash
+    # The head waits in the store's queue, not in uncommitted offsets: a new owner finds it there.
+    assert [q.gang["job_id"] for q in store.queued_gangs()] == ["head"]
+    assert not entitle.held_offsets()
 
 
 def test_place_refuses_a_gang_whose_constraint_it_cannot_read_and_fails_its_tasks() -> None:
@@ -221,3 +224,101 @@ def test_tasks_of_a_gang_sent_back_go_back_as_one_gang_under_a_new_id(admit, sto
     ids = {first["gang_id"], demand[0]["gang_id"], later[0]["gang_id"]}
     assert len(ids) == 3, "a gang sent back must not look like a repeat of what entitle and place have"
     assert all(i.split("~")[0] == first["gang_id"] for i in ids)
+
+
+def one_task_gang(gang_id: str, pool: str = "/p", cpu: float = 1.0, priority: int = 0) -> dict:
+    job_id, instance, run = gang_id.rsplit("-", 2)
+    task = {"task_id": gang_id, "job_id": job_id, "instance": int(instance), "run_id": int(run),
+            "resources": {"cpu": cpu, "mem_mb": 1.0, "disk_mb": 0.0, "gpu": 0.0}, "dynamic_ports": 0,
+            "command": "true", "shell": True, "arguments": [], "environment": {}, "labels": {},
+            "constraint_json": None, "kill_grace_seconds": 1.0, "controller": False}
+    return {"gang_id": gang_id, "job_id": job_id, "pool": pool, "priority": priority, "preemptible": True,
+            "revocable": False, "placement_strategy": "PACK_HOST", "tasks": [task], "created_ms": 1}
+
+
+def entitle_with(store, partitions=range(4), **settings) -> tuple[EntitleStage, RecordingEmitter, StaticView]:
+    usage = StaticView()
+    stage = EntitleStage(store, usage=usage, hosts=StaticView({"h1": host_state("h1", cpu=8)}))
+    out = bound(stage, **settings)
+    stage.on_assign([("task-demand", p) for p in partitions])
+    return stage, out, usage
+
+
+def test_entitle_lends_an_idle_pools_share_and_preempts_it_back_after_the_sustained_periods(store) -> None:
+    store.put_pool("/q", parse_pool_config(POOL.replace("reservation: 8, limit: 8", "reservation: 4, limit: 8"), "/q"))
+    store.put_pool("/p", parse_pool_config(POOL.replace("reservation: 8, limit: 8", "reservation: 4, limit: 8"), "/p"))
+    # This instance owns /p (partition 2); another owns /q (partition 3) and publishes its usage.
+    assert partition_for("/p", 4) != partition_for("/q", 4)
+    stage, out, usage = entitle_with(store, [partition_for("/p", 4)], preemption_sustained_periods=2)
+    stage.handle([record("task-demand", "peloton.GangDemand", one_task_gang(f"a-{i}-1"), key="/p") for i in range(8)])
+    assert len(out.take("admitted-gangs")) == 8  # /q is idle: /p borrows its 4 cpu
+    # /q wants its share now (its owner, another instance, publishes its demand)
+    usage.put("/q", {"pool": "/q", **{k: {"cpu": 0.0, "mem_mb": 0.0, "disk_mb": 0.0, "gpu": 0.0} for k in (
+        "entitlement", "allocation", "non_slack_allocation", "slack_allocation", "slack_demand")},
+        "demand": {"cpu": 4.0, "mem_mb": 4.0, "disk_mb": 0.0, "gpu": 0.0}})
+    stage._admit()  # recomputes the tree: the view changed
+    assert stage.ledgers["/p"].entitlement.cpu == 4
+    stage._reclaim()
+    assert out.take("placements") == []  # one period over: not sustained yet
+    stage._reclaim()
+    kills = [v for _, _, schema, v in out.take("placements") if schema == "peloton.TaskKill"]
+    assert len(kills) == 4 * 4  # 4 victims, each on every host shard's partition
+    assert len({k["task_id"] for k in kills}) == 4 and {k["reason"] for k in kills} == {"PREEMPTED"}
+    statuses = [v for _, _, _, v in out.take("task-status")]
+    assert {(s["state"], s["reason"]) for s in statuses} == {("TASK_KILLING", "PREEMPTED")}
+    stage._reclaim()
+    assert out.take("placements") == []  # being preempted: not chosen again
+
+
+def test_a_new_entitle_owner_rebuilds_queues_and_charges_from_the_store(store) -> None:
+    first, out, _ = entitle_with(store)
+    gangs = [record("task-demand", "peloton.GangDemand", one_task_gang(f"b-{i}-1", cpu=3), key="/p") for i in range(4)]
+    first.handle(gangs)
+    assert len(out.take("admitted-gangs")) == 2  # 6 of the pool's 8 cpu; two wait
+    second, out2, _ = entitle_with(store)  # the partition moved: no topic is read again
+    assert len(second.queues["/p"]) == 2 and second.ledgers["/p"].held.total.cpu == 6
+    second.handle([record("task-demand", "peloton.TaskRelease", {
+        "task_id": "b-0-1", "job_id": "b", "pool": "/p", "reason": "TASK_FINISHED", "timestamp_ms": 1}, key="/p")])
+    assert [v["gang"]["gang_id"] for _, _, _, v in out2.take("admitted-gangs")] == ["b-2-1"]
+    # the first instance, not told yet that it lost the pool, cannot admit what the second took
+    first.ledgers["/p"].release("b-1-1")
+    first._admit()  # it tries b-2-1, finds it taken and drops it from its queue
+    first._admit()
+    assert [v["gang"]["gang_id"] for _, _, _, v in out.take("admitted-gangs")] == ["b-3-1"]
+    assert sorted(a.task_id for a in store.allocations()) == ["b-1-1", "b-2-1", "b-3-1"]
+    assert store.queued_gangs() == []
+
+
+def placement_of(gang: dict, host_id: str = "sim-0") -> Record:
+    return record("placements", "peloton.Placement", {
+        "placement_id": uuid.uuid4().hex, "gang_id": gang["gang_id"], "pool": gang["pool"], "shard": 0,
+        "assignments": [{"host_id": host_id, "task": t} for t in gang["tasks"]], "placed_ms": 1})
+
+
+def kill_of(task_id: str) -> Record:
+    job_id, instance, run = task_id.rsplit("-", 2)
+    return record("placements", "peloton.TaskKill", {
+        "kill_id": uuid.uuid4().hex, "task_id": task_id, "job_id": job_id, "instance": int(instance),
+        "run_id": int(run), "reason": "PREEMPTED", "message": "preempted: test", "timestamp_ms": 1})
+
+
+def test_launch_kills_a_running_run_and_keeps_an_unlaunched_one_from_ever_starting(store) -> None:
+    stage = LaunchStage(store)
+    out = bound(stage, hosts="sim:1:cpu=8", sim_task_seconds=600)
+    stage.on_assign([("placements", p) for p in range(4)])
+    out.take()
+    running, early = one_task_gang("r-0-1"), one_task_gang("e-0-1")
+    # one batch, in order: a placement, a kill of it, a kill of a run not placed yet, its placement
+    stage.handle([placement_of(running), kill_of("r-0-1"), kill_of("e-0-1"), placement_of(early)])
+    stage.tick(time.monotonic())
+    statuses = [(v["task_id"], v["state"], v["reason"]) for _, _, _, v in out.take("task-status")]
+    assert ("r-0-1", "TASK_KILLED", "PREEMPTED") in statuses
+    assert ("e-0-1", "TASK_KILLED", "PREEMPTED") in statuses
+    assert not [s for s in statuses if s[0] == "e-0-1" and s[1] != "TASK_KILLED"], "the killed run started"
+    assert store.launch_counts("e") == {0: 1}  # its one claim is the kill's: a later placement is a repeat
+    assert stage.running == {}
+    # Another shard's host manager sees the same kill: the run is claimed already, it does nothing.
+    other = LaunchStage(store)
+    other_out = bound(other, hosts="sim:1:cpu=8", sim_task_seconds=600)
+    other._kills([kill_of("r-0-1"), kill_of("e-0-1")])
+    assert other_out.take("task-status") == []

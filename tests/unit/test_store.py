@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from peloton.store import Allocation, JobRow, Launch, TaskRow, open_store
+from peloton.store import Allocation, JobRow, Launch, QueuedGang, TaskRow, open_store
 from tests.conftest import STORES, fresh_store_url
 
 
@@ -161,3 +161,34 @@ def test_the_postgres_schema_is_versioned_and_migrated_once(postgres_server) -> 
     finally:
         first.close()
         second.close()
+
+
+def test_allocations_keep_what_admission_and_preemption_need(store) -> None:
+    store.add_allocations([Allocation("t1", "/p", "g1", 1, 2, 3, 0, 10, priority=7, preemptible=False,
+                                      revocable=True, controller=True)])
+    (a,) = store.allocations()
+    assert (a.priority, a.preemptible, a.revocable, a.controller) == (7, False, True, True)
+
+
+def test_queued_gangs_survive_and_are_admitted_once(store) -> None:
+    gang = {"gang_id": "g1", "pool": "/p", "tasks": [{"task_id": "t1"}]}
+    rows = [QueuedGang("g1", "/p", 5, 2, gang), QueuedGang("g2", "/q", 0, 1, {"gang_id": "g2"}, not_before_ms=99)]
+    store.queue_gangs(rows)
+    store.queue_gangs([QueuedGang("g1", "/p", 5, 3, {"gang_id": "changed"})])  # queued already: kept as it was
+    assert [(q.gang_id, q.seq, q.gang["gang_id"], q.not_before_ms) for q in store.queued_gangs()] == [
+        ("g2", 1, "g2", 99), ("g1", 2, "g1", 0)]
+    alloc = Allocation("t1", "/p", "g1", 1, 0, 0, 0, 10)
+    assert store.admit_gangs(["g1"], [alloc]) == {"g1"}
+    # A second instance that still believed it owned the pool admits nothing and charges nothing.
+    assert store.admit_gangs(["g1"], [Allocation("t1b", "/p", "g1", 1, 0, 0, 0, 10)]) == set()
+    assert [a.task_id for a in store.allocations()] == ["t1"]
+    store.unqueue_gangs(["g2"])
+    assert store.queued_gangs() == []
+
+
+def test_pools_can_be_deleted_and_know_their_jobs(store) -> None:
+    store.put_pool("/p", {"path": "/p"})
+    store.create_jobs([job("j1")], [])
+    assert store.pools_with_jobs() == {"/p"}
+    assert store.delete_pool("/p") and not store.delete_pool("/p")
+    assert store.list_pools() == {}

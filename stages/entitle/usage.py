@@ -1,0 +1,96 @@
+"""The inputs of the entitlement calculation as the running system carries them: each pool's
+usage from its PoolEntitlement record, the root's capacity from host state. Pure functions,
+shared by the entitle stage and `pelotonctl respool get` so both compute the same tree."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from peloton.model.pool import KIND_FIELDS
+from peloton.model.resources import ZERO, Resources
+from stages.entitle.entitlement import PoolUsage, compute_entitlements
+
+# Our Resources fields -> Peloton's kind names, for what people read.
+KIND_NAMES = {field: kind for kind, field in KIND_FIELDS.items()}
+
+
+def usage_from_record(rec: dict) -> PoolUsage:
+    """A pool's usage as its owner published it (PoolEntitlement)."""
+    r = Resources.from_record
+    return PoolUsage(demand=r(rec["demand"]), slack_demand=r(rec["slack_demand"]), allocation=r(rec["allocation"]),
+                     non_slack_allocation=r(rec["non_slack_allocation"]), slack_allocation=r(rec["slack_allocation"]))
+
+
+def cluster_capacity(host_states: Iterable[dict]) -> Resources:
+    """The root's capacity: the sum of the UP hosts."""
+    cpu = mem = disk = gpu = 0.0
+    for h in host_states:
+        if h.get("state", "UP") == "UP":
+            c = h["capacity"]
+            cpu, mem, disk, gpu = cpu + c["cpu"], mem + c["mem_mb"], disk + c["disk_mb"], gpu + c["gpu"]
+    return Resources(cpu, mem, disk, gpu)
+
+
+def slack_capacity(capacity: Resources, usage: Iterable[PoolUsage]) -> Resources:
+    """Slack (revocable) capacity: the cpu no pool holds for non-revocable runs. Peloton measures
+    what allocated tasks leave unused; we do not measure use, so revocable runs borrow what is not
+    allocated, and preemption takes it back when non-revocable demand wants it."""
+    held = ZERO
+    for u in usage:
+        held = held + u.non_slack_allocation
+    return Resources(cpu=(capacity - held).cpu)
+
+
+def leaves(pools: dict[str, dict]) -> set[str]:
+    parents = {c["parent"] for c in pools.values()}
+    return {p for p in pools if p not in parents}
+
+
+def tree_entitlements(pools: dict[str, dict], usage: dict[str, PoolUsage], capacity: Resources) -> dict:
+    """compute_entitlements with the slack capacity the running system uses."""
+    return compute_entitlements(pools, usage, capacity, slack_capacity(capacity, usage.values()))
+
+
+def _kinds(r: Resources) -> dict[str, float]:
+    return {KIND_NAMES[f]: getattr(r, f) for f in ("cpu", "gpu", "mem_mb", "disk_mb")}
+
+
+def pool_view(pools: dict[str, dict], published: dict[str, dict], host_states: Iterable[dict]) -> dict[str, dict]:
+    """Per pool (the root "/" included): reservation, limit, share, entitlement, non-slack and
+    slack entitlement, allocation and demand per Peloton kind, and the gangs it shows waiting.
+    A parent's allocation and demand are its children's sums."""
+    pools = {p: c for p, c in pools.items() if not c.get("deleted")}
+    capacity = cluster_capacity(host_states)
+    usage = {p: usage_from_record(published[p]) if p in published else PoolUsage() for p in leaves(pools)}
+    shares = tree_entitlements(pools, usage, capacity)
+    rolled: dict[str, tuple[Resources, Resources]] = {}
+    for path, u in usage.items():  # add each leaf's usage to itself and every ancestor
+        node = path
+        while True:
+            alloc, demand = rolled.get(node, (ZERO, ZERO))
+            rolled[node] = (alloc + u.allocation, demand + u.demand + u.slack_demand)
+            if node == "/":
+                break
+            node = pools[node]["parent"] if node in pools else "/"
+    view = {}
+    for path in ["/", *sorted(pools)]:
+        config = pools.get(path)
+        if config is None:  # the root: the cluster
+            reservation = limit = _kinds(capacity)
+            share = {k: 1.0 for k in reservation}
+        else:
+            reservation = {r["kind"]: r["reservation"] for r in config["resources"]}
+            limit = {r["kind"]: r["limit"] for r in config["resources"]}
+            share = {r["kind"]: r["share"] for r in config["resources"]}
+        s = shares[path]
+        alloc, demand = rolled.get(path, (ZERO, ZERO))
+        view[path] = {
+            "path": path,
+            "reservation": reservation, "limit": limit, "share": share,
+            "entitlement": _kinds(s.entitlement),
+            "non_slack_entitlement": _kinds(s.non_slack_entitlement),
+            "slack_entitlement": _kinds(s.slack_entitlement),
+            "allocation": _kinds(alloc), "demand": _kinds(demand),
+            "waiting": list(published.get(path, {}).get("waiting", [])),
+        }
+    return view
