@@ -2,8 +2,9 @@
 `pelotonctl job create` alike, so both give the same answer. Pure: no Kafka, no store.
 
 A job that passes the config rules can still be impossible: a gang larger than its pool's limit
-is never admitted, a task larger than every host is never placed, and a gang whose record is
-larger than the broker accepts can never be sent. Each would wait for ever at the head of its
+is never admitted, nor a non-preemptible gang larger than its pool's reservation, nor a
+controller task beyond the pool's controller limit; a task larger than every host is never
+placed, and a gang whose record is larger than the broker accepts can never be sent. Each would wait for ever at the head of its
 queue, so it is refused at create, with the numbers.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import re
 
 from peloton.model.jobconfig import JobSpec, gang_instances
-from peloton.model.pool import pool_limit
+from peloton.model.pool import KIND_FIELDS, pool_limit
 from peloton.model.resources import Resources
 from peloton.serde import SchemaRegistry
 from peloton.store import JobRow, TaskRow
@@ -44,9 +45,11 @@ def distinct_capacities(host_states) -> list[Resources]:
 
 
 def fit_problems(spec: JobSpec, pool: str, pool_config: dict, hosts: list[Resources]) -> list[str]:
-    """Gangs larger than the pool's limit; tasks larger than every host (when hosts are known)."""
+    """Gangs larger than the pool's limit (or, non-preemptible, its reservation); a controller
+    task beyond the controller limit; tasks larger than every host (when hosts are known)."""
     problems = []
     limit = pool_limit(pool_config)
+    reservation = Resources(**{KIND_FIELDS[r["kind"]]: r["reservation"] for r in pool_config["resources"]})
     for instances in gang_instances(spec):
         need = Resources()
         for i in instances:
@@ -55,6 +58,19 @@ def fit_problems(spec: JobSpec, pool: str, pool_config: dict, hosts: list[Resour
             problems.append(f"{_instances(instances)} (one gang) need more than pool {pool}'s limit: "
                             f"{_short(need, limit)}")
             break  # the first gang is the largest one; the rest are one task each
+        if not spec.preemptible and not spec.revocable and not need.fits_in(reservation):
+            problems.append(f"{_instances(instances)} {'(one gang) ' if len(instances) > 1 else ''}need more than "
+                            f"pool {pool}'s reservation, and non-preemptible tasks run only within it: "
+                            f"{_short(need, reservation)} (set sla.preemptible: true to borrow beyond it)")
+            break
+    pct = pool_config.get("controller_limit_pct", 100.0) / 100.0
+    controller_limit = Resources(reservation.cpu * pct, reservation.mem_mb * pct, reservation.disk_mb * pct,
+                                 reservation.gpu * pct)
+    for task in spec.tasks:
+        if task.controller and not task.resources.fits_in(controller_limit):
+            problems.append(f"instance {task.instance} is a controller task and needs more than pool {pool}'s "
+                            f"controller limit ({pct * 100:g}% of its reservation): "
+                            f"{_short(task.resources, controller_limit)}")
     if hosts:
         seen: set[Resources] = set()
         for task in spec.tasks:

@@ -95,6 +95,19 @@ def test_a_gang_larger_than_its_pool_is_refused_with_the_numbers(admit, store) -
     assert "instances 0-9 (one gang) need more than pool /p's limit: cpu 10 > 8" in letter["reason"]
 
 
+def test_a_non_preemptible_gang_beyond_the_reservation_is_refused_and_a_preemptible_one_may_borrow(admit,
+                                                                                                   store) -> None:
+    store.put_pool("/r", parse_pool_config(POOL.replace("reservation: 8, limit: 8", "reservation: 2, limit: 8"), "/r"))
+    stage, out = admit
+    stage.handle([command("steady", JOB.format(name="steady", count=3, gang=3, cpu=1), pool="/r")])
+    [(_, _, _, letter)] = out.take("dead-letters")
+    assert ("instances 0-2 (one gang) need more than pool /r's reservation, and non-preemptible tasks run only "
+            "within it: cpu 3 > 2") in letter["reason"]
+    borrower = JOB.format(name="borrower", count=3, gang=3, cpu=1).replace("sla: {", "sla: {preemptible: true, ")
+    stage.handle([command("borrower", borrower, pool="/r")])
+    assert out.take("dead-letters") == [] and store.get_job("borrower") is not None
+
+
 def test_a_task_larger_than_every_host_is_refused_with_the_numbers(admit, store) -> None:
     stage, out = admit
     stage.handle([command("wide", JOB.format(name="wide", count=1, gang=0, cpu=6))])
