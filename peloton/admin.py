@@ -221,9 +221,41 @@ def submit_job(settings: Settings, store: QueryStore, pool: str, text: str, job_
     try:
         out.emit("job-commands", job_id, "peloton.JobCommand", {
             "command_id": uuid.uuid4().hex, "kind": "CREATE", "job_id": job_id, "pool": pool, "config": text,
-            "requested_by": "pelotonctl", "timestamp_ms": now_ms(),
+            "instances": None, "requested_by": "pelotonctl", "timestamp_ms": now_ms(),
         })
     except RecordTooLarge as exc:
         raise UserError(f"the job file is too large to submit: {exc}") from None
     _deliver(out, settings)
     return job_id
+
+
+def control_job(settings: Settings, store: QueryStore, kind: str, job_id: str, instances: str | None = None) -> dict:
+    """Check a STOP, START or DELETE against the job as stored (the job manager checks it again
+    the same way), then publish it. Returns what it will touch."""
+    import getpass
+
+    from stages.admit.commands import CommandError, command_problem, instance_ranges, to_start, to_stop
+
+    job = store.get_job(job_id)
+    problem = command_problem(kind, job, job_id)
+    if problem:
+        raise (NotFound if job is None else UserError)(problem)
+    chosen = None
+    if kind != "DELETE":
+        try:
+            chosen = instance_ranges(instances, job.instance_count)
+        except CommandError as exc:
+            raise UserError(str(exc)) from None
+    tasks = store.tasks_of_job(job_id)
+    touched = {"STOP": to_stop, "START": to_start}.get(kind, lambda ts, _i: ts)(tasks, chosen)
+    out = emitter(settings)
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "pelotonctl"
+    out.emit("job-commands", job_id, "peloton.JobCommand", {
+        "command_id": uuid.uuid4().hex, "kind": kind, "job_id": job_id, "pool": job.pool, "config": None,
+        "instances": instances or None, "requested_by": user, "timestamp_ms": now_ms(),
+    })
+    _deliver(out, settings)
+    return {"job_id": job_id, "kind": kind, "instances": [t.instance for t in touched]}

@@ -22,7 +22,8 @@ app = typer.Typer(help="Peloton-style cluster scheduler on Kafka.", no_args_is_h
 topics_app = typer.Typer(help="Topics of the pipeline (topics.yaml).", no_args_is_help=True)
 stage_app = typer.Typer(help="Run pipeline stages.", no_args_is_help=True)
 dev_app = typer.Typer(help="The embedded dev stack: broker, stages and hosts on this machine.", no_args_is_help=True)
-job_app = typer.Typer(help="Jobs: validate, create, status, list.", no_args_is_help=True)
+job_app = typer.Typer(help="Jobs: validate, create, status, stop, start, delete, get, query, list.",
+                      no_args_is_help=True)
 task_app = typer.Typer(help="Tasks of a job.", no_args_is_help=True)
 pool_app = typer.Typer(help="Resource pools.", no_args_is_help=True)
 cluster_app = typer.Typer(help="The cluster's instances on every machine, from ZooKeeper (PELOTON_ZOOKEEPER).",
@@ -448,6 +449,126 @@ def job_status(
                   highlight=False)
 
 
+def _control(kind: str, job_id: str, instances: str | None) -> dict:
+    from peloton.admin import control_job
+
+    return _broker_call(_pool_change, control_job, kind, job_id, instances)
+
+
+@job_app.command("stop")
+def job_stop(job_id: str, instances: Optional[str] = typer.Option(None, "--instances", help="Ranges, e.g. 0-3,7."),
+             wait: bool = typer.Option(False, "--wait", help="Wait until every stopped task has ended."),
+             timeout: float = typer.Option(120, help="Seconds to wait with --wait."),
+             as_json: bool = typer.Option(False, "--json")) -> None:
+    """Stop a job (or some of its instances): their tasks are killed on their hosts, process and
+    children, and their resources released; the job ends KILLED when every task has ended."""
+    done = _control("STOP", job_id, instances)
+    if wait:
+        _wait_tasks(job_id, done["instances"], lambda t: t.state in ("KILLED", "SUCCEEDED", "FAILED", "LOST"),
+                    timeout)
+    if as_json:
+        _print_json(done)
+    else:
+        out.print(f"job {job_id}: stopping {len(done['instances'])} tasks", highlight=False)
+
+
+@job_app.command("start")
+def job_start(job_id: str, instances: Optional[str] = typer.Option(None, "--instances", help="Ranges, e.g. 0-3,7."),
+              as_json: bool = typer.Option(False, "--json")) -> None:
+    """Run stopped (KILLED) instances of a job again, each as a new run."""
+    done = _control("START", job_id, instances)
+    if as_json:
+        _print_json(done)
+    else:
+        out.print(f"job {job_id}: starting {len(done['instances'])} tasks again", highlight=False)
+
+
+@job_app.command("delete")
+def job_delete(job_id: str) -> None:
+    """Delete a terminal job with its tasks and their events."""
+    _control("DELETE", job_id, None)
+    out.print(f"job {job_id}: deleted", highlight=False)
+
+
+def _wait_tasks(job_id: str, instances: list[int], done, timeout: float) -> None:
+    import time
+
+    store, wanted = _store(), set(instances)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(done(t) for t in store.tasks_of_job(job_id) if t.instance in wanted):
+            return
+        time.sleep(0.2)
+    _fail(f"job {job_id}: tasks still running after {timeout:g}s", EXIT_TIMEOUT)
+
+
+@job_app.command("get")
+def job_get(job_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
+    """A job's config (as submitted) and runtime: state, times, task counts."""
+    import yaml
+
+    store = _store()
+    job = store.get_job(job_id)
+    if job is None:
+        _fail(f"no job {job_id}", EXIT_NOT_FOUND)
+    counts = store.task_state_counts([job_id])[job_id]
+    runtime = {"state": job.state, "created_ms": job.created_ms, "updated_ms": job.updated_ms,
+               "completed_ms": job.completed_ms, "tasks": counts}
+    info = {"job_id": job_id, "name": job.name, "pool": job.pool, "type": job.type, "owner": job.owner,
+            "instances": job.instance_count, "priority": job.priority, "preemptible": job.preemptible,
+            "revocable": job.revocable, "runtime": runtime}
+    try:
+        info["config"] = yaml.safe_load(job.config_text)
+    except yaml.YAMLError:
+        info["config"] = job.config_text
+    if as_json:
+        _print_json(info)
+    else:
+        sys.stdout.write(yaml.safe_dump(info, sort_keys=False))
+
+
+@job_app.command("query")
+def job_query(state: list[str] = typer.Option([], "--state", help="A job state; repeat for several."),
+              pool: Optional[str] = typer.Option(None, "--pool"), owner: Optional[str] = typer.Option(None, "--owner"),
+              name: Optional[str] = typer.Option(None, "--name"),
+              label: list[str] = typer.Option([], "--label", help="KEY=VALUE; repeat for several (all must match)."),
+              limit: int = typer.Option(100, "--limit"), as_json: bool = typer.Option(False, "--json")) -> None:
+    """Jobs by state, pool, owner, name and labels, the most recent first."""
+    from peloton.model.jobconfig import JobConfigError, parse_job_config
+    from peloton.model.states import JOB_STATES
+
+    states = [s.upper() for s in state]
+    unknown = [s for s in states if s not in JOB_STATES]
+    if unknown:
+        _fail(f"--state {unknown[0]}: job states are {', '.join(JOB_STATES)}", EXIT_INVALID)
+    wanted = {}
+    for item in label:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            _fail(f"--label {item!r}: expected KEY=VALUE", EXIT_INVALID)
+        wanted[key] = value
+    store = _store()
+    # Labels live in the job's config: filter on them after the store's own filters.
+    jobs = store.list_jobs(limit if not wanted else max(limit, 10_000), states=states or None, pool=pool,
+                           owner=owner, name=name)
+    if wanted:
+        def labels_of(text: str) -> dict:
+            try:
+                return dict(parse_job_config(text).labels)
+            except JobConfigError:
+                return {}
+        jobs = [j for j in jobs if wanted.items() <= labels_of(j.config_text).items()][:limit]
+    rows = [{"job_id": j.job_id, "name": j.name, "pool": j.pool, "owner": j.owner, "state": j.state,
+             "instances": j.instance_count, "created_ms": j.created_ms} for j in jobs]
+    if as_json:
+        _print_json(rows)
+        return
+    table = Table("job", "name", "pool", "owner", "state", "instances")
+    for r in rows:
+        table.add_row(r["job_id"], r["name"], r["pool"], r["owner"], r["state"], str(r["instances"]))
+    out.print(table)
+
+
 @job_app.command("list")
 def job_list(limit: int = 20, as_json: bool = typer.Option(False, "--json")) -> None:
     """The most recent jobs."""
@@ -478,6 +599,43 @@ def task_list(job_id: str, as_json: bool = typer.Option(False, "--json")) -> Non
     for r in rows:
         table.add_row(str(r["instance"]), str(r["run_id"]), r["state"], r["host"],
                       "" if r["exit_code"] is None else str(r["exit_code"]), r["message"])
+    out.print(table)
+
+
+@task_app.command("get")
+def task_get(job_id: str, instance: int, as_json: bool = typer.Option(False, "--json")) -> None:
+    """One task: its current run, state, host, exit code, reason and message."""
+    task = next((t for t in _store().tasks_of_job(job_id) if t.instance == instance), None)
+    if task is None:
+        _fail(f"no instance {instance} of job {job_id}", EXIT_NOT_FOUND)
+    info = {"job_id": job_id, "instance": instance, "run_id": task.run_id, "task_id": task.task_id,
+            "state": task.state, "host": task.host_id, "exit_code": task.exit_code, "signal": task.signal,
+            "reason": task.reason, "message": task.message, "failures": task.failures,
+            "max_failures": task.max_failures, "resources": task.spec.get("resources", {})}
+    if as_json:
+        _print_json(info)
+    else:
+        for key, value in info.items():
+            out.print(f"{key:12} {value}", highlight=False)
+
+
+@task_app.command("events")
+def task_events(job_id: str, instance: int, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Every state change of every run of one task: time, run, state, host, reason, message, exit code."""
+    import datetime
+
+    store = _store()
+    if store.get_job(job_id) is None:
+        _fail(f"no job {job_id}", EXIT_NOT_FOUND)
+    events = [e for e in store.task_events(job_id) if e["instance"] == instance]
+    if as_json:
+        _print_json(events)
+        return
+    table = Table("time", "run", "state", "host", "reason", "exit", "message")
+    for e in events:
+        at = datetime.datetime.fromtimestamp(e["timestamp_ms"] / 1000).strftime("%H:%M:%S.%f")[:-3]
+        table.add_row(at, str(e["run_id"]), e["state"], e["host_id"] or "", e["reason"] or "",
+                      "" if e["exit_code"] is None else str(e["exit_code"]), e["message"] or "")
     out.print(table)
 
 

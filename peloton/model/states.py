@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+JOB_STATES = ("INITIALIZED", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "KILLED", "KILLING", "UNINITIALIZED",
+              "DELETED")
 JOB_TERMINAL = frozenset({"SUCCEEDED", "FAILED", "KILLED", "DELETED"})
 TASK_TERMINAL = frozenset({"SUCCEEDED", "FAILED", "KILLED", "LOST", "DELETED"})
 

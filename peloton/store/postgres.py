@@ -32,6 +32,7 @@ from peloton.store.rows import (
     TASK_COLS,
     allocation_from_row,
     allocation_params,
+    job_filters,
     job_from_row,
     job_params,
     launch_from_row,
@@ -82,6 +83,8 @@ MIGRATIONS = [
     ALTER TABLE allocations ADD COLUMN priority INTEGER, ADD COLUMN preemptible BOOLEAN,
         ADD COLUMN revocable BOOLEAN, ADD COLUMN controller BOOLEAN;
     ALTER TABLE jobs ADD COLUMN revocable BOOLEAN;
+    ALTER TABLE task_events ADD COLUMN host_id TEXT, ADD COLUMN message TEXT;
+    CREATE TABLE job_commands (command_id TEXT PRIMARY KEY, job_id TEXT, at_ms BIGINT);
     CREATE TABLE queued_gangs (
         gang_id TEXT PRIMARY KEY, pool TEXT, priority INTEGER, seq BIGINT, gang TEXT, not_before_ms BIGINT);
     """,
@@ -199,9 +202,10 @@ class PostgresStore(StorageGateway):
         rows = self._all(f"SELECT {JOB_COLS} FROM jobs WHERE job_id = ANY(%s)", (list(job_ids),))
         return {r[0]: job_from_row(r) for r in rows}
 
-    def list_jobs(self, limit: int = 100) -> list[JobRow]:
+    def list_jobs(self, limit: int = 100, **filters) -> list[JobRow]:
+        where, params = job_filters("%s", **filters)
         return [job_from_row(r) for r in
-                self._all(f"SELECT {JOB_COLS} FROM jobs ORDER BY created_ms DESC LIMIT %s", (limit,))]
+                self._all(f"SELECT {JOB_COLS} FROM jobs{where} ORDER BY created_ms DESC LIMIT %s", (*params, limit))]
 
     def active_jobs(self) -> list[JobRow]:
         return [job_from_row(r) for r in self._all(
@@ -248,6 +252,26 @@ class PostgresStore(StorageGateway):
     def task_events(self, job_id: str) -> list[dict]:
         rows = self._all(f"SELECT {', '.join(EVENT_COLS)} FROM task_events WHERE job_id = %s ORDER BY seq", (job_id,))
         return [dict(zip(EVENT_COLS, r, strict=True)) for r in rows]
+
+    def delete_job(self, job_id: str) -> bool:
+        with self.transaction():
+            self._all("DELETE FROM task_events WHERE job_id = %s RETURNING seq", (job_id,))
+            self._all("DELETE FROM tasks WHERE job_id = %s RETURNING instance", (job_id,))
+            return bool(self._all("DELETE FROM jobs WHERE job_id = %s RETURNING job_id", (job_id,)))
+
+    def claim_commands(self, command_ids: list[str], job_ids: list[str], at_ms: int) -> set[str]:
+        if not command_ids:
+            return set()
+        with self.transaction() as conn, conn.cursor() as cur:
+            new: set[str] = set()
+            cur.executemany("INSERT INTO job_commands (command_id, job_id, at_ms) VALUES (%s, %s, %s) "
+                            "ON CONFLICT DO NOTHING RETURNING command_id",
+                            [(c, j, at_ms) for c, j in zip(command_ids, job_ids, strict=True)], returning=True)
+            while True:
+                new.update(row[0] for row in cur.fetchall())
+                if not cur.nextset():
+                    break
+            return new
 
     # -- allocations ------------------------------------------------------------------------
     def allocations(self) -> list[Allocation]:

@@ -19,7 +19,8 @@ ALLOCATION_COLS = (
     "task_id, pool, gang_id, cpu, mem_mb, disk_mb, gpu, admitted_ms, priority, preemptible, revocable, controller"
 )
 QUEUED_COLS = "gang_id, pool, priority, seq, gang, not_before_ms"
-EVENT_COLS = ("task_id", "job_id", "instance", "run_id", "state", "reason", "exit_code", "timestamp_ms")
+EVENT_COLS = ("task_id", "job_id", "instance", "run_id", "state", "reason", "exit_code", "timestamp_ms", "host_id",
+              "message")
 
 
 def task_from_row(row) -> TaskRow:
@@ -86,3 +87,17 @@ def launch_params(r: Launch) -> tuple:
 def placeholders(cols: str, mark: str) -> str:
     """'?, ?, ?' (SQLite) or '%s, %s, %s' (PostgreSQL): one per column."""
     return ", ".join([mark] * (cols.count(",") + 1))
+
+
+def job_filters(mark: str, states: list[str] | None = None, pool: str | None = None, owner: str | None = None,
+                name: str | None = None) -> tuple[str, list]:
+    """A WHERE clause (or '') and its parameters for `list_jobs`' filters."""
+    clauses, params = [], []
+    if states:
+        clauses.append(f"state IN ({', '.join([mark] * len(states))})")
+        params.extend(states)
+    for column, value in (("pool", pool), ("owner", owner), ("name", name)):
+        if value:
+            clauses.append(f"{column} = {mark}")
+            params.append(value)
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), params

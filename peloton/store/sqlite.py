@@ -25,6 +25,7 @@ from peloton.store.rows import (
     TASK_COLS,
     allocation_from_row,
     allocation_params,
+    job_filters,
     job_from_row,
     job_params,
     launch_from_row,
@@ -51,7 +52,8 @@ CREATE TABLE IF NOT EXISTS tasks (
 CREATE INDEX IF NOT EXISTS tasks_by_task_id ON tasks (task_id);
 CREATE TABLE IF NOT EXISTS task_events (
     task_id TEXT, job_id TEXT, instance INTEGER, run_id INTEGER, state TEXT, reason TEXT,
-    exit_code INTEGER, timestamp_ms INTEGER);
+    exit_code INTEGER, timestamp_ms INTEGER, host_id TEXT, message TEXT);
+CREATE TABLE IF NOT EXISTS job_commands (command_id TEXT PRIMARY KEY, job_id TEXT, at_ms INTEGER);
 CREATE INDEX IF NOT EXISTS task_events_by_job ON task_events (job_id);
 CREATE TABLE IF NOT EXISTS allocations (
     task_id TEXT PRIMARY KEY, pool TEXT, gang_id TEXT, cpu REAL, mem_mb REAL, disk_mb REAL,
@@ -100,7 +102,8 @@ class SqliteStore(StorageGateway):
             added = (("launches", "final_status", "TEXT"), ("allocations", "released_ms", "INTEGER"),
                      ("allocations", "priority", "INTEGER"), ("allocations", "preemptible", "INTEGER"),
                      ("allocations", "revocable", "INTEGER"), ("allocations", "controller", "INTEGER"),
-                     ("jobs", "revocable", "INTEGER"))
+                     ("jobs", "revocable", "INTEGER"), ("task_events", "host_id", "TEXT"),
+                     ("task_events", "message", "TEXT"))
             for table, column, kind in added:
                 if column not in {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}:
                     self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
@@ -182,9 +185,10 @@ class SqliteStore(StorageGateway):
                 out[row[0]] = job_from_row(row)
         return out
 
-    def list_jobs(self, limit: int = 100) -> list[JobRow]:
-        q = f"SELECT {JOB_COLS} FROM jobs ORDER BY created_ms DESC LIMIT ?"
-        return [job_from_row(r) for r in self.db.execute(q, (limit,))]
+    def list_jobs(self, limit: int = 100, **filters) -> list[JobRow]:
+        where, params = job_filters("?", **filters)
+        q = f"SELECT {JOB_COLS} FROM jobs{where} ORDER BY created_ms DESC LIMIT ?"
+        return [job_from_row(r) for r in self.db.execute(q, (*params, limit))]
 
     def active_jobs(self) -> list[JobRow]:
         q = f"SELECT {JOB_COLS} FROM jobs WHERE state NOT IN ('SUCCEEDED', 'FAILED', 'KILLED', 'DELETED')"
@@ -249,6 +253,18 @@ class SqliteStore(StorageGateway):
     def task_events(self, job_id: str) -> list[dict]:
         q = f"SELECT {', '.join(EVENT_COLS)} FROM task_events WHERE job_id = ? ORDER BY rowid"
         return [dict(zip(EVENT_COLS, r, strict=True)) for r in self.db.execute(q, (job_id,))]
+
+    def delete_job(self, job_id: str) -> bool:
+        with self.transaction():
+            self.db.execute("DELETE FROM task_events WHERE job_id = ?", (job_id,))
+            self.db.execute("DELETE FROM tasks WHERE job_id = ?", (job_id,))
+            return self.db.execute("DELETE FROM jobs WHERE job_id = ?", (job_id,)).rowcount > 0
+
+    def claim_commands(self, command_ids: list[str], job_ids: list[str], at_ms: int) -> set[str]:
+        with self.transaction():
+            return {c for c, j in zip(command_ids, job_ids, strict=True) if self.db.execute(
+                "INSERT OR IGNORE INTO job_commands (command_id, job_id, at_ms) VALUES (?, ?, ?)",
+                (c, j, at_ms)).rowcount}
 
     # -- allocations ------------------------------------------------------------------------
     def allocations(self) -> list[Allocation]:

@@ -75,7 +75,7 @@ def task_transition(
         new = "PREEMPTING"
     if TASK_ORDER[new] <= TASK_ORDER[current_state]:
         return None
-    if reason == PREEMPTED and new == "KILLED":
+    if reason == PREEMPTED and new == "KILLED" and current_state != "KILLING":  # a stop wins
         return Transition("KILLED", retry=True, release=True)
     if mesos_state == "TASK_ERROR":
         return Transition("FAILED", count_failure=True, release=True)

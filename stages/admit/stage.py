@@ -16,6 +16,7 @@ from peloton.model.states import JOB_TERMINAL
 from peloton.runtime import CompactedView, Record, Stage, now_ms
 from peloton.store import JobRow, JobStore, TaskRow
 from stages.admit.checks import distinct_capacities, fit_problems, job_id_problem, size_problems
+from stages.admit.commands import STOPPED, CommandError, command_problem, instance_ranges, to_start, to_stop
 from stages.admit.expand import expand_job, gang_records, next_run, requeued_gang_id
 from stages.admit.lifecycle import job_state, status_problem, task_transition
 
@@ -34,6 +35,7 @@ class AdmitStage(Stage):
         super().bind(emitter, settings, catalogue)
         if self.hosts is None:
             self.hosts = CompactedView(settings, "host-state", catalogue)
+        self.kill_partitions = catalogue["placements"].partitions
 
     def handle(self, records: list[Record]) -> None:
         commands = [r for r in records if r.topic == "job-commands"]
@@ -58,6 +60,14 @@ class AdmitStage(Stage):
 
     # -- job commands -----------------------------------------------------------------------
     def _commands(self, records: list[Record], out: list) -> None:
+        creates = [r for r in records if r.value["kind"] == "CREATE"]
+        control = [r for r in records if r.value["kind"] != "CREATE"]
+        if creates:
+            self._creates(creates, out)
+        if control:
+            self._control(control, out)
+
+    def _creates(self, records: list[Record], out: list) -> None:
         now = now_ms()
         pools = self.store.list_pools()
         known = self.store.get_jobs([r.value["job_id"] for r in records])
@@ -68,9 +78,6 @@ class AdmitStage(Stage):
         repeats: set[str] = set()
         for r in records:
             cmd = r.value
-            if cmd["kind"] != "CREATE":
-                self.emit.dead_letter(r, f"unknown job command kind {cmd['kind']!r} (known: CREATE)")
-                continue
             if not cmd["config"]:
                 self.emit.dead_letter(r, "CREATE command without a job config")
                 continue
@@ -120,6 +127,85 @@ class AdmitStage(Stage):
                 mine = [t for t in pending if t.job_id == job_id]
                 out.extend(("task-demand", job.pool, "peloton.GangDemand", g) for g in gang_records(job, mine, now))
 
+    def _control(self, records: list[Record], out: list) -> None:
+        """STOP, START and DELETE, in the order they came. Each acts once: its command id is
+        claimed in the store in the batch's transaction, so a redelivery finds it claimed."""
+        now = now_ms()
+        fresh = self.store.claim_commands([r.value["command_id"] for r in records],
+                                          [r.value["job_id"] for r in records], now)
+        jobs = self.store.get_jobs(list({r.value["job_id"] for r in records}))
+        for r in records:
+            cmd = r.value
+            if cmd["command_id"] not in fresh:
+                continue  # delivered twice: it acted the first time
+            job = jobs.get(cmd["job_id"])
+            problem = command_problem(cmd["kind"], job, cmd["job_id"])
+            if problem is None and cmd["kind"] != "DELETE":
+                try:
+                    instances = instance_ranges(cmd["instances"], job.instance_count)
+                except CommandError as exc:
+                    problem = str(exc)
+            if problem:
+                self.emit.dead_letter(r, problem)
+                continue
+            if cmd["kind"] == "DELETE":
+                self.store.delete_job(job.job_id)
+                jobs.pop(job.job_id, None)
+                log.info("job %s deleted", job.job_id)
+                continue
+            tasks = self.store.tasks_of_job(job.job_id)
+            who = cmd["requested_by"] or "a user"
+            if cmd["kind"] == "STOP":
+                self._stop(job, tasks, instances, who, now)
+            else:
+                self._start(job, tasks, instances, now, out)
+
+    def _stop(self, job: JobRow, tasks: list[TaskRow], instances: list[int] | None, who: str, now: int) -> None:
+        """Every run not ended yet goes KILLING and is killed wherever it is, through the same
+        path as a preemption: a TaskKill on every partition of the placements topic. Its
+        TASK_KILLED ends it (and releases its allocation); the job is KILLED when all have ended."""
+        victims = to_stop(tasks, instances)
+        message = f"stopped by {who}" + (f" (instances {instances[0]}-{instances[-1]})" if instances else "")
+        events = []
+        for t in victims:
+            t.state, t.reason, t.message, t.updated_ms = "KILLING", STOPPED, message, now
+            events.append((t.task_id, t.job_id, t.instance, t.run_id, "KILLING", STOPPED, None, now, t.host_id,
+                           message))
+            kill = {"kill_id": uuid.uuid4().hex, "task_id": t.task_id, "job_id": t.job_id, "instance": t.instance,
+                    "run_id": t.run_id, "reason": STOPPED, "message": message, "timestamp_ms": now}
+            for partition in range(self.kill_partitions):
+                self.emit.emit("placements", t.task_id, "peloton.TaskKill", kill, partition=partition)
+        self.store.save_tasks(victims)
+        self.store.record_task_events(events)
+        if instances is None:
+            job.state = "KILLING"
+        self._settle(job, now)
+        log.info("job %s: stopping %d runs", job.job_id, len(victims))
+
+    def _start(self, job: JobRow, tasks: list[TaskRow], instances: list[int] | None, now: int, out: list) -> None:
+        """Stopped (KILLED) tasks run again, each as a new run in a gang of its own."""
+        again = to_start(tasks, instances)
+        if not again:
+            return
+        for t in again:
+            next_run(t, now)
+            t.reason, t.message = "", ""
+        self.store.save_tasks(again)
+        self.store.record_task_events([(t.task_id, t.job_id, t.instance, t.run_id, "PENDING", "STARTED", None, now,
+                                        "", "started again") for t in again])
+        job.state, job.completed_ms = "PENDING", None
+        self._settle(job, now)
+        out.extend(("task-demand", job.pool, "peloton.GangDemand", g) for g in gang_records(job, again, now))
+
+    def _settle(self, job: JobRow, now: int) -> None:
+        """The job's state from its tasks' counts now (the current state may be set for the rules)."""
+        counts = self.store.task_state_counts([job.job_id])[job.job_id]
+        state = job_state(counts, job.instance_count, job.state if job.state not in JOB_TERMINAL else "PENDING")
+        job.state, job.updated_ms = state, now
+        if state in JOB_TERMINAL:
+            job.completed_ms = job.completed_ms or now
+        self.store.update_jobs([job])
+
     # -- task status ------------------------------------------------------------------------
     def _statuses(self, records: list[Record], out: list) -> None:
         now = now_ms()
@@ -141,7 +227,7 @@ class AdmitStage(Stage):
             if move is None:
                 continue
             events.append((ev["task_id"], ev["job_id"], ev["instance"], ev["run_id"], move.state,
-                           ev["reason"], ev["exit_code"], ev["timestamp_ms"]))
+                           ev["reason"], ev["exit_code"], ev["timestamp_ms"], ev["host_id"], ev["message"]))
             if move.release:
                 release = {"task_id": task.task_id, "job_id": task.job_id, "pool": task.pool,
                            "reason": ev["state"], "timestamp_ms": now}

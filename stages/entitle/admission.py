@@ -85,6 +85,7 @@ class PoolQueue:
         self._priorities: list[int] = []  # descending
         self._len = 0
         self.gang_ids: set[str] = set()
+        self._by_task: dict[str, QueuedGang] = {}
         self.demand = ZERO  # non-revocable gangs
         self.slack_demand = ZERO  # revocable gangs
 
@@ -102,6 +103,8 @@ class PoolQueue:
             fifo.append(q)
         self._len += 1
         self.gang_ids.add(gang["gang_id"])
+        for t in gang["tasks"]:
+            self._by_task[t["task_id"]] = q
         if q.revocable:
             self.slack_demand = self.slack_demand + q.demand
         else:
@@ -124,6 +127,9 @@ class PoolQueue:
         q.removed = True
         self._len -= 1
         self.gang_ids.discard(q.gang["gang_id"])
+        for t in q.gang["tasks"]:
+            if self._by_task.get(t["task_id"]) is q:
+                del self._by_task[t["task_id"]]
         if q.revocable:
             self.slack_demand = self.slack_demand - q.demand
         else:
@@ -131,6 +137,19 @@ class PoolQueue:
         fifo = self._fifos[q.priority]
         while fifo and fifo[0].removed:
             fifo.popleft()
+
+    def drop_task(self, task_id: str) -> tuple[QueuedGang, QueuedGang | None] | None:
+        """Take one task run out of the gang queued with it (the run ended before admission: a
+        stop). Returns (the gang as it was, the gang without it or None), or None if no queued
+        gang holds the run. The rest of the gang keeps its place in the queue."""
+        q = self._by_task.get(task_id)
+        if q is None or q.removed:
+            return None
+        self.remove(q)
+        rest = [t for t in q.gang["tasks"] if t["task_id"] != task_id]
+        if not rest:
+            return q, None
+        return q, self.push({**q.gang, "tasks": rest}, q.seq, q.not_before_ms, q.record)
 
     def pop(self) -> QueuedGang:
         q = self.head()

@@ -148,23 +148,39 @@ class EntitleStage(Stage):
 
     # -- input --------------------------------------------------------------------------------
     def handle(self, records: list[Record]) -> None:
-        releases = [r for r in records if r.schema == "peloton.TaskRelease"]
-        if releases:
-            ended, requeued = [], []
-            for r in releases:
-                ledger = self.ledgers.get(r.value["pool"])
-                if ledger is not None and ledger.release(r.value["task_id"]):
-                    self._changed_pools.add(r.value["pool"])
-                # A refused placement sends the same run back to the queue: forget it, so it
-                # can be admitted again. Any other release ends the run for good.
-                (requeued if r.value["reason"] == "TASK_DROPPED" else ended).append(r.value["task_id"])
+        # In the order they came: a gang and the end of one of its runs may share a batch.
+        for is_release, run in itertools.groupby(records, key=lambda r: r.schema == "peloton.TaskRelease"):
+            (self._release if is_release else self._enqueue)(list(run))
+        self._admit()
+
+    def _release(self, records: list[Record]) -> None:
+        ended, requeued = [], []
+        unqueued: list[str] = []
+        changed: list[QueuedGang] = []
+        for r in records:
+            pool, task_id = r.value["pool"], r.value["task_id"]
+            ledger = self.ledgers.get(pool)
+            if ledger is not None and ledger.release(task_id):
+                self._changed_pools.add(pool)
+            elif r.value["reason"] != "TASK_DROPPED" and pool in self.queues:
+                # It ended before it was admitted (a stop): out of its queued gang.
+                dropped = self.queues[pool].drop_task(task_id)
+                if dropped is not None:
+                    before, after = dropped
+                    unqueued.append(before.gang["gang_id"])
+                    if after is not None:
+                        changed.append(QueuedGang(after.gang["gang_id"], pool, after.priority, after.seq,
+                                                  after.gang, after.not_before_ms))
+                    self._changed_pools.add(pool)
+            # A refused placement sends the same run back to the queue: forget it, so it
+            # can be admitted again. Any other release ends the run for good.
+            (requeued if r.value["reason"] == "TASK_DROPPED" else ended).append(task_id)
+        with self.store.transaction():
             self.store.release_allocations(ended, now_ms())
             self.store.remove_allocations(requeued)
-            self._dirty = True
-        gangs = [r for r in records if r.schema == "peloton.GangDemand"]
-        if gangs:
-            self._enqueue(gangs)
-        self._admit()
+            self.store.unqueue_gangs(unqueued)
+            self.store.queue_gangs(changed)
+        self._dirty = True
 
     def _enqueue(self, records: list[Record]) -> None:
         """Queue new gangs, in the store first (then their offsets may commit). What this pool

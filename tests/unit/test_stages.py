@@ -335,3 +335,81 @@ def test_launch_kills_a_running_run_and_keeps_an_unlaunched_one_from_ever_starti
     other_out = bound(other, hosts="sim:1:cpu=8", sim_task_seconds=600)
     other._kills([kill_of("r-0-1"), kill_of("e-0-1")])
     assert other_out.take("task-status") == []
+
+
+def control(kind: str, job_id: str, instances: str | None = None, command_id: str | None = None) -> Record:
+    return record("job-commands", "peloton.JobCommand", {
+        "command_id": command_id or uuid.uuid4().hex, "kind": kind, "job_id": job_id, "pool": "/p", "config": None,
+        "instances": instances, "requested_by": "tester", "timestamp_ms": 1}, key=job_id)
+
+
+def test_stop_kills_every_live_run_wherever_it_is_and_the_job_ends_killed(admit, store) -> None:
+    stage, out = admit
+    stage.handle([command("s", JOB.format(name="s", count=3, gang=0, cpu=1))])
+    out.take()
+    stage.handle([status_record("s-0-1", "TASK_RUNNING"), status_record("s-1-1", "TASK_FINISHED")])
+    out.take()
+    stage.handle([control("STOP", "s")])
+    kills = [v for _, _, schema, v in out.take("placements") if schema == "peloton.TaskKill"]
+    assert sorted({k["task_id"] for k in kills}) == ["s-0-1", "s-2-1"]  # the finished one is left alone
+    assert len(kills) == 2 * 4 and {k["reason"] for k in kills} == {"STOPPED"}  # every host shard
+    assert store.get_job("s").state == "KILLING"
+    stage.handle([status_record("s-0-1", "TASK_KILLED", "STOPPED"), status_record("s-2-1", "TASK_KILLED", "STOPPED")])
+    assert store.get_job("s").state == "KILLED"
+    releases = [v["task_id"] for _, _, schema, v in out.take("task-demand") if schema == "peloton.TaskRelease"]
+    assert sorted(releases) == ["s-0-1", "s-2-1"]
+    states = [(e["run_id"], e["state"], e["reason"]) for e in store.task_events("s") if e["instance"] == 0]
+    assert states == [(1, "RUNNING", ""), (1, "KILLING", "STOPPED"), (1, "KILLED", "STOPPED")]
+
+
+def test_start_runs_stopped_instances_again_and_a_command_delivered_twice_acts_once(admit, store) -> None:
+    stage, out = admit
+    stage.handle([command("r", JOB.format(name="r", count=4, gang=0, cpu=1))])
+    stage.handle([control("STOP", "r", "1-2")])
+    stage.handle([status_record("r-1-1", "TASK_KILLED", "STOPPED"), status_record("r-2-1", "TASK_KILLED", "STOPPED")])
+    out.take()
+    start = control("START", "r", "0-3", command_id="start-once")
+    stage.handle([start])
+    demand = [v for _, _, schema, v in out.take("task-demand") if schema == "peloton.GangDemand"]
+    assert sorted(t["task_id"] for g in demand for t in g["tasks"]) == ["r-1-2", "r-2-2"]  # new runs
+    stage.handle([control("START", "r", "0-3", command_id="start-once")])  # redelivered
+    assert out.take("task-demand") == []
+    assert {t.instance: (t.run_id, t.state) for t in store.tasks_of_job("r")} == {
+        0: (1, "PENDING"), 1: (2, "PENDING"), 2: (2, "PENDING"), 3: (1, "PENDING")}
+
+
+def test_bad_control_commands_are_dead_letters_with_the_reason(admit, store) -> None:
+    stage, out = admit
+    stage.handle([command("d", JOB.format(name="d", count=2, gang=0, cpu=1))])
+    out.take()
+    stage.handle([control("STOP", "nobody"), control("STOP", "d", "0-5"), control("DELETE", "d"),
+                  control("PAUSE", "d")])
+    reasons = [v["reason"] for _, _, _, v in out.take("dead-letters")]
+    assert reasons[0] == "no job 'nobody'"
+    assert "instances '0-5': the job has instances 0-1" in reasons[1]
+    assert reasons[2] == "job d is PENDING: only a terminal job is deleted (stop it first)"
+    assert "unknown job command kind 'PAUSE'" in reasons[3]
+    stage.handle([control("STOP", "d")])
+    stage.handle([status_record("d-0-1", "TASK_KILLED", "STOPPED"), status_record("d-1-1", "TASK_KILLED", "STOPPED")])
+    stage.handle([control("DELETE", "d")])
+    assert store.get_job("d") is None and store.task_events("d") == []
+
+
+def test_a_run_stopped_before_admission_leaves_its_gang_and_no_charge(store) -> None:
+    stage, out, _ = entitle_with(store)
+    big = one_task_gang("big-0-1", cpu=8)
+    gang = one_task_gang("g-0-1", cpu=3)
+    gang["tasks"].append({**gang["tasks"][0], "task_id": "g-1-1", "instance": 1})
+    stage.handle([record("task-demand", "peloton.GangDemand", big, key="/p"),
+                  record("task-demand", "peloton.GangDemand", gang, key="/p")])
+    assert len(out.take("admitted-gangs")) == 1  # the 8-cpu one; the 2-task gang waits
+    stage.handle([record("task-demand", "peloton.TaskRelease", {
+        "task_id": "g-0-1", "job_id": "g", "pool": "/p", "reason": "TASK_KILLED", "timestamp_ms": 1}, key="/p")])
+    [row] = store.queued_gangs()
+    assert [t["task_id"] for t in row.gang["tasks"]] == ["g-1-1"]  # the rest of the gang waits on
+    stage.handle([record("task-demand", "peloton.TaskRelease", {
+        "task_id": "big-0-1", "job_id": "big", "pool": "/p", "reason": "TASK_FINISHED", "timestamp_ms": 1},
+        key="/p")])
+    [(_, _, _, admitted)] = out.take("admitted-gangs")
+    assert [t["task_id"] for t in admitted["gang"]["tasks"]] == ["g-1-1"]
+    assert [a.task_id for a in store.allocations()] == ["g-1-1"]

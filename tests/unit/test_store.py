@@ -99,9 +99,19 @@ def test_tasks_are_found_by_instance_saved_and_their_events_kept_in_order(store)
     t.state, t.run_id, t.task_id, t.spec, t.exit_code, t.message = "PENDING", 2, "a-0-2", {"x": [1]}, 3, "again"
     store.save_tasks([t])
     assert store.tasks_by_instance([("a", 0)])[("a", 0)] == t
-    store.record_task_events([("a-0-1", "a", 0, 1, "FAILED", "r", 3, 5), ("a-0-2", "a", 0, 2, "PENDING", "", None, 6)])
-    assert [(e["run_id"], e["state"], e["exit_code"]) for e in store.task_events("a")] == [(1, "FAILED", 3),
-                                                                                          (2, "PENDING", None)]
+    store.record_task_events([("a-0-1", "a", 0, 1, "FAILED", "r", 3, 5, "h1", "boom"),
+                              ("a-0-2", "a", 0, 2, "PENDING", "", None, 6, "", "")])
+    assert [(e["run_id"], e["state"], e["exit_code"], e["host_id"], e["message"]) for e in store.task_events("a")] == [
+        (1, "FAILED", 3, "h1", "boom"), (2, "PENDING", None, "", "")]
+
+
+def test_a_deleted_job_leaves_no_task_or_event_and_commands_are_claimed_once(store) -> None:
+    store.create_jobs([job("d")], [task("d", 0)])
+    store.record_task_events([("d-0-1", "d", 0, 1, "KILLED", "", None, 5, "", "")])
+    assert store.delete_job("d") and not store.delete_job("d")
+    assert store.get_job("d") is None and store.tasks_of_job("d") == [] and store.task_events("d") == []
+    assert store.claim_commands(["c1", "c2"], ["d", "d"], 1) == {"c1", "c2"}
+    assert store.claim_commands(["c2", "c3"], ["d", "d"], 2) == {"c3"}
 
 
 def test_an_allocation_charged_twice_is_held_once(store) -> None:

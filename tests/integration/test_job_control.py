@@ -1,0 +1,111 @@
+"""Job control on a real broker: stop (whole job and instance ranges), start, delete, get, query,
+task events; a stop survives the admit instance that was handling it."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import pytest
+
+from tests.integration.test_bad_input import pelotonctl
+from tests.integration.test_scaling import processes_of
+
+pytestmark = pytest.mark.integration
+
+LONG = """
+name: {name}
+instancecount: {count}
+labels: [{{key: team, value: {team}}}]
+sla: {{preemptible: true}}
+defaultconfig:
+  resource: {{cpulimit: 0.1, memlimitmb: 8, disklimitmb: 1}}
+  # A child of its own, so that a stop must end the whole process group.
+  command: {{shell: true, value: 'sleep 300 & wait'}}
+"""
+
+
+def counts(p, job_id: str) -> dict[str, int]:
+    return p.store.task_state_counts([job_id])[job_id]
+
+
+def wait_for(what: str, check, timeout: float, p) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} within {timeout}s; logs in {p.home}")
+        time.sleep(0.2)
+
+
+def test_a_stopped_100_instance_job_ends_killed_with_no_process_left(pipeline_factory) -> None:
+    p = pipeline_factory(hosts="local:4:cpu=4,mem_mb=4096,disk_mb=10000")
+    p.start_all()
+    job = p.submit(LONG.format(name="big", count=100, team="a"))
+    wait_for("100 tasks running", lambda: counts(p, job).get("RUNNING", 0) == 100, 120, p)
+    assert len(processes_of(job)) >= 100
+    stopped = pelotonctl(p, "job", "stop", job, "--wait", "--json")
+    assert stopped.returncode == 0, stopped.stderr
+    assert len(json.loads(stopped.stdout)["instances"]) == 100
+    wait_for("the job KILLED", lambda: p.store.get_job(job).state == "KILLED", 30, p)
+    assert counts(p, job) == {"KILLED": 100}
+    wait_for("no process of the job left", lambda: not processes_of(job), 10, p)
+    events = json.loads(pelotonctl(p, "task", "events", job, "7", "--json").stdout)
+    assert [e["state"] for e in events][-2:] == ["KILLING", "KILLED"]
+    assert events[-1]["reason"] == "STOPPED" and events[-1]["host_id"]
+    # the pool holds nothing for it any more
+    wait_for("its allocation released", lambda: not [a for a in p.store.allocations() if a.task_id.startswith(job)],
+             10, p)
+
+
+def test_stop_and_start_instance_ranges_then_delete_and_query(pipeline_factory) -> None:
+    p = pipeline_factory(hosts="local:2:cpu=4,mem_mb=4096,disk_mb=10000")
+    p.start_all()
+    job = p.submit(LONG.format(name="ranges", count=4, team="blue"))
+    other = p.submit(LONG.format(name="other", count=1, team="red"))
+    wait_for("4 tasks running", lambda: counts(p, job).get("RUNNING", 0) == 4, 60, p)
+
+    assert pelotonctl(p, "job", "stop", job, "--instances", "0-1", "--wait").returncode == 0
+    tasks = {t.instance: t for t in p.store.tasks_of_job(job)}
+    assert [tasks[i].state for i in range(4)] == ["KILLED", "KILLED", "RUNNING", "RUNNING"]
+    bad = pelotonctl(p, "job", "stop", job, "--instances", "3-9")
+    assert bad.returncode == 2 and "the job has instances 0-3" in bad.stderr, bad.stderr
+
+    assert pelotonctl(p, "job", "start", job, "--instances", "0-1").returncode == 0
+    wait_for("the stopped instances running again as new runs",
+             lambda: all(t.state == "RUNNING" and t.run_id == 2 for t in p.store.tasks_of_job(job) if t.instance < 2),
+             60, p)
+    assert p.store.get_job(job).state == "RUNNING"
+
+    running = pelotonctl(p, "job", "delete", job)
+    assert running.returncode == 2 and "only a terminal job is deleted" in running.stderr, running.stderr
+    assert pelotonctl(p, "job", "delete", "no-such-job").returncode == 3
+
+    by_label = json.loads(pelotonctl(p, "job", "query", "--label", "team=blue", "--json").stdout)
+    assert [j["job_id"] for j in by_label] == [job]
+    by_state = json.loads(pelotonctl(p, "job", "query", "--state", "running", "--pool", "/test", "--json").stdout)
+    assert sorted(j["job_id"] for j in by_state) == sorted([job, other])
+
+    assert pelotonctl(p, "job", "stop", job, "--wait").returncode == 0
+    wait_for("the job KILLED", lambda: p.store.get_job(job).state == "KILLED", 30, p)
+    assert json.loads(pelotonctl(p, "job", "query", "--state", "KILLED", "--json").stdout)[0]["job_id"] == job
+    deleted = pelotonctl(p, "job", "delete", job)
+    assert deleted.returncode == 0, deleted.stderr
+    wait_for("the job gone", lambda: p.store.get_job(job) is None, 30, p)
+    assert p.store.task_events(job) == []
+    assert pelotonctl(p, "job", "stop", other, "--wait").returncode == 0
+
+
+def test_a_stop_survives_the_admit_instance_killed_while_handling_it(pipeline_factory) -> None:
+    p = pipeline_factory(hosts="local:2:cpu=4,mem_mb=4096,disk_mb=10000")
+    for stage in ("entitle", "place", "launch"):
+        p.start(stage, wait=False)
+    admit = p.start("admit", "admit-a")
+    job = p.submit(LONG.format(name="survivor", count=6, team="a"))
+    wait_for("6 tasks running", lambda: counts(p, job).get("RUNNING", 0) == 6, 60, p)
+    assert pelotonctl(p, "job", "stop", job).returncode == 0
+    admit.send_signal(signal.SIGKILL)  # at once: it may or may not have read the command
+    admit.wait()
+    p.start("admit", "admit-b")
+    wait_for("the job KILLED after the takeover", lambda: p.store.get_job(job).state == "KILLED", 60, p)
+    wait_for("no process of the job left", lambda: not processes_of(job), 10, p)
