@@ -639,6 +639,32 @@ def task_events(job_id: str, instance: int, as_json: bool = typer.Option(False, 
     out.print(table)
 
 
+@task_app.command("logs")
+def task_logs(job_id: str, instance: int, run: Optional[int] = typer.Option(None, "--run", help="Run id (default: the current run)."),
+              stderr: bool = typer.Option(False, "--stderr", help="Standard error instead of standard output."),
+              tail: int = typer.Option(0, "--tail", help="Only the last N lines (0: all).")) -> None:
+    """A task run's standard output (or error), from its sandbox on this machine."""
+    from stages.launch.agents.local import sandbox_path
+
+    settings = _settings()
+    task = next((t for t in _store().tasks_of_job(job_id) if t.instance == instance), None)
+    if task is None:
+        _fail(f"no instance {instance} of job {job_id}", EXIT_NOT_FOUND)
+    run_id = run or task.run_id
+    if not 1 <= run_id <= task.run_id:
+        _fail(f"instance {instance} of job {job_id} has runs 1-{task.run_id}", EXIT_NOT_FOUND)
+    task_id = f"{job_id}-{instance}-{run_id}"
+    path = sandbox_path(Path(settings.home) / "sandboxes", task_id) / ("stderr" if stderr else "stdout")
+    if not path.exists():
+        where = f" (it ran on host {task.host_id})" if task.host_id and run_id == task.run_id else ""
+        _fail(f"no {'stderr' if stderr else 'stdout'} of task {task_id} on this machine{where}: a task that has not "
+              "started, or ran on a simulated host or another machine, has none here", EXIT_NOT_FOUND)
+    data = path.read_bytes()
+    if tail > 0:
+        data = b"\n".join(data.rstrip(b"\n").split(b"\n")[-tail:]) + b"\n"
+    sys.stdout.buffer.write(data)
+
+
 # -- cluster -----------------------------------------------------------------------------------
 @cluster_app.command("status")
 def cluster_status(

@@ -56,6 +56,8 @@ class Settings:
     # excess preempted (Peloton: 60 s in production, 10 s in dev; 3 periods in dev). 0: off.
     preemption_period_s: float = 10.0
     preemption_sustained_periods: int = 3
+    # A SERVICE task that exits runs again after min(base * 2^(n-1), 60 min) (Peloton: 30 s).
+    service_backoff_base_s: float = 30.0
     # A gang that placement sent back waits this long before its pool admits it again.
     requeue_backoff_s: float = 2.0
     # The largest record a stage may produce (librdkafka's and Kafka's default limit is ~1 MB).

@@ -481,8 +481,10 @@ def _read_ports(fields: dict, path: str, problems: _Problems) -> tuple[PortSpec,
 
 
 def _read_max_failures(fields: dict, path: str, problems: _Problems) -> int:
+    """restartPolicy.maxFailures; above Peloton's cap of 100 it is capped, as Peloton caps it."""
     policy = _sub_mapping(fields, "restartpolicy", path, problems)
-    return _integer(policy, "maxfailures", _join(path, "restartpolicy"), problems, maximum=MAX_TASK_FAILURES)
+    value = _integer(policy, "maxfailures", _join(path, "restartpolicy"), problems, maximum=MAX_AVRO_INT)
+    return min(value, MAX_TASK_FAILURES) if isinstance(value, int) else value
 
 
 # Top-level task-config key -> reader(fields, path, problems) of its parsed value.

@@ -12,6 +12,7 @@ from peloton.store import JobRow, TaskRow
 
 KINDS = ("CREATE", "STOP", "START", "DELETE")
 STOPPED = "STOPPED"  # the reason of a kill a user asked for
+ORPHAN = "ORPHAN"  # the reason of a kill of a run that is not its task's current run
 
 _RANGE = re.compile(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?")
 

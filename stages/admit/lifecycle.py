@@ -42,9 +42,14 @@ def status_problem(task_known: bool, event: dict) -> str | None:
 PREEMPTED = "PREEMPTED"  # the reason of a resource manager's kill
 
 
+def service_backoff_s(failures: int, base_s: float = 30.0) -> float:
+    """Peloton's restart backoff of a SERVICE task: min(base * 2^(n-1), 60 min) after n exits."""
+    return min(base_s * 2 ** max(failures - 1, 0), 3600.0)
+
+
 def task_transition(
     current_state: str, current_run: int, event_run: int, mesos_state: str, failures: int, max_failures: int,
-    reason: str = "",
+    reason: str = "", service: bool = False,
 ) -> Transition | None:
     """The effect of one status event, or None when it must be ignored.
 
@@ -58,6 +63,8 @@ def task_transition(
                   same description would fail again
     Preemption (reason PREEMPTED): TASK_KILLING makes the run PREEMPTING; its TASK_KILLED
     reruns the task and counts no failure (the task did nothing wrong).
+    SERVICE tasks (`service`) run until stopped: a run that ends in any way but a stop or an
+    invalid description reruns, each exit counted (the restart backoff grows with the count).
     """
     if event_run != current_run:
         return None
@@ -79,6 +86,8 @@ def task_transition(
         return Transition("KILLED", retry=True, release=True)
     if mesos_state == "TASK_ERROR":
         return Transition("FAILED", count_failure=True, release=True)
+    if service and new in ("SUCCEEDED", "FAILED", "LOST"):
+        return Transition(new, retry=True, count_failure=True, release=True)
     # Rerun until the failure count reaches maxFailures: maxFailures 4 means at most 4 runs.
     if new == "FAILED" and failures + 1 < max_failures:
         return Transition("FAILED", retry=True, count_failure=True, release=True)
@@ -89,10 +98,18 @@ def task_transition(
     return Transition(new)
 
 
-def job_state(counts: Mapping[str, int], instance_count: int, current: str) -> str:
-    """Job state from its tasks' state counts, Peloton's rules in order."""
+def job_state(counts: Mapping[str, int], instance_count: int, current: str, controller: str | None = None) -> str:
+    """Job state from its tasks' state counts, Peloton's rules in order. `controller`: the state
+    of the job's controller task, if it has one: once the job is terminal, it alone decides."""
     if current in JOB_TERMINAL:
         return current
+    state = _job_state(counts, instance_count, current)
+    if controller is not None and state in JOB_TERMINAL:
+        return {"SUCCEEDED": "SUCCEEDED", "FAILED": "FAILED", "LOST": "FAILED"}.get(controller, "KILLED")
+    return state
+
+
+def _job_state(counts: Mapping[str, int], instance_count: int, current: str) -> str:
     succeeded = counts.get("SUCCEEDED", 0)
     failed = counts.get("FAILED", 0)
     lost = counts.get("LOST", 0)

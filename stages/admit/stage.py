@@ -16,11 +16,13 @@ from peloton.model.states import JOB_TERMINAL
 from peloton.runtime import CompactedView, Record, Stage, now_ms
 from peloton.store import JobRow, JobStore, TaskRow
 from stages.admit.checks import distinct_capacities, fit_problems, job_id_problem, size_problems
-from stages.admit.commands import STOPPED, CommandError, command_problem, instance_ranges, to_start, to_stop
-from stages.admit.expand import expand_job, gang_records, next_run, requeued_gang_id
-from stages.admit.lifecycle import job_state, status_problem, task_transition
+from stages.admit.commands import ORPHAN, STOPPED, CommandError, command_problem, instance_ranges, to_start, to_stop
+from stages.admit.expand import expand_job, gang_records, next_run, requeued_gang_id, task_id_of
+from stages.admit.lifecycle import job_state, service_backoff_s, status_problem, task_transition
 
 log = logging.getLogger("peloton.admit")
+
+LIVE = frozenset({"TASK_STAGING", "TASK_STARTING", "TASK_RUNNING"})  # a run reporting itself alive
 
 
 class AdmitStage(Stage):
@@ -173,14 +175,28 @@ class AdmitStage(Stage):
                            message))
             kill = {"kill_id": uuid.uuid4().hex, "task_id": t.task_id, "job_id": t.job_id, "instance": t.instance,
                     "run_id": t.run_id, "reason": STOPPED, "message": message, "timestamp_ms": now}
-            for partition in range(self.kill_partitions):
-                self.emit.emit("placements", t.task_id, "peloton.TaskKill", kill, partition=partition)
+            self._send_kill(kill)
         self.store.save_tasks(victims)
         self.store.record_task_events(events)
         if instances is None:
             job.state = "KILLING"
         self._settle(job, now)
         log.info("job %s: stopping %d runs", job.job_id, len(victims))
+
+    def _controller_state(self, job: JobRow) -> str | None:
+        """The state of the job's controller task (only instance 0 may be one), or None."""
+        task = self.store.tasks_by_instance([(job.job_id, 0)]).get((job.job_id, 0))
+        return task.state if task is not None and task.spec.get("controller") else None
+
+    def _kill_run(self, ev: dict, reason: str, message: str, now: int) -> None:
+        self._send_kill({"kill_id": uuid.uuid4().hex, "task_id": ev["task_id"], "job_id": ev["job_id"],
+                         "instance": ev["instance"], "run_id": ev["run_id"], "reason": reason, "message": message,
+                         "timestamp_ms": now})
+
+    def _send_kill(self, kill: dict) -> None:
+        """A TaskKill on every host shard's partition: whichever has the run stops it."""
+        for partition in range(self.kill_partitions):
+            self.emit.emit("placements", kill["task_id"], "peloton.TaskKill", kill, partition=partition)
 
     def _start(self, job: JobRow, tasks: list[TaskRow], instances: list[int] | None, now: int, out: list) -> None:
         """Stopped (KILLED) tasks run again, each as a new run in a gang of its own."""
@@ -200,7 +216,10 @@ class AdmitStage(Stage):
     def _settle(self, job: JobRow, now: int) -> None:
         """The job's state from its tasks' counts now (the current state may be set for the rules)."""
         counts = self.store.task_state_counts([job.job_id])[job.job_id]
-        state = job_state(counts, job.instance_count, job.state if job.state not in JOB_TERMINAL else "PENDING")
+        current = job.state if job.state not in JOB_TERMINAL else "PENDING"
+        state = job_state(counts, job.instance_count, current)
+        if state in JOB_TERMINAL:
+            state = job_state(counts, job.instance_count, current, self._controller_state(job))
         job.state, job.updated_ms = state, now
         if state in JOB_TERMINAL:
             job.completed_ms = job.completed_ms or now
@@ -211,6 +230,8 @@ class AdmitStage(Stage):
         now = now_ms()
         keys = list({(r.value["job_id"], r.value["instance"]) for r in records})
         tasks = self.store.tasks_by_instance(keys)
+        jobs = self.store.get_jobs(list({job_id for job_id, _ in tasks}))
+        delays: dict[str, int] = {}  # task id of a SERVICE task's next run -> its restart backoff (ms)
         changed: dict[tuple[str, int], TaskRow] = {}
         reruns: list[TaskRow] = []
         requeue_batch = uuid.uuid4().hex[:8]
@@ -220,10 +241,19 @@ class AdmitStage(Stage):
             task = tasks.get((ev["job_id"], ev["instance"]))
             problem = status_problem(task is not None, ev)
             if problem:
+                if (task is None and ev["state"] in LIVE and ev["host_id"]
+                        and ev["task_id"] == task_id_of(ev["job_id"], ev["instance"], ev["run_id"])):
+                    # a run on a host of a task no longer known (its job deleted): stop it
+                    self._kill_run(ev, ORPHAN, f"orphan: {problem}", now)
                 self.emit.dead_letter(r, problem)
                 continue
+            if ev["run_id"] < task.run_id and ev["state"] in LIVE:
+                # An older run still reports itself alive (its host came back): only the current
+                # run may hold the task's place, so the old one is stopped on its host.
+                self._kill_run(ev, ORPHAN, f"orphan: run {ev['run_id']} of a task now at run {task.run_id}", now)
+            service = jobs[task.job_id].type == "SERVICE" if task.job_id in jobs else False
             move = task_transition(task.state, task.run_id, ev["run_id"], ev["state"], task.failures, task.max_failures,
-                                   ev["reason"])
+                                   ev["reason"], service)
             if move is None:
                 continue
             events.append((ev["task_id"], ev["job_id"], ev["instance"], ev["run_id"], move.state,
@@ -241,6 +271,9 @@ class AdmitStage(Stage):
                 task.failures += 1
             if move.retry:
                 next_run(task, now)
+                if service and move.count_failure:
+                    delays[task.task_id] = int(service_backoff_s(task.failures, self.settings.service_backoff_base_s)
+                                               * 1000)
             elif move.requeue:
                 task.gang_id = requeued_gang_id(task.gang_id, requeue_batch)
             if move.retry or move.requeue:
@@ -251,11 +284,13 @@ class AdmitStage(Stage):
         self.store.save_tasks(list(changed.values()))
         self.store.record_task_events(events)
         job_ids = list({t.job_id for t in changed.values()})
-        jobs = self.store.get_jobs(job_ids)
         counts = self.store.task_state_counts(job_ids)
         updated = []
-        for job_id, job in jobs.items():
+        for job_id in job_ids:
+            job = jobs[job_id]
             state = job_state(counts[job_id], job.instance_count, job.state)
+            if state in JOB_TERMINAL:
+                state = job_state(counts[job_id], job.instance_count, job.state, self._controller_state(job))
             if state != job.state:
                 job.state, job.updated_ms = state, now
                 if state in JOB_TERMINAL:
@@ -267,9 +302,11 @@ class AdmitStage(Stage):
             by_job.setdefault(task.job_id, []).append(task)
         for job_id, tasks_of_job in by_job.items():  # requeued tasks of one gang go back as one gang
             job = jobs[job_id]
-            out.extend(("task-demand", job.pool, "peloton.GangDemand", g)
-                       for g in gang_records(job, tasks_of_job, now))
-
+            for g in gang_records(job, tasks_of_job, now):
+                delay = max((delays.get(t["task_id"], 0) for t in g["tasks"]), default=0)
+                if delay:
+                    g["not_before_ms"] = now + delay  # entitle keeps it queued until then
+                out.append(("task-demand", job.pool, "peloton.GangDemand", g))
 
     def recover(self) -> None:
         """After the broker lost its log: send again the demand of every task still PENDING.

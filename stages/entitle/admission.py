@@ -342,7 +342,8 @@ def admit(queue: PoolQueue, ledger: PoolLedger, now: float = 0.0, head_of_line_t
 def why_waiting(q: QueuedGang, ledger: PoolLedger, now: float, now_ms: int = 0) -> str:
     """Why a queued gang is not admitted yet, with the numbers (Kueue's inadmissible message)."""
     if q.not_before_ms > now_ms:
-        return f"placement failed; back in its pool's queue in {(q.not_before_ms - now_ms) / 1000:.0f}s"
+        return (f"waiting out a backoff (a restart, or a placement that failed): admitted in "
+                f"{(q.not_before_ms - now_ms) / 1000:.0f}s at the earliest")
     if q.revocable:
         cap, used, what = ledger.slack_entitlement, ledger.slack.total, "slack entitlement"
     elif q.side == NON_PREEMPTIBLE:

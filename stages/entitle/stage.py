@@ -214,8 +214,9 @@ class EntitleStage(Stage):
                 self.emit.emit("admitted-gangs", g["pool"], "peloton.AdmittedGang", {"gang": g, "admitted_ms": now_ms()})
                 continue
             seen_now.add(g["gang_id"])
-            # A gang sent back by placement (its id says so) waits out a backoff first.
-            not_before = now_ms() + backoff_ms if "~" in g["gang_id"] else 0
+            # A gang sent back by placement (its id says so) waits out a backoff first, and a
+            # SERVICE task's next run its restart backoff.
+            not_before = max(now_ms() + backoff_ms if "~" in g["gang_id"] else 0, g.get("not_before_ms", 0))
             row = QueuedGang(g["gang_id"], g["pool"], g["priority"], self._next_seq(), g, not_before)
             rows.append(row)
             fresh.append((r, row))

@@ -109,3 +109,32 @@ def test_a_stop_survives_the_admit_instance_killed_while_handling_it(pipeline_fa
     p.start("admit", "admit-b")
     wait_for("the job KILLED after the takeover", lambda: p.store.get_job(job).state == "KILLED", 60, p)
     wait_for("no process of the job left", lambda: not processes_of(job), 10, p)
+
+
+SERVICE = """
+name: web
+type: SERVICE
+instancecount: 1
+sla: {preemptible: true}
+defaultconfig:
+  resource: {cpulimit: 0.1, memlimitmb: 8, disklimitmb: 1}
+  command: {shell: true, value: 'echo "run of $PELOTON_TASK_ID"; sleep 0.3; exit 3'}
+"""
+
+
+def test_a_service_task_that_exits_runs_again_after_its_backoff_until_stopped(pipeline_factory) -> None:
+    p = pipeline_factory(hosts="local:1:cpu=2,mem_mb=1024,disk_mb=1000", service_backoff_base_s=1.0)
+    p.start_all()
+    job = p.submit(SERVICE)
+    wait_for("a third run launched", lambda: any(e["run_id"] == 3 and e["state"] == "LAUNCHED"
+                                                 for e in p.store.task_events(job)), 60, p)
+    events = p.store.task_events(job)
+    ended = {e["run_id"]: e["timestamp_ms"] for e in events if e["state"] == "FAILED"}
+    started = {e["run_id"]: e["timestamp_ms"] for e in events if e["state"] == "LAUNCHED"}
+    assert started[2] - ended[1] >= 1000, "the first restart came before its 1 s backoff"
+    assert started[3] - ended[2] >= 2000, "the second restart came before its 2 s backoff"
+    assert p.store.get_job(job).state not in ("SUCCEEDED", "FAILED")
+    logs = pelotonctl(p, "task", "logs", job, "0", "--run", "1")
+    assert logs.returncode == 0 and f"run of {job}-0-1" in logs.stdout, logs.stderr
+    assert pelotonctl(p, "job", "stop", job, "--wait").returncode == 0
+    wait_for("the service KILLED", lambda: p.store.get_job(job).state == "KILLED", 30, p)

@@ -118,7 +118,7 @@ def test_a_gang_sent_back_by_placement_waits_its_backoff_without_blocking() -> N
     q.push(gang("fresh"))
     ledger = PoolLedger(entitlement=Resources(cpu=10, mem_mb=1000))
     assert ids(plan_admission(q, ledger, now_ms=1000)) == ["fresh"]
-    assert "back in its pool's queue in 4s" in why_waiting(q.head(), ledger, 0.0, now_ms=1000)
+    assert "admitted in 4s at the earliest" in why_waiting(q.head(), ledger, 0.0, now_ms=1000)
     assert ids(plan_admission(q, ledger, now_ms=6000)) == ["back", "fresh"]
 
 

@@ -369,7 +369,6 @@ def set_path(doc: dict, dotted: str, value: Any) -> dict:
         ("defaultconfig.command.shell", "yes", "defaultconfig.command.shell: expected true or false, got 'yes'"),
         ("defaultconfig.controller", True, "defaultconfig.controller: only instance 0 may be the controller (instances 1-2)"),
         ("instanceconfig.2.controller", True, "instanceconfig.2.controller: only instance 0 may be the controller"),
-        ("defaultconfig.restartpolicy.maxfailures", 101, "defaultconfig.restartpolicy.maxfailures: must be at most 100"),
         ("defaultconfig.restartpolicy.maxfailures", -1, "defaultconfig.restartpolicy.maxfailures: expected a non-negative"),
         ("defaultconfig.ports", [{"value": 80}], "defaultconfig.ports[0].name: a port needs a name"),
         ("defaultconfig.ports", [{"name": "http"}], "defaultconfig.ports[0].envname: a dynamic port (value 0) needs an envname"),
@@ -638,3 +637,9 @@ def test_hostile_values_in_a_file_are_a_job_config_error(text: str) -> None:
     with pytest.raises(JobConfigError) as info:
         parse_job_config(text)
     assert info.value.errors and all(": " in e for e in info.value.errors)
+
+
+def test_max_failures_above_pelotons_cap_is_capped_not_refused() -> None:
+    text = ("name: j\ninstancecount: 1\ndefaultconfig:\n  command: {value: 'true'}\n  resource: {cpulimit: 1}\n"
+            "  restartpolicy: {maxfailures: 500}\n")
+    assert parse_job_config(text).tasks[0].max_failures == 100

@@ -113,3 +113,24 @@ def test_a_preempted_run_shows_preempting_then_runs_again_without_a_failure() ->
     # A kill for any other reason ends the task as before.
     other = task_transition("RUNNING", 1, 1, "TASK_KILLED", 0, 1)
     assert other.state == "KILLED" and not other.retry
+
+
+def test_once_a_job_is_terminal_its_controller_task_alone_decides() -> None:
+    mixed = {"SUCCEEDED": 1, "FAILED": 3}
+    assert job_state(mixed, 4, "RUNNING") == "FAILED"
+    assert job_state(mixed, 4, "RUNNING", controller="SUCCEEDED") == "SUCCEEDED"
+    assert job_state({"FAILED": 1, "SUCCEEDED": 3}, 4, "RUNNING", controller="FAILED") == "FAILED"
+    assert job_state({"LOST": 1, "SUCCEEDED": 3}, 4, "RUNNING", controller="LOST") == "FAILED"
+    assert job_state({"KILLED": 1, "SUCCEEDED": 3}, 4, "KILLING", controller="KILLED") == "KILLED"
+    assert job_state({"RUNNING": 1, "FAILED": 3}, 4, "RUNNING", controller="RUNNING") == "RUNNING"  # not over yet
+
+
+def test_a_service_task_reruns_whatever_its_end_with_a_growing_backoff() -> None:
+    from stages.admit.lifecycle import service_backoff_s
+
+    for state in ("TASK_FINISHED", "TASK_FAILED", "TASK_LOST"):
+        move = task_transition("RUNNING", 1, 1, state, 200, 0, service=True)
+        assert move.retry and move.count_failure, state
+    assert not task_transition("KILLING", 1, 1, "TASK_KILLED", 0, 0, reason="STOPPED", service=True).retry
+    assert [service_backoff_s(n) for n in (1, 2, 3, 8, 9, 50)] == [30, 60, 120, 3600, 3600, 3600]
+    assert service_backoff_s(3, base_s=0.5) == 2.0

@@ -413,3 +413,16 @@ def test_a_run_stopped_before_admission_leaves_its_gang_and_no_charge(store) -> 
     [(_, _, _, admitted)] = out.take("admitted-gangs")
     assert [t["task_id"] for t in admitted["gang"]["tasks"]] == ["g-1-1"]
     assert [a.task_id for a in store.allocations()] == ["g-1-1"]
+
+
+def test_a_service_task_that_exits_runs_again_after_its_backoff(admit, store) -> None:
+    stage, out = admit
+    service = JOB.format(name="svc", count=1, gang=0, cpu=1).replace("name: svc", "name: svc\ntype: SERVICE")
+    stage.handle([command("svc", service)])
+    out.take()
+    before = int(time.time() * 1000)
+    stage.handle([status_record("svc-0-1", "TASK_RUNNING"), status_record("svc-0-1", "TASK_FINISHED")])
+    [again] = [v for _, _, schema, v in out.take("task-demand") if schema == "peloton.GangDemand"]
+    assert again["tasks"][0]["task_id"] == "svc-0-2"
+    assert again["not_before_ms"] - before >= 29_000  # 30 s after the first exit
+    assert store.get_job("svc").state != "SUCCEEDED"  # a service runs until it is stopped
