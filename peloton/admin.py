@@ -229,12 +229,23 @@ def submit_job(settings: Settings, store: QueryStore, pool: str, text: str, job_
     return job_id
 
 
-def control_job(settings: Settings, store: QueryStore, kind: str, job_id: str, instances: str | None = None) -> dict:
-    """Check a STOP, START or DELETE against the job as stored (the job manager checks it again
-    the same way), then publish it. Returns what it will touch."""
+def control_job(settings: Settings, store: QueryStore, kind: str, job_id: str, instances: str | None = None,
+                batch_size: int = 0, config: str | None = None) -> dict:
+    """Check a STOP, START, RESTART, UPDATE or DELETE against the job as stored (the job manager
+    checks it again the same way), then publish it. Returns what it will touch."""
     import getpass
 
-    from stages.admit.commands import CommandError, command_problem, instance_ranges, to_start, to_stop
+    from stages.admit.commands import (
+        CommandError,
+        changed_instances,
+        command_problem,
+        instance_ranges,
+        to_restart,
+        to_start,
+        to_stop,
+        update_fields,
+        update_problems,
+    )
 
     job = store.get_job(job_id)
     problem = command_problem(kind, job, job_id)
@@ -246,16 +257,28 @@ def control_job(settings: Settings, store: QueryStore, kind: str, job_id: str, i
             chosen = instance_ranges(instances, job.instance_count)
         except CommandError as exc:
             raise UserError(str(exc)) from None
+    if batch_size < 0:
+        raise UserError(f"--batch-size {batch_size}: must be 0 (all at once) or more")
     tasks = store.tasks_of_job(job_id)
-    touched = {"STOP": to_stop, "START": to_start}.get(kind, lambda ts, _i: ts)(tasks, chosen)
+    if kind == "UPDATE":
+        new = validate_job(config or "", settings)
+        old = validate_job(job.config_text, settings)
+        version, _ = update_fields(config or "")
+        problems = update_problems(old, new, job.pool, job.config_version, version)
+        if problems:
+            raise UserError("update refused:\n" + "\n".join(f"  {p}" for p in problems))
+        chosen = changed_instances(old, new)
+        touched = to_restart(tasks, chosen) if chosen else []
+    else:
+        touched = {"STOP": to_stop, "START": to_start, "RESTART": to_restart}.get(kind, lambda ts, _i: ts)(tasks, chosen)
     out = emitter(settings)
     try:
         user = getpass.getuser()
     except (KeyError, OSError):
         user = "pelotonctl"
     out.emit("job-commands", job_id, "peloton.JobCommand", {
-        "command_id": uuid.uuid4().hex, "kind": kind, "job_id": job_id, "pool": job.pool, "config": None,
-        "instances": instances or None, "requested_by": user, "timestamp_ms": now_ms(),
+        "command_id": uuid.uuid4().hex, "kind": kind, "job_id": job_id, "pool": job.pool, "config": config,
+        "instances": instances or None, "batch_size": batch_size, "requested_by": user, "timestamp_ms": now_ms(),
     })
     _deliver(out, settings)
     return {"job_id": job_id, "kind": kind, "instances": [t.instance for t in touched]}

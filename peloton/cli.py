@@ -449,10 +449,10 @@ def job_status(
                   highlight=False)
 
 
-def _control(kind: str, job_id: str, instances: str | None) -> dict:
+def _control(kind: str, job_id: str, instances: str | None, batch_size: int = 0, config: str | None = None) -> dict:
     from peloton.admin import control_job
 
-    return _broker_call(_pool_change, control_job, kind, job_id, instances)
+    return _broker_call(_pool_change, control_job, kind, job_id, instances, batch_size, config)
 
 
 @job_app.command("stop")
@@ -481,6 +481,34 @@ def job_start(job_id: str, instances: Optional[str] = typer.Option(None, "--inst
         _print_json(done)
     else:
         out.print(f"job {job_id}: starting {len(done['instances'])} tasks again", highlight=False)
+
+
+@job_app.command("restart")
+def job_restart(job_id: str, instances: Optional[str] = typer.Option(None, "--instances", help="Ranges, e.g. 0-3,7."),
+                batch_size: int = typer.Option(0, "--batch-size", help="Tasks replaced at a time (0: all at once)."),
+                as_json: bool = typer.Option(False, "--json")) -> None:
+    """Replace running tasks with new runs, BATCH-SIZE at a time: the next batch goes once the
+    last one's new runs are running."""
+    done = _control("RESTART", job_id, instances, batch_size)
+    if as_json:
+        _print_json(done)
+    else:
+        out.print(f"job {job_id}: restarting {len(done['instances'])} tasks", highlight=False)
+
+
+@job_app.command("update")
+def job_update(job_id: str, config: Path, batch_size: int = typer.Option(
+        0, "--batch-size", help="Tasks replaced at a time when their config changed (default: updateConfig.batchSize, "
+                                "else all at once)."),
+               as_json: bool = typer.Option(False, "--json")) -> None:
+    """A new config version for a job: more instances start, and tasks whose config changed are
+    replaced by new runs in batches. name, type and pool cannot change; instanceCount only grows;
+    changeLog.version, when given, must be the job's current version."""
+    done = _control("UPDATE", job_id, None, batch_size, _read(config))
+    if as_json:
+        _print_json(done)
+    else:
+        out.print(f"job {job_id}: updating, {len(done['instances'])} tasks to replace", highlight=False)
 
 
 @job_app.command("delete")
@@ -512,7 +540,8 @@ def job_get(job_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
     if job is None:
         _fail(f"no job {job_id}", EXIT_NOT_FOUND)
     counts = store.task_state_counts([job_id])[job_id]
-    runtime = {"state": job.state, "created_ms": job.created_ms, "updated_ms": job.updated_ms,
+    runtime = {"state": job.state, "config_version": job.config_version, "rollout": job.rollout,
+               "created_ms": job.created_ms, "updated_ms": job.updated_ms,
                "completed_ms": job.completed_ms, "tasks": counts}
     info = {"job_id": job_id, "name": job.name, "pool": job.pool, "type": job.type, "owner": job.owner,
             "instances": job.instance_count, "priority": job.priority, "preemptible": job.preemptible,

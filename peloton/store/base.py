@@ -28,6 +28,8 @@ class JobRow:
     updated_ms: int
     completed_ms: int | None = None
     revocable: bool = False
+    config_version: int = 1
+    rollout: dict | None = None  # a restart or update in progress: {reason, batch, in_flight, remaining}
 
 
 @dataclass(slots=True)

@@ -34,6 +34,7 @@ from peloton.store.rows import (
     allocation_params,
     job_filters,
     job_from_row,
+    job_update_params,
     job_params,
     launch_from_row,
     launch_params,
@@ -78,11 +79,12 @@ MIGRATIONS = [
     ALTER TABLE allocations ADD COLUMN released_ms BIGINT;
     CREATE INDEX allocations_released ON allocations (released_ms);
     """,
-    # 3: entitle keeps its pools' queues, and what admission and preemption need of each run.
+    # 3: entitle keeps its pools' queues, and what admission and preemption need of each run;
+    # job control: commands claimed once, a job's config version and the rollout in progress.
     """
     ALTER TABLE allocations ADD COLUMN priority INTEGER, ADD COLUMN preemptible BOOLEAN,
         ADD COLUMN revocable BOOLEAN, ADD COLUMN controller BOOLEAN;
-    ALTER TABLE jobs ADD COLUMN revocable BOOLEAN;
+    ALTER TABLE jobs ADD COLUMN revocable BOOLEAN, ADD COLUMN config_version INTEGER, ADD COLUMN rollout TEXT;
     ALTER TABLE task_events ADD COLUMN host_id TEXT, ADD COLUMN message TEXT;
     CREATE TABLE job_commands (command_id TEXT PRIMARY KEY, job_id TEXT, at_ms BIGINT);
     CREATE TABLE queued_gangs (
@@ -212,8 +214,9 @@ class PostgresStore(StorageGateway):
             f"SELECT {JOB_COLS} FROM jobs WHERE state NOT IN ('SUCCEEDED', 'FAILED', 'KILLED', 'DELETED')")]
 
     def update_jobs(self, jobs: list[JobRow]) -> None:
-        self._many("UPDATE jobs SET state = %s, updated_ms = %s, completed_ms = %s WHERE job_id = %s",
-                   [(j.state, j.updated_ms, j.completed_ms, j.job_id) for j in jobs])
+        self._many("UPDATE jobs SET state = %s, updated_ms = %s, completed_ms = %s, instance_count = %s, "
+                   "config_text = %s, config_version = %s, rollout = %s WHERE job_id = %s",
+                   [job_update_params(j) for j in jobs])
 
     def tasks_of_job(self, job_id: str) -> list[TaskRow]:
         return [task_from_row(r) for r in

@@ -12,7 +12,7 @@ TASK_COLS = (
 )
 JOB_COLS = (
     "job_id, name, pool, type, state, instance_count, priority, preemptible, placement_strategy, "
-    "owner, config_text, created_ms, updated_ms, completed_ms, revocable"
+    "owner, config_text, created_ms, updated_ms, completed_ms, revocable, config_version, rollout"
 )
 LAUNCH_COLS = "task_id, job_id, instance, run_id, host_id, cpu, mem_mb, disk_mb, gpu, launched_ms, ended_ms"
 ALLOCATION_COLS = (
@@ -43,14 +43,20 @@ def job_from_row(row) -> JobRow:
         job_id=row[0], name=row[1], pool=row[2], type=row[3], state=row[4], instance_count=row[5],
         priority=row[6], preemptible=bool(row[7]), placement_strategy=row[8], owner=row[9],
         config_text=row[10], created_ms=row[11], updated_ms=row[12], completed_ms=row[13],
-        revocable=bool(row[14]),
+        revocable=bool(row[14]), config_version=row[15] or 1, rollout=json.loads(row[16]) if row[16] else None,
     )
 
 
 def job_params(j: JobRow) -> tuple:
     return (j.job_id, j.name, j.pool, j.type, j.state, j.instance_count, j.priority, bool(j.preemptible),
             j.placement_strategy, j.owner, j.config_text, j.created_ms, j.updated_ms, j.completed_ms,
-            bool(j.revocable))
+            bool(j.revocable), j.config_version, json.dumps(j.rollout) if j.rollout else None)
+
+
+def job_update_params(j: JobRow) -> tuple:
+    """What an update of a job may change, then its id."""
+    return (j.state, j.updated_ms, j.completed_ms, j.instance_count, j.config_text, j.config_version,
+            json.dumps(j.rollout) if j.rollout else None, j.job_id)
 
 
 def allocation_from_row(row) -> Allocation:

@@ -27,6 +27,7 @@ from peloton.store.rows import (
     allocation_params,
     job_filters,
     job_from_row,
+    job_update_params,
     job_params,
     launch_from_row,
     launch_params,
@@ -43,7 +44,8 @@ CREATE TABLE IF NOT EXISTS pools (
 CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY, name TEXT, pool TEXT, type TEXT, state TEXT, instance_count INTEGER,
     priority INTEGER, preemptible INTEGER, placement_strategy TEXT, owner TEXT, config_text TEXT,
-    created_ms INTEGER, updated_ms INTEGER, completed_ms INTEGER, revocable INTEGER);
+    created_ms INTEGER, updated_ms INTEGER, completed_ms INTEGER, revocable INTEGER, config_version INTEGER,
+    rollout TEXT);
 CREATE TABLE IF NOT EXISTS tasks (
     job_id TEXT NOT NULL, instance INTEGER NOT NULL, run_id INTEGER NOT NULL, task_id TEXT NOT NULL,
     pool TEXT, gang_id TEXT, state TEXT, spec TEXT, max_failures INTEGER, failures INTEGER,
@@ -103,7 +105,8 @@ class SqliteStore(StorageGateway):
                      ("allocations", "priority", "INTEGER"), ("allocations", "preemptible", "INTEGER"),
                      ("allocations", "revocable", "INTEGER"), ("allocations", "controller", "INTEGER"),
                      ("jobs", "revocable", "INTEGER"), ("task_events", "host_id", "TEXT"),
-                     ("task_events", "message", "TEXT"))
+                     ("task_events", "message", "TEXT"), ("jobs", "config_version", "INTEGER"),
+                     ("jobs", "rollout", "TEXT"))
             for table, column, kind in added:
                 if column not in {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}:
                     self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
@@ -197,8 +200,9 @@ class SqliteStore(StorageGateway):
     def update_jobs(self, jobs: list[JobRow]) -> None:
         with self.transaction():
             self.db.executemany(
-                "UPDATE jobs SET state = ?, updated_ms = ?, completed_ms = ? WHERE job_id = ?",
-                [(j.state, j.updated_ms, j.completed_ms, j.job_id) for j in jobs],
+                "UPDATE jobs SET state = ?, updated_ms = ?, completed_ms = ?, instance_count = ?, config_text = ?, "
+                "config_version = ?, rollout = ? WHERE job_id = ?",
+                [job_update_params(j) for j in jobs],
             )
 
     def tasks_of_job(self, job_id: str) -> list[TaskRow]:

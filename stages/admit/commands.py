@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import re
 
+from peloton.model.jobconfig import JobSpec
 from peloton.model.states import JOB_TERMINAL, TASK_TERMINAL
 from peloton.store import JobRow, TaskRow
 
-KINDS = ("CREATE", "STOP", "START", "DELETE")
+KINDS = ("CREATE", "STOP", "START", "RESTART", "UPDATE", "DELETE")
 STOPPED = "STOPPED"  # the reason of a kill a user asked for
+RESTARTED = "RESTARTED"  # the reason of a kill that replaces a run (restart, update)
+UPDATED = "UPDATED"  # a rollout of a new config version
 ORPHAN = "ORPHAN"  # the reason of a kill of a run that is not its task's current run
 
 _RANGE = re.compile(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?")
@@ -51,6 +54,8 @@ def command_problem(kind: str, job: JobRow | None, job_id: str) -> str | None:
         return f"job {job_id} is {job.state}: only a terminal job is deleted (stop it first)"
     if kind == "STOP" and job.state in JOB_TERMINAL:
         return f"job {job_id} is {job.state} already: nothing to stop"
+    if kind in ("RESTART", "UPDATE") and job.state in JOB_TERMINAL:
+        return f"job {job_id} is {job.state}: a terminal job is not {kind.lower()}d (start stopped instances instead)"
     return None
 
 
@@ -65,3 +70,83 @@ def to_start(tasks: list[TaskRow], instances: list[int] | None) -> list[TaskRow]
     """The tasks a start runs again: the stopped (KILLED) ones among the chosen instances."""
     wanted = None if instances is None else set(instances)
     return [t for t in tasks if (wanted is None or t.instance in wanted) and t.state == "KILLED"]
+
+
+def to_restart(tasks: list[TaskRow], instances: list[int] | None) -> list[TaskRow]:
+    """The runs a restart replaces: those not ended (nor being stopped) among the chosen instances."""
+    return to_stop(tasks, instances)
+
+
+def first_batch(reason: str, instances: list[int], batch_size: int) -> dict | None:
+    """A rollout over `instances`: replace `batch_size` at a time (0: all at once). The first
+    batch goes at once; rollout_step sends the next when it has settled."""
+    if not instances:
+        return None
+    size = batch_size if batch_size > 0 else len(instances)
+    return {"reason": reason, "batch": size, "in_flight": instances[:size], "remaining": instances[size:], "runs": {}}
+
+
+def settled(task: TaskRow, old_run: int) -> bool:
+    """A replaced instance is settled once its new run runs, or it ended in any way."""
+    return task.state in TASK_TERMINAL or (task.run_id > old_run and task.state == "RUNNING")
+
+
+def rollout_step(rollout: dict, tasks: dict[int, TaskRow]) -> tuple[list[int], dict | None]:
+    """(instances to replace now, the rollout after that, None once done)."""
+    runs = {int(k): v for k, v in rollout["runs"].items()}
+    waiting = [i for i in rollout["in_flight"] if i in tasks and i in runs and not settled(tasks[i], runs[i])]
+    if waiting:
+        return [], {**rollout, "in_flight": waiting}
+    remaining = [i for i in rollout["remaining"] if i in tasks and tasks[i].state not in TASK_TERMINAL]
+    if not remaining:
+        return [], None
+    batch = remaining[:rollout["batch"]]
+    return batch, {**rollout, "in_flight": batch, "remaining": remaining[len(batch):]}
+
+
+def _task_config(t) -> tuple:
+    """What of a task's merged config a change of would need a new run."""
+    return (t.resources, t.command, t.labels, t.constraint, t.ports, t.max_failures, t.kill_grace_seconds,
+            t.controller)
+
+
+def update_problems(old: JobSpec, new: JobSpec, pool: str, stored_version: int, given_version: int | None) -> list[str]:
+    """Why a new config cannot replace the stored one: Peloton's immutable fields, instance
+    count that shrinks, a stale changeLog version."""
+    problems = []
+    if given_version is not None and given_version != stored_version:
+        problems.append(f"changelog.version: {given_version} is not the job's current version {stored_version} "
+                        "(someone changed the job since you read it)")
+    for field, label in (("name", "name"), ("type", "type")):
+        if getattr(old, field) != getattr(new, field):
+            problems.append(f"{label}: cannot change ({getattr(old, field)!r} -> {getattr(new, field)!r})")
+    if new.respool and new.respool != pool:
+        problems.append(f"respoolid: a job does not move between pools ({pool} -> {new.respool})")
+    if new.instance_count < old.instance_count:
+        problems.append(f"instancecount: may only grow ({old.instance_count} -> {new.instance_count})")
+    return problems
+
+
+def changed_instances(old: JobSpec, new: JobSpec) -> list[int]:
+    """Instances (of the old count) whose task config the new spec changes."""
+    return [i for i in range(old.instance_count) if _task_config(old.tasks[i]) != _task_config(new.tasks[i])]
+
+
+def update_fields(text: str) -> tuple[int | None, int]:
+    """changeLog.version and updateConfig.batchSize of a job file (either key case), if given."""
+    from peloton.model.safe_yaml import YamlError, read_yaml
+
+    try:
+        doc = read_yaml(text)
+    except YamlError:
+        return None, 0
+
+    def field(mapping, key):
+        if not isinstance(mapping, dict):
+            return None
+        return next((v for k, v in mapping.items() if isinstance(k, str) and k.lower() == key), None)
+
+    version = field(field(doc, "changelog"), "version")
+    batch = field(field(doc, "updateconfig"), "batchsize")
+    return (version if isinstance(version, int) and not isinstance(version, bool) else None,
+            batch if isinstance(batch, int) and not isinstance(batch, bool) and batch > 0 else 0)

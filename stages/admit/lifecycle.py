@@ -40,6 +40,7 @@ def status_problem(task_known: bool, event: dict) -> str | None:
 
 
 PREEMPTED = "PREEMPTED"  # the reason of a resource manager's kill
+RESTARTED = "RESTARTED"  # the reason of a kill that replaces a run (job restart, job update)
 
 
 def service_backoff_s(failures: int, base_s: float = 30.0) -> float:
@@ -83,6 +84,8 @@ def task_transition(
     if TASK_ORDER[new] <= TASK_ORDER[current_state]:
         return None
     if reason == PREEMPTED and new == "KILLED" and current_state != "KILLING":  # a stop wins
+        return Transition("KILLED", retry=True, release=True)
+    if reason == RESTARTED and new == "KILLED":  # replaced by a restart or an update
         return Transition("KILLED", retry=True, release=True)
     if mesos_state == "TASK_ERROR":
         return Transition("FAILED", count_failure=True, release=True)

@@ -12,12 +12,28 @@ import uuid
 from peloton.model.jobconfig import JobConfigError, parse_job_config
 from peloton.model.pool import leaf_pool_error
 from peloton.model.resources import Resources
-from peloton.model.states import JOB_TERMINAL
+from peloton.model.states import JOB_TERMINAL, TASK_TERMINAL
 from peloton.runtime import CompactedView, Record, Stage, now_ms
 from peloton.store import JobRow, JobStore, TaskRow
 from stages.admit.checks import distinct_capacities, fit_problems, job_id_problem, size_problems
-from stages.admit.commands import ORPHAN, STOPPED, CommandError, command_problem, instance_ranges, to_start, to_stop
-from stages.admit.expand import expand_job, gang_records, next_run, requeued_gang_id, task_id_of
+from stages.admit.commands import (
+    ORPHAN,
+    RESTARTED,
+    STOPPED,
+    UPDATED,
+    CommandError,
+    changed_instances,
+    command_problem,
+    first_batch,
+    instance_ranges,
+    rollout_step,
+    to_restart,
+    to_start,
+    to_stop,
+    update_fields,
+    update_problems,
+)
+from stages.admit.expand import expand_job, gang_records, launch_spec, next_run, requeued_gang_id, task_id_of
 from stages.admit.lifecycle import job_state, service_backoff_s, status_problem, task_transition
 
 log = logging.getLogger("peloton.admit")
@@ -159,8 +175,15 @@ class AdmitStage(Stage):
             who = cmd["requested_by"] or "a user"
             if cmd["kind"] == "STOP":
                 self._stop(job, tasks, instances, who, now)
-            else:
+            elif cmd["kind"] == "START":
                 self._start(job, tasks, instances, now, out)
+            elif cmd["kind"] == "RESTART":
+                targets = [t.instance for t in to_restart(tasks, instances)]
+                self._roll_out(job, first_batch(RESTARTED, targets, cmd["batch_size"]), tasks, who, now)
+            else:
+                problem = self._update(job, tasks, cmd, who, now, out)
+                if problem:
+                    self.emit.dead_letter(r, problem)
 
     def _stop(self, job: JobRow, tasks: list[TaskRow], instances: list[int] | None, who: str, now: int) -> None:
         """Every run not ended yet goes KILLING and is killed wherever it is, through the same
@@ -182,6 +205,72 @@ class AdmitStage(Stage):
             job.state = "KILLING"
         self._settle(job, now)
         log.info("job %s: stopping %d runs", job.job_id, len(victims))
+
+    def _roll_out(self, job: JobRow, rollout: dict | None, tasks: list[TaskRow], who: str, now: int) -> None:
+        """Start a rollout (or the next batch of one): the batch's runs go KILLING with reason
+        RESTARTED, and their TASK_KILLED reruns them (with the job's current config)."""
+        job.rollout = rollout
+        by_instance = {t.instance: t for t in tasks}
+        if rollout is not None:
+            batch = [by_instance[i] for i in rollout["in_flight"] if i in by_instance]
+            batch = [t for t in batch if t.state not in TASK_TERMINAL and t.state != "KILLING"]
+            rollout["runs"] = {**rollout.get("runs", {}), **{str(t.instance): t.run_id for t in batch}}
+            message = f"replaced by a {'restart' if rollout['reason'] == RESTARTED else 'rollout'} ({who})"
+            for t in batch:
+                t.state, t.reason, t.message, t.updated_ms = "KILLING", RESTARTED, message, now
+                self._send_kill({"kill_id": uuid.uuid4().hex, "task_id": t.task_id, "job_id": t.job_id,
+                                 "instance": t.instance, "run_id": t.run_id, "reason": RESTARTED,
+                                 "message": message, "timestamp_ms": now})
+            self.store.save_tasks(batch)
+            self.store.record_task_events([(t.task_id, t.job_id, t.instance, t.run_id, "KILLING", RESTARTED, None, now,
+                                            t.host_id, message) for t in batch])
+        job.updated_ms = now
+        self.store.update_jobs([job])
+
+    def _advance_rollout(self, job: JobRow, now: int) -> None:
+        """Once a batch has settled (new runs running, or ended), the next batch goes."""
+        tasks = self.store.tasks_of_job(job.job_id)
+        batch, rollout = rollout_step(job.rollout, {t.instance: t for t in tasks})
+        if batch:
+            self._roll_out(job, {**rollout, "runs": {}}, tasks, "a rollout", now)
+        elif rollout != job.rollout:  # done, or fewer left in flight: nothing to kill now
+            job.rollout, job.updated_ms = rollout, now
+            self.store.update_jobs([job])
+
+    def _update(self, job: JobRow, tasks: list[TaskRow], cmd: dict, who: str, now: int, out: list) -> str | None:
+        """A new config version: immutable fields kept, new instances started, instances whose
+        config changed replaced in batches (updateConfig.batchSize, or the command's)."""
+        limits, yaml_limits = self.settings.job_limits(), self.settings.yaml_limits()
+        if not cmd["config"]:
+            return "UPDATE command without a job config"
+        try:
+            new = parse_job_config(cmd["config"], limits, yaml_limits)
+        except JobConfigError as exc:
+            return str(exc)
+        old = parse_job_config(job.config_text, limits, yaml_limits)
+        version, batch_size = update_fields(cmd["config"])
+        problems = update_problems(old, new, job.pool, job.config_version, version)
+        if problems:
+            return "update refused: " + "; ".join(problems)
+        changed = changed_instances(old, new)
+        grown, new_tasks = expand_job(job.job_id, job.pool, new, cmd["config"], now)
+        added = [t for t in new_tasks if t.instance >= old.instance_count]
+        job.config_text, job.config_version, job.instance_count = cmd["config"], job.config_version + 1, new.instance_count
+        if added:
+            self.store.save_tasks(added)
+            out.extend(("task-demand", job.pool, "peloton.GangDemand", g) for g in gang_records(job, added, now))
+        targets = [t.instance for t in to_restart(tasks, changed)] if changed else []
+        self._roll_out(job, first_batch(UPDATED, targets, batch_size or cmd["batch_size"]), tasks, who, now)
+        log.info("job %s: config version %d, %d new instances, %d to replace", job.job_id, job.config_version,
+                 len(added), len(targets))
+        return None
+
+    def _respec(self, job: JobRow, task: TaskRow, specs: dict) -> None:
+        if job.job_id not in specs:
+            specs[job.job_id] = parse_job_config(job.config_text, self.settings.job_limits(), self.settings.yaml_limits())
+        spec = specs[job.job_id]
+        task.spec = launch_spec(job.job_id, spec, spec.tasks[task.instance], task.run_id)
+        task.max_failures = spec.tasks[task.instance].max_failures
 
     def _controller_state(self, job: JobRow) -> str | None:
         """The state of the job's controller task (only instance 0 may be one), or None."""
@@ -231,6 +320,7 @@ class AdmitStage(Stage):
         keys = list({(r.value["job_id"], r.value["instance"]) for r in records})
         tasks = self.store.tasks_by_instance(keys)
         jobs = self.store.get_jobs(list({job_id for job_id, _ in tasks}))
+        specs: dict[str, object] = {}  # job id -> its parsed config, for replacements
         delays: dict[str, int] = {}  # task id of a SERVICE task's next run -> its restart backoff (ms)
         changed: dict[tuple[str, int], TaskRow] = {}
         reruns: list[TaskRow] = []
@@ -271,6 +361,8 @@ class AdmitStage(Stage):
                 task.failures += 1
             if move.retry:
                 next_run(task, now)
+                if ev["reason"] == RESTARTED:  # a replacement runs the job's config as it is now
+                    self._respec(jobs[task.job_id], task, specs)
                 if service and move.count_failure:
                     delays[task.task_id] = int(service_backoff_s(task.failures, self.settings.service_backoff_base_s)
                                                * 1000)
@@ -297,6 +389,10 @@ class AdmitStage(Stage):
                     job.completed_ms = now
                 updated.append(job)
         self.store.update_jobs(updated)
+        for job_id in job_ids:
+            job = jobs[job_id]
+            if job.rollout and job.state not in JOB_TERMINAL:
+                self._advance_rollout(job, now)
         by_job: dict[str, list[TaskRow]] = {}
         for task in reruns:
             by_job.setdefault(task.job_id, []).append(task)

@@ -138,3 +138,31 @@ def test_a_service_task_that_exits_runs_again_after_its_backoff_until_stopped(pi
     assert logs.returncode == 0 and f"run of {job}-0-1" in logs.stdout, logs.stderr
     assert pelotonctl(p, "job", "stop", job, "--wait").returncode == 0
     wait_for("the service KILLED", lambda: p.store.get_job(job).state == "KILLED", 30, p)
+
+
+def test_update_starts_new_instances_and_restart_replaces_runs_in_batches(pipeline_factory, tmp_path) -> None:
+    p = pipeline_factory(hosts="local:2:cpu=4,mem_mb=4096,disk_mb=10000")
+    p.start_all()
+    text = LONG.format(name="grow", count=3, team="a")
+    job = p.submit(text)
+    wait_for("3 tasks running", lambda: counts(p, job).get("RUNNING", 0) == 3, 60, p)
+    grown = tmp_path / "grown.yaml"
+    grown.write_text(text.replace("instancecount: 3", "instancecount: 4") + "changelog: {version: 1}\n")
+    updated = pelotonctl(p, "job", "update", job, str(grown))
+    assert updated.returncode == 0, updated.stderr
+    wait_for("the fourth instance running", lambda: counts(p, job).get("RUNNING", 0) == 4, 60, p)
+    assert {t.instance: t.run_id for t in p.store.tasks_of_job(job)} == {0: 1, 1: 1, 2: 1, 3: 1}
+    stale = pelotonctl(p, "job", "update", job, str(grown))
+    assert stale.returncode == 2 and "is not the job's current version 2" in stale.stderr, stale.stderr
+
+    assert pelotonctl(p, "job", "restart", job, "--batch-size", "2").returncode == 0
+    wait_for("every instance on its second run, running",
+             lambda: all(t.run_id == 2 and t.state == "RUNNING" for t in p.store.tasks_of_job(job)), 90, p)
+    # Never more than 2 replaced at once: the second batch was killed after the first ran again.
+    events = p.store.task_events(job)
+    killing = sorted((e["timestamp_ms"], e["instance"]) for e in events if e["state"] == "KILLING")
+    running_again = sorted(e["timestamp_ms"] for e in events if e["state"] == "RUNNING" and e["run_id"] == 2)
+    assert [i for _, i in killing] == [0, 1, 2, 3]
+    assert killing[2][0] >= running_again[1], "the second batch went before the first was running again"
+    assert p.store.get_job(job).rollout is None
+    assert pelotonctl(p, "job", "stop", job, "--wait").returncode == 0

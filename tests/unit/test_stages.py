@@ -426,3 +426,63 @@ def test_a_service_task_that_exits_runs_again_after_its_backoff(admit, store) ->
     assert again["tasks"][0]["task_id"] == "svc-0-2"
     assert again["not_before_ms"] - before >= 29_000  # 30 s after the first exit
     assert store.get_job("svc").state != "SUCCEEDED"  # a service runs until it is stopped
+
+
+def restart(job_id: str, batch_size: int, command_id: str | None = None) -> Record:
+    return record("job-commands", "peloton.JobCommand", {
+        "command_id": command_id or uuid.uuid4().hex, "kind": "RESTART", "job_id": job_id, "pool": "/p",
+        "config": None, "instances": None, "batch_size": batch_size, "requested_by": "tester", "timestamp_ms": 1},
+        key=job_id)
+
+
+def killed_instances(out: RecordingEmitter) -> list[str]:
+    return sorted({v["task_id"] for _, _, schema, v in out.take("placements") if schema == "peloton.TaskKill"})
+
+
+def test_a_restart_replaces_runs_one_batch_at_a_time(admit, store) -> None:
+    stage, out = admit
+    stage.handle([command("rr", JOB.format(name="rr", count=3, gang=0, cpu=1))])
+    stage.handle([status_record(f"rr-{i}-1", "TASK_RUNNING") for i in range(3)])
+    out.take()
+    stage.handle([restart("rr", batch_size=2)])
+    assert killed_instances(out) == ["rr-0-1", "rr-1-1"]  # the first batch only
+    stage.handle([status_record("rr-0-1", "TASK_KILLED", "RESTARTED"), status_record("rr-1-1", "TASK_KILLED",
+                                                                                       "RESTARTED")])
+    assert killed_instances(out) == []  # the next batch waits for the new runs to run
+    assert {t.instance: t.run_id for t in store.tasks_of_job("rr")} == {0: 2, 1: 2, 2: 1}
+    assert all(t.failures == 0 for t in store.tasks_of_job("rr"))
+    stage.handle([status_record("rr-0-2", "TASK_RUNNING"), status_record("rr-1-2", "TASK_RUNNING")])
+    assert killed_instances(out) == ["rr-2-1"]
+    stage.handle([status_record("rr-2-1", "TASK_KILLED", "RESTARTED"), status_record("rr-2-2", "TASK_RUNNING")])
+    assert store.get_job("rr").rollout is None and store.get_job("rr").state == "RUNNING"
+
+
+def test_an_update_grows_the_job_and_rolls_a_changed_config_out(admit, store) -> None:
+    stage, out = admit
+    first = JOB.format(name="up", count=2, gang=0, cpu=1)
+    stage.handle([command("up", first)])
+    stage.handle([status_record(f"up-{i}-1", "TASK_RUNNING") for i in range(2)])
+    out.take()
+
+    def update(text: str) -> Record:
+        return record("job-commands", "peloton.JobCommand", {
+            "command_id": uuid.uuid4().hex, "kind": "UPDATE", "job_id": "up", "pool": "/p", "config": text,
+            "instances": None, "batch_size": 0, "requested_by": "tester", "timestamp_ms": 1}, key="up")
+
+    stage.handle([update(first.replace("instancecount: 2", "instancecount: 3"))])
+    demand = [t["task_id"] for _, _, schema, v in out.take("task-demand") if schema == "peloton.GangDemand"
+              for t in v["tasks"]]
+    assert demand == ["up-2-1"] and store.get_job("up").config_version == 2
+    stage.handle([update(first.replace("name: up", "name: renamed"))])
+    [(_, _, _, letter)] = out.take("dead-letters")
+    assert "name: cannot change ('up' -> 'renamed')" in letter["reason"]
+    assert "instancecount: may only grow (3 -> 2)" in letter["reason"]
+    changed = first.replace("instancecount: 2", "instancecount: 3").replace("memlimitmb: 16", "memlimitmb: 32")
+    stage.handle([update(changed + "changelog: {version: 2}\n")])
+    assert killed_instances(out) == ["up-0-1", "up-1-1", "up-2-1"]
+    stage.handle([status_record("up-0-1", "TASK_KILLED", "RESTARTED")])
+    [gang] = [v for _, _, schema, v in out.take("task-demand") if schema == "peloton.GangDemand"]
+    assert gang["tasks"][0]["task_id"] == "up-0-2" and gang["tasks"][0]["resources"]["mem_mb"] == 32
+    stage.handle([update(changed + "changelog: {version: 2}\n")])  # a stale version
+    [(_, _, _, letter)] = out.take("dead-letters")
+    assert "changelog.version: 2 is not the job's current version 3" in letter["reason"]
