@@ -56,6 +56,11 @@ class Settings:
     # excess preempted (Peloton: 60 s in production, 10 s in dev; 3 periods in dev). 0: off.
     preemption_period_s: float = 10.0
     preemption_sustained_periods: int = 3
+    # The job manager's deadlines, checked every deadline_check_s: a run launched but not RUNNING
+    # within launch_timeout_s is killed and run again (Peloton: 20 min in production); a run
+    # beyond its job's sla.maxRunningTime is killed and fails (reason DEADLINE_EXCEEDED).
+    deadline_check_s: float = 5.0
+    launch_timeout_s: float = 600.0
     # A SERVICE task that exits runs again after min(base * 2^(n-1), 60 min) (Peloton: 30 s).
     service_backoff_base_s: float = 30.0
     # A gang that placement sent back waits this long before its pool admits it again.

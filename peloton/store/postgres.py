@@ -87,6 +87,7 @@ MIGRATIONS = [
     ALTER TABLE jobs ADD COLUMN revocable BOOLEAN, ADD COLUMN config_version INTEGER, ADD COLUMN rollout TEXT;
     ALTER TABLE task_events ADD COLUMN host_id TEXT, ADD COLUMN message TEXT;
     CREATE TABLE job_commands (command_id TEXT PRIMARY KEY, job_id TEXT, at_ms BIGINT);
+    CREATE INDEX tasks_by_state ON tasks (state, updated_ms);
     CREATE TABLE queued_gangs (
         gang_id TEXT PRIMARY KEY, pool TEXT, priority INTEGER, seq BIGINT, gang TEXT, not_before_ms BIGINT);
     """,
@@ -229,6 +230,10 @@ class PostgresStore(StorageGateway):
                          f"(SELECT * FROM unnest(%s::text[], %s::int[]))",
                          ([k[0] for k in keys], [k[1] for k in keys]))
         return {(r[0], r[1]): task_from_row(r) for r in rows}
+
+    def tasks_in_states(self, states: list[str], updated_before_ms: int, limit: int = 1000) -> list[TaskRow]:
+        q = f"SELECT {TASK_COLS} FROM tasks WHERE state = ANY(%s) AND updated_ms < %s ORDER BY updated_ms LIMIT %s"
+        return [task_from_row(r) for r in self._all(q, (list(states), updated_before_ms, limit))]
 
     def pending_tasks_of_jobs(self, job_ids: list[str]) -> list[TaskRow]:
         return [task_from_row(r) for r in self._all(

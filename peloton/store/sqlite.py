@@ -52,6 +52,7 @@ CREATE TABLE IF NOT EXISTS tasks (
     host_id TEXT, reason TEXT, message TEXT, exit_code INTEGER, signal INTEGER, updated_ms INTEGER,
     PRIMARY KEY (job_id, instance));
 CREATE INDEX IF NOT EXISTS tasks_by_task_id ON tasks (task_id);
+CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks (state, updated_ms);
 CREATE TABLE IF NOT EXISTS task_events (
     task_id TEXT, job_id TEXT, instance INTEGER, run_id INTEGER, state TEXT, reason TEXT,
     exit_code INTEGER, timestamp_ms INTEGER, host_id TEXT, message TEXT);
@@ -220,6 +221,11 @@ class SqliteStore(StorageGateway):
                 for row in self.db.execute(q, (job_id, *chunk)):
                     out[(row[0], row[1])] = task_from_row(row)
         return out
+
+    def tasks_in_states(self, states: list[str], updated_before_ms: int, limit: int = 1000) -> list[TaskRow]:
+        q = (f"SELECT {TASK_COLS} FROM tasks WHERE state IN ({','.join('?' * len(states))}) AND updated_ms < ? "
+             "ORDER BY updated_ms LIMIT ?")
+        return [task_from_row(r) for r in self.db.execute(q, (*states, updated_before_ms, limit))]
 
     def pending_tasks_of_jobs(self, job_ids: list[str]) -> list[TaskRow]:
         out = []

@@ -47,6 +47,8 @@ def expand_job(job_id: str, pool: str, spec: JobSpec, config_text: str, now_ms: 
         config_text=config_text, created_ms=now_ms, updated_ms=now_ms,
     )
     tasks: list[TaskRow] = []
+    # sla.maximumRunningInstances: the instances beyond it wait INITIALIZED until others end.
+    throttle = spec.max_running_instances or spec.instance_count
     for instances in gang_instances(spec):
         gang_id = task_id_of(job_id, instances[0], 1)
         for i in instances:
@@ -54,7 +56,8 @@ def expand_job(job_id: str, pool: str, spec: JobSpec, config_text: str, now_ms: 
             tasks.append(
                 TaskRow(
                     job_id=job_id, instance=i, run_id=1, task_id=task_id_of(job_id, i, 1), pool=pool,
-                    gang_id=gang_id, state="PENDING", spec=launch_spec(job_id, spec, t, 1),
+                    gang_id=gang_id, state="PENDING" if i < throttle else "INITIALIZED",
+                    spec=launch_spec(job_id, spec, t, 1),
                     max_failures=t.max_failures, updated_ms=now_ms,
                 )
             )

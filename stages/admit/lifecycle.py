@@ -41,6 +41,8 @@ def status_problem(task_known: bool, event: dict) -> str | None:
 
 PREEMPTED = "PREEMPTED"  # the reason of a resource manager's kill
 RESTARTED = "RESTARTED"  # the reason of a kill that replaces a run (job restart, job update)
+DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"  # killed for running longer than sla.maxRunningTime
+LAUNCH_TIMEOUT = "LAUNCH_TIMEOUT"  # killed for not reaching RUNNING within the launch timeout
 
 
 def service_backoff_s(failures: int, base_s: float = 30.0) -> float:
@@ -87,6 +89,10 @@ def task_transition(
         return Transition("KILLED", retry=True, release=True)
     if reason == RESTARTED and new == "KILLED":  # replaced by a restart or an update
         return Transition("KILLED", retry=True, release=True)
+    if reason == DEADLINE_EXCEEDED and new == "KILLED":  # the job's own limit: the run failed
+        return Transition("FAILED", count_failure=True, release=True)
+    if reason == LAUNCH_TIMEOUT and new == "KILLED":  # the system's fault: rerun as a lost run
+        new = "LOST"
     if mesos_state == "TASK_ERROR":
         return Transition("FAILED", count_failure=True, release=True)
     if service and new in ("SUCCEEDED", "FAILED", "LOST"):

@@ -14,6 +14,7 @@ from peloton.model.pool import leaf_pool_error
 from peloton.model.resources import Resources
 from peloton.model.states import JOB_TERMINAL, TASK_TERMINAL
 from peloton.runtime import CompactedView, Record, Stage, now_ms
+from peloton.topics import partition_for
 from peloton.store import JobRow, JobStore, TaskRow
 from stages.admit.checks import distinct_capacities, fit_problems, job_id_problem, size_problems
 from stages.admit.commands import (
@@ -34,7 +35,14 @@ from stages.admit.commands import (
     update_problems,
 )
 from stages.admit.expand import expand_job, gang_records, launch_spec, next_run, requeued_gang_id, task_id_of
-from stages.admit.lifecycle import job_state, service_backoff_s, status_problem, task_transition
+from stages.admit.lifecycle import (
+    DEADLINE_EXCEEDED,
+    LAUNCH_TIMEOUT,
+    job_state,
+    service_backoff_s,
+    status_problem,
+    task_transition,
+)
 
 log = logging.getLogger("peloton.admit")
 
@@ -48,12 +56,16 @@ class AdmitStage(Stage):
     def __init__(self, store: JobStore, hosts: CompactedView | None = None):
         self.store = store
         self.hosts = hosts  # host-state, for refusing tasks larger than every host
+        self.owned: set[int] = set()  # task-status partitions: the jobs whose deadlines this instance checks
+        self._slas: dict[str, tuple[int, int]] = {}
+        self._last_deadlines = 0.0
 
     def bind(self, emitter, settings, catalogue) -> None:
         super().bind(emitter, settings, catalogue)
         if self.hosts is None:
             self.hosts = CompactedView(settings, "host-state", catalogue)
         self.kill_partitions = catalogue["placements"].partitions
+        self.status_partitions = catalogue["task-status"].partitions
 
     def handle(self, records: list[Record]) -> None:
         commands = [r for r in records if r.topic == "job-commands"]
@@ -69,8 +81,76 @@ class AdmitStage(Stage):
             for topic, key, schema, value in out:
                 self.emit.emit(topic, key, schema, value)
 
+    def on_assign(self, partitions: list[tuple[str, int]]) -> None:
+        self.owned |= {p for t, p in partitions if t == "task-status"}
+
+    def on_revoke(self, partitions: list[tuple[str, int]]) -> None:
+        self.owned -= {p for t, p in partitions if t == "task-status"}
+
     def tick(self, now: float) -> None:
         self.hosts.poll()
+        if now - self._last_deadlines >= self.settings.deadline_check_s:
+            self._last_deadlines = now
+            with self.store.transaction():
+                self._deadlines()
+
+    # -- deadlines and throttling -------------------------------------------------------------
+    def _sla(self, job: JobRow) -> tuple[int, int]:
+        """(sla.maximumRunningInstances, sla.maxRunningTime in s) of a job, 0 when unlimited."""
+        if job.job_id not in self._slas:
+            try:
+                spec = parse_job_config(job.config_text, self.settings.job_limits(), self.settings.yaml_limits())
+                self._slas[job.job_id] = (spec.max_running_instances, spec.max_running_time_s)
+            except JobConfigError:
+                self._slas[job.job_id] = (0, 0)
+        return self._slas[job.job_id]
+
+    def _mine(self, job_id: str) -> bool:
+        return partition_for(job_id, self.status_partitions) in self.owned
+
+    def _deadlines(self) -> None:
+        """Kill runs that never reached RUNNING within the launch timeout (they run again, as lost
+        runs do) and runs beyond their job's sla.maxRunningTime (they fail). Each instance
+        checks the jobs whose status partition it owns."""
+        now = now_ms()
+        late = [t for t in self.store.tasks_in_states(
+            ["LAUNCHED", "STARTING"], now - int(self.settings.launch_timeout_s * 1000)) if self._mine(t.job_id)]
+        over = []
+        for job in self.store.active_jobs():
+            limit_s = self._sla(job)[1] if self._mine(job.job_id) else 0
+            if limit_s > 0:
+                over.extend(t for t in self.store.tasks_of_job(job.job_id)
+                            if t.state == "RUNNING" and t.updated_ms < now - limit_s * 1000)
+        for tasks, reason, why in ((late, LAUNCH_TIMEOUT, f"not running {self.settings.launch_timeout_s:g}s after "
+                                    "its launch"), (over, DEADLINE_EXCEEDED, "ran longer than its job's "
+                                                   "sla.maxRunningTime")):
+            for t in tasks:
+                t.state, t.reason, t.message, t.updated_ms = "KILLING", reason, f"deadline exceeded: {why}", now
+                self._send_kill({"kill_id": uuid.uuid4().hex, "task_id": t.task_id, "job_id": t.job_id,
+                                 "instance": t.instance, "run_id": t.run_id, "reason": reason,
+                                 "message": t.message, "timestamp_ms": now})
+            if tasks:
+                self.store.save_tasks(tasks)
+                self.store.record_task_events([(t.task_id, t.job_id, t.instance, t.run_id, "KILLING", reason, None,
+                                                now, t.host_id, t.message) for t in tasks])
+                log.warning("%d runs killed: %s", len(tasks), why)
+
+    def _release_throttled(self, job: JobRow, now: int, out: list) -> None:
+        """sla.maximumRunningInstances: tasks wait INITIALIZED until fewer than the maximum are
+        scheduled (not ended), then go PENDING in instance order."""
+        maximum = self._sla(job)[0]
+        if maximum <= 0:
+            return
+        tasks = self.store.tasks_of_job(job.job_id)
+        waiting = [t for t in tasks if t.state == "INITIALIZED"]
+        live = sum(1 for t in tasks if t.state not in TASK_TERMINAL and t.state != "INITIALIZED")
+        go = waiting[:max(0, maximum - live)]
+        if not go:
+            return
+        for t in go:
+            t.state, t.updated_ms = "PENDING", now
+        self.store.save_tasks(go)
+        out.extend(("task-demand", job.pool, "peloton.GangDemand", g) for g in gang_records(job, go, now))
 
     def host_capacities(self) -> list[Resources]:
         self.hosts.poll()
@@ -134,8 +214,8 @@ class AdmitStage(Stage):
             by_job.setdefault(t.job_id, []).append(t)
         for job in jobs:
             if job.job_id in created:
-                out.extend(("task-demand", job.pool, "peloton.GangDemand", g)
-                           for g in gang_records(job, by_job[job.job_id], now))
+                ready = [t for t in by_job[job.job_id] if t.state == "PENDING"]  # not those throttled
+                out.extend(("task-demand", job.pool, "peloton.GangDemand", g) for g in gang_records(job, ready, now))
         # A repeated create (a redelivery after a crash, or a producer retry) must not lose demand
         # that was stored but never sent: send whatever is still PENDING again; entitle dedupes.
         if repeats:
@@ -258,7 +338,8 @@ class AdmitStage(Stage):
         job.config_text, job.config_version, job.instance_count = cmd["config"], job.config_version + 1, new.instance_count
         if added:
             self.store.save_tasks(added)
-            out.extend(("task-demand", job.pool, "peloton.GangDemand", g) for g in gang_records(job, added, now))
+            ready = [t for t in added if t.state == "PENDING"]
+            out.extend(("task-demand", job.pool, "peloton.GangDemand", g) for g in gang_records(job, ready, now))
         targets = [t.instance for t in to_restart(tasks, changed)] if changed else []
         self._roll_out(job, first_batch(UPDATED, targets, batch_size or cmd["batch_size"]), tasks, who, now)
         log.info("job %s: config version %d, %d new instances, %d to replace", job.job_id, job.config_version,
@@ -393,6 +474,8 @@ class AdmitStage(Stage):
             job = jobs[job_id]
             if job.rollout and job.state not in JOB_TERMINAL:
                 self._advance_rollout(job, now)
+            if counts[job_id].get("INITIALIZED"):
+                self._release_throttled(job, now, out)
         by_job: dict[str, list[TaskRow]] = {}
         for task in reruns:
             by_job.setdefault(task.job_id, []).append(task)

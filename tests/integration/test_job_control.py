@@ -166,3 +166,54 @@ def test_update_starts_new_instances_and_restart_replaces_runs_in_batches(pipeli
     assert killing[2][0] >= running_again[1], "the second batch went before the first was running again"
     assert p.store.get_job(job).rollout is None
     assert pelotonctl(p, "job", "stop", job, "--wait").returncode == 0
+
+
+def test_a_run_beyond_max_running_time_is_killed_and_fails_and_the_maximum_running_holds(pipeline_factory) -> None:
+    p = pipeline_factory(hosts="local:2:cpu=4,mem_mb=4096,disk_mb=10000", deadline_check_s=0.5)
+    p.start_all()
+    text = LONG.format(name="timed", count=4, team="a").replace(
+        "sla: {preemptible: true}", "sla: {preemptible: true, maxRunningTime: 2, maximumRunningInstances: 2}")
+    job = p.submit(text)
+    wait_for("2 tasks running, 2 held back", lambda: counts(p, job) == {"RUNNING": 2, "INITIALIZED": 2}, 60, p)
+    assert p.wait_job(job, timeout=60) == "FAILED"
+    tasks = p.store.tasks_of_job(job)
+    assert {t.state for t in tasks} == {"FAILED"} and {t.reason for t in tasks} == {"DEADLINE_EXCEEDED"}
+    starts = sorted(e["timestamp_ms"] for e in p.store.task_events(job) if e["state"] == "RUNNING")
+    ends = sorted(e["timestamp_ms"] for e in p.store.task_events(job) if e["state"] == "FAILED")
+    assert starts[2] >= ends[0], "a third task ran while two were still running"
+    wait_for("no process of the job left", lambda: not processes_of(job), 10, p)
+
+
+FAILING4 = """
+name: failing
+instancecount: 1
+defaultconfig:
+  resource: {cpulimit: 0.1, memlimitmb: 8, disklimitmb: 1}
+  restartpolicy: {maxfailures: 4}
+  command: {shell: true, value: 'exit 5'}
+"""
+
+
+def test_a_failing_job_ends_failed_after_exactly_4_runs_and_a_repeated_status_changes_nothing(pipeline_factory) -> None:
+    from peloton.admin import emitter
+    from peloton.model.events import task_status
+
+    p = pipeline_factory(hosts="local:1:cpu=2,mem_mb=1024,disk_mb=1000")
+    p.start_all()
+    job = p.submit(FAILING4)
+    assert p.wait_job(job) == "FAILED"
+    assert p.store.launch_counts(job) == {0: 4}
+    history = json.loads(pelotonctl(p, "task", "events", job, "0", "--json").stdout)
+    assert [e["run_id"] for e in history if e["state"] == "FAILED"] == [1, 2, 3, 4]
+    assert all(e["exit_code"] == 5 for e in history if e["state"] == "FAILED")
+    # The last run's end, delivered again (a producer retry): nothing moves.
+    before = (p.store.tasks_of_job(job), p.store.get_job(job).state, len(p.store.task_events(job)))
+    out = emitter(p.settings)
+    for _ in range(2):
+        out.emit("task-status", job, "peloton.TaskStatus",
+                 task_status(job, 0, 4, f"{job}-0-4", "local-0", "TASK_FAILED", "", "again", 5))
+        out.emit("task-status", job, "peloton.TaskStatus",
+                 task_status(job, 0, 2, f"{job}-0-2", "local-0", "TASK_FAILED", "", "an old run", 5))
+    out.flush(10)
+    time.sleep(3)
+    assert (p.store.tasks_of_job(job), p.store.get_job(job).state, len(p.store.task_events(job))) == before

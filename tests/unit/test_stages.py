@@ -486,3 +486,34 @@ def test_an_update_grows_the_job_and_rolls_a_changed_config_out(admit, store) ->
     stage.handle([update(changed + "changelog: {version: 2}\n")])  # a stale version
     [(_, _, _, letter)] = out.take("dead-letters")
     assert "changelog.version: 2 is not the job's current version 3" in letter["reason"]
+
+
+def test_maximum_running_instances_hold_the_rest_until_others_end(admit, store) -> None:
+    stage, out = admit
+    throttled = JOB.format(name="th", count=4, gang=0, cpu=1).replace("sla: {", "sla: {maximumRunningInstances: 2, ")
+    stage.on_assign([("task-status", p) for p in range(4)])
+    stage.handle([command("th", throttled)])
+    sent = [t["task_id"] for _, _, s, v in out.take("task-demand") if s == "peloton.GangDemand" for t in v["tasks"]]
+    assert sent == ["th-0-1", "th-1-1"]
+    assert [t.state for t in store.tasks_of_job("th")] == ["PENDING", "PENDING", "INITIALIZED", "INITIALIZED"]
+    stage.handle([status_record("th-0-1", "TASK_RUNNING"), status_record("th-0-1", "TASK_FINISHED")])
+    sent = [t["task_id"] for _, _, s, v in out.take("task-demand") if s == "peloton.GangDemand" for t in v["tasks"]]
+    assert sent == ["th-2-1"]
+
+
+def test_runs_past_their_deadlines_are_killed_and_end_as_the_rule_says(admit, store) -> None:
+    stage, out = admit
+    stage.on_assign([("task-status", p) for p in range(4)])
+    timed = JOB.format(name="dl", count=2, gang=0, cpu=1).replace("sla: {", "sla: {maxRunningTime: 1, ")
+    stage.handle([command("dl", timed)])
+    stage.handle([status_record("dl-0-1", "TASK_RUNNING"), status_record("dl-1-1", "TASK_STAGING")])
+    out.take()
+    stage.settings = Settings(launch_timeout_s=0.5)
+    time.sleep(1.1)
+    stage.tick(time.monotonic())
+    assert killed_instances(out) == ["dl-0-1", "dl-1-1"]
+    stage.handle([status_record("dl-0-1", "TASK_KILLED", "DEADLINE_EXCEEDED"),
+                  status_record("dl-1-1", "TASK_KILLED", "LAUNCH_TIMEOUT")])
+    tasks = {t.instance: t for t in store.tasks_of_job("dl")}
+    assert (tasks[0].state, tasks[0].run_id) == ("FAILED", 1)  # over its own limit: it failed
+    assert (tasks[1].state, tasks[1].run_id) == ("PENDING", 2)  # never started: run again
