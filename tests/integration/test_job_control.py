@@ -217,3 +217,46 @@ def test_a_failing_job_ends_failed_after_exactly_4_runs_and_a_repeated_status_ch
     out.flush(10)
     time.sleep(3)
     assert (p.store.tasks_of_job(job), p.store.get_job(job).state, len(p.store.task_events(job))) == before
+
+
+CONTROLLED = """
+name: {name}
+instancecount: 2
+sla: {{preemptible: true}}
+defaultconfig:
+  resource: {{cpulimit: 1, memlimitmb: 8, disklimitmb: 1}}
+  command: {{shell: true, value: 'exit 1'}}
+instanceconfig:
+  0:
+    controller: true
+    command: {{shell: true, value: 'sleep 6; exit 0'}}
+"""
+
+CONTROLLER_POOL = """
+resources:
+- {kind: cpu, reservation: 10, limit: 10, share: 1}
+- {kind: memory, reservation: 4096, limit: 4096, share: 1}
+- {kind: disk, reservation: 1000, limit: 1000, share: 1}
+controllerlimit: {maxpercent: 10}
+"""
+
+
+def test_a_controller_decides_its_job_and_a_second_waits_for_the_controller_limit(pipeline_factory) -> None:
+    from peloton.admin import create_pool
+
+    p = pipeline_factory(hosts="local:2:cpu=4,mem_mb=4096,disk_mb=10000")
+    create_pool(p.settings, p.store, "/ctl", CONTROLLER_POOL)
+    p.start_all()
+    first = p.submit(CONTROLLED.format(name="first"), pool="/ctl")
+    wait_for("the first controller running",
+             lambda: any(t.instance == 0 and t.state == "RUNNING" for t in p.store.tasks_of_job(first)), 60, p)
+    second = p.submit(CONTROLLED.format(name="second"), pool="/ctl")
+    time.sleep(1.5)
+    [controller] = [t for t in p.store.tasks_of_job(second) if t.instance == 0]
+    assert controller.state == "PENDING", "a second controller ran beyond the pool's controller limit (1 cpu)"
+    status = json.loads(pelotonctl(p, "job", "status", second, "--json").stdout)
+    assert any("controller limit" in w["reason"] for w in status.get("waiting", [])), status
+    # The first job's other instance failed, but its controller succeeded: the job SUCCEEDED.
+    assert p.wait_job(first) == "SUCCEEDED"
+    assert {t.instance: t.state for t in p.store.tasks_of_job(first)} == {0: "SUCCEEDED", 1: "FAILED"}
+    assert p.wait_job(second) == "SUCCEEDED"

@@ -517,3 +517,11 @@ def test_runs_past_their_deadlines_are_killed_and_end_as_the_rule_says(admit, st
     tasks = {t.instance: t for t in store.tasks_of_job("dl")}
     assert (tasks[0].state, tasks[0].run_id) == ("FAILED", 1)  # over its own limit: it failed
     assert (tasks[1].state, tasks[1].run_id) == ("PENDING", 2)  # never started: run again
+
+
+def test_a_daemon_job_is_refused_at_create(admit, store) -> None:
+    stage, out = admit
+    stage.handle([command("dm", JOB.format(name="dm", count=1, gang=0, cpu=1) + "type: DAEMON\n")])
+    [(_, _, _, letter)] = out.take("dead-letters")
+    assert "type: DAEMON jobs (one task on every host) are not supported" in letter["reason"]
+    assert store.get_job("dm") is None
