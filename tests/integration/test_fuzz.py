@@ -75,7 +75,7 @@ def hostile_configs(rng: random.Random) -> list[str]:
         job_with(TASK.format(cpu=1, mem=8) + "  constraint:\n    type: 99\n"),
         job_with(TASK.format(cpu=1, mem=8) + "  constraint: " + "{type: 2, andconstraint: {constraints: [" * 40 + "]}}" * 40 + "\n"),
         job_with(TASK.format(cpu=1, mem=8) + "  ports: [{name: p, value: 99999}]\n"),
-        job_with(TASK.format(cpu=1, mem=8) + "  restartpolicy: {maxfailures: 1000}\n"),
+        job_with(TASK.format(cpu=1, mem=8) + "  restartpolicy: {maxfailures: -1}\n"),
         job_with(TASK.format(cpu=1, mem=8) + "  killgraceperiodseconds: 99999999999\n"),
         # four tasks in one gang whose records add up past the broker's message limit
         job_with("  resource: {cpulimit: 0.1, memlimitmb: 1}\n  command: {shell: true, value: '"

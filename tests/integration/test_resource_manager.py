@@ -123,9 +123,9 @@ def test_a_killed_entitle_instance_leaves_no_allocation_charged_twice_or_forgott
     for path, j in zip(pools, jobs):
         spans = launch_span(p, j)
         assert max_overlap(spans) <= 4, f"{path} ran {max_overlap(spans)} tasks at once on a 4-cpu pool"
-    # ... and nothing left held once every run ended (a charge counted twice would stay).
-    assert p.store.allocations() == []
-    assert p.store.queued_gangs() == []
+    # ... and nothing left held once every run's release is in (a charge counted twice would stay).
+    wait_for("every allocation released and no gang queued",
+             lambda: p.store.allocations() == [] and p.store.queued_gangs() == [], 15, p)
 
 
 def launch_span(p, job_id: str) -> list[tuple[int, int]]:
