@@ -261,6 +261,11 @@ class Stage:
         """The broker lost every message and offset (it restarted empty): send again, from the
         store, what downstream stages may never have read. Called after partitions are assigned."""
 
+    def views(self) -> list:
+        """The compacted-topic views this stage reads: read again from the start when the broker
+        lost its log (their topics start again at offset 0, below where the views stood)."""
+        return []
+
     def refuse(self, record: Record, tasks: list[dict], reason: str) -> None:
         """Give up on a record that carries tasks: a dead letter for operators and a TASK_ERROR per
         task, so the job manager fails those runs with the reason instead of leaving them waiting."""
@@ -388,6 +393,8 @@ class StageRuntime:
             log.warning("%s: every offset this instance committed is gone: the broker lost its log "
                         "(restarted empty?); sending again from the store what may be lost", self.instance_id)
             self.recoveries += 1
+            for view in self.stage.views():
+                view.rewind()
             self._until_done(self.stage.recover, "recovering after the broker lost its log")
 
     def _offsets_wiped(self) -> bool:
@@ -673,6 +680,12 @@ class CompactedView:
             if time.monotonic() >= deadline:
                 return False
 
+    def rewind(self) -> None:
+        """Read the topic again from its start, keeping the values read so far (a broker that
+        restarted empty serves a new log from 0: a reader past its end would wait there for ever;
+        the writers publish every key again, so stale values are replaced)."""
+        self.consumer.assign([TopicPartition(self.spec.name, p, OFFSET_BEGINNING) for p in range(self.spec.partitions)])
+
     def close(self) -> None:
         self.consumer.close()
 
@@ -696,6 +709,9 @@ class StaticView:
 
     def catch_up(self, timeout: float = 5.0) -> bool:
         return True
+
+    def rewind(self) -> None:
+        pass
 
     def close(self) -> None:
         pass

@@ -501,6 +501,9 @@ class AdmitStage(Stage):
                 self.emit.emit("task-demand", jobs[job_id].pool, "peloton.GangDemand", g)
         log.info("recovery: %d pending tasks of %d jobs sent again", len(pending), len(by_job))
 
+    def views(self) -> list:
+        return [self.hosts]
+
     def close(self) -> None:
         self.hosts.close()
 

@@ -423,6 +423,9 @@ class EntitleStage(Stage):
             })
         self._changed_pools -= pools
 
+    def views(self) -> list:
+        return [self.usage_view, self.hosts]
+
     def close(self) -> None:
         for view in (self.usage_view, self.hosts):
             if view is not None:

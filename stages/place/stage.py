@@ -160,6 +160,9 @@ class PlaceStage(Stage):
         self.placed_gangs += 1
         return True
 
+    def views(self) -> list:
+        return [self.host_state]
+
     def close(self) -> None:
         log.info("placed %d gangs; %d tries found no host; %d gangs sent back to their pools",
                  self.placed_gangs, self.failed_attempts, self.cycles_given_up)
