@@ -104,6 +104,18 @@ class Pipeline:
         raise AssertionError(f"job {job_id} is {job.state if job else 'not stored'} after {timeout}s; "
                              f"tasks {self.store.task_state_counts([job_id])}; logs in {self.home}")
 
+    def counts(self, job_id: str) -> dict[str, int]:
+        """The job's tasks by state."""
+        return self.store.task_state_counts([job_id])[job_id]
+
+    def wait_for(self, what: str, check, timeout: float) -> None:
+        """Poll `check` until it holds; fail naming `what` and where the logs are."""
+        deadline = time.monotonic() + timeout
+        while not check():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{what} within {timeout}s; logs in {self.home}")
+            time.sleep(0.2)
+
     def read_topic(self, topic: str, expect: int, timeout: float = 20) -> list[dict]:
         """Decoded values of a topic, waiting until at least `expect` arrived."""
         spec = Catalogue(self.settings.topic_prefix)[topic]

@@ -26,36 +26,26 @@ defaultconfig:
 """
 
 
-def counts(p, job_id: str) -> dict[str, int]:
-    return p.store.task_state_counts([job_id])[job_id]
-
-
-def wait_for(what: str, check, timeout: float, p) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} within {timeout}s; logs in {p.home}")
-        time.sleep(0.2)
 
 
 def test_a_stopped_100_instance_job_ends_killed_with_no_process_left(pipeline_factory) -> None:
     p = pipeline_factory(hosts="local:4:cpu=4,mem_mb=4096,disk_mb=10000")
     p.start_all()
     job = p.submit(LONG.format(name="big", count=100, team="a"))
-    wait_for("100 tasks running", lambda: counts(p, job).get("RUNNING", 0) == 100, 120, p)
+    p.wait_for("100 tasks running", lambda: p.counts(job).get("RUNNING", 0) == 100, 120)
     assert len(processes_of(job)) >= 100
     stopped = pelotonctl(p, "job", "stop", job, "--wait", "--json")
     assert stopped.returncode == 0, stopped.stderr
     assert len(json.loads(stopped.stdout)["instances"]) == 100
-    wait_for("the job KILLED", lambda: p.store.get_job(job).state == "KILLED", 30, p)
-    assert counts(p, job) == {"KILLED": 100}
-    wait_for("no process of the job left", lambda: not processes_of(job), 10, p)
+    p.wait_for("the job KILLED", lambda: p.store.get_job(job).state == "KILLED", 30)
+    assert p.counts(job) == {"KILLED": 100}
+    p.wait_for("no process of the job left", lambda: not processes_of(job), 10)
     events = json.loads(pelotonctl(p, "task", "events", job, "7", "--json").stdout)
     assert [e["state"] for e in events][-2:] == ["KILLING", "KILLED"]
     assert events[-1]["reason"] == "STOPPED" and events[-1]["host_id"]
     # the pool holds nothing for it any more
-    wait_for("its allocation released", lambda: not [a for a in p.store.allocations() if a.task_id.startswith(job)],
-             10, p)
+    p.wait_for("its allocation released", lambda: not [a for a in p.store.allocations() if a.task_id.startswith(job)],
+               10)
 
 
 def test_stop_and_start_instance_ranges_then_delete_and_query(pipeline_factory) -> None:
@@ -63,7 +53,7 @@ def test_stop_and_start_instance_ranges_then_delete_and_query(pipeline_factory) 
     p.start_all()
     job = p.submit(LONG.format(name="ranges", count=4, team="blue"))
     other = p.submit(LONG.format(name="other", count=1, team="red"))
-    wait_for("4 tasks running", lambda: counts(p, job).get("RUNNING", 0) == 4, 60, p)
+    p.wait_for("4 tasks running", lambda: p.counts(job).get("RUNNING", 0) == 4, 60)
 
     assert pelotonctl(p, "job", "stop", job, "--instances", "0-1", "--wait").returncode == 0
     tasks = {t.instance: t for t in p.store.tasks_of_job(job)}
@@ -72,9 +62,9 @@ def test_stop_and_start_instance_ranges_then_delete_and_query(pipeline_factory) 
     assert bad.returncode == 2 and "the job has instances 0-3" in bad.stderr, bad.stderr
 
     assert pelotonctl(p, "job", "start", job, "--instances", "0-1").returncode == 0
-    wait_for("the stopped instances running again as new runs",
-             lambda: all(t.state == "RUNNING" and t.run_id == 2 for t in p.store.tasks_of_job(job) if t.instance < 2),
-             60, p)
+    p.wait_for("the stopped instances running again as new runs",
+               lambda: all(t.state == "RUNNING" and t.run_id == 2 for t in p.store.tasks_of_job(job) if t.instance < 2),
+               60)
     assert p.store.get_job(job).state == "RUNNING"
 
     running = pelotonctl(p, "job", "delete", job)
@@ -87,11 +77,11 @@ def test_stop_and_start_instance_ranges_then_delete_and_query(pipeline_factory) 
     assert sorted(j["job_id"] for j in by_state) == sorted([job, other])
 
     assert pelotonctl(p, "job", "stop", job, "--wait").returncode == 0
-    wait_for("the job KILLED", lambda: p.store.get_job(job).state == "KILLED", 30, p)
+    p.wait_for("the job KILLED", lambda: p.store.get_job(job).state == "KILLED", 30)
     assert json.loads(pelotonctl(p, "job", "query", "--state", "KILLED", "--json").stdout)[0]["job_id"] == job
     deleted = pelotonctl(p, "job", "delete", job)
     assert deleted.returncode == 0, deleted.stderr
-    wait_for("the job gone", lambda: p.store.get_job(job) is None, 30, p)
+    p.wait_for("the job gone", lambda: p.store.get_job(job) is None, 30)
     assert p.store.task_events(job) == []
     assert pelotonctl(p, "job", "stop", other, "--wait").returncode == 0
 
@@ -102,13 +92,13 @@ def test_a_stop_survives_the_admit_instance_killed_while_handling_it(pipeline_fa
         p.start(stage, wait=False)
     admit = p.start("admit", "admit-a")
     job = p.submit(LONG.format(name="survivor", count=6, team="a"))
-    wait_for("6 tasks running", lambda: counts(p, job).get("RUNNING", 0) == 6, 60, p)
+    p.wait_for("6 tasks running", lambda: p.counts(job).get("RUNNING", 0) == 6, 60)
     assert pelotonctl(p, "job", "stop", job).returncode == 0
     admit.send_signal(signal.SIGKILL)  # at once: it may or may not have read the command
     admit.wait()
     p.start("admit", "admit-b")
-    wait_for("the job KILLED after the takeover", lambda: p.store.get_job(job).state == "KILLED", 60, p)
-    wait_for("no process of the job left", lambda: not processes_of(job), 10, p)
+    p.wait_for("the job KILLED after the takeover", lambda: p.store.get_job(job).state == "KILLED", 60)
+    p.wait_for("no process of the job left", lambda: not processes_of(job), 10)
 
 
 SERVICE = """
@@ -126,8 +116,8 @@ def test_a_service_task_that_exits_runs_again_after_its_backoff_until_stopped(pi
     p = pipeline_factory(hosts="local:1:cpu=2,mem_mb=1024,disk_mb=1000", service_backoff_base_s=1.0)
     p.start_all()
     job = p.submit(SERVICE)
-    wait_for("a third run launched", lambda: any(e["run_id"] == 3 and e["state"] == "LAUNCHED"
-                                                 for e in p.store.task_events(job)), 60, p)
+    p.wait_for("a third run launched", lambda: any(e["run_id"] == 3 and e["state"] == "LAUNCHED"
+                                                   for e in p.store.task_events(job)), 60)
     events = p.store.task_events(job)
     ended = {e["run_id"]: e["timestamp_ms"] for e in events if e["state"] == "FAILED"}
     started = {e["run_id"]: e["timestamp_ms"] for e in events if e["state"] == "LAUNCHED"}
@@ -137,7 +127,7 @@ def test_a_service_task_that_exits_runs_again_after_its_backoff_until_stopped(pi
     logs = pelotonctl(p, "task", "logs", job, "0", "--run", "1")
     assert logs.returncode == 0 and f"run of {job}-0-1" in logs.stdout, logs.stderr
     assert pelotonctl(p, "job", "stop", job, "--wait").returncode == 0
-    wait_for("the service KILLED", lambda: p.store.get_job(job).state == "KILLED", 30, p)
+    p.wait_for("the service KILLED", lambda: p.store.get_job(job).state == "KILLED", 30)
 
 
 def test_update_starts_new_instances_and_restart_replaces_runs_in_batches(pipeline_factory, tmp_path) -> None:
@@ -145,19 +135,19 @@ def test_update_starts_new_instances_and_restart_replaces_runs_in_batches(pipeli
     p.start_all()
     text = LONG.format(name="grow", count=3, team="a")
     job = p.submit(text)
-    wait_for("3 tasks running", lambda: counts(p, job).get("RUNNING", 0) == 3, 60, p)
+    p.wait_for("3 tasks running", lambda: p.counts(job).get("RUNNING", 0) == 3, 60)
     grown = tmp_path / "grown.yaml"
     grown.write_text(text.replace("instancecount: 3", "instancecount: 4") + "changelog: {version: 1}\n")
     updated = pelotonctl(p, "job", "update", job, str(grown))
     assert updated.returncode == 0, updated.stderr
-    wait_for("the fourth instance running", lambda: counts(p, job).get("RUNNING", 0) == 4, 60, p)
+    p.wait_for("the fourth instance running", lambda: p.counts(job).get("RUNNING", 0) == 4, 60)
     assert {t.instance: t.run_id for t in p.store.tasks_of_job(job)} == {0: 1, 1: 1, 2: 1, 3: 1}
     stale = pelotonctl(p, "job", "update", job, str(grown))
     assert stale.returncode == 2 and "is not the job's current version 2" in stale.stderr, stale.stderr
 
     assert pelotonctl(p, "job", "restart", job, "--batch-size", "2").returncode == 0
-    wait_for("every instance on its second run, running",
-             lambda: all(t.run_id == 2 and t.state == "RUNNING" for t in p.store.tasks_of_job(job)), 90, p)
+    p.wait_for("every instance on its second run, running",
+               lambda: all(t.run_id == 2 and t.state == "RUNNING" for t in p.store.tasks_of_job(job)), 90)
     # Never more than 2 replaced at once: the second batch was killed after the first ran again.
     events = p.store.task_events(job)
     killing = sorted((e["timestamp_ms"], e["instance"]) for e in events if e["state"] == "KILLING")
@@ -174,14 +164,14 @@ def test_a_run_beyond_max_running_time_is_killed_and_fails_and_the_maximum_runni
     text = LONG.format(name="timed", count=4, team="a").replace(
         "sla: {preemptible: true}", "sla: {preemptible: true, maxRunningTime: 2, maximumRunningInstances: 2}")
     job = p.submit(text)
-    wait_for("2 tasks running, 2 held back", lambda: counts(p, job) == {"RUNNING": 2, "INITIALIZED": 2}, 60, p)
+    p.wait_for("2 tasks running, 2 held back", lambda: p.counts(job) == {"RUNNING": 2, "INITIALIZED": 2}, 60)
     assert p.wait_job(job, timeout=60) == "FAILED"
     tasks = p.store.tasks_of_job(job)
     assert {t.state for t in tasks} == {"FAILED"} and {t.reason for t in tasks} == {"DEADLINE_EXCEEDED"}
     starts = sorted(e["timestamp_ms"] for e in p.store.task_events(job) if e["state"] == "RUNNING")
     ends = sorted(e["timestamp_ms"] for e in p.store.task_events(job) if e["state"] == "FAILED")
     assert starts[2] >= ends[0], "a third task ran while two were still running"
-    wait_for("no process of the job left", lambda: not processes_of(job), 10, p)
+    p.wait_for("no process of the job left", lambda: not processes_of(job), 10)
 
 
 FAILING4 = """
@@ -248,8 +238,8 @@ def test_a_controller_decides_its_job_and_a_second_waits_for_the_controller_limi
     create_pool(p.settings, p.store, "/ctl", CONTROLLER_POOL)
     p.start_all()
     first = p.submit(CONTROLLED.format(name="first"), pool="/ctl")
-    wait_for("the first controller running",
-             lambda: any(t.instance == 0 and t.state == "RUNNING" for t in p.store.tasks_of_job(first)), 60, p)
+    p.wait_for("the first controller running",
+               lambda: any(t.instance == 0 and t.state == "RUNNING" for t in p.store.tasks_of_job(first)), 60)
     second = p.submit(CONTROLLED.format(name="second"), pool="/ctl")
     time.sleep(1.5)
     [controller] = [t for t in p.store.tasks_of_job(second) if t.instance == 0]

@@ -34,16 +34,6 @@ defaultconfig:
 """
 
 
-def counts(p, job_id: str) -> dict[str, int]:
-    return p.store.task_state_counts([job_id])[job_id]
-
-
-def wait_for(what: str, check, timeout: float, p) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} within {timeout}s; logs in {p.home}")
-        time.sleep(0.2)
 
 
 # Fast periods, so that preemption shows within seconds: over entitlement for 2 periods of 1 s.
@@ -58,14 +48,14 @@ def test_an_idle_pools_share_is_lent_and_taken_back_by_preemption(pipeline_facto
     create_pool(p.settings, p.store, "/second", pool(6, 12))
     p.start_all()
     first = p.submit(job("first", 12, preemptible=True), pool="/first")
-    wait_for("all 12 tasks of the first pool running while the second is idle",
-             lambda: counts(p, first).get("RUNNING", 0) == 12, 60, p)
+    p.wait_for("all 12 tasks of the first pool running while the second is idle",
+               lambda: p.counts(first).get("RUNNING", 0) == 12, 60)
 
     second = p.submit(job("second", 12, preemptible=True), pool="/second")
-    wait_for("6 tasks of the second pool running",
-             lambda: counts(p, second).get("RUNNING", 0) == 6 and counts(p, first).get("RUNNING", 0) == 6, 90, p)
+    p.wait_for("6 tasks of the second pool running",
+               lambda: p.counts(second).get("RUNNING", 0) == 6 and p.counts(first).get("RUNNING", 0) == 6, 90)
     time.sleep(3)  # and it stays so: neither pool takes more than its entitlement back
-    assert counts(p, first).get("RUNNING", 0) == 6 and counts(p, second).get("RUNNING", 0) == 6
+    assert p.counts(first).get("RUNNING", 0) == 6 and p.counts(second).get("RUNNING", 0) == 6
 
     # Six runs of the first job were preempted: killed with the reason, and run again (pending).
     preempted = [t for t in p.store.tasks_of_job(first) if t.run_id == 2]
@@ -84,12 +74,12 @@ def test_a_non_preemptible_job_stays_within_the_reservation_while_a_preemptible_
     create_pool(p.settings, p.store, "/idle", pool(4, 12))
     p.start_all()
     steady = p.submit(job("steady", 6, preemptible=False), pool="/batch")
-    wait_for("4 non-preemptible tasks running", lambda: counts(p, steady).get("RUNNING", 0) == 4, 60, p)
+    p.wait_for("4 non-preemptible tasks running", lambda: p.counts(steady).get("RUNNING", 0) == 4, 60)
     borrower = p.submit(job("borrower", 4, preemptible=True), pool="/batch")
-    wait_for("the preemptible job running on borrowed capacity",
-             lambda: counts(p, borrower).get("RUNNING", 0) == 4, 60, p)
+    p.wait_for("the preemptible job running on borrowed capacity",
+               lambda: p.counts(borrower).get("RUNNING", 0) == 4, 60)
     time.sleep(2)
-    assert counts(p, steady) == {"RUNNING": 4, "PENDING": 2}, "non-preemptible tasks beyond the reservation ran"
+    assert p.counts(steady) == {"RUNNING": 4, "PENDING": 2}, "non-preemptible tasks beyond the reservation ran"
     # Why the two wait is published with the pool's entitlement.
     waiting = [w for e in p.read_topic("entitlements", expect=1) if e["pool"] == "/batch" for w in e["waiting"]]
     assert any("reservation" in w["reason"] and w["job_id"] == steady for w in waiting), waiting
@@ -112,7 +102,7 @@ def test_a_killed_entitle_instance_leaves_no_allocation_charged_twice_or_forgott
     out = emitter(p.settings)
     jobs = [submit_job(p.settings, p.store, path, job(f"j{i}", 40, preemptible=True), out=out)
             for i, path in enumerate(pools)]
-    wait_for("some progress", lambda: sum(counts(p, j).get("SUCCEEDED", 0) for j in jobs) >= 20, 60, p)
+    p.wait_for("some progress", lambda: sum(p.counts(j).get("SUCCEEDED", 0) for j in jobs) >= 20, 60)
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     for j in jobs:
@@ -124,8 +114,8 @@ def test_a_killed_entitle_instance_leaves_no_allocation_charged_twice_or_forgott
         spans = launch_span(p, j)
         assert max_overlap(spans) <= 4, f"{path} ran {max_overlap(spans)} tasks at once on a 4-cpu pool"
     # ... and nothing left held once every run's release is in (a charge counted twice would stay).
-    wait_for("every allocation released and no gang queued",
-             lambda: p.store.allocations() == [] and p.store.queued_gangs() == [], 15, p)
+    p.wait_for("every allocation released and no gang queued",
+               lambda: p.store.allocations() == [] and p.store.queued_gangs() == [], 15)
 
 
 def launch_span(p, job_id: str) -> list[tuple[int, int]]:
