@@ -116,7 +116,10 @@ class AdmitStage(Stage):
         late = [t for t in self.store.tasks_in_states(
             ["LAUNCHED", "STARTING"], now - int(self.settings.launch_timeout_s * 1000)) if self._mine(t.job_id)]
         over = []
-        for job in self.store.active_jobs():
+        active = self.store.active_jobs()
+        live = {job.job_id for job in active}
+        self._slas = {j: v for j, v in self._slas.items() if j in live}  # forget jobs that ended
+        for job in active:
             limit_s = self._sla(job)[1] if self._mine(job.job_id) else 0
             if limit_s > 0:
                 over.extend(t for t in self.store.tasks_of_job(job.job_id)
