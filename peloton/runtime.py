@@ -141,6 +141,12 @@ class Emitter:
         if not self.holding:
             self.send()
 
+    def emit_to_every_partition(self, topic: str, key: str, schema: str, value: dict) -> None:
+        """The same record on every partition of the topic, for whichever reader owns each (a
+        kill for a run whose host shard the sender does not know)."""
+        for partition in range(self.catalogue[topic].partitions):
+            self.emit(topic, key, schema, value, partition=partition)
+
     def discard(self) -> int:
         """Drop what was emitted since the last send(): the handler that emitted it failed."""
         n, self._kept = len(self._kept), []

@@ -22,6 +22,15 @@ def task_status(job_id: str, instance: int, run_id: int, task_id: str, host_id: 
     }
 
 
+def task_kill(job_id: str, instance: int, run_id: int, task_id: str, reason: str, message: str,
+              timestamp_ms: int | None = None) -> dict:
+    """A TaskKill record (schemas/avro/TaskKill.avsc): stop this run wherever it is."""
+    return {
+        "kill_id": uuid.uuid4().hex, "task_id": task_id, "job_id": job_id, "instance": instance, "run_id": run_id,
+        "reason": reason, "message": message, "timestamp_ms": timestamp_ms or int(time.time() * 1000),
+    }
+
+
 def task_errors(tasks: list[dict], message: str) -> list[dict]:
     """TASK_ERROR statuses for the tasks (TaskLaunchSpec records) of a gang a stage refused: the job
     manager ends those runs FAILED with the reason, so the job does not wait for ever."""

@@ -173,10 +173,19 @@ def parse_pool_config(text: str, path: str, limits: YamlLimits = YamlLimits()) -
     }
 
 
+def pool_resources(config: dict, key: str) -> Resources:
+    """One figure of a pool's config per kind ("reservation" or "limit") as Resources."""
+    return Resources(**{KIND_FIELDS[r["kind"]]: r[key] for r in config["resources"]})
+
+
 def pool_limit(config: dict) -> Resources:
     """The most a pool may hold: its limit per kind."""
-    values = {KIND_FIELDS[r["kind"]]: r["limit"] for r in config["resources"]}
-    return Resources(**values)
+    return pool_resources(config, "limit")
+
+
+def controller_limit(config: dict) -> Resources:
+    """What a pool's controller tasks may hold together: controllerLimit% of its reservation."""
+    return pool_resources(config, "reservation").scaled(config.get("controller_limit_pct", 100.0) / 100.0)
 
 
 def leaf_pool_error(pools: dict[str, dict], path: str) -> str | None:

@@ -33,6 +33,10 @@ class Resources:
             _clamped(self.gpu - other.gpu),
         )
 
+    def scaled(self, factor: float) -> Resources:
+        """Every kind times factor (a percentage of a reservation, say)."""
+        return Resources(self.cpu * factor, self.mem_mb * factor, self.disk_mb * factor, self.gpu * factor)
+
     def fits_in(self, other: Resources) -> bool:
         """True when every kind of self is <= other's, within EPS."""
         return (

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from peloton.model.jobconfig import JobSpec, gang_instances
-from peloton.model.pool import KIND_FIELDS, pool_limit
+from peloton.model.pool import controller_limit, pool_limit, pool_resources
 from peloton.model.resources import Resources
 from peloton.serde import SchemaRegistry
 from peloton.store import JobRow, TaskRow
@@ -52,7 +52,7 @@ def fit_problems(spec: JobSpec, pool: str, pool_config: dict, hosts: list[Resour
         problems.append("type: DAEMON jobs (one task on every host) are not supported; run a SERVICE job with a "
                         "host-limit constraint instead")
     limit = pool_limit(pool_config)
-    reservation = Resources(**{KIND_FIELDS[r["kind"]]: r["reservation"] for r in pool_config["resources"]})
+    reservation = pool_resources(pool_config, "reservation")
     for instances in gang_instances(spec):
         need = Resources()
         for i in instances:
@@ -66,14 +66,12 @@ def fit_problems(spec: JobSpec, pool: str, pool_config: dict, hosts: list[Resour
                             f"pool {pool}'s reservation, and non-preemptible tasks run only within it: "
                             f"{_short(need, reservation)} (set sla.preemptible: true to borrow beyond it)")
             break
-    pct = pool_config.get("controller_limit_pct", 100.0) / 100.0
-    controller_limit = Resources(reservation.cpu * pct, reservation.mem_mb * pct, reservation.disk_mb * pct,
-                                 reservation.gpu * pct)
+    controllers = controller_limit(pool_config)
     for task in spec.tasks:
-        if task.controller and not task.resources.fits_in(controller_limit):
+        if task.controller and not task.resources.fits_in(controllers):
             problems.append(f"instance {task.instance} is a controller task and needs more than pool {pool}'s "
-                            f"controller limit ({pct * 100:g}% of its reservation): "
-                            f"{_short(task.resources, controller_limit)}")
+                            f"controller limit ({pool_config.get('controller_limit_pct', 100.0):g}% of its "
+                            f"reservation): {_short(task.resources, controllers)}")
     if hosts:
         seen: set[Resources] = set()
         for task in spec.tasks:

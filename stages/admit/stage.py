@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import uuid
 
+from peloton.model.events import task_kill
 from peloton.model.jobconfig import JobConfigError, parse_job_config
 from peloton.model.pool import leaf_pool_error
 from peloton.model.resources import Resources
@@ -64,7 +65,6 @@ class AdmitStage(Stage):
         super().bind(emitter, settings, catalogue)
         if self.hosts is None:
             self.hosts = CompactedView(settings, "host-state", catalogue)
-        self.kill_partitions = catalogue["placements"].partitions
         self.status_partitions = catalogue["task-status"].partitions
 
     def handle(self, records: list[Record]) -> None:
@@ -127,15 +127,8 @@ class AdmitStage(Stage):
         for tasks, reason, why in ((late, LAUNCH_TIMEOUT, f"not running {self.settings.launch_timeout_s:g}s after "
                                     "its launch"), (over, DEADLINE_EXCEEDED, "ran longer than its job's "
                                                    "sla.maxRunningTime")):
-            for t in tasks:
-                t.state, t.reason, t.message, t.updated_ms = "KILLING", reason, f"deadline exceeded: {why}", now
-                self._send_kill({"kill_id": uuid.uuid4().hex, "task_id": t.task_id, "job_id": t.job_id,
-                                 "instance": t.instance, "run_id": t.run_id, "reason": reason,
-                                 "message": t.message, "timestamp_ms": now})
             if tasks:
-                self.store.save_tasks(tasks)
-                self.store.record_task_events([(t.task_id, t.job_id, t.instance, t.run_id, "KILLING", reason, None,
-                                                now, t.host_id, t.message) for t in tasks])
+                self._kill_tasks(tasks, reason, f"deadline exceeded: {why}", now)
                 log.warning("%d runs killed: %s", len(tasks), why)
 
     def _release_throttled(self, job: JobRow, now: int, out: list) -> None:
@@ -274,16 +267,7 @@ class AdmitStage(Stage):
         TASK_KILLED ends it (and releases its allocation); the job is KILLED when all have ended."""
         victims = to_stop(tasks, instances)
         message = f"stopped by {who}" + (f" (instances {instances[0]}-{instances[-1]})" if instances else "")
-        events = []
-        for t in victims:
-            t.state, t.reason, t.message, t.updated_ms = "KILLING", STOPPED, message, now
-            events.append((t.task_id, t.job_id, t.instance, t.run_id, "KILLING", STOPPED, None, now, t.host_id,
-                           message))
-            kill = {"kill_id": uuid.uuid4().hex, "task_id": t.task_id, "job_id": t.job_id, "instance": t.instance,
-                    "run_id": t.run_id, "reason": STOPPED, "message": message, "timestamp_ms": now}
-            self._send_kill(kill)
-        self.store.save_tasks(victims)
-        self.store.record_task_events(events)
+        self._kill_tasks(victims, STOPPED, message, now)
         if instances is None:
             job.state = "KILLING"
         self._settle(job, now)
@@ -299,14 +283,7 @@ class AdmitStage(Stage):
             batch = [t for t in batch if t.state not in TASK_TERMINAL and t.state != "KILLING"]
             rollout["runs"] = {**rollout.get("runs", {}), **{str(t.instance): t.run_id for t in batch}}
             message = f"replaced by a {'restart' if rollout['reason'] == RESTARTED else 'rollout'} ({who})"
-            for t in batch:
-                t.state, t.reason, t.message, t.updated_ms = "KILLING", RESTARTED, message, now
-                self._send_kill({"kill_id": uuid.uuid4().hex, "task_id": t.task_id, "job_id": t.job_id,
-                                 "instance": t.instance, "run_id": t.run_id, "reason": RESTARTED,
-                                 "message": message, "timestamp_ms": now})
-            self.store.save_tasks(batch)
-            self.store.record_task_events([(t.task_id, t.job_id, t.instance, t.run_id, "KILLING", RESTARTED, None, now,
-                                            t.host_id, message) for t in batch])
+            self._kill_tasks(batch, RESTARTED, message, now)
         job.updated_ms = now
         self.store.update_jobs([job])
 
@@ -361,15 +338,21 @@ class AdmitStage(Stage):
         task = self.store.tasks_by_instance([(job.job_id, 0)]).get((job.job_id, 0))
         return task.state if task is not None and task.spec.get("controller") else None
 
-    def _kill_run(self, ev: dict, reason: str, message: str, now: int) -> None:
-        self._send_kill({"kill_id": uuid.uuid4().hex, "task_id": ev["task_id"], "job_id": ev["job_id"],
-                         "instance": ev["instance"], "run_id": ev["run_id"], "reason": reason, "message": message,
-                         "timestamp_ms": now})
+    def _kill_tasks(self, tasks: list[TaskRow], reason: str, message: str, now: int) -> None:
+        """The tasks' current runs go KILLING with the reason, recorded, and are killed wherever
+        they are: the TASK_KILLED that follows decides what comes next (by the reason)."""
+        for t in tasks:
+            t.state, t.reason, t.message, t.updated_ms = "KILLING", reason, message, now
+            self._send_kill(t.job_id, t.instance, t.run_id, t.task_id, reason, message, now)
+        self.store.save_tasks(tasks)
+        self.store.record_task_events([(t.task_id, t.job_id, t.instance, t.run_id, "KILLING", reason, None, now,
+                                        t.host_id, message) for t in tasks])
 
-    def _send_kill(self, kill: dict) -> None:
+    def _send_kill(self, job_id: str, instance: int, run_id: int, task_id: str, reason: str, message: str,
+                   now: int) -> None:
         """A TaskKill on every host shard's partition: whichever has the run stops it."""
-        for partition in range(self.kill_partitions):
-            self.emit.emit("placements", kill["task_id"], "peloton.TaskKill", kill, partition=partition)
+        self.emit.emit_to_every_partition("placements", task_id, "peloton.TaskKill",
+                                          task_kill(job_id, instance, run_id, task_id, reason, message, now))
 
     def _start(self, job: JobRow, tasks: list[TaskRow], instances: list[int] | None, now: int, out: list) -> None:
         """Stopped (KILLED) tasks run again, each as a new run in a gang of its own."""
@@ -418,13 +401,15 @@ class AdmitStage(Stage):
                 if (task is None and ev["state"] in LIVE and ev["host_id"]
                         and ev["task_id"] == task_id_of(ev["job_id"], ev["instance"], ev["run_id"])):
                     # a run on a host of a task no longer known (its job deleted): stop it
-                    self._kill_run(ev, ORPHAN, f"orphan: {problem}", now)
+                    self._send_kill(ev["job_id"], ev["instance"], ev["run_id"], ev["task_id"], ORPHAN,
+                                    f"orphan: {problem}", now)
                 self.emit.dead_letter(r, problem)
                 continue
             if ev["run_id"] < task.run_id and ev["state"] in LIVE:
                 # An older run still reports itself alive (its host came back): only the current
                 # run may hold the task's place, so the old one is stopped on its host.
-                self._kill_run(ev, ORPHAN, f"orphan: run {ev['run_id']} of a task now at run {task.run_id}", now)
+                self._send_kill(ev["job_id"], ev["instance"], ev["run_id"], ev["task_id"], ORPHAN,
+                                f"orphan: run {ev['run_id']} of a task now at run {task.run_id}", now)
             service = jobs[task.job_id].type == "SERVICE" if task.job_id in jobs else False
             move = task_transition(task.state, task.run_id, ev["run_id"], ev["state"], task.failures, task.max_failures,
                                    ev["reason"], service)

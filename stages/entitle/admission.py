@@ -247,9 +247,7 @@ class _Rooms:
         big = Resources(math.inf, math.inf, math.inf, math.inf)
         reservation = big if ledger.reservation is None else ledger.reservation
         self.non_preemptible = _room(reservation, ledger.non_preemptible.total)
-        pct = ledger.controller_limit_pct / 100.0
-        controller_cap = big if ledger.reservation is None else Resources(
-            reservation.cpu * pct, reservation.mem_mb * pct, reservation.disk_mb * pct, reservation.gpu * pct)
+        controller_cap = big if ledger.reservation is None else reservation.scaled(ledger.controller_limit_pct / 100.0)
         self.controller = _room(controller_cap, ledger.controller.total)
 
     def failed_rule(self, q: QueuedGang) -> str | None:
@@ -351,8 +349,7 @@ def why_waiting(q: QueuedGang, ledger: PoolLedger, now: float, now_ms: int = 0) 
         what = "reservation (non-preemptible gangs run only within it)"
     elif q.side == CONTROLLER:
         pct = ledger.controller_limit_pct
-        r = ledger.reservation or ZERO
-        cap = Resources(r.cpu * pct / 100, r.mem_mb * pct / 100, r.disk_mb * pct / 100, r.gpu * pct / 100)
+        cap = (ledger.reservation or ZERO).scaled(pct / 100)
         used, what = ledger.controller.total, f"controller limit ({pct:g}% of its reservation)"
     else:
         cap = ledger.entitlement if ledger.non_slack_entitlement is None else ledger.non_slack_entitlement

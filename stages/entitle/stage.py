@@ -25,10 +25,10 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-import uuid
 
+from peloton.model.events import task_kill, task_status
 from peloton.model.gang import gang_problem
-from peloton.model.pool import KIND_FIELDS
+from peloton.model.pool import pool_resources
 from peloton.model.resources import ZERO, Resources
 from peloton.runtime import CompactedView, Record, Stage, now_ms
 from peloton.store import Allocation, AllocationStore, QueuedGang
@@ -58,11 +58,6 @@ log = logging.getLogger("peloton.entitle")
 TOPIC = "task-demand"
 WAITING_SHOWN = 20  # gangs per pool whose reason for waiting is published
 PREEMPTED = "PREEMPTED"
-
-
-def pool_vector(config: dict, key: str) -> Resources:
-    """A pool's reservation or limit as Resources."""
-    return Resources(**{KIND_FIELDS[r["kind"]]: r[key] for r in config["resources"]})
 
 
 def split_task_id(task_id: str) -> tuple[str, int, int]:
@@ -97,7 +92,6 @@ class EntitleStage(Stage):
     def bind(self, emitter, settings, catalogue) -> None:
         super().bind(emitter, settings, catalogue)
         self.partitions = catalogue[TOPIC].partitions
-        self.kill_partitions = catalogue["placements"].partitions
         if self.usage_view is None:
             self.usage_view = CompactedView(settings, "entitlements", catalogue)
         if self.hosts is None:
@@ -273,7 +267,7 @@ class EntitleStage(Stage):
         ledger.entitlement = share.entitlement
         ledger.non_slack_entitlement = share.non_slack_entitlement
         ledger.slack_entitlement = share.slack_entitlement
-        ledger.reservation = pool_vector(config, "reservation")
+        ledger.reservation = pool_resources(config, "reservation")
         ledger.controller_limit_pct = config.get("controller_limit_pct", 100.0)
 
     # -- admission ----------------------------------------------------------------------------
@@ -377,14 +371,10 @@ class EntitleStage(Stage):
             ledger.preempting[c.task_id] = c.resources
             job_id, instance, run_id = split_task_id(c.task_id)
             message = f"preempted: {why}"
-            self.emit.emit("task-status", job_id, "peloton.TaskStatus", {
-                "event_id": uuid.uuid4().hex, "task_id": c.task_id, "job_id": job_id, "instance": instance,
-                "run_id": run_id, "host_id": "", "state": "TASK_KILLING", "reason": PREEMPTED, "message": message,
-                "exit_code": None, "signal": None, "timestamp_ms": at})
-            kill = {"kill_id": uuid.uuid4().hex, "task_id": c.task_id, "job_id": job_id, "instance": instance,
-                    "run_id": run_id, "reason": PREEMPTED, "message": message, "timestamp_ms": at}
-            for partition in range(self.kill_partitions):
-                self.emit.emit("placements", c.task_id, "peloton.TaskKill", kill, partition=partition)
+            self.emit.emit("task-status", job_id, "peloton.TaskStatus", task_status(
+                job_id, instance, run_id, c.task_id, "", "TASK_KILLING", PREEMPTED, message, timestamp_ms=at))
+            self.emit.emit_to_every_partition("placements", c.task_id, "peloton.TaskKill", task_kill(
+                job_id, instance, run_id, c.task_id, PREEMPTED, message, at))
         self.preempted_runs += len(victims)
         self._changed_pools.add(pool)
         log.info("pool %s: preempting %d runs (%s)", pool, len(victims), why)
@@ -415,8 +405,8 @@ class EntitleStage(Stage):
                 "slack_allocation": ledger.slack.total.to_record(),
                 "non_slack_entitlement": (ledger.entitlement if non_slack is None else non_slack).to_record(),
                 "slack_entitlement": ledger.slack_entitlement.to_record(),
-                "reservation": (pool_vector(config, "reservation") if config else ZERO).to_record(),
-                "limit": (pool_vector(config, "limit") if config else ZERO).to_record(),
+                "reservation": (pool_resources(config, "reservation") if config else ZERO).to_record(),
+                "limit": (pool_resources(config, "limit") if config else ZERO).to_record(),
                 "preempting": len(ledger.preempting),
                 "computed_ms": now,
                 "waiting": waiting,
