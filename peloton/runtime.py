@@ -223,11 +223,14 @@ class RecordingEmitter(Emitter):
     def flush(self, timeout: float = 30.0) -> None:
         self.send()
 
-    def take(self, topic: str | None = None) -> list[tuple[str, str, str, dict]]:
-        """What was sent (to one topic, if given) since the last take."""
+    def take(self, topic: str | None = None, schema: str | None = None) -> list[tuple[str, str, str, dict]]:
+        """What was sent (to one topic, of one schema, if given) since the last take."""
         self.send()
-        out = [s for s in self.sent if topic is None or s[0] == topic]
-        self.sent = [s for s in self.sent if not (topic is None or s[0] == topic)]
+
+        def wanted(s: tuple) -> bool:
+            return (topic is None or s[0] == topic) and (schema is None or s[2] == schema)
+        out = [s for s in self.sent if wanted(s)]
+        self.sent = [s for s in self.sent if not wanted(s)]
         return out
 
 

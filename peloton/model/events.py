@@ -31,6 +31,23 @@ def task_kill(job_id: str, instance: int, run_id: int, task_id: str, reason: str
     }
 
 
+def send_progress(emit, state: str, steps: list[tuple[dict, str]]) -> None:
+    """Tell the job manager that runs reached `state` (READY, PLACING, PLACED, LAUNCHING): one
+    TaskProgress record per job on task-status. `steps` holds (TaskLaunchSpec record, host id or "")."""
+    for job_id, record in task_progress(state, steps):
+        emit.emit("task-status", job_id, "peloton.TaskProgress", record)
+
+
+def task_progress(state: str, steps: list[tuple[dict, str]], timestamp_ms: int | None = None) -> list[tuple[str, dict]]:
+    """TaskProgress records (schemas/avro/TaskProgress.avsc), one per job: (job id, record)."""
+    by_job: dict[str, list[dict]] = {}
+    for t, host_id in steps:
+        by_job.setdefault(t["job_id"], []).append({"instance": t["instance"], "run_id": t["run_id"], "host_id": host_id})
+    at = timestamp_ms or int(time.time() * 1000)
+    return [(job_id, {"event_id": uuid.uuid4().hex, "job_id": job_id, "state": state, "runs": runs, "timestamp_ms": at})
+            for job_id, runs in by_job.items()]
+
+
 def task_errors(tasks: list[dict], message: str) -> list[dict]:
     """TASK_ERROR statuses for the tasks (TaskLaunchSpec records) of a gang a stage refused: the job
     manager ends those runs FAILED with the reason, so the job does not wait for ever."""

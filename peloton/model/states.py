@@ -7,6 +7,9 @@ JOB_STATES = ("INITIALIZED", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "KILLE
 JOB_TERMINAL = frozenset({"SUCCEEDED", "FAILED", "KILLED", "DELETED"})
 TASK_TERMINAL = frozenset({"SUCCEEDED", "FAILED", "KILLED", "LOST", "DELETED"})
 
+# A run not launched yet: its demand is sent again when the broker lost what was in flight.
+UNLAUNCHED = ("PENDING", "READY", "PLACING", "PLACED", "LAUNCHING")
+
 # Order along a run's life: a status may only move a run forward (duplicates and late arrivals
 # of earlier states are ignored). Terminal states share the top rank.
 TASK_ORDER = {

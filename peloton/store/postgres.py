@@ -15,6 +15,7 @@ from contextlib import contextmanager
 
 from psycopg_pool import ConnectionPool
 
+from peloton.model.states import UNLAUNCHED
 from peloton.store.base import (
     Allocation,
     JobRow,
@@ -235,10 +236,10 @@ class PostgresStore(StorageGateway):
         q = f"SELECT {TASK_COLS} FROM tasks WHERE state = ANY(%s) AND updated_ms < %s ORDER BY updated_ms LIMIT %s"
         return [task_from_row(r) for r in self._all(q, (list(states), updated_before_ms, limit))]
 
-    def pending_tasks_of_jobs(self, job_ids: list[str]) -> list[TaskRow]:
+    def unlaunched_tasks_of_jobs(self, job_ids: list[str]) -> list[TaskRow]:
         return [task_from_row(r) for r in self._all(
-            f"SELECT {TASK_COLS} FROM tasks WHERE state = 'PENDING' AND job_id = ANY(%s) ORDER BY job_id, instance",
-            (list(job_ids),))]
+            f"SELECT {TASK_COLS} FROM tasks WHERE state = ANY(%s) AND job_id = ANY(%s) ORDER BY job_id, instance",
+            (list(UNLAUNCHED), list(job_ids)))]
 
     def save_tasks(self, tasks: list[TaskRow]) -> None:
         updates = ", ".join(f"{c} = excluded.{c}" for c in TASK_COLS.replace(" ", "").split(",")[2:])

@@ -8,6 +8,7 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
+from peloton.model.states import UNLAUNCHED
 from peloton.store.base import (
     Allocation,
     JobRow,
@@ -74,6 +75,7 @@ CREATE INDEX IF NOT EXISTS launches_by_job ON launches (job_id);
 
 # SQLite limits bound variables per statement; IN lists are chunked below this.
 _CHUNK = 900
+_UNLAUNCHED = "(" + ", ".join(f"'{s}'" for s in UNLAUNCHED) + ")"
 
 
 def _q(cols: str) -> str:
@@ -227,11 +229,11 @@ class SqliteStore(StorageGateway):
              "ORDER BY updated_ms LIMIT ?")
         return [task_from_row(r) for r in self.db.execute(q, (*states, updated_before_ms, limit))]
 
-    def pending_tasks_of_jobs(self, job_ids: list[str]) -> list[TaskRow]:
+    def unlaunched_tasks_of_jobs(self, job_ids: list[str]) -> list[TaskRow]:
         out = []
         for chunk in _chunks(list(job_ids)):
             q = (
-                f"SELECT {TASK_COLS} FROM tasks WHERE state = 'PENDING' AND job_id IN ({','.join('?' * len(chunk))}) "
+                f"SELECT {TASK_COLS} FROM tasks WHERE state IN {_UNLAUNCHED} AND job_id IN ({','.join('?' * len(chunk))}) "
                 "ORDER BY job_id, instance"
             )
             out.extend(task_from_row(r) for r in self.db.execute(q, chunk))

@@ -111,15 +111,18 @@ def _task_config(t) -> tuple:
 
 
 def update_problems(old: JobSpec, new: JobSpec, pool: str, stored_version: int, given_version: int | None) -> list[str]:
-    """Why a new config cannot replace the stored one: Peloton's immutable fields, instance
-    count that shrinks, a stale changeLog version."""
+    """Why a new config cannot replace the stored one: Peloton's immutable fields (name, type,
+    labels, pool), instance count that shrinks, a stale changeLog version. (defaultConfig may
+    change here, unlike Peloton's: a changed task config rolls out by restart.)"""
     problems = []
     if given_version is not None and given_version != stored_version:
         problems.append(f"changelog.version: {given_version} is not the job's current version {stored_version} "
                         "(someone changed the job since you read it)")
-    for field, label in (("name", "name"), ("type", "type")):
+    for field in ("name", "type"):
         if getattr(old, field) != getattr(new, field):
-            problems.append(f"{label}: cannot change ({getattr(old, field)!r} -> {getattr(new, field)!r})")
+            problems.append(f"{field}: cannot change ({getattr(old, field)!r} -> {getattr(new, field)!r})")
+    if old.labels != new.labels:
+        problems.append(f"labels: cannot change ({dict(old.labels)} -> {dict(new.labels)})")
     if new.respool and new.respool != pool:
         problems.append(f"respoolid: a job does not move between pools ({pool} -> {new.respool})")
     if new.instance_count < old.instance_count:

@@ -96,6 +96,8 @@ def gang_records(job: JobRow, tasks: list[TaskRow], now_ms: int) -> list[dict]:
             "preemptible": job.preemptible,
             "revocable": job.revocable,
             "placement_strategy": job.placement_strategy,
+            # a task that failed before is placed away from the host of its last run if it can be
+            "avoid_hosts": sorted({t.host_id for t in members if t.failures and t.host_id}),
             "tasks": [t.spec for t in members],
             "created_ms": now_ms,
         }

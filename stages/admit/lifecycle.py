@@ -107,6 +107,25 @@ def task_transition(
     return Transition(new)
 
 
+def progress_events(progress: dict) -> list[dict]:
+    """The runs of a TaskProgress record (one job, one state), each as a status-like event."""
+    job_id, state, at = progress["job_id"], progress["state"], progress["timestamp_ms"]
+    return [{"job_id": job_id, "instance": run["instance"], "run_id": run["run_id"], "host_id": run["host_id"],
+             "task_id": task_id_of(job_id, run["instance"], run["run_id"]), "state": state, "timestamp_ms": at}
+            for run in progress["runs"]]
+
+
+def progress_transition(current_state: str, current_run: int, event_run: int, state: str) -> Transition | None:
+    """The effect of a step before launch (READY, PLACING, PLACED, LAUNCHING) on the current run:
+    forward only, like a status. Stages report these steps in order, but from different
+    producers: a step that arrives after a later one (or after the run ended) is ignored."""
+    if event_run != current_run or current_state in TASK_TERMINAL or state not in TASK_ORDER:
+        return None
+    if TASK_ORDER[state] <= TASK_ORDER[current_state]:
+        return None
+    return Transition(state)
+
+
 def job_state(counts: Mapping[str, int], instance_count: int, current: str, controller: str | None = None) -> str:
     """Job state from its tasks' state counts, Peloton's rules in order. `controller`: the state
     of the job's controller task, if it has one: once the job is terminal, it alone decides."""

@@ -40,6 +40,8 @@ from stages.admit.lifecycle import (
     DEADLINE_EXCEEDED,
     LAUNCH_TIMEOUT,
     job_state,
+    progress_events,
+    progress_transition,
     service_backoff_s,
     status_problem,
     task_transition,
@@ -114,7 +116,7 @@ class AdmitStage(Stage):
         checks the jobs whose status partition it owns."""
         now = now_ms()
         late = [t for t in self.store.tasks_in_states(
-            ["LAUNCHED", "STARTING"], now - int(self.settings.launch_timeout_s * 1000)) if self._mine(t.job_id)]
+            ["LAUNCHING", "LAUNCHED", "STARTING"], now - int(self.settings.launch_timeout_s * 1000)) if self._mine(t.job_id)]
         over = []
         active = self.store.active_jobs()
         live = {job.job_id for job in active}
@@ -213,9 +215,9 @@ class AdmitStage(Stage):
                 ready = [t for t in by_job[job.job_id] if t.state == "PENDING"]  # not those throttled
                 out.extend(("task-demand", job.pool, "peloton.GangDemand", g) for g in gang_records(job, ready, now))
         # A repeated create (a redelivery after a crash, or a producer retry) must not lose demand
-        # that was stored but never sent: send whatever is still PENDING again; entitle dedupes.
+        # that was stored but never sent: send whatever is not launched yet again; entitle dedupes.
         if repeats:
-            pending = self.store.pending_tasks_of_jobs(list(repeats))
+            pending = self.store.unlaunched_tasks_of_jobs(list(repeats))
             for job_id in repeats:
                 job = known[job_id]
                 mine = [t for t in pending if t.job_id == job_id]
@@ -384,7 +386,14 @@ class AdmitStage(Stage):
     # -- task status ------------------------------------------------------------------------
     def _statuses(self, records: list[Record], out: list) -> None:
         now = now_ms()
-        keys = list({(r.value["job_id"], r.value["instance"]) for r in records})
+        # (record, event, is a TaskProgress step): a progress record tells of many runs at once
+        steps = []
+        for r in records:
+            if r.schema == "peloton.TaskProgress":
+                steps.extend((r, ev, True) for ev in progress_events(r.value))
+            else:
+                steps.append((r, r.value, False))
+        keys = list({(ev["job_id"], ev["instance"]) for _, ev, _ in steps})
         tasks = self.store.tasks_by_instance(keys)
         jobs = self.store.get_jobs(list({job_id for job_id, _ in tasks}))
         specs: dict[str, object] = {}  # job id -> its parsed config, for replacements
@@ -393,9 +402,22 @@ class AdmitStage(Stage):
         reruns: list[TaskRow] = []
         requeue_batch = uuid.uuid4().hex[:8]
         events = []
-        for r in records:
-            ev = r.value
+        for r, ev, progress in steps:
             task = tasks.get((ev["job_id"], ev["instance"]))
+            if progress:
+                # A step before launch of a run that has moved on, or of a job deleted meanwhile,
+                # says nothing any more: it is dropped, not dead-lettered.
+                move = progress_transition(task.state, task.run_id, ev["run_id"], ev["state"]) if task else None
+                if move is not None:
+                    events.append((ev["task_id"], ev["job_id"], ev["instance"], ev["run_id"], move.state, "", None,
+                                   ev["timestamp_ms"], ev["host_id"], ""))
+                    task.state = move.state
+                    task.host_id = ev["host_id"] or task.host_id
+                    task.updated_ms = now
+                    if move.state in ("PLACED", "LAUNCHING"):  # why it waited is over
+                        task.reason, task.message = "", ""
+                    changed[(task.job_id, task.instance)] = task
+                continue
             problem = status_problem(task is not None, ev)
             if problem:
                 if (task is None and ev["state"] in LIVE and ev["host_id"]
@@ -476,10 +498,10 @@ class AdmitStage(Stage):
                 out.append(("task-demand", job.pool, "peloton.GangDemand", g))
 
     def recover(self) -> None:
-        """After the broker lost its log: send again the demand of every task still PENDING.
+        """After the broker lost its log: send again the demand of every task not launched yet.
         Entitle dedupes what it queued, and admits again what it holds but was never placed."""
         jobs = {j.job_id: j for j in self.store.active_jobs()}
-        pending = self.store.pending_tasks_of_jobs(list(jobs))
+        pending = self.store.unlaunched_tasks_of_jobs(list(jobs))
         by_job: dict[str, list[TaskRow]] = {}
         for t in pending:
             by_job.setdefault(t.job_id, []).append(t)

@@ -26,7 +26,7 @@ import itertools
 import logging
 import time
 
-from peloton.model.events import task_kill, task_status
+from peloton.model.events import send_progress, task_kill, task_status
 from peloton.model.gang import gang_problem
 from peloton.model.pool import pool_resources
 from peloton.model.resources import ZERO, Resources
@@ -325,6 +325,8 @@ class EntitleStage(Stage):
                 queue.remove(q)
             chosen = [q for q in chosen if q.gang["gang_id"] in taken]
             apply_admission(queue, ledger, chosen, admitted_at)
+            # READY goes out first, so the job manager hears it before placement can say PLACING
+            send_progress(self.emit, "READY", [(t, "") for q in chosen for t in q.gang["tasks"]])
             for q in chosen:
                 self.emit.emit("admitted-gangs", pool, "peloton.AdmittedGang", {"gang": q.gang, "admitted_ms": admitted_at})
             self.admitted_gangs += len(chosen)

@@ -14,7 +14,7 @@ import itertools
 import logging
 from pathlib import Path
 
-from peloton.model.events import task_status
+from peloton.model.events import send_progress, task_status
 from peloton.model.gang import task_problem
 from peloton.model.resources import Resources
 from peloton.runtime import Record, Stage, now_ms
@@ -161,6 +161,7 @@ class LaunchStage(Stage):
                 for t, host_id in accepted
             ])
             by_driver: dict[str, list[LaunchRequest]] = {}
+            send_progress(self.emit, "LAUNCHING", [(t, host_id) for t, host_id in accepted if t["task_id"] in new])
             for t, host_id in accepted:
                 if t["task_id"] not in new:  # launched before (by us or an earlier owner)
                     self.ledgers[host_id].release(t["task_id"])

@@ -7,6 +7,7 @@ only when every one of its tasks finds a host.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from peloton.model.constraint import Constraint, constraint_from_json, evaluate
@@ -21,20 +22,31 @@ class HostView:
     allocated: Resources = ZERO  # as the host manager last reported it
     labels: dict[str, str] = field(default_factory=dict)
     state: str = "UP"
-    # Placements made here that the host manager has not reported yet: id -> (expiry, resources).
+    # Placements made here that the host manager has not reported yet: id -> (expiry, resources),
+    # and their sum, kept as they come and go: free() runs for every host a gang looks at, and a
+    # busy host has hundreds of placements in flight.
     pending: dict[str, tuple[float, Resources]] = field(default_factory=dict)
+    pending_sum: Resources = ZERO
+    next_expiry: float = math.inf
+
+    def add_pending(self, placement_id: str, expiry: float, r: Resources) -> None:
+        before = self.pending.get(placement_id, (0.0, ZERO))[1]
+        self.pending[placement_id] = (expiry, before + r)
+        self.pending_sum = self.pending_sum + r
+        self.next_expiry = min(self.next_expiry, expiry)
+
+    def applied(self, placement_id: str) -> None:
+        """The host manager's report covers this placement: `allocated` holds it now."""
+        entry = self.pending.pop(placement_id, None)
+        if entry is not None:
+            self.pending_sum = self.pending_sum - entry[1] if self.pending else ZERO
 
     def free(self, now: float) -> Resources:
-        used = self.allocated
-        expired = []
-        for pid, (expiry, r) in self.pending.items():
-            if expiry <= now:
-                expired.append(pid)
-            else:
-                used = used + r
-        for pid in expired:  # the host manager's reports must have covered it by now
-            del self.pending[pid]
-        return self.capacity - used
+        if now >= self.next_expiry:  # the host manager's reports must have covered these by now
+            self.pending = {pid: e for pid, e in self.pending.items() if e[0] > now}
+            self.pending_sum = sum((r for _, r in self.pending.values()), ZERO)
+            self.next_expiry = min((e for e, _ in self.pending.values()), default=math.inf)
+        return self.capacity - (self.allocated + self.pending_sum)
 
 
 @dataclass(slots=True)
@@ -54,10 +66,14 @@ class TaskNeed:
                         constraint_from_json(c) if c else None, spec.get("labels") or {})
 
 
-def place_gang(needs: list[TaskNeed], hosts: list[HostView], now: float) -> dict[str, HostView] | None:
+def place_gang(needs: list[TaskNeed], hosts: list[HostView], now: float,
+               avoid: set[str] = frozenset()) -> dict[str, HostView] | None:
     """First fit, all or nothing: task id -> host for every task, or None if any task finds none.
 
-    Later tasks of the gang see what earlier ones took (a tentative ledger per host)."""
+    Later tasks of the gang see what earlier ones took (a tentative ledger per host). Hosts in
+    `avoid` (where earlier runs failed) are tried only after every other host."""
+    if avoid:
+        hosts = [h for h in hosts if h.host_id not in avoid] + [h for h in hosts if h.host_id in avoid]
     taken: dict[str, Resources] = {}
     labels_on: dict[str, list[dict[str, str]]] = {}
     free_now: dict[str, Resources] = {}

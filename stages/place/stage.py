@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from peloton.model.constraint import ConstraintError
-from peloton.model.events import REASON_NO_HOST, task_status
+from peloton.model.events import REASON_NO_HOST, send_progress, task_status
 from peloton.model.gang import gang_problem
 from peloton.model.resources import Resources
 from peloton.runtime import CompactedView, HeldOffsets, Record, Stage, is_transient, now_ms
@@ -66,6 +66,7 @@ class PlaceStage(Stage):
         return self.held.lowest()
 
     def handle(self, records: list[Record]) -> None:
+        taken: list[dict] = []
         for r in records:
             gang = r.value["gang"]
             if gang["gang_id"] in self.waiting_ids:
@@ -82,6 +83,8 @@ class PlaceStage(Stage):
             self.waiting.append(WaitingGang(gang, needs, tp, r.offset, r))
             self.waiting_ids.add(gang["gang_id"])
             self.held.hold(tp, r.offset)
+            taken.extend(gang["tasks"])
+        send_progress(self.emit, "PLACING", [(t, "") for t in taken])
 
     def tick(self, now: float) -> None:
         self._refresh_hosts()
@@ -99,40 +102,62 @@ class PlaceStage(Stage):
             view.labels = hs["labels"]
             view.state = hs["state"]
             for pid in hs["applied_placements"]:
-                view.pending.pop(pid, None)
+                view.applied(pid)
 
     def _place(self, now: float) -> None:
         hosts = sorted(self.hosts.values(), key=lambda h: h.host_id)
         still_waiting: deque[WaitingGang] = deque()
         placed_at = now_ms()
+        placed: list[tuple[WaitingGang, list[dict]]] = []  # a gang and its Placement records
         for w in self.waiting:
             if w.next_try > now:
                 still_waiting.append(w)
                 continue
             try:
-                if not self._try_gang(w, hosts, now, placed_at):
-                    still_waiting.append(w)
-                    continue
+                records = self._choose(w, hosts, now, placed_at)
+            except Exception as exc:  # a bug this gang meets: it alone is given up, with the reason
+                log.exception("placing gang %s failed", w.gang["gang_id"])
+                self.refuse(w.record, w.gang["tasks"], f"placement failed: {type(exc).__name__}: {exc}")
+                records = []
+            if records is None:
+                still_waiting.append(w)
+            elif records:
+                placed.append((w, records))
+            else:
+                self._done(w)
+        # PLACED goes out before the placements, so the job manager hears it before any host
+        # manager can answer LAUNCHING (one producer, and the records leave in the order given).
+        send_progress(self.emit, "PLACED", [(a["task"], a["host_id"]) for _, records in placed for p in records
+                                            for a in p["assignments"]])
+        for w, records in placed:
+            try:
+                for p in records:
+                    self.emit.emit("placements", f"shard-{p['shard']}", "peloton.Placement", p, partition=p["shard"])
+                self.placed_gangs += 1
             except Exception as exc:
                 if is_transient(exc):  # the broker is away: try this gang again next tick
                     still_waiting.append(w)
                     continue
-                # Not the broker: a bug this gang meets; it alone is given up, with the reason.
-                log.exception("placing gang %s failed", w.gang["gang_id"])
+                log.exception("sending the placement of gang %s failed", w.gang["gang_id"])
                 self.refuse(w.record, w.gang["tasks"], f"placement failed: {type(exc).__name__}: {exc}")
-            self.waiting_ids.discard(w.gang["gang_id"])
-            self.held.release(w.source, w.offset)
+            self._done(w)
         self.waiting = still_waiting
 
-    def _try_gang(self, w: WaitingGang, hosts: list[HostView], now: float, placed_at: int) -> bool:
-        """Place one gang and send its placements, one per host shard; False if it found no host."""
-        chosen = place_gang(w.needs, hosts, now) if hosts else None
+    def _done(self, w: WaitingGang) -> None:
+        self.waiting_ids.discard(w.gang["gang_id"])
+        self.held.release(w.source, w.offset)
+
+    def _choose(self, w: WaitingGang, hosts: list[HostView], now: float, placed_at: int) -> list[dict] | None:
+        """Hosts for one gang: its Placement records, one per host shard (counted against those
+        hosts at once, so the next gang sees them taken); None if it waits for another try; []
+        if its placement cycle is over and it went back to its pool."""
+        chosen = place_gang(w.needs, hosts, now, avoid=set(w.gang.get("avoid_hosts") or ())) if hosts else None
         if chosen is None:
             self.failed_attempts += 1
             w.attempts += 1
             w.next_try = now + self.settings.placement_backoff_s
             if w.attempts < self.settings.placement_attempts:
-                return False
+                return None
             # A placement cycle is over (Peloton's rule): the gang goes back to its pool's queue,
             # giving its allocation back, and its tasks carry the reason for whoever asks.
             why = explain(w.needs, hosts, now)
@@ -141,24 +166,20 @@ class PlaceStage(Stage):
                     t["job_id"], t["instance"], t["run_id"], t["task_id"], "", "TASK_DROPPED",
                     reason=REASON_NO_HOST, message=why))
             self.cycles_given_up += 1
-            return True
+            return []
         ttl = self.settings.placement_pending_ttl_s
         by_shard: dict[int, list[dict]] = {}
         for t in w.gang["tasks"]:
             host = chosen[t["task_id"]]
             by_shard.setdefault(host.shard, []).append({"host_id": host.host_id, "task": t})
+        records = []
         for shard, assignments in by_shard.items():
             pid = uuid.uuid4().hex
             for a in assignments:
-                host = self.hosts[a["host_id"]]
-                prev = host.pending.get(pid, (0.0, Resources()))[1]
-                host.pending[pid] = (now + ttl, prev + Resources.from_record(a["task"]["resources"]))
-            self.emit.emit("placements", f"shard-{shard}", "peloton.Placement", {
-                "placement_id": pid, "gang_id": w.gang["gang_id"], "pool": w.gang["pool"],
-                "shard": shard, "assignments": assignments, "placed_ms": placed_at,
-            }, partition=shard)
-        self.placed_gangs += 1
-        return True
+                self.hosts[a["host_id"]].add_pending(pid, now + ttl, Resources.from_record(a["task"]["resources"]))
+            records.append({"placement_id": pid, "gang_id": w.gang["gang_id"], "pool": w.gang["pool"],
+                            "shard": shard, "assignments": assignments, "placed_ms": placed_at})
+        return records
 
     def views(self) -> list:
         return [self.host_state]

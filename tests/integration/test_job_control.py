@@ -188,14 +188,20 @@ def test_a_failing_job_ends_failed_after_exactly_4_runs_and_a_repeated_status_ch
     from peloton.admin import emitter
     from peloton.model.events import task_status
 
-    p = pipeline_factory(hosts="local:1:cpu=2,mem_mb=1024,disk_mb=1000")
+    p = pipeline_factory(hosts="local:2:cpu=2,mem_mb=1024,disk_mb=1000")
     p.start_all()
     job = p.submit(FAILING4)
     assert p.wait_job(job) == "FAILED"
     assert p.store.launch_counts(job) == {0: 4}
     history = json.loads(pelotonctl(p, "task", "events", job, "0", "--json").stdout)
-    assert [e["run_id"] for e in history if e["state"] == "FAILED"] == [1, 2, 3, 4]
-    assert all(e["exit_code"] == 5 for e in history if e["state"] == "FAILED")
+    failed = [e for e in history if e["state"] == "FAILED"]
+    assert [e["run_id"] for e in failed] == [1, 2, 3, 4]
+    assert all(e["exit_code"] == 5 for e in failed)
+    hosts = [e["host_id"] for e in failed]
+    assert all(a != b for a, b in zip(hosts, hosts[1:])), f"a rerun went back to the host it failed on: {hosts}"
+    # every run went through every state Peloton shows, in order
+    assert [e["state"] for e in history if e["run_id"] == 2] == [
+        "READY", "PLACING", "PLACED", "LAUNCHING", "LAUNCHED", "STARTING", "RUNNING", "FAILED"]
     # The last run's end, delivered again (a producer retry): nothing moves.
     before = (p.store.tasks_of_job(job), p.store.get_job(job).state, len(p.store.task_events(job)))
     out = emitter(p.settings)

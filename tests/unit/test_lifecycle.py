@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from stages.admit.lifecycle import SYSTEM_FAILURE_RUNS, job_state, task_transition
+from stages.admit.lifecycle import SYSTEM_FAILURE_RUNS, job_state, progress_events, progress_transition, task_transition
 
 
 def test_a_run_moves_forward_and_ignores_repeats_and_late_events() -> None:
@@ -13,6 +13,27 @@ def test_a_run_moves_forward_and_ignores_repeats_and_late_events() -> None:
     done = task_transition("RUNNING", 1, 1, "TASK_FINISHED", 0, 0)
     assert done.state == "SUCCEEDED" and done.release and not done.retry
     assert task_transition("SUCCEEDED", 1, 1, "TASK_FAILED", 0, 0) is None  # terminal stays
+
+
+def test_steps_before_launch_move_a_run_forward_only() -> None:
+    state = "PENDING"
+    for step in ("READY", "PLACING", "PLACED", "LAUNCHING"):
+        state = progress_transition(state, 1, 1, step).state
+    assert state == "LAUNCHING"
+    assert task_transition(state, 1, 1, "TASK_STAGING", 0, 0).state == "LAUNCHED"
+    assert progress_transition("LAUNCHED", 1, 1, "PLACED") is None  # arrived after a later state
+    assert progress_transition("READY", 1, 1, "READY") is None  # a repeat
+    assert progress_transition("PENDING", 2, 1, "READY") is None  # an older run's
+    assert progress_transition("KILLING", 1, 1, "PLACED") is None  # stopped meanwhile
+    assert progress_transition("FAILED", 1, 1, "READY") is None
+
+
+def test_a_progress_record_names_each_run_it_tells_of() -> None:
+    events = progress_events({"event_id": "e", "job_id": "j", "state": "PLACED", "timestamp_ms": 7,
+                              "runs": [{"instance": 0, "run_id": 2, "host_id": "h1"},
+                                       {"instance": 3, "run_id": 1, "host_id": "h2"}]})
+    assert [(e["task_id"], e["state"], e["host_id"], e["timestamp_ms"]) for e in events] == [
+        ("j-0-2", "PLACED", "h1", 7), ("j-3-1", "PLACED", "h2", 7)]
 
 
 def test_events_of_another_run_are_orphans() -> None:

@@ -23,6 +23,12 @@ def test_first_fit_fills_a_host_before_the_next() -> None:
     assert [placed[t].host_id for t in ("t1", "t2", "t3")] == ["a", "a", "b"]
 
 
+def test_a_rerun_avoids_the_host_its_last_run_failed_on_unless_no_other_fits() -> None:
+    hosts = [host("a", cpu=2), host("b", cpu=1)]
+    assert place_gang([need("t1")], hosts, now=0, avoid={"a"})["t1"].host_id == "b"
+    assert place_gang([need("t1", cpu=2)], hosts, now=0, avoid={"a"})["t1"].host_id == "a"  # only a fits
+
+
 def test_a_gang_is_placed_all_or_nothing() -> None:
     hosts = [host("a", cpu=2)]
     assert place_gang([need("t1"), need("t2"), need("t3")], hosts, now=0) is None
@@ -30,9 +36,14 @@ def test_a_gang_is_placed_all_or_nothing() -> None:
 
 def test_pending_placements_count_until_reported_or_expired() -> None:
     h = host("a", cpu=2)
-    h.pending["p1"] = (10.0, Resources(cpu=2))
+    h.add_pending("p1", 10.0, Resources(cpu=2))
     assert place_gang([need("t1")], [h], now=5.0) is None
     assert place_gang([need("t1")], [h], now=11.0) is not None  # the TTL passed
+    h.add_pending("p2", 30.0, Resources(cpu=1))
+    h.add_pending("p2", 30.0, Resources(cpu=1))  # a placement of two tasks on this host
+    assert place_gang([need("t1")], [h], now=12.0) is None
+    h.applied("p2")  # the host manager reported it: its room is in `allocated` now
+    assert place_gang([need("t1")], [h], now=12.0) is not None
 
 
 def test_hosts_in_maintenance_take_nothing() -> None:

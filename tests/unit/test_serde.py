@@ -127,16 +127,19 @@ def test_a_record_written_with_an_older_schema_version_reads_into_the_current_on
 
 
 def test_an_older_version_that_embeds_an_older_nested_type_still_reads() -> None:
-    """AdmittedGang 1 embeds GangDemand 1, from before gangs said whether they are revocable."""
+    """AdmittedGang 1 embeds GangDemand 1, from before gangs said whether they are revocable;
+    AdmittedGang 2 embeds GangDemand 2, from before gangs named the hosts to avoid."""
     reg = registry()
     gang = {"gang_id": "g", "job_id": "j", "pool": "/p", "priority": 3, "preemptible": False,
             "placement_strategy": "PACK_HOST", "tasks": [], "created_ms": 1}
     for schema_id, record, name in ((6, {"gang": gang, "admitted_ms": 2}, "peloton.AdmittedGang"),
-                                    (4, gang, "peloton.GangDemand")):
+                                    (4, gang, "peloton.GangDemand"),
+                                    (15, {"gang": gang, "admitted_ms": 2}, "peloton.AdmittedGang"),
+                                    (14, gang, "peloton.GangDemand")):
         buf = io.BytesIO()
         buf.write(struct.pack(">bI", 0, schema_id))
         fastavro.schemaless_writer(buf, reg._writers[schema_id], record)
         decoded_name, decoded = reg.decode(buf.getvalue())
         assert decoded_name == name
         g = decoded["gang"] if "gang" in decoded else decoded
-        assert g["revocable"] is False and g["priority"] == 3
+        assert g["revocable"] is False and g["priority"] == 3 and g["avoid_hosts"] == []

@@ -206,6 +206,8 @@ def test_place_sends_a_gang_back_to_its_pool_with_the_reason_after_a_placement_c
     gang = {"gang_id": "j-0-1", "job_id": "j", "pool": "/p", "priority": 0, "preemptible": True,
             "placement_strategy": "PACK_HOST", "tasks": [task], "created_ms": 1}
     stage.handle([record("admitted-gangs", "peloton.AdmittedGang", {"gang": gang, "admitted_ms": 1}, key="/p")])
+    [(_, _, _, placing)] = out.take("task-status", "peloton.TaskProgress")
+    assert (placing["state"], placing["runs"]) == ("PLACING", [{"instance": 0, "run_id": 1, "host_id": ""}])
     stage.tick(1.0)
     assert out.take("task-status") == [] and stage.held_offsets()  # one try: it waits
     stage.tick(2.0)
@@ -221,6 +223,40 @@ def status_record(task_id: str, state: str, reason: str = "") -> Record:
         "event_id": uuid.uuid4().hex, "task_id": task_id, "job_id": job_id, "instance": int(instance),
         "run_id": int(run), "host_id": "", "state": state, "reason": reason, "message": "no room",
         "exit_code": None, "signal": None, "timestamp_ms": 1}, key=job_id)
+
+
+def progress_record(job_id: str, state: str, runs: list[tuple[int, int, str]]) -> Record:
+    return record("task-status", "peloton.TaskProgress", {
+        "event_id": uuid.uuid4().hex, "job_id": job_id, "state": state, "timestamp_ms": 5,
+        "runs": [{"instance": i, "run_id": r, "host_id": h} for i, r, h in runs]}, key=job_id)
+
+
+def test_the_steps_before_launch_show_in_the_task_and_its_history_once(admit, store) -> None:
+    stage, out = admit
+    stage.handle([command("p", JOB.format(name="p", count=2, gang=0, cpu=1))])
+    out.take()
+    stage.handle([progress_record("p", "READY", [(0, 1, ""), (1, 1, "")]), progress_record("p", "PLACING", [(0, 1, "")])])
+    stage.handle([progress_record("p", "PLACED", [(0, 1, "h1")])] * 2)  # delivered twice
+    stage.handle([status_record("p-0-1", "TASK_STAGING")])
+    # LAUNCHING after LAUNCHED (another producer's record came late), and a step of a deleted job
+    stage.handle([progress_record("p", "LAUNCHING", [(0, 1, "h1")]), progress_record("gone", "READY", [(0, 1, "")])])
+    assert out.take("dead-letters") == []
+    tasks = {t.instance: t for t in store.tasks_of_job("p")}
+    assert (tasks[0].state, tasks[0].host_id, tasks[1].state) == ("LAUNCHED", "h1", "READY")
+    history = [e["state"] for e in store.task_events("p") if e["instance"] == 0]
+    assert history[-4:] == ["READY", "PLACING", "PLACED", "LAUNCHED"]
+
+
+def test_a_failed_task_runs_again_away_from_the_host_it_failed_on(admit, store) -> None:
+    stage, out = admit
+    retried = JOB.format(name="f", count=1, gang=0, cpu=1) + "  restartpolicy: {maxfailures: 3}\n"
+    stage.handle([command("f", retried)])
+    out.take()
+    failed = status_record("f-0-1", "TASK_FAILED")
+    failed.value["host_id"] = "h1"
+    stage.handle([failed])
+    [again] = [v for _, _, schema, v in out.take("task-demand") if schema == "peloton.GangDemand"]
+    assert again["tasks"][0]["task_id"] == "f-0-2" and again["avoid_hosts"] == ["h1"]
 
 
 def test_tasks_of_a_gang_sent_back_go_back_as_one_gang_under_a_new_id(admit, store) -> None:
@@ -265,6 +301,8 @@ def test_entitle_lends_an_idle_pools_share_and_preempts_it_back_after_the_sustai
     stage, out, usage = entitle_with(store, [partition_for("/p", 4)], preemption_sustained_periods=2)
     stage.handle([record("task-demand", "peloton.GangDemand", one_task_gang(f"a-{i}-1"), key="/p") for i in range(8)])
     assert len(out.take("admitted-gangs")) == 8  # /q is idle: /p borrows its 4 cpu
+    [(_, _, _, ready)] = out.take("task-status", "peloton.TaskProgress")  # one record for the job's 8 runs
+    assert ready["state"] == "READY" and len(ready["runs"]) == 8
     # /q wants its share now (its owner, another instance, publishes its demand)
     usage.put("/q", {"pool": "/q", **{k: {"cpu": 0.0, "mem_mb": 0.0, "disk_mb": 0.0, "gpu": 0.0} for k in (
         "entitlement", "allocation", "non_slack_allocation", "slack_allocation", "slack_demand")},
@@ -277,7 +315,7 @@ def test_entitle_lends_an_idle_pools_share_and_preempts_it_back_after_the_sustai
     kills = [v for _, _, schema, v in out.take("placements") if schema == "peloton.TaskKill"]
     assert len(kills) == 4 * 4  # 4 victims, each on every host shard's partition
     assert len({k["task_id"] for k in kills}) == 4 and {k["reason"] for k in kills} == {"PREEMPTED"}
-    statuses = [v for _, _, _, v in out.take("task-status")]
+    statuses = [v for _, _, _, v in out.take("task-status", "peloton.TaskStatus")]
     assert {(s["state"], s["reason"]) for s in statuses} == {("TASK_KILLING", "PREEMPTED")}
     stage._reclaim()
     assert out.take("placements") == []  # being preempted: not chosen again
@@ -308,6 +346,23 @@ def placement_of(gang: dict, host_id: str = "sim-0") -> Record:
         "assignments": [{"host_id": host_id, "task": t} for t in gang["tasks"]], "placed_ms": 1})
 
 
+def test_place_and_launch_tell_the_job_manager_each_step_before_the_next_can_happen(store) -> None:
+    place = PlaceStage(host_state=StaticView({"h1": host_state("h1", cpu=4)}))
+    placed = bound(place)
+    place.handle([record("admitted-gangs", "peloton.AdmittedGang", {"gang": one_task_gang("s-0-1"), "admitted_ms": 1})])
+    place.tick(time.monotonic())
+    sent = [(topic, schema, v.get("state")) for topic, _, schema, v in placed.take()]
+    assert sent == [("task-status", "peloton.TaskProgress", "PLACING"), ("task-status", "peloton.TaskProgress", "PLACED"),
+                    ("placements", "peloton.Placement", None)]
+    launch = LaunchStage(store)
+    launched = bound(launch, hosts="sim:1:cpu=8", sim_task_seconds=600)
+    launch.on_assign([("placements", p) for p in range(4)])
+    launched.take()
+    launch.handle([placement_of(one_task_gang("s-0-1"))])
+    steps = [(v["state"], v.get("runs")) for _, _, _, v in launched.take("task-status")]
+    assert steps[:2] == [("LAUNCHING", [{"instance": 0, "run_id": 1, "host_id": "sim-0"}]), ("TASK_STAGING", None)]
+
+
 def kill_of(task_id: str) -> Record:
     job_id, instance, run = task_id.rsplit("-", 2)
     return record("placements", "peloton.TaskKill", {
@@ -324,7 +379,7 @@ def test_launch_kills_a_running_run_and_keeps_an_unlaunched_one_from_ever_starti
     # one batch, in order: a placement, a kill of it, a kill of a run not placed yet, its placement
     stage.handle([placement_of(running), kill_of("r-0-1"), kill_of("e-0-1"), placement_of(early)])
     stage.tick(time.monotonic())
-    statuses = [(v["task_id"], v["state"], v["reason"]) for _, _, _, v in out.take("task-status")]
+    statuses = [(v["task_id"], v["state"], v["reason"]) for _, _, _, v in out.take("task-status", "peloton.TaskStatus")]
     assert ("r-0-1", "TASK_KILLED", "PREEMPTED") in statuses
     assert ("e-0-1", "TASK_KILLED", "PREEMPTED") in statuses
     assert not [s for s in statuses if s[0] == "e-0-1" and s[1] != "TASK_KILLED"], "the killed run started"
@@ -473,9 +528,10 @@ def test_an_update_grows_the_job_and_rolls_a_changed_config_out(admit, store) ->
     demand = [t["task_id"] for _, _, schema, v in out.take("task-demand") if schema == "peloton.GangDemand"
               for t in v["tasks"]]
     assert demand == ["up-2-1"] and store.get_job("up").config_version == 2
-    stage.handle([update(first.replace("name: up", "name: renamed"))])
+    stage.handle([update(first.replace("name: up", "name: renamed\nlabels: [{key: team, value: x}]"))])
     [(_, _, _, letter)] = out.take("dead-letters")
     assert "name: cannot change ('up' -> 'renamed')" in letter["reason"]
+    assert "labels: cannot change ({} -> {'team': 'x'})" in letter["reason"]
     assert "instancecount: may only grow (3 -> 2)" in letter["reason"]
     changed = first.replace("instancecount: 2", "instancecount: 3").replace("memlimitmb: 16", "memlimitmb: 32")
     stage.handle([update(changed + "changelog: {version: 2}\n")])

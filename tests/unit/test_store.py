@@ -94,7 +94,7 @@ def test_tasks_are_found_by_instance_saved_and_their_events_kept_in_order(store)
     store.create_jobs([job("a")], [task("a", 0), task("a", 1), task("a", 2, "RUNNING")])
     found = store.tasks_by_instance([("a", 0), ("a", 2), ("zzz", 0)])
     assert sorted(found) == [("a", 0), ("a", 2)] and found[("a", 2)].state == "RUNNING"
-    assert [t.instance for t in store.pending_tasks_of_jobs(["a"])] == [0, 1]
+    assert [t.instance for t in store.unlaunched_tasks_of_jobs(["a"])] == [0, 1]
     t = found[("a", 0)]
     t.state, t.run_id, t.task_id, t.spec, t.exit_code, t.message = "PENDING", 2, "a-0-2", {"x": [1]}, 3, "again"
     store.save_tasks([t])
