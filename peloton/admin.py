@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 import uuid
 from contextlib import contextmanager
 
@@ -189,6 +191,37 @@ def host_capacities(settings: Settings, wait_s: float = 3.0) -> list[Resources]:
         return distinct_capacities(view.values.values())
     finally:
         view.close()
+
+
+def list_hosts(settings: Settings, wait_s: float = 3.0) -> list[dict]:
+    """Every host as its host manager last reported it: state, total, allocated and free room,
+    runs, labels (from the compacted host-state topic)."""
+    view = CompactedView(settings, "host-state")
+    try:
+        view.catch_up(timeout=wait_s)
+        records = list(view.values.values())
+    finally:
+        view.close()
+    hosts = []
+    for h in sorted(records, key=lambda r: r["host_id"]):
+        total, allocated = Resources.from_record(h["capacity"]), Resources.from_record(h["allocated"])
+        hosts.append({"host_id": h["host_id"], "state": h["state"], "driver": h["driver"], "shard": h["shard"],
+                      "total": total.to_record(), "allocated": allocated.to_record(),
+                      "free": (total - allocated).to_record(), "tasks": h["task_count"], "labels": h["labels"],
+                      "updated_ms": h["updated_ms"]})
+    return hosts
+
+
+def request_maintenance(settings: Settings, host_id: str, action: str, who: str = "") -> None:
+    """Ask the host manager of the host's shard to drain it (START) or bring it back (COMPLETE)."""
+    known = {h["host_id"] for h in list_hosts(settings)}
+    if host_id not in known:
+        raise NotFound(f"no host {host_id!r} is known (see `pelotonctl host list`)")
+    out = emitter(settings)
+    out.emit("placements", host_id, "peloton.HostMaintenance", {
+        "request_id": uuid.uuid4().hex, "host_id": host_id, "action": action,
+        "requested_by": who or os.environ.get("USER", ""), "sent_ms": int(time.time() * 1000)})
+    _deliver(out, settings)
 
 
 def check_job(settings: Settings, store: QueryStore, pool: str, text: str, job_id: str,

@@ -26,6 +26,10 @@ job_app = typer.Typer(help="Jobs: validate, create, status, stop, start, delete,
                       no_args_is_help=True)
 task_app = typer.Typer(help="Tasks of a job.", no_args_is_help=True)
 pool_app = typer.Typer(help="Resource pools.", no_args_is_help=True)
+host_app = typer.Typer(help="Hosts: list them, drain them for maintenance.", no_args_is_help=True)
+maintenance_app = typer.Typer(help="Host maintenance: drain a host, bring it back.", no_args_is_help=True)
+host_app.add_typer(maintenance_app, name="maintenance")
+agent_app = typer.Typer(help="Host agents: the process on each host that runs its tasks.", no_args_is_help=True)
 cluster_app = typer.Typer(help="The cluster's instances on every machine, from ZooKeeper (PELOTON_ZOOKEEPER).",
                           no_args_is_help=True)
 app.add_typer(topics_app, name="topics")
@@ -35,6 +39,8 @@ app.add_typer(job_app, name="job")
 app.add_typer(task_app, name="task")
 app.add_typer(pool_app, name="respool")
 app.add_typer(cluster_app, name="cluster")
+app.add_typer(agent_app, name="agent")
+app.add_typer(host_app, name="host")
 
 out = Console(soft_wrap=True, emoji=False)
 err = Console(stderr=True, emoji=False)
@@ -143,10 +149,80 @@ def stage_run(
         _fail(f"PELOTON_HOSTS: {exc}", EXIT_INVALID)
 
 
+# -- host agents -------------------------------------------------------------------------------
+@agent_app.command("run")
+def agent_run(
+    name: str = typer.Option(..., "--name", help="The host's id (unique in the cluster)."),
+    resources: str = typer.Option("cpu=8,mem_mb=16384,disk_mb=100000,gpu=0", help="What the host offers."),
+    attribute: list[str] = typer.Option([], "--attribute", help="A host label KEY=VALUE (repeatable)."),
+    max_seconds: Optional[float] = typer.Option(None, help="Stop after this long (for tests)."),
+) -> None:
+    """Run this host's agent: it registers with the host manager and runs the tasks placed here.
+    SIGTERM stops it and its tasks (reported lost, so they run elsewhere); after a SIGKILL, a new
+    agent of the same name adopts the tasks still running."""
+    from stages.agent.agent import HOST_ID, AgentSpec, parse_resources, run_agent
+
+    if not HOST_ID.fullmatch(name):
+        _fail(f"--name {name!r}: a host id is letters, digits, '.', '_' and '-' (at most 64)", EXIT_INVALID)
+    try:
+        capacity = parse_resources(resources)
+    except ValueError as exc:
+        _fail(f"--resources: {exc}", EXIT_INVALID)
+    labels = {}
+    for item in attribute:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            _fail(f"--attribute {item!r}: expected KEY=VALUE", EXIT_INVALID)
+        labels[key] = value
+    run_agent(_settings(), AgentSpec(name, capacity, labels), max_seconds)
+
+
+# -- hosts -------------------------------------------------------------------------------------
+@host_app.command("list")
+def host_list(as_json: bool = typer.Option(False, "--json")) -> None:
+    """Every host: state (UP, DRAINING, DRAINED, DOWN), free and total room, runs, labels."""
+    from peloton.admin import list_hosts
+
+    hosts = _broker_call(list_hosts, _settings())
+    if as_json:
+        _print_json({"hosts": hosts})
+        return
+    sys.stdout.write(f"{'HOST':<16} {'STATE':<9} {'TASKS':>5} {'CPU FREE/TOTAL':>15} {'MEM_MB FREE/TOTAL':>19}  LABELS\n")
+    for h in hosts:
+        labels = ",".join(f"{k}={v}" for k, v in sorted(h["labels"].items()) if k != "hostname")
+        cpu = f"{h['free']['cpu']:g}/{h['total']['cpu']:g}"
+        mem = f"{h['free']['mem_mb']:g}/{h['total']['mem_mb']:g}"
+        sys.stdout.write(f"{h['host_id']:<16} {h['state']:<9} {h['tasks']:>5} {cpu:>15} {mem:>19}  {labels}\n")
+
+
+def _maintenance(host_id: str, action: str) -> None:
+    from peloton.admin import NotFound, request_maintenance
+
+    try:
+        _broker_call(request_maintenance, _settings(), host_id, action)
+    except NotFound as exc:
+        _fail(str(exc), EXIT_NOT_FOUND)
+
+
+@maintenance_app.command("start")
+def maintenance_start(host_id: str) -> None:
+    """Drain HOST: it takes no new placements, its tasks are killed and run elsewhere, then it is
+    DRAINED and DOWN (see `host list`)."""
+    _maintenance(host_id, "START")
+    sys.stdout.write(f"host {host_id}: maintenance started (DRAINING)\n")
+
+
+@maintenance_app.command("complete")
+def maintenance_complete(host_id: str) -> None:
+    """Bring HOST back UP after maintenance."""
+    _maintenance(host_id, "COMPLETE")
+    sys.stdout.write(f"host {host_id}: maintenance complete (UP)\n")
+
+
 # -- dev stack ---------------------------------------------------------------------------------
 @dev_app.command("up")
 def dev_up(
-    hosts: Optional[str] = typer.Option(None, help="Host inventory, e.g. 'local:2:cpu=8;sim:100:cpu=32'."),
+    hosts: Optional[str] = typer.Option(None, help="Host inventory, e.g. 'agent:2:cpu=8;sim:100:cpu=32' (agent: a host agent process each)."),
     store: str = typer.Option("sqlite", help="sqlite (one file), or postgres: a local PostgreSQL and ZooKeeper "
                                              "of the stack's own, as on several machines."),
     instances: int = typer.Option(1, min=1, max=8, help="Instances of every stage."),

@@ -32,8 +32,9 @@ class Settings:
     home: Path = field(default_factory=home_dir)
     # ZooKeeper connect string (host:port,...): the instance registry. Empty: no registry.
     zookeeper: str = ""
-    # Host inventory of the launch stage, e.g. "local:2:cpu=4,mem_mb=8192;sim:100:cpu=32".
-    hosts: str = "local:2:cpu=8,mem_mb=16384,disk_mb=100000"
+    # Host inventory, e.g. "agent:2:cpu=4,mem_mb=8192;sim:100:cpu=32": agent hosts are host agent
+    # processes (dev up starts them), local and sim hosts run inside the launch stage.
+    hosts: str = "agent:2:cpu=8,mem_mb=16384,disk_mb=100000"
     sim_task_seconds: float = 1.0
     # Consumer group timing: Tansu joins a classic group in ~3 s with a 6 s session timeout.
     session_timeout_ms: int = 6000
@@ -65,6 +66,10 @@ class Settings:
     service_backoff_base_s: float = 30.0
     # A gang that placement sent back waits this long before its pool admits it again.
     requeue_backoff_s: float = 2.0
+    # Host agents report at least every agent_heartbeat_s; the host manager marks a host whose
+    # reports stop for agent_timeout_s DOWN and its runs LOST (they run again elsewhere).
+    agent_heartbeat_s: float = 1.0
+    agent_timeout_s: float = 10.0
     # The largest record a stage may produce (librdkafka's and Kafka's default limit is ~1 MB).
     max_message_bytes: int = 1_000_000
     # While the broker or the store is unavailable a stage waits and tries again, backing off

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from peloton.config import REPO_ROOT, Settings
 from peloton.store import sqlite_path
+from stages.launch.inventory import AGENT, HostSpec, parse_inventory
 
 STAGE_ORDER = ("admit", "entitle", "place", "launch")
 SERVERS = ("broker", "postgres", "zookeeper")  # stopped after the stages
@@ -96,6 +97,25 @@ def start_stage(name: str, settings: Settings, log_path: Path, instance_id: str 
     log = open(log_path, "ab")
     return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                             cwd=str(REPO_ROOT))
+
+
+def start_agent(host: HostSpec, settings: Settings, log_path: Path) -> subprocess.Popen:
+    """A host agent process for one host of an `agent:` group of the inventory."""
+    env = {**os.environ, **settings.env(), "PYTHONUNBUFFERED": "1"}
+    r = host.capacity
+    cmd = [sys.executable, "-m", "peloton.cli", "agent", "run", "--name", host.host_id,
+           "--resources", f"cpu={r.cpu:g},mem_mb={r.mem_mb:g},disk_mb={r.disk_mb:g},gpu={r.gpu:g}"]
+    log = open(log_path, "ab")
+    return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            cwd=str(REPO_ROOT))
+
+
+def agent_hosts(settings: Settings) -> list[HostSpec]:
+    """The hosts of the inventory's `agent:` groups: each one a process of its own."""
+    from peloton.topics import Catalogue
+
+    shards = Catalogue(settings.topic_prefix)["placements"].partitions
+    return [h for h in parse_inventory(settings.hosts, shards) if h.driver == AGENT]
 
 
 def wait_for_log(path: Path, text: str, timeout: float, proc: subprocess.Popen | None = None) -> None:
@@ -220,9 +240,17 @@ class DevStack:
                 components.append({"component": name, "instance": instance, "pid": proc.pid,
                                    "address": f"group {settings.topic_prefix}peloton.{name}", "log": str(log)})
                 self._write(state)
+        for host in agent_hosts(settings):
+            log = logs / f"{host.host_id}.log"
+            proc = start_agent(host, settings, log)
+            procs[host.host_id] = (proc, log)
+            components.append({"component": "agent", "instance": host.host_id, "pid": proc.pid,
+                               "address": f"host {host.host_id}", "log": str(log)})
+            self._write(state)
         for instance, (proc, log) in procs.items():
-            wait_for_log(log, "assigned", 60, proc)
-            progress(f"{instance if instances > 1 else instance.rsplit('-', 1)[0]:<9} running (pid {proc.pid})")
+            wait_for_log(log, " up: " if instance.startswith("agent-") else "assigned", 60, proc)
+            progress(f"{instance if instances > 1 or instance.startswith('agent-') else instance.rsplit('-', 1)[0]:<9} "
+                     f"running (pid {proc.pid})")
         progress(f"hosts     {settings.hosts}")
         return state
 

@@ -92,6 +92,10 @@ MIGRATIONS = [
     CREATE TABLE queued_gangs (
         gang_id TEXT PRIMARY KEY, pool TEXT, priority INTEGER, seq BIGINT, gang TEXT, not_before_ms BIGINT);
     """,
+    # 4: hosts in maintenance (UP hosts have no row), kept by the host manager of their shard.
+    """
+    CREATE TABLE host_maintenance (host_id TEXT PRIMARY KEY, state TEXT NOT NULL, updated_ms BIGINT);
+    """,
 ]
 _MIGRATION_LOCK = 0x70656C6F  # any constant shared by every process of the project
 _POOL_TREE_LOCK = 0x706F6F6C
@@ -351,6 +355,20 @@ class PostgresStore(StorageGateway):
     def active_launches(self, host_ids: list[str]) -> list[Launch]:
         return [launch_from_row(r) for r in self._all(
             f"SELECT {LAUNCH_COLS} FROM launches WHERE ended_ms IS NULL AND host_id = ANY(%s)", (list(host_ids),))]
+
+    def set_host_state(self, host_id: str, state: str, at_ms: int) -> None:
+        if state == "UP":
+            self._many("DELETE FROM host_maintenance WHERE host_id = %s", [(host_id,)])
+        else:
+            self._many("INSERT INTO host_maintenance (host_id, state, updated_ms) VALUES (%s, %s, %s) "
+                       "ON CONFLICT (host_id) DO UPDATE SET state = excluded.state, updated_ms = excluded.updated_ms",
+                       [(host_id, state, at_ms)])
+
+    def host_states(self) -> dict[str, str]:
+        return dict(self._all("SELECT host_id, state FROM host_maintenance", ()))
+
+    def active_launch_hosts(self) -> list[str]:
+        return [r[0] for r in self._all("SELECT DISTINCT host_id FROM launches WHERE ended_ms IS NULL", ())]
 
     def ended_launches(self, host_ids: list[str], since_ms: int) -> list[dict]:
         return [json.loads(r[0]) for r in self._all(

@@ -71,6 +71,7 @@ CREATE TABLE IF NOT EXISTS launches (
     final_status TEXT);
 CREATE INDEX IF NOT EXISTS launches_by_host ON launches (host_id, ended_ms);
 CREATE INDEX IF NOT EXISTS launches_by_job ON launches (job_id);
+CREATE TABLE IF NOT EXISTS host_maintenance (host_id TEXT PRIMARY KEY, state TEXT NOT NULL, updated_ms INTEGER);
 """
 
 # SQLite limits bound variables per statement; IN lists are chunked below this.
@@ -362,6 +363,20 @@ class SqliteStore(StorageGateway):
                  f"AND host_id IN ({','.join('?' * len(chunk))})")
             out.extend(launch_from_row(r) for r in self.db.execute(q, chunk))
         return out
+
+    def set_host_state(self, host_id: str, state: str, at_ms: int) -> None:
+        with self.transaction():
+            if state == "UP":
+                self.db.execute("DELETE FROM host_maintenance WHERE host_id = ?", (host_id,))
+            else:
+                self.db.execute("INSERT OR REPLACE INTO host_maintenance (host_id, state, updated_ms) VALUES (?, ?, ?)",
+                                (host_id, state, at_ms))
+
+    def host_states(self) -> dict[str, str]:
+        return dict(self.db.execute("SELECT host_id, state FROM host_maintenance"))
+
+    def active_launch_hosts(self) -> list[str]:
+        return [r[0] for r in self.db.execute("SELECT DISTINCT host_id FROM launches WHERE ended_ms IS NULL")]
 
     def ended_launches(self, host_ids: list[str], since_ms: int) -> list[dict]:
         out = []

@@ -40,6 +40,7 @@ def status_problem(task_known: bool, event: dict) -> str | None:
 
 
 PREEMPTED = "PREEMPTED"  # the reason of a resource manager's kill
+HOST_MAINTENANCE = "HOST_MAINTENANCE"  # the reason of a host manager's kill that drains a host
 RESTARTED = "RESTARTED"  # the reason of a kill that replaces a run (job restart, job update)
 DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"  # killed for running longer than sla.maxRunningTime
 LAUNCH_TIMEOUT = "LAUNCH_TIMEOUT"  # killed for not reaching RUNNING within the launch timeout
@@ -65,7 +66,8 @@ def task_transition(
       TASK_ERROR  (Mesos: the task description is invalid) FAILED at once, never rerun: the
                   same description would fail again
     Preemption (reason PREEMPTED): TASK_KILLING makes the run PREEMPTING; its TASK_KILLED
-    reruns the task and counts no failure (the task did nothing wrong).
+    reruns the task and counts no failure (the task did nothing wrong). So does a kill that
+    drains a host for maintenance (reason HOST_MAINTENANCE).
     SERVICE tasks (`service`) run until stopped: a run that ends in any way but a stop or an
     invalid description reruns, each exit counted (the restart backoff grows with the count).
     """
@@ -85,7 +87,7 @@ def task_transition(
         new = "PREEMPTING"
     if TASK_ORDER[new] <= TASK_ORDER[current_state]:
         return None
-    if reason == PREEMPTED and new == "KILLED" and current_state != "KILLING":  # a stop wins
+    if reason in (PREEMPTED, HOST_MAINTENANCE) and new == "KILLED" and current_state != "KILLING":  # a stop wins
         return Transition("KILLED", retry=True, release=True)
     if reason == RESTARTED and new == "KILLED":  # replaced by a restart or an update
         return Transition("KILLED", retry=True, release=True)

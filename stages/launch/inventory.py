@@ -4,6 +4,11 @@
 
 (driver:count:capacity, groups separated by ';'). Every launch instance reads the same spec and
 serves the hosts whose shard (partition of the placements topic) it is assigned.
+
+Drivers: `sim` (simulated hosts inside the launch process, for benchmarks), `local` (real
+processes started by the launch process itself) and `agent` (real processes started by host
+agents, separate processes that `pelotonctl dev up` starts one per host: they register with the
+host manager themselves, so launch ignores these groups and the dev stack reads them).
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ from peloton.model.resources import Resources
 from peloton.topics import partition_for
 
 DEFAULT_CAPACITY = {"cpu": 8.0, "mem_mb": 16384.0, "disk_mb": 100000.0, "gpu": 0.0}
-DRIVERS = ("local", "sim")
+AGENT = "agent"
+DRIVERS = ("local", "sim", AGENT)
 
 
 class InventoryError(ValueError):

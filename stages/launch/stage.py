@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from pathlib import Path
 
 from peloton.model.events import send_progress, task_status
@@ -19,11 +20,15 @@ from peloton.model.gang import task_problem
 from peloton.model.resources import Resources
 from peloton.runtime import Record, Stage, now_ms
 from peloton.store import Launch, LaunchStore
+from peloton.topics import partition_for
 from stages.launch.agents import AgentDriver, LaunchRequest, TaskUpdate, make_driver
-from stages.launch.inventory import HostSpec, parse_inventory
+from stages.launch.agents.remote import RemoteDriver
+from stages.launch.inventory import AGENT, HostSpec, parse_inventory
 from stages.launch.ledger import HostLedger, judge_placement
 
 log = logging.getLogger("peloton.launch")
+
+HOST_MAINTENANCE = "HOST_MAINTENANCE"  # the reason of a kill that drains a host
 
 TOPIC = "placements"
 
@@ -42,10 +47,19 @@ class LaunchStage(Stage):
         self.changed_hosts: dict[str, list[str]] = {}  # host id -> placement ids applied since last report
         self.launched = 0
         self.kill_reasons: dict[str, tuple[str, str]] = {}  # task id -> (reason, message) of a kill asked for
+        self.shards: set[int] = set()  # the host shards this instance owns
+        self.agent_seen: dict[str, float] = {}  # agent host id -> time.monotonic() of its last report
+        self.down: set[str] = set()  # agent hosts whose reports stopped
+        self.maintenance: dict[str, str] = {}  # host id -> DRAINING, DRAINED or DOWN (an operator's)
 
     def bind(self, emitter, settings, catalogue) -> None:
         super().bind(emitter, settings, catalogue)
-        self.inventory = {h.host_id: h for h in parse_inventory(settings.hosts, catalogue[TOPIC].partitions)}
+        # Hosts run by this process's drivers; agents (separate processes) join as they report.
+        self.inventory = {h.host_id: h for h in parse_inventory(settings.hosts, catalogue[TOPIC].partitions)
+                          if h.driver != AGENT}
+        self.remote = RemoteDriver(lambda host_id, command: self.emit.emit(
+            "agent-commands", host_id, "peloton.AgentCommand", command))
+        self.drivers[AGENT] = self.remote
         for kind in {h.driver for h in self.inventory.values()}:
             if kind not in self.drivers:
                 options = {"sandbox_root": Path(settings.home) / "sandboxes"} if kind == "local" else {
@@ -55,7 +69,11 @@ class LaunchStage(Stage):
     # -- ownership ----------------------------------------------------------------------------
     def on_assign(self, partitions: list[tuple[str, int]]) -> None:
         shards = {p for t, p in partitions if t == TOPIC}
-        hosts = [h for h in self.inventory.values() if h.shard in shards]
+        self.shards |= shards
+        count = self.catalogue[TOPIC].partitions
+        self.maintenance.update({h: s for h, s in self.store.host_states().items() if partition_for(h, count) in shards})
+        self._adopt(shards)
+        hosts = [h for h in self.inventory.values() if h.shard in shards and h.driver != AGENT]
         for h in hosts:
             self.ledgers[h.host_id] = HostLedger(h.host_id, h.capacity)
             self.changed_hosts.setdefault(h.host_id, [])
@@ -92,19 +110,134 @@ class LaunchStage(Stage):
             self.emit.emit("task-status", status["job_id"], "peloton.TaskStatus", status)
         self._report_hosts()
 
+    def _adopt(self, shards: set[int]) -> None:
+        """Runs on agents of these shards that an earlier owner launched go on running: they are
+        ours now. Each agent's next report says which still run (the others are lost); an agent
+        that does not report within agent_timeout_s is down."""
+        partitions = self.catalogue[TOPIC].partitions
+        hosts = [h for h in self.store.active_launch_hosts()
+                 if partition_for(h, partitions) in shards and (h not in self.inventory or h in self.agent_seen)]
+        if not hosts:
+            return
+        now = time.monotonic()
+        adopted = 0
+        for launch in self.store.active_launches(hosts):
+            if launch.task_id in self.running:
+                continue
+            spec = {"task_id": launch.task_id, "job_id": launch.job_id, "instance": launch.instance,
+                    "run_id": launch.run_id, "resources": Resources(launch.cpu, launch.mem_mb, launch.disk_mb,
+                                                                    launch.gpu).to_record()}
+            self.running[launch.task_id] = (spec, launch.host_id)
+            self.remote.adopt(launch.task_id, launch.host_id)
+            self.agent_seen.setdefault(launch.host_id, now)
+            adopted += 1
+        log.info("adopted %d runs on %d agent hosts", adopted, len(hosts))
+
     def on_revoke(self, partitions: list[tuple[str, int]]) -> None:
         shards = {p for t, p in partitions if t == TOPIC}
+        self.shards -= shards
         for host_id in [h for h, spec in self.inventory.items() if spec.shard in shards]:
             self.ledgers.pop(host_id, None)
             self.changed_hosts.pop(host_id, None)
+            if self.inventory[host_id].driver == AGENT:  # the next owner adopts its runs
+                del self.inventory[host_id]
+                self.agent_seen.pop(host_id, None)
+                self.down.discard(host_id)
+                for task_id in self.remote.on_host(host_id):
+                    self.remote.runs.pop(task_id, None)
+                    self.running.pop(task_id, None)
 
     # -- placements and kills -------------------------------------------------------------------
     def handle(self, records: list[Record]) -> None:
         """Placements and kills in the order they came: a kill after a placement of the same run
         finds it launched, one before it leaves a claim that keeps it from launching."""
-        for is_kill, run in itertools.groupby(records, key=lambda r: r.schema == "peloton.TaskKill"):
-            (self._kills if is_kill else self._placements)(list(run))
+        handlers = {"peloton.TaskKill": self._kills, "peloton.AgentReport": self._agent_reports,
+                    "peloton.HostMaintenance": self._maintenance_requests}
+        for schema, run in itertools.groupby(records, key=lambda r: r.schema):
+            handlers.get(schema, self._placements)(list(run))
         self._report_hosts()
+
+    def _agent_reports(self, records: list[Record]) -> None:
+        """A host agent's heartbeat: the host joins (or comes back UP), its status updates go
+        out, and runs it has that we do not know are killed (reconciliation)."""
+        now = time.monotonic()
+        for r in records:
+            report = r.value
+            host_id = report["host_id"]
+            if r.partition not in self.shards or host_id in self.inventory and self.inventory[host_id].driver != AGENT:
+                self.emit.dead_letter(r, f"report of agent {host_id!r} on a shard not served here, or a host "
+                                         "this host manager runs itself")
+                continue
+            problem = task_problem({"task_id": host_id, "resources": report["capacity"]})
+            if problem:
+                self.emit.dead_letter(r, f"agent report: {problem}")
+                continue
+            self._join(host_id, r.partition, report)
+            self.agent_seen[host_id] = now
+            if host_id in self.down:
+                self.down.discard(host_id)
+                self.changed_hosts.setdefault(host_id, [])
+                log.info("agent %s reports again: UP", host_id)
+            unknown = self.remote.receive(report, self.settings.agent_timeout_s)
+            if unknown:
+                log.warning("agent %s runs %d runs this host manager does not know: killing them", host_id,
+                            len(unknown))
+                self.remote.kill_on(host_id, unknown)
+
+    def _maintenance_requests(self, records: list[Record]) -> None:
+        """START: the host takes no new placements and its runs are killed (they run elsewhere,
+        as preempted runs do); once it has none it is DRAINED, then DOWN. COMPLETE: UP again."""
+        for r in records:
+            m = r.value
+            host_id = m["host_id"]
+            if host_id not in self.inventory or self.inventory[host_id].shard not in self.shards:
+                self.emit.dead_letter(r, f"maintenance of host {host_id!r}, which no host manager of this shard serves")
+                continue
+            state = "DRAINING" if m["action"] == "START" else "UP"
+            if self.maintenance.get(host_id, "UP") in (state, "DRAINED", "DOWN") and state == "DRAINING":
+                continue  # already draining or drained: a repeat
+            self._set_maintenance(host_id, state)
+            log.info("host %s: maintenance %s (%s)", host_id, m["action"].lower(), m["requested_by"] or "?")
+            if state == "DRAINING":
+                self._drain(host_id)
+
+    def _drain(self, host_id: str) -> None:
+        victims = [task_id for task_id, (_, h) in self.running.items() if h == host_id]
+        for task_id in victims:
+            self.kill_reasons[task_id] = (HOST_MAINTENANCE, f"host {host_id} is drained for maintenance")
+        if victims:
+            self.drivers[self.inventory[host_id].driver].kill(victims)
+
+    def _set_maintenance(self, host_id: str, state: str) -> None:
+        self.store.set_host_state(host_id, state, now_ms())
+        if state == "UP":
+            self.maintenance.pop(host_id, None)
+        else:
+            self.maintenance[host_id] = state
+        self.changed_hosts.setdefault(host_id, [])
+
+    def _advance_maintenance(self) -> None:
+        """A drained host goes DRAINED once no run is left on it, and DOWN at the next step."""
+        for host_id, state in list(self.maintenance.items()):
+            if state == "DRAINED":
+                self._set_maintenance(host_id, "DOWN")
+            elif state == "DRAINING" and not any(h == host_id for _, h in self.running.values()):
+                self._set_maintenance(host_id, "DRAINED")
+
+    def _join(self, host_id: str, shard: int, report: dict) -> None:
+        capacity = Resources.from_record(report["capacity"])
+        labels = {**report["labels"], "hostname": host_id}
+        known = self.inventory.get(host_id)
+        if known is not None and known.capacity == capacity and known.labels == labels:
+            return
+        self.inventory[host_id] = HostSpec(host_id, AGENT, capacity, shard, labels)
+        ledger = self.ledgers[host_id] = HostLedger(host_id, capacity)
+        for task_id in self.remote.on_host(host_id):  # adopted runs, or ours before a change
+            spec = self.running.get(task_id, ({}, ""))[0]
+            if spec:
+                ledger.held.charge(task_id, Resources.from_record(spec["resources"]))
+        self.changed_hosts.setdefault(host_id, [])
+        log.info("agent %s joined: %s, labels %s", host_id, capacity, labels)
 
     def _kills(self, records: list[Record]) -> None:
         unlaunched: dict[str, dict] = {}
@@ -145,9 +278,14 @@ class LaunchStage(Stage):
             if problem:
                 self.refuse(r, [a["task"] for a in p["assignments"]], problem)
                 continue
-            verdict = judge_placement(p["assignments"], self.ledgers, self.running, self.inventory)
+            closed = self.down or self.maintenance  # hosts that take no placements now
+            ledgers = self.ledgers if not closed else {h: l for h, l in self.ledgers.items()
+                                                       if h not in self.down and h not in self.maintenance}
+            verdict = judge_placement(p["assignments"], ledgers, self.running, self.inventory)
             if isinstance(verdict, str):
+                # Its tasks go back to their pools (an agent host may have gone since place saw it).
                 self.emit.dead_letter(r, verdict)
+                refused.extend((a["task"], a["host_id"], verdict) for a in p["assignments"])
                 continue
             for host_id in verdict.applied_on:
                 self.changed_hosts.setdefault(host_id, []).append(p["placement_id"])
@@ -179,11 +317,25 @@ class LaunchStage(Stage):
 
     # -- driver updates -----------------------------------------------------------------------
     def tick(self, now: float) -> None:
+        self._check_agents(time.monotonic())
+        if self.maintenance:
+            self._advance_maintenance()
         for driver in self.drivers.values():
             self.updates.extend(driver.poll())
         if self.updates:
             self._apply_updates()
         self._report_hosts()
+
+    def _check_agents(self, now: float) -> None:
+        """An agent silent for agent_timeout_s is down: its runs are lost (and run elsewhere),
+        and its host takes no placements until it reports again."""
+        timeout = self.settings.agent_timeout_s
+        for host_id, seen in self.agent_seen.items():
+            if now - seen > timeout and host_id not in self.down:
+                self.down.add(host_id)
+                self.changed_hosts.setdefault(host_id, [])
+                self.remote.host_lost(host_id, f"its agent sent no report for {timeout:g}s")
+                log.warning("agent %s sent no report for %gs: DOWN, its runs are lost", host_id, timeout)
 
     def _apply_updates(self) -> None:
         """Publish what the drivers reported. The ends are stored first: if the store is away the
@@ -244,7 +396,8 @@ class LaunchStage(Stage):
                 continue
             spec: HostSpec = self.inventory[host_id]
             self.emit.emit("host-state", host_id, "peloton.HostState", {
-                "host_id": host_id, "shard": spec.shard, "driver": spec.driver, "state": "UP",
+                "host_id": host_id, "shard": spec.shard, "driver": spec.driver,
+                "state": self.maintenance.get(host_id) or ("DOWN" if host_id in self.down else "UP"),
                 "capacity": spec.capacity.to_record(), "allocated": ledger.held.total.to_record(),
                 "task_count": len(ledger.held), "labels": spec.labels, "applied_placements": applied,
                 "updated_ms": now,

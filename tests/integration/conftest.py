@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from peloton.admin import create_pool, ensure_topics, submit_job
 from peloton.config import Settings
-from peloton.devstack import free_port, start_broker, start_stage, wait_for_log
+from peloton.devstack import agent_hosts, free_port, start_agent, start_broker, start_stage, wait_for_log
 from peloton.model.states import JOB_TERMINAL
 from peloton.serde import registry
 from peloton.store import open_store
@@ -84,11 +84,25 @@ class Pipeline:
             wait_for_log(self.log(instance), "assigned", 60, proc)
         return proc
 
-    def start_all(self) -> None:
+    def start_agent(self, host_id: str, wait: bool = True) -> subprocess.Popen:
+        """The agent of a host of the inventory's `agent:` groups, as a process of its own."""
+        [host] = [h for h in agent_hosts(self.settings) if h.host_id == host_id]
+        log = self.log(host_id)
+        starts = log.read_text().count(" up: ") if log.exists() else 0
+        proc = start_agent(host, self.settings, log)
+        self.procs[host_id] = proc
+        if wait:  # this start's line, not an earlier one of the same host
+            self.wait_for(f"agent {host_id} up", lambda: proc.poll() is None and log.read_text().count(" up: ") > starts, 60)
+        return proc
+
+    def start_all(self, instances: int = 1) -> None:
         for stage in ("admit", "entitle", "place", "launch"):
-            self.start(stage, wait=False)
+            for _ in range(instances):
+                self.start(stage, wait=False)
+        for host in agent_hosts(self.settings):
+            self.start_agent(host.host_id, wait=False)
         for instance, proc in self.procs.items():
-            wait_for_log(self.log(instance), "assigned", 60, proc)
+            wait_for_log(self.log(instance), " up: " if instance.startswith("agent-") else "assigned", 60, proc)
 
     def submit(self, text: str, pool: str = "/test") -> str:
         return submit_job(self.settings, self.store, pool, text)

@@ -24,19 +24,27 @@ def test_dev_up_status_and_down(tmp_path) -> None:
         return subprocess.run([sys.executable, "-m", "peloton.cli", *args], env=env, capture_output=True,
                               text=True, timeout=120)
 
-    up = ctl("dev", "up", "--hosts", "sim:2:cpu=4")
+    up = ctl("dev", "up", "--hosts", "agent:1:cpu=2;sim:2:cpu=4")
     try:
         assert up.returncode == 0, up.stderr
         assert "start empty" in up.stdout  # the embedded broker and store keep nothing: say so
         status = ctl("dev", "status", "--json")
         assert status.returncode == 0, status.stderr
         rows = json.loads(status.stdout)
-        assert [r["component"] for r in rows] == ["broker", "admit", "entitle", "place", "launch"]
+        assert [r["component"] for r in rows] == ["broker", "admit", "entitle", "place", "launch", "agent"]
         assert all(r["running"] and r["pid"] > 0 for r in rows)
-        assert rows[0]["address"].startswith("127.0.0.1:")
-        # --hosts reached the stack: its launch stage serves that inventory
-        assert json.loads((tmp_path / "dev" / "stack.json").read_text())["hosts"] == "sim:2:cpu=4"
-        assert "PELOTON_HOSTS=sim:2:cpu=4" in open(f"/proc/{rows[-1]['pid']}/environ").read().replace("\0", " ")
+        assert rows[0]["address"].startswith("127.0.0.1:") and rows[-1]["address"] == "host agent-0"
+        # --hosts reached the stack: its launch stage serves that inventory, an agent each agent host
+        assert json.loads((tmp_path / "dev" / "stack.json").read_text())["hosts"] == "agent:1:cpu=2;sim:2:cpu=4"
+        assert "PELOTON_HOSTS=agent:1:cpu=2;sim:2:cpu=4" in open(f"/proc/{rows[4]['pid']}/environ").read().replace("\0", " ")
+        deadline = time.monotonic() + 20  # the agent joins with its first report
+        while True:
+            hosts = ctl("host", "list", "--json")
+            assert hosts.returncode == 0, hosts.stderr
+            listed = {h["host_id"]: (h["state"], h["total"]["cpu"]) for h in json.loads(hosts.stdout)["hosts"]}
+            if len(listed) == 3 or time.monotonic() > deadline:
+                break
+        assert listed == {"agent-0": ("UP", 2.0), "sim-0": ("UP", 4.0), "sim-1": ("UP", 4.0)}
         again = ctl("dev", "up")
         assert again.returncode == 5 and "already running" in again.stderr
     finally:
@@ -45,7 +53,7 @@ def test_dev_up_status_and_down(tmp_path) -> None:
     # SIGTERM is enough: every stage finished its batch, committed and left on its own.
     assert "killed" not in down.stdout
     assert [line.split()[0] for line in down.stdout.splitlines()] == [
-        "admit", "entitle", "place", "launch", "broker"]
+        "admit", "entitle", "place", "launch", "agent", "broker"]
     assert not any(alive(r["pid"]) for r in rows)
     for stage in ("admit", "entitle", "place", "launch"):
         assert f"{stage}-0 stopped after" in (tmp_path / "dev" / "logs" / f"{stage}.log").read_text()

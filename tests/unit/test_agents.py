@@ -548,6 +548,8 @@ class _Emitted:
 def test_the_next_owner_kills_an_orphan_before_reporting_it_lost_and_says_so(tmp_path: Path) -> None:
     from peloton.store import Launch, open_store
     from stages.launch.inventory import parse_inventory
+    from peloton.topics import Catalogue
+    from stages.launch.agents.remote import RemoteDriver
     from stages.launch.stage import LaunchStage
 
     root = tmp_path / "sandboxes"
@@ -558,6 +560,8 @@ def test_the_next_owner_kills_an_orphan_before_reporting_it_lost_and_says_so(tmp
         stage = LaunchStage(store, drivers={"local": LocalDriver(root), "sim": SimDriver()})
         stage.inventory = {h.host_id: h for h in parse_inventory("local:1", 1)}
         stage.emit = _Emitted()
+        stage.catalogue = Catalogue()
+        stage.remote = RemoteDriver(lambda host_id, command: None)
 
         stage.on_assign([("placements", 0)])
 

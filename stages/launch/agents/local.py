@@ -443,6 +443,14 @@ def kill_orphans(
     return done
 
 
+def surviving_groups(sandbox_root: str | Path, task_ids: Iterable[str]) -> dict[str, int]:
+    """Task id -> process group, for the tasks (started by an earlier driver) whose processes
+    still run here, each verified by its pid file (one /proc scan for all of them)."""
+    groups = _live_groups()
+    found = {t: _orphan_group(Path(sandbox_root), t, groups) for t in task_ids}
+    return {t: g for t, g in found.items() if g is not None}
+
+
 def kill_orphan(
     sandbox_root: str | Path, task_id: str, grace_seconds: float = DEFAULT_ORPHAN_GRACE_SECONDS
 ) -> str | None:

@@ -1,0 +1,253 @@
+"""The host agent: one process per host, the only thing that runs tasks on it.
+
+It reads its host's commands (launches and kills) from the agent-commands topic, runs each task
+as a process group in its sandbox (the local driver), and reports to the host manager through an
+AgentReport on its host shard's partition of the placements topic: its resources and labels,
+every run it has now, and the Mesos status updates since its last report. Reports are sent at
+least every `agent_heartbeat_s`, and at once when something changed. The host manager marks a
+host whose reports stop DOWN and its runs LOST.
+
+Tasks outlive the host manager (they are this process's children, not the launch stage's), and
+they outlive this process too: its state directory keeps the offset of the last command handled
+and the runs it started, so that after a restart it adopts the runs still alive (their process
+groups, verified by pid file) and reports the others lost.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from peloton.config import Settings
+from peloton.model.resources import Resources
+from peloton.serde import DecodeError, registry
+from peloton.topics import Catalogue, partition_for
+from stages.launch.agents.driver import TASK_LOST, LaunchRequest, TaskUpdate
+from stages.launch.agents.local import LocalDriver, kill_orphan, sandbox_path, surviving_groups
+
+log = logging.getLogger("peloton.agent")
+
+HOST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+REASON_AGENT_RESTARTED = "REASON_AGENT_RESTARTED"
+REASON_AGENT_SHUTDOWN = "REASON_AGENT_SHUTDOWN"
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    name: str
+    capacity: Resources
+    labels: dict[str, str]
+
+
+def parse_resources(text: str) -> Resources:
+    """cpu=8,mem_mb=16384,disk_mb=100000,gpu=0 (missing kinds are 0)."""
+    values = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        name, _, value = item.partition("=")
+        if name not in ("cpu", "mem_mb", "disk_mb", "gpu"):
+            raise ValueError(f"unknown resource {name!r} (known: cpu, mem_mb, disk_mb, gpu)")
+        try:
+            values[name] = float(value)
+        except ValueError:
+            raise ValueError(f"{name}={value!r} is not a number") from None
+        if not values[name] >= 0 or values[name] == float("inf"):
+            raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+    return Resources(**values)
+
+
+class HostAgent:
+    def __init__(self, settings: Settings, spec: AgentSpec):
+        from confluent_kafka import Consumer, Producer
+
+        from peloton.runtime import producer_config
+
+        self.settings = settings
+        self.spec = spec
+        self.catalogue = Catalogue(settings.topic_prefix)
+        self.serde = registry()
+        self.agent_id = uuid.uuid4().hex[:12]
+        self.state_dir = Path(settings.home) / "agents" / spec.name
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.sandbox_root = Path(settings.home) / "sandboxes"
+        self.driver = LocalDriver(self.sandbox_root)
+        self.runs: dict[str, dict] = self._load("runs.json", {})  # task id -> its launch, while it runs
+        self.adopted: dict[str, int] = {}  # task id -> process group, of runs started before our restart
+        self.pending: list[TaskUpdate] = []  # not yet delivered to the broker
+        self.commands = self.catalogue["agent-commands"]
+        self.report_partition = partition_for(spec.name, self.catalogue["placements"].partitions)
+        self.producer = Producer(producer_config(settings))
+        self.consumer = Consumer({
+            "bootstrap.servers": settings.bootstrap, "group.id": f"{self.catalogue.prefix}peloton.agent.{spec.name}",
+            "enable.auto.commit": False, "auto.offset.reset": "latest", "fetch.wait.max.ms": 100,
+            "allow.auto.create.topics": False,
+        })
+        self._running = True
+        self._next_report = 0.0
+        self.fresh_since_ms = 0
+
+    # -- state on disk --------------------------------------------------------------------------
+    def _load(self, name: str, default):
+        try:
+            return json.loads((self.state_dir / name).read_text())
+        except (OSError, ValueError):
+            return default
+
+    def _save(self, name: str, value) -> None:
+        tmp = self.state_dir / (name + ".tmp")
+        tmp.write_text(json.dumps(value))
+        os.replace(tmp, self.state_dir / name)
+
+    # -- start ----------------------------------------------------------------------------------
+    def start(self) -> None:
+        from confluent_kafka import OFFSET_END, TopicPartition
+
+        partition = partition_for(self.spec.name, self.commands.partitions)
+        saved = self._load("offset.json", None)
+        # After a restart, go on from the last command handled: launches and kills sent while we
+        # were away are still ours. On a first start, only what comes from now on.
+        offset = saved["offset"] if isinstance(saved, dict) and isinstance(saved.get("offset"), int) else OFFSET_END
+        # Tansu may place "the end" a few records early; nothing sent before this first start can
+        # be for us (the host manager learns of a host from its reports), so older commands are skipped.
+        self.fresh_since_ms = _now_ms() if offset == OFFSET_END else 0
+        self.consumer.assign([TopicPartition(self.commands.name, partition, offset)])
+        self._adopt()
+        log.info("agent %s (%s) up: %s, labels %s; commands from %s[%d]", self.spec.name, self.agent_id,
+                 self.spec.capacity, self.spec.labels, self.commands.name, partition)
+
+    def _adopt(self) -> None:
+        """Runs the previous agent process started: alive ones are ours again, ended ones are
+        reported lost (their exit code went with the process that waited for them)."""
+        alive = surviving_groups(self.sandbox_root, list(self.runs))
+        for task_id in list(self.runs):
+            pgid = alive.get(task_id)
+            if pgid is not None:
+                self.adopted[task_id] = pgid
+                log.info("adopted run %s (process group %d)", task_id, pgid)
+            else:
+                self._lost(task_id, "it ended while its agent was away; its exit code is unknown")
+
+    def _lost(self, task_id: str, message: str) -> None:
+        log.warning("run %s lost: %s", task_id, message)
+        self.pending.append(TaskUpdate(task_id, self.spec.name, TASK_LOST, _now_ms(), REASON_AGENT_RESTARTED, message))
+        self.runs.pop(task_id, None)
+        self._save("runs.json", self.runs)
+
+    # -- the loop -------------------------------------------------------------------------------
+    def run(self, max_seconds: float | None = None) -> None:
+        self.start()
+        deadline = time.monotonic() + max_seconds if max_seconds else None
+        try:
+            while self._running and (deadline is None or time.monotonic() < deadline):
+                self.step()
+        finally:
+            self.close()
+
+    def step(self) -> None:
+        for msg in self.consumer.consume(num_messages=500, timeout=0.1):
+            if msg.error():
+                continue  # a partition EOF or a broker hiccup: librdkafka retries by itself
+            self._command(msg)
+            self._save("offset.json", {"offset": msg.offset() + 1})
+        self.pending.extend(self.driver.poll())
+        self._watch_adopted()
+        for u in self.pending:
+            if u.terminal and u.task_id in self.runs:
+                self.runs.pop(u.task_id)
+                self._save("runs.json", self.runs)
+        now = time.monotonic()
+        if self.pending or now >= self._next_report:
+            self._report()
+            self._next_report = now + self.settings.agent_heartbeat_s
+
+    def _command(self, msg) -> None:
+        try:
+            name, cmd = self.serde.decode(msg.value())
+        except DecodeError as exc:
+            log.warning("command at offset %d skipped: %s", msg.offset(), exc)
+            return
+        if name != "peloton.AgentCommand" or cmd["host_id"] != self.spec.name:
+            return  # another host's, on the same partition
+        if cmd["sent_ms"] < self.fresh_since_ms:
+            return
+        fresh = []
+        for launch in cmd["launches"]:
+            task_id = launch["task_id"]
+            if task_id in self.runs or sandbox_path(self.sandbox_root, task_id).exists():
+                continue  # a command read again after a restart: it was started already
+            self.runs[task_id] = {"job_id": launch["job_id"], "instance": launch["instance"], "run_id": launch["run_id"]}
+            fresh.append(LaunchRequest(
+                task_id=task_id, job_id=launch["job_id"], instance=launch["instance"], run_id=launch["run_id"],
+                host_id=self.spec.name, command=launch["command"], shell=launch["shell"],
+                arguments=tuple(launch["arguments"]), environment=tuple(launch["environment"].items()),
+                resources=Resources.from_record(launch["resources"]), kill_grace_seconds=launch["kill_grace_seconds"]))
+        if fresh:
+            self._save("runs.json", self.runs)  # before they start: a crash now still finds them
+            self.driver.launch(fresh)
+        kills = cmd["kills"]
+        if kills:
+            self.driver.kill(kills)
+            for task_id in kills:
+                pgid = self.adopted.pop(task_id, None)
+                if pgid is not None:
+                    kill_orphan(self.sandbox_root, task_id)
+                    self.pending.append(TaskUpdate(task_id, self.spec.name, "TASK_KILLED", _now_ms(),
+                                                   message="killed (a run adopted after the agent restarted)"))
+
+    def _watch_adopted(self) -> None:
+        if not self.adopted:
+            return
+        alive = surviving_groups(self.sandbox_root, list(self.adopted))
+        for task_id in [t for t in self.adopted if t not in alive]:
+            del self.adopted[task_id]
+            self._lost(task_id, "it ended after its agent restarted; its exit code is unknown")
+
+    def _report(self) -> None:
+        running = sorted(self.driver.active() | set(self.adopted))
+        updates = [{"task_id": u.task_id, "state": u.state, "reason": u.reason, "message": u.message,
+                    "exit_code": u.exit_code, "signal": u.signal, "timestamp_ms": u.timestamp_ms} for u in self.pending]
+        record = {"host_id": self.spec.name, "agent_id": self.agent_id, "capacity": self.spec.capacity.to_record(),
+                  "labels": self.spec.labels, "running": running, "updates": updates, "sent_ms": _now_ms()}
+        self.producer.produce(self.catalogue["placements"].name, key=self.spec.name.encode(),
+                              value=self.serde.encode("peloton.AgentReport", record), partition=self.report_partition)
+        if self.producer.flush(5.0) == 0:
+            self.pending = []  # delivered; otherwise they go again with the next report
+
+    def stop(self, *_args) -> None:
+        self._running = False
+
+    def close(self) -> None:
+        """A clean stop (SIGTERM) ends the runs here: they are reported lost, and run elsewhere."""
+        self.driver.close()
+        for u in self.driver.poll():
+            self.pending.append(TaskUpdate(u.task_id, u.host_id, TASK_LOST, u.timestamp_ms, REASON_AGENT_SHUTDOWN,
+                                           "its agent was stopped"))
+        for task_id in list(self.adopted):
+            kill_orphan(self.sandbox_root, task_id)
+            self.pending.append(TaskUpdate(task_id, self.spec.name, TASK_LOST, _now_ms(), REASON_AGENT_SHUTDOWN,
+                                           "its agent was stopped"))
+        self.adopted = {}
+        self.runs = {}
+        self._save("runs.json", self.runs)
+        try:
+            self._report()
+        finally:
+            self.consumer.close()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def run_agent(settings: Settings, spec: AgentSpec, max_seconds: float | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s agent {spec.name} %(levelname)s %(name)s: %(message)s")
+    agent = HostAgent(settings, spec)
+    signal.signal(signal.SIGTERM, agent.stop)
+    signal.signal(signal.SIGINT, agent.stop)
+    agent.run(max_seconds)

@@ -1,0 +1,110 @@
+"""RemoteDriver: the host manager's side of host agents (separate processes, see stages/agent).
+
+Launches and kills go out as AgentCommand records on the agent-commands topic (key = host id);
+what the agents report comes back through the host manager's own input (AgentReport records on
+the host shard's partition of the placements topic), which hands each report to receive(). Runs
+on agents outlive the host manager: a new owner of the shard adopts them and waits for their
+agents' reports instead of calling them lost.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Sequence
+
+from .driver import TASK_LOST, AgentDriver, LaunchRequest, TaskUpdate, now_ms
+
+# Mesos' reason for the runs of an agent that stopped reporting.
+REASON_AGENT_DISCONNECTED = "REASON_AGENT_DISCONNECTED"
+# The runs an agent has that the host manager does not know of are killed with this reason.
+REASON_RECONCILIATION = "REASON_RECONCILIATION"
+
+
+class RemoteDriver(AgentDriver):
+    def __init__(self, send: Callable[[str, dict], None], clock: Callable[[], float] = time.monotonic):
+        self._send = send  # (host id, AgentCommand record) -> None
+        self._clock = clock
+        self.runs: dict[str, tuple[str, float]] = {}  # task id -> (host id, when its launch was sent)
+        self._updates: list[TaskUpdate] = []
+
+    # -- the driver contract --------------------------------------------------------------------
+    def launch(self, requests: Sequence[LaunchRequest]) -> None:
+        by_host: dict[str, list[dict]] = {}
+        now = self._clock()
+        for r in requests:
+            if r.task_id in self.runs:
+                continue
+            self.runs[r.task_id] = (r.host_id, now)
+            by_host.setdefault(r.host_id, []).append({
+                "task_id": r.task_id, "job_id": r.job_id, "instance": r.instance, "run_id": r.run_id,
+                "command": r.command, "shell": r.shell, "arguments": list(r.arguments),
+                "environment": dict(r.environment), "resources": r.resources.to_record(),
+                "kill_grace_seconds": r.kill_grace_seconds})
+        for host_id, launches in by_host.items():
+            self._send(host_id, _command(host_id, launches=launches))
+
+    def kill(self, task_ids: Sequence[str]) -> None:
+        by_host: dict[str, list[str]] = {}
+        for task_id in task_ids:
+            if task_id in self.runs:
+                by_host.setdefault(self.runs[task_id][0], []).append(task_id)
+        for host_id, kills in by_host.items():
+            self.kill_on(host_id, kills)
+
+    def poll(self) -> list[TaskUpdate]:
+        updates, self._updates = self._updates, []
+        for u in updates:
+            if u.terminal:
+                self.runs.pop(u.task_id, None)
+        return updates
+
+    def active(self) -> set[str]:
+        return set(self.runs)
+
+    def close(self) -> None:
+        """Nothing to stop: the agents' runs go on, and the next owner of the shard adopts them."""
+
+    # -- agents ---------------------------------------------------------------------------------
+    def kill_on(self, host_id: str, task_ids: Sequence[str]) -> None:
+        """Kill runs on a host whether this host manager knows them or not (reconciliation)."""
+        self._send(host_id, _command(host_id, kills=list(task_ids)))
+
+    def adopt(self, task_id: str, host_id: str) -> None:
+        """A run an earlier owner of the shard launched: ours now (its agent still runs it)."""
+        self.runs.setdefault(task_id, (host_id, self._clock()))
+
+    def on_host(self, host_id: str) -> list[str]:
+        return [t for t, (h, _) in self.runs.items() if h == host_id]
+
+    def receive(self, report: dict, grace_s: float) -> list[str]:
+        """Take an agent's report: its status updates, and what it runs now compared with what we
+        think it runs. Returns the task ids it runs that we do not know (to be killed). Runs we
+        sent it more than `grace_s` ago that it neither runs nor reported ended are lost."""
+        host_id = report["host_id"]
+        ended = set()
+        for u in report["updates"]:
+            if u["task_id"] in self.runs:
+                self._updates.append(TaskUpdate(u["task_id"], host_id, u["state"], u["timestamp_ms"], u["reason"],
+                                                u["message"], u["exit_code"], u["signal"]))
+                if u["state"] in ("TASK_FINISHED", "TASK_FAILED", "TASK_KILLED", "TASK_LOST", "TASK_ERROR"):
+                    ended.add(u["task_id"])
+        running = set(report["running"])
+        now = self._clock()
+        for task_id, (h, sent) in list(self.runs.items()):
+            if h == host_id and task_id not in running and task_id not in ended and now - sent > grace_s:
+                del self.runs[task_id]
+                self._updates.append(TaskUpdate(task_id, host_id, TASK_LOST, now_ms(), REASON_RECONCILIATION,
+                                                "its agent does not run it"))
+        return sorted(t for t in running if self.runs.get(t, (None,))[0] != host_id)
+
+    def host_lost(self, host_id: str, message: str) -> None:
+        """The host's agent stopped reporting: every run there is lost."""
+        for task_id in self.on_host(host_id):
+            del self.runs[task_id]
+            self._updates.append(TaskUpdate(task_id, host_id, TASK_LOST, now_ms(), REASON_AGENT_DISCONNECTED, message))
+
+
+def _command(host_id: str, launches: list[dict] | None = None, kills: list[str] | None = None) -> dict:
+    return {"command_id": uuid.uuid4().hex, "host_id": host_id, "launches": launches or [], "kills": kills or [],
+            "sent_ms": now_ms()}

@@ -1,0 +1,133 @@
+"""Host agents as processes of their own, on a real broker: tasks outlive the host manager, an
+agent that dies has its runs lost and run elsewhere, and an agent that comes back after a
+SIGKILL adopts what it left running, which reconciliation then kills."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from tests.integration.test_scaling import processes_of
+
+pytestmark = pytest.mark.integration
+
+SLEEPERS = """
+name: sleepers
+instancecount: {count}
+defaultconfig:
+  resource: {{cpulimit: 0.1, memlimitmb: 8, disklimitmb: 1}}
+  command: {{shell: true, value: 'sleep {seconds}'}}
+"""
+
+
+def wait_running(p, job_id: str, count: int, timeout: float = 40) -> None:
+    p.wait_for(f"{count} tasks of {job_id} RUNNING", lambda: p.counts(job_id).get("RUNNING", 0) >= count, timeout)
+
+
+def test_a_killed_host_manager_leaves_every_task_running_on_its_first_run(pipeline_factory) -> None:
+    p = pipeline_factory(hosts="agent:6:cpu=4,mem_mb=1024,disk_mb=1000", agent_timeout_s=5.0)
+    p.start_all(instances=2)
+    p.wait_for("both launch instances hold shards", lambda: all(
+        "assigned [('placements'" in p.log(f"launch-{i}").read_text() for i in (0, 1)), 30)
+    job = p.submit(SLEEPERS.format(count=40, seconds=8))
+    wait_running(p, job, 40)
+    hosts_before = {t.instance: t.host_id for t in p.store.tasks_of_job(job)}
+    # the instance serving the hosts that run the most tasks
+    served = {i: {h for h in set(hosts_before.values()) if f"agent {h} joined" in p.log(f"launch-{i}").read_text()}
+              for i in (0, 1)}
+    victim, survivor = sorted((0, 1), key=lambda i: -sum(h in served[i] for h in hosts_before.values()))
+    assert served[victim], "the killed instance served no host with tasks; the test would prove nothing"
+    p.procs[f"launch-{victim}"].send_signal(signal.SIGKILL)
+    p.procs[f"launch-{victim}"].wait()
+
+    assert p.wait_job(job, timeout=90) == "SUCCEEDED"
+    tasks = p.store.tasks_of_job(job)
+    assert [t.run_id for t in tasks] == [1] * 40, "a task ran again: the host manager's death cost a run"
+    assert p.store.launch_counts(job) == {i: 1 for i in range(40)}
+    assert {t.instance: t.host_id for t in tasks} == hosts_before
+    assert "adopted" in p.log(f"launch-{survivor}").read_text()
+    assert processes_of(job) == []
+
+
+def test_a_killed_agent_loses_its_runs_to_other_hosts_and_its_leftovers_are_killed_when_it_returns(
+        pipeline_factory) -> None:
+    p = pipeline_factory(hosts="agent:3:cpu=2,mem_mb=1024,disk_mb=1000", agent_timeout_s=3.0)
+    p.start_all()
+    job = p.submit(SLEEPERS.format(count=9, seconds=10))
+    wait_running(p, job, 9)
+    victim = "agent-0"
+    on_victim = {t.instance for t in p.store.tasks_of_job(job) if t.host_id == victim}
+    assert on_victim, "nothing ran on the agent to kill; the test would prove nothing"
+    p.procs[victim].send_signal(signal.SIGKILL)  # its tasks go on running, orphaned
+    p.procs[victim].wait()
+    p.wait_for("its runs lost", lambda: {e["instance"] for e in p.store.task_events(job) if e["state"] == "LOST"}
+               == on_victim, 20)
+    # Back with the same name while its old runs still sleep: it adopts them, and the host
+    # manager, which knows them as lost, has them killed (reconciliation).
+    p.start_agent(victim)
+    p.wait_for("the adopted runs killed", lambda: "killing them" in p.log("launch-0").read_text(), 20)
+    assert p.log(victim).read_text().count("adopted run") == len(on_victim)
+
+    assert p.wait_job(job, timeout=90) == "SUCCEEDED"
+    tasks = {t.instance: t for t in p.store.tasks_of_job(job)}
+    for i in on_victim:
+        assert tasks[i].run_id == 2 and tasks[i].host_id != victim, (i, tasks[i].run_id, tasks[i].host_id)
+    lost = [e for e in p.store.task_events(job) if e["state"] == "LOST"]
+    assert {e["instance"] for e in lost} == on_victim
+    assert all(e["reason"] == "REASON_AGENT_DISCONNECTED" for e in lost)
+    assert "reports again: UP" in p.log("launch-0").read_text()
+    p.wait_for("no process of the job left", lambda: processes_of(job) == [], 30)
+
+
+def test_an_agent_restarted_with_sigkill_adopts_its_running_tasks_and_the_job_succeeds(pipeline_factory) -> None:
+    p = pipeline_factory(hosts="agent:1:cpu=4,mem_mb=1024,disk_mb=1000", agent_timeout_s=20.0)
+    p.start_all()
+    job = p.submit(SLEEPERS.format(count=3, seconds=6))
+    wait_running(p, job, 3)
+    p.procs["agent-0"].send_signal(signal.SIGKILL)
+    p.procs["agent-0"].wait()
+    time.sleep(1)
+    p.start_agent("agent-0")  # within the timeout: the host never goes down
+
+    assert p.wait_job(job, timeout=60) == "SUCCEEDED"
+    assert p.log("agent-0").read_text().count("adopted run") == 3
+    # Adopted runs are watched, and killed when asked, but their exit codes went with the agent
+    # that waited for them: each is reported lost when it ends, and runs again.
+    lost = [e for e in p.store.task_events(job) if e["state"] == "LOST"]
+    assert {(e["instance"], e["run_id"], e["reason"]) for e in lost} == {(i, 1, "REASON_AGENT_RESTARTED") for i in range(3)}
+    assert processes_of(job) == []
+
+
+def test_maintenance_drains_a_host_its_tasks_run_elsewhere_and_complete_brings_it_back(pipeline_factory) -> None:
+    import json
+
+    from tests.integration.test_bad_input import pelotonctl
+
+    p = pipeline_factory(hosts="agent:2:cpu=2,mem_mb=1024,disk_mb=1000")
+    p.start_all()
+    job = p.submit(SLEEPERS.format(count=4, seconds=300))
+    wait_running(p, job, 4)
+    busy = p.store.tasks_of_job(job)[0].host_id
+    drained = {t.instance for t in p.store.tasks_of_job(job) if t.host_id == busy}
+    assert pelotonctl(p, "host", "maintenance", "start", "nowhere").returncode == 3
+    done = pelotonctl(p, "host", "maintenance", "start", busy)
+    assert done.returncode == 0, done.stderr
+
+    def state_of(host: str) -> str:
+        out = pelotonctl(p, "host", "list", "--json")
+        return {h["host_id"]: h["state"] for h in json.loads(out.stdout)["hosts"]}.get(host, "?")
+
+    p.wait_for(f"{busy} DOWN after its drain", lambda: state_of(busy) == "DOWN", 40)
+    wait_running(p, job, 4)
+    tasks = {t.instance: t for t in p.store.tasks_of_job(job)}
+    for i in drained:  # killed for the maintenance, and running again elsewhere, no failure counted
+        assert (tasks[i].run_id, tasks[i].failures) == (2, 0) and tasks[i].host_id != busy
+    reasons = {e["reason"] for e in p.store.task_events(job) if e["state"] == "KILLED"}
+    assert reasons == {"HOST_MAINTENANCE"}
+    assert pelotonctl(p, "host", "maintenance", "complete", busy).returncode == 0
+    p.wait_for(f"{busy} UP again", lambda: state_of(busy) == "UP", 20)
+    assert pelotonctl(p, "job", "stop", job).returncode == 0
+    assert p.wait_job(job, timeout=60) == "KILLED"
+    p.wait_for("no process of the job left", lambda: processes_of(job) == [], 20)

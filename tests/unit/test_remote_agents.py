@@ -1,0 +1,82 @@
+"""The host manager's side of host agents (RemoteDriver), without a broker: commands out,
+reports in, reconciliation and lost hosts."""
+
+from __future__ import annotations
+
+import pytest
+
+from peloton.model.resources import Resources
+from stages.agent.agent import parse_resources
+from stages.launch.agents.driver import LaunchRequest
+from stages.launch.agents.remote import REASON_AGENT_DISCONNECTED, REASON_RECONCILIATION, RemoteDriver
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def request(task_id: str, host_id: str) -> LaunchRequest:
+    return LaunchRequest(task_id, "j", int(task_id.split("-")[1]), 1, host_id, "sleep 1", True,
+                         resources=Resources(cpu=1))
+
+
+def report(host_id: str, running: list[str], updates: list[tuple[str, str]] = ()) -> dict:
+    return {"host_id": host_id, "agent_id": "a", "capacity": Resources(cpu=4).to_record(), "labels": {},
+            "running": running, "sent_ms": 1,
+            "updates": [{"task_id": t, "state": s, "reason": "", "message": "", "exit_code": 0 if s == "TASK_FINISHED"
+                         else None, "signal": None, "timestamp_ms": 1} for t, s in updates]}
+
+
+@pytest.fixture
+def driver():
+    sent: list[tuple[str, dict]] = []
+    clock = Clock()
+    return RemoteDriver(lambda host, command: sent.append((host, command)), clock), sent, clock
+
+
+def test_launches_and_kills_go_to_each_host_as_one_command(driver) -> None:
+    d, sent, _ = driver
+    d.launch([request("j-0-1", "h1"), request("j-1-1", "h1"), request("j-2-1", "h2")])
+    d.launch([request("j-0-1", "h1")])  # a repeat launches nothing
+    assert [(h, [l["task_id"] for l in c["launches"]]) for h, c in sent] == [("h1", ["j-0-1", "j-1-1"]), ("h2", ["j-2-1"])]
+    sent.clear()
+    d.kill(["j-1-1", "j-2-1", "unknown"])
+    assert sorted((h, c["kills"]) for h, c in sent) == [("h1", ["j-1-1"]), ("h2", ["j-2-1"])]
+
+
+def test_a_report_brings_updates_and_reconciles_what_the_agent_runs(driver) -> None:
+    d, sent, clock = driver
+    d.launch([request("j-0-1", "h1"), request("j-1-1", "h1"), request("j-2-1", "h1")])
+    # j-2-1 was sent a moment ago: the agent may not have read it yet, so it is not lost
+    unknown = d.receive(report("h1", ["j-0-1", "stray-0-1"], [("j-1-1", "TASK_FINISHED")]), grace_s=5)
+    assert unknown == ["stray-0-1"]  # the host manager has it killed
+    assert [(u.task_id, u.state) for u in d.poll()] == [("j-1-1", "TASK_FINISHED")]
+    assert d.active() == {"j-0-1", "j-2-1"}
+    clock.now += 10  # j-2-1 is still not on the agent after the grace: lost
+    d.receive(report("h1", ["j-0-1"]), grace_s=5)
+    [lost] = d.poll()
+    assert (lost.task_id, lost.state, lost.reason) == ("j-2-1", "TASK_LOST", REASON_RECONCILIATION)
+    assert d.active() == {"j-0-1"}
+
+
+def test_an_adopted_run_is_known_and_a_silent_host_loses_its_runs_once(driver) -> None:
+    d, _, _ = driver
+    d.adopt("j-0-1", "h1")
+    assert d.receive(report("h1", ["j-0-1"]), grace_s=5) == []
+    d.host_lost("h1", "its agent sent no report for 10s")
+    d.host_lost("h1", "again")
+    [lost] = d.poll()
+    assert (lost.task_id, lost.state, lost.reason) == ("j-0-1", "TASK_LOST", REASON_AGENT_DISCONNECTED)
+    assert d.active() == set()
+
+
+def test_agent_resources_parse_or_say_what_is_wrong() -> None:
+    assert parse_resources("cpu=8,mem_mb=1024") == Resources(cpu=8, mem_mb=1024)
+    for bad, why in (("cpu=x", "not a number"), ("ram=1", "unknown resource"), ("cpu=-1", ">= 0"),
+                     ("cpu=inf", ">= 0"), ("cpu=nan", ">= 0")):
+        with pytest.raises(ValueError, match=why):
+            parse_resources(bad)
