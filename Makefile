@@ -48,6 +48,7 @@ integration: $(STAMP) system
 # Figures, not pass/fail: the pipeline's rate on simulated hosts.
 bench: $(STAMP)
 	$(BIN)/pelotonctl respool bench
+	$(BIN)/python -m stages.place.bench
 	$(BIN)/pelotonctl bench --tasks 5000
 
 clean:

@@ -197,6 +197,8 @@ class DevStack:
             if path is not None:
                 for suffix in ("", "-wal", "-shm"):
                     Path(f"{path}{suffix}").unlink(missing_ok=True)
+            # So must the agents: their offsets and runs belong to the broker that is gone.
+            shutil.rmtree(Path(self.settings.home) / "agents", ignore_errors=True)
             # Kafka's own port when it is free, so clients' defaults reach the dev broker.
             port = KAFKA_PORT if port_is_free(KAFKA_PORT) else free_port()
             bootstrap = f"127.0.0.1:{port}"

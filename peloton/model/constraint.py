@@ -13,7 +13,7 @@ lowercase or camelCase. Pure Python: no Kafka.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -253,22 +253,21 @@ def constraint_from_json(text: str) -> Constraint:
 # Evaluation
 
 
-def evaluate(c: Constraint | None, host_labels: dict[str, str], task_labels_on_host: list[dict[str, str]]) -> bool:
+def evaluate(c: Constraint | None, host_labels: Mapping[str, str],
+             task_label_counts: Mapping[tuple[str, str], int]) -> bool:
     """Whether a host satisfies the constraint (None: no constraint, any host does).
 
-    HOST label constraints count the host's own label (0 or 1); TASK label constraints count the
-    tasks placed on the host in this round that carry the label. The count is compared with the
-    requirement by the condition. Trees come from parse_constraint, so they are at most
-    MAX_DEPTH deep and the recursion is bounded."""
+    HOST label constraints count the host's own label (0 or 1). TASK label constraints count the
+    tasks on the host that carry the label: `task_label_counts` maps (key, value) to that count,
+    over every task on the host (those the host manager reports, placements still in flight and
+    the gang's own tasks placed before this one), so a lookup costs the same however busy the
+    host is. The count is compared with the requirement by the condition. Trees come from
+    parse_constraint, so they are at most MAX_DEPTH deep and the recursion is bounded."""
     if c is None:
         return True
-    if isinstance(c, AndConstraint):
-        return all(evaluate(child, host_labels, task_labels_on_host) for child in c.children)
-    if isinstance(c, OrConstraint):
-        return any(evaluate(child, host_labels, task_labels_on_host) for child in c.children)
     if isinstance(c, LabelConstraint):
         if c.kind == "TASK":
-            count = sum(1 for labels in task_labels_on_host if labels.get(c.key) == c.value)
+            count = task_label_counts.get((c.key, c.value), 0)
         else:
             count = 1 if host_labels.get(c.key) == c.value else 0
         if c.condition == "LESS_THAN":
@@ -276,4 +275,8 @@ def evaluate(c: Constraint | None, host_labels: dict[str, str], task_labels_on_h
         if c.condition == "GREATER_THAN":
             return count > c.requirement
         return count == c.requirement
+    if isinstance(c, AndConstraint):
+        return all(evaluate(child, host_labels, task_label_counts) for child in c.children)
+    if isinstance(c, OrConstraint):
+        return any(evaluate(child, host_labels, task_label_counts) for child in c.children)
     return False  # not a constraint: no host satisfies it

@@ -60,10 +60,11 @@ def command_problem(kind: str, job: JobRow | None, job_id: str) -> str | None:
 
 
 def to_stop(tasks: list[TaskRow], instances: list[int] | None) -> list[TaskRow]:
-    """The runs a stop kills: those not ended yet, of the chosen instances."""
+    """The runs a stop kills: those not ended yet, of the chosen instances. A run being killed for
+    another reason (a restart, a preemption) is stopped too, or it would run again after."""
     wanted = None if instances is None else set(instances)
     return [t for t in tasks if (wanted is None or t.instance in wanted)
-            and t.state not in TASK_TERMINAL and t.state != "KILLING"]
+            and t.state not in TASK_TERMINAL and not (t.state == "KILLING" and t.reason == STOPPED)]
 
 
 def to_start(tasks: list[TaskRow], instances: list[int] | None) -> list[TaskRow]:

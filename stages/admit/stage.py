@@ -272,6 +272,7 @@ class AdmitStage(Stage):
         self._kill_tasks(victims, STOPPED, message, now)
         if instances is None:
             job.state = "KILLING"
+            job.rollout = None  # a stopped job rolls nothing out any more
         self._settle(job, now)
         log.info("job %s: stopping %d runs", job.job_id, len(victims))
 
@@ -433,8 +434,11 @@ class AdmitStage(Stage):
                 self._send_kill(ev["job_id"], ev["instance"], ev["run_id"], ev["task_id"], ORPHAN,
                                 f"orphan: run {ev['run_id']} of a task now at run {task.run_id}", now)
             service = jobs[task.job_id].type == "SERVICE" if task.job_id in jobs else False
+            # A stop wins over the reason of an earlier kill of the same run (a restart's, say),
+            # which the host manager reports since it came first.
+            reason = STOPPED if task.state == "KILLING" and task.reason == STOPPED else ev["reason"]
             move = task_transition(task.state, task.run_id, ev["run_id"], ev["state"], task.failures, task.max_failures,
-                                   ev["reason"], service)
+                                   reason, service)
             if move is None:
                 continue
             events.append((ev["task_id"], ev["job_id"], ev["instance"], ev["run_id"], move.state,

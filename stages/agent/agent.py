@@ -113,6 +113,12 @@ class HostAgent:
         # After a restart, go on from the last command handled: launches and kills sent while we
         # were away are still ours. On a first start, only what comes from now on.
         offset = saved["offset"] if isinstance(saved, dict) and isinstance(saved.get("offset"), int) else OFFSET_END
+        if offset != OFFSET_END:
+            _, end = self.consumer.get_watermark_offsets(TopicPartition(self.commands.name, partition), timeout=10)
+            if offset > end:  # the broker lost its log (Tansu keeps none): nothing past its end comes
+                log.warning("saved offset %d is past the end (%d) of %s[%d]: the broker lost its log; "
+                            "reading from its end", offset, end, self.commands.name, partition)
+                offset = OFFSET_END
         # Tansu may place "the end" a few records early; nothing sent before this first start can
         # be for us (the host manager learns of a host from its reports), so older commands are skipped.
         self.fresh_since_ms = _now_ms() if offset == OFFSET_END else 0

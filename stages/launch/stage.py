@@ -395,11 +395,21 @@ class LaunchStage(Stage):
             if ledger is None:
                 continue
             spec: HostSpec = self.inventory[host_id]
+            labels: dict[tuple[str, str], int] = {}
+            jobs: dict[str, int] = {}
+            for task_id in ledger.held.by_key:  # what placement's TASK constraints and SPREAD count
+                task = self.running.get(task_id, ({}, ""))[0]
+                for kv in (task.get("labels") or {}).items():
+                    labels[kv] = labels.get(kv, 0) + 1
+                if task:
+                    jobs[task["job_id"]] = jobs.get(task["job_id"], 0) + 1
             self.emit.emit("host-state", host_id, "peloton.HostState", {
                 "host_id": host_id, "shard": spec.shard, "driver": spec.driver,
                 "state": self.maintenance.get(host_id) or ("DOWN" if host_id in self.down else "UP"),
                 "capacity": spec.capacity.to_record(), "allocated": ledger.held.total.to_record(),
                 "task_count": len(ledger.held), "labels": spec.labels, "applied_placements": applied,
+                "task_labels": [{"key": k, "value": v, "count": n} for (k, v), n in labels.items()],
+                "job_tasks": jobs,
                 "updated_ms": now,
             })
         self.changed_hosts = {}

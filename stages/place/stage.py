@@ -9,6 +9,7 @@ tried again after a backoff; its offset stays uncommitted meanwhile.
 from __future__ import annotations
 
 import logging
+import random
 import uuid
 from collections import deque
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from peloton.model.events import REASON_NO_HOST, send_progress, task_status
 from peloton.model.gang import gang_problem
 from peloton.model.resources import Resources
 from peloton.runtime import CompactedView, HeldOffsets, Record, Stage, is_transient, now_ms
-from stages.place.placement import HostView, TaskNeed, explain, place_gang
+from stages.place.placement import HostRing, HostView, LaunchSpecError, TaskNeed, explain, place_gang
 
 log = logging.getLogger("peloton.place")
 
@@ -43,6 +44,7 @@ class PlaceStage(Stage):
     def __init__(self, host_state: CompactedView | None = None):
         self.host_state = host_state  # the host-state topic; read from the broker unless given
         self.hosts: dict[str, HostView] = {}
+        self.ring = HostRing(rng=random.Random())  # the same hosts, walked from where the last gang went
         self.waiting: deque[WaitingGang] = deque()
         self.waiting_ids: set[str] = set()
         self.held = HeldOffsets()
@@ -74,7 +76,7 @@ class PlaceStage(Stage):
             problem = gang_problem(gang)
             try:
                 needs = [] if problem else [TaskNeed.from_spec(t) for t in gang["tasks"]]
-            except ConstraintError as exc:
+            except (ConstraintError, LaunchSpecError) as exc:
                 problem = str(exc)
             if problem:
                 self.refuse(r, gang["tasks"], problem)
@@ -96,16 +98,18 @@ class PlaceStage(Stage):
             view = self.hosts.get(host_id)
             if view is None:
                 view = self.hosts[host_id] = HostView(host_id, hs["shard"], Resources.from_record(hs["capacity"]))
+                self.ring.add(view)
             view.shard = hs["shard"]
             view.capacity = Resources.from_record(hs["capacity"])
-            view.allocated = Resources.from_record(hs["allocated"])
+            view.report(Resources.from_record(hs["allocated"]),
+                        task_labels={(c["key"], c["value"]): c["count"] for c in hs["task_labels"]},
+                        job_tasks=hs["job_tasks"])
             view.labels = hs["labels"]
             view.state = hs["state"]
             for pid in hs["applied_placements"]:
                 view.applied(pid)
 
     def _place(self, now: float) -> None:
-        hosts = sorted(self.hosts.values(), key=lambda h: h.host_id)
         still_waiting: deque[WaitingGang] = deque()
         placed_at = now_ms()
         placed: list[tuple[WaitingGang, list[dict]]] = []  # a gang and its Placement records
@@ -114,7 +118,7 @@ class PlaceStage(Stage):
                 still_waiting.append(w)
                 continue
             try:
-                records = self._choose(w, hosts, now, placed_at)
+                records = self._choose(w, now, placed_at)
             except Exception as exc:  # a bug this gang meets: it alone is given up, with the reason
                 log.exception("placing gang %s failed", w.gang["gang_id"])
                 self.refuse(w.record, w.gang["tasks"], f"placement failed: {type(exc).__name__}: {exc}")
@@ -147,11 +151,12 @@ class PlaceStage(Stage):
         self.waiting_ids.discard(w.gang["gang_id"])
         self.held.release(w.source, w.offset)
 
-    def _choose(self, w: WaitingGang, hosts: list[HostView], now: float, placed_at: int) -> list[dict] | None:
+    def _choose(self, w: WaitingGang, now: float, placed_at: int) -> list[dict] | None:
         """Hosts for one gang: its Placement records, one per host shard (counted against those
         hosts at once, so the next gang sees them taken); None if it waits for another try; []
         if its placement cycle is over and it went back to its pool."""
-        chosen = place_gang(w.needs, hosts, now, avoid=set(w.gang.get("avoid_hosts") or ())) if hosts else None
+        chosen = place_gang(w.needs, self.ring, now, strategy=w.gang.get("placement_strategy") or "PACK_HOST",
+                            avoid=frozenset(w.gang.get("avoid_hosts") or ())) if self.ring.hosts else None
         if chosen is None:
             self.failed_attempts += 1
             w.attempts += 1
@@ -160,7 +165,7 @@ class PlaceStage(Stage):
                 return None
             # A placement cycle is over (Peloton's rule): the gang goes back to its pool's queue,
             # giving its allocation back, and its tasks carry the reason for whoever asks.
-            why = explain(w.needs, hosts, now)
+            why = explain(w.needs, self.ring, now)
             for t in w.gang["tasks"]:
                 self.emit.emit("task-status", t["job_id"], "peloton.TaskStatus", task_status(
                     t["job_id"], t["instance"], t["run_id"], t["task_id"], "", "TASK_DROPPED",
@@ -168,15 +173,17 @@ class PlaceStage(Stage):
             self.cycles_given_up += 1
             return []
         ttl = self.settings.placement_pending_ttl_s
-        by_shard: dict[int, list[dict]] = {}
-        for t in w.gang["tasks"]:
-            host = chosen[t["task_id"]]
-            by_shard.setdefault(host.shard, []).append({"host_id": host.host_id, "task": t})
+        by_shard: dict[int, list[tuple[dict, TaskNeed]]] = {}
+        for t, need in zip(w.gang["tasks"], w.needs, strict=True):
+            by_shard.setdefault(chosen[t["task_id"]].shard, []).append((t, need))
         records = []
-        for shard, assignments in by_shard.items():
+        for shard, tasks in by_shard.items():
             pid = uuid.uuid4().hex
-            for a in assignments:
-                self.hosts[a["host_id"]].add_pending(pid, now + ttl, Resources.from_record(a["task"]["resources"]))
+            assignments = []
+            for t, need in tasks:  # counted on the host at once, labels and job too, for the next gang
+                a = chosen[t["task_id"]]
+                a.host.add_pending(pid, now + ttl, need.resources, need.labels, need.job_id, a.ports)
+                assignments.append({"host_id": a.host_id, "task": t})
             records.append({"placement_id": pid, "gang_id": w.gang["gang_id"], "pool": w.gang["pool"],
                             "shard": shard, "assignments": assignments, "placed_ms": placed_at})
         return records

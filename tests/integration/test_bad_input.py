@@ -212,5 +212,5 @@ def test_job_status_says_why_no_host_takes_a_job(pipeline_factory) -> None:
     job_id = p.submit(pinned)
     summary = status_once_it_says(p, job_id, "unplaced", timeout=30)
     assert summary["state"] == "PENDING"
-    assert summary["unplaced"][0]["message"].endswith("fits on none of 2 hosts: 2 refused by its constraint")
+    assert summary["unplaced"][0]["message"].endswith("fits on none of 2 hosts: constraint hostname=nowhere on 2")
     assert "found no host" in pelotonctl(p, "job", "status", job_id).stdout

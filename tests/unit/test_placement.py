@@ -1,3 +1,7 @@
+"""Placing gangs: all or nothing, constraints counting every task on a host, the strategies'
+examples from Peloton's docs. Checks, rankers, ports, host views and "why pending" each have
+their own test_place_*.py."""
+
 from __future__ import annotations
 
 import json
@@ -6,18 +10,25 @@ import pytest
 
 from peloton.model.constraint import AndConstraint, ConstraintError, LabelConstraint, OrConstraint, evaluate
 from peloton.model.resources import Resources
-from stages.place.placement import HostView, TaskNeed, explain, place_gang
+from stages.place.placement import HostRing, HostView, LaunchSpecError, TaskNeed, place_gang
 
 
 def host(name: str, cpu: float = 4, **labels) -> HostView:
     return HostView(name, 0, Resources(cpu=cpu, mem_mb=1000), labels={"hostname": name, **labels})
 
 
-def need(task_id: str, cpu: float = 1, constraint=None) -> TaskNeed:
-    return TaskNeed(task_id, Resources(cpu=cpu, mem_mb=10), constraint, {})
+def need(task_id: str, cpu: float = 1, constraint=None, labels=None, job_id: str = "j") -> TaskNeed:
+    return TaskNeed(task_id, Resources(cpu=cpu, mem_mb=10), constraint, labels or {}, job_id)
 
 
-def test_first_fit_fills_a_host_before_the_next() -> None:
+def record(h: HostView, placement_id: str, needs: list[TaskNeed], placed: dict, expiry: float = 100.0) -> None:
+    """What the place stage does once a gang is placed: every task counts on its host."""
+    for n in needs:
+        a = placed[n.task_id]
+        a.host.add_pending(placement_id, expiry, n.resources, n.labels, n.job_id, a.ports)
+
+
+def test_pack_fills_a_host_before_the_next() -> None:
     hosts = [host("a", cpu=2), host("b", cpu=2)]
     placed = place_gang([need("t1"), need("t2"), need("t3")], hosts, now=0)
     assert [placed[t].host_id for t in ("t1", "t2", "t3")] == ["a", "a", "b"]
@@ -32,6 +43,19 @@ def test_a_rerun_avoids_the_host_its_last_run_failed_on_unless_no_other_fits() -
 def test_a_gang_is_placed_all_or_nothing() -> None:
     hosts = [host("a", cpu=2)]
     assert place_gang([need("t1"), need("t2"), need("t3")], hosts, now=0) is None
+
+
+def test_a_gang_that_finds_no_host_changes_no_host_and_no_cursor() -> None:
+    ring = HostRing([host("a", cpu=2), host("b", cpu=2)])
+    ring.pack_at = 1
+    assert place_gang([need("t1"), need("t2"), need("t3"), need("t4"), need("t5")], ring, now=0) is None
+    assert ring.pack_at == 1
+    assert all(not h.pending and h.free(0).cpu == 2 for h in ring)
+
+
+def test_an_empty_gang_takes_nothing_and_no_hosts_place_nothing() -> None:
+    assert place_gang([], [host("a")], now=0) == {}
+    assert place_gang([need("t1")], [], now=0) is None
 
 
 def test_pending_placements_count_until_reported_or_expired() -> None:
@@ -63,45 +87,88 @@ def test_and_or_and_host_label_constraints() -> None:
     labels = {"hostname": "a", "zone": "z1"}
     zone = LabelConstraint("HOST", "EQUAL", "zone", "z1", 1)
     other = LabelConstraint("HOST", "EQUAL", "zone", "z2", 1)
-    assert evaluate(OrConstraint((other, zone)), labels, [])
-    assert not evaluate(AndConstraint((other, zone)), labels, [])
-    assert evaluate(AndConstraint((zone, OrConstraint((other, zone)))), labels, [])
-    assert evaluate(LabelConstraint("HOST", "EQUAL", "zone", "z2", 0), labels, [])  # "not in zone z2"
-    assert evaluate(None, labels, [])
+    assert evaluate(OrConstraint((other, zone)), labels, {})
+    assert not evaluate(AndConstraint((other, zone)), labels, {})
+    assert evaluate(AndConstraint((zone, OrConstraint((other, zone)))), labels, {})
+    assert evaluate(LabelConstraint("HOST", "EQUAL", "zone", "z2", 0), labels, {})  # "not in zone z2"
+    assert evaluate(None, labels, {})
 
 
-def test_task_label_constraints_count_the_tasks_already_on_the_host() -> None:
+def test_task_label_constraints_compare_the_count_of_tasks_on_the_host() -> None:
     one_per_host = LabelConstraint("TASK", "EQUAL", "app", "web", 0)
-    assert evaluate(one_per_host, {}, [])
-    assert evaluate(one_per_host, {}, [{"app": "db"}])
-    assert not evaluate(one_per_host, {}, [{"app": "web"}])
+    assert evaluate(one_per_host, {}, {})
+    assert evaluate(one_per_host, {}, {("app", "db"): 3})
+    assert not evaluate(one_per_host, {}, {("app", "web"): 1})
     at_most_two = LabelConstraint("TASK", "LESS_THAN", "app", "web", 2)
-    assert evaluate(at_most_two, {}, [{"app": "web"}])
-    assert not evaluate(at_most_two, {}, [{"app": "web"}, {"app": "web"}])
+    assert evaluate(at_most_two, {}, {("app", "web"): 1})
+    assert not evaluate(at_most_two, {}, {("app", "web"): 2})
     more_than_one = LabelConstraint("TASK", "GREATER_THAN", "app", "web", 1)
-    assert not evaluate(more_than_one, {}, [{"app": "web"}])
-    assert evaluate(more_than_one, {}, [{"app": "web"}] * 2)
+    assert not evaluate(more_than_one, {}, {("app", "web"): 1})
+    assert evaluate(more_than_one, {}, {("app", "web"): 2})
+    # a host label of the same name is not a task on the host
+    assert evaluate(one_per_host, {"app": "web"}, {})
+
+
+def test_task_constraints_count_the_tasks_the_host_manager_reports() -> None:
+    one_per_host = LabelConstraint("TASK", "EQUAL", "app", "web", 0)
+    busy = HostView("a", 0, Resources(cpu=4, mem_mb=1000), task_labels={("app", "web"): 1})
+    idle = HostView("b", 0, Resources(cpu=4, mem_mb=1000))
+    placed = place_gang([need("t1", constraint=one_per_host, labels={"app": "web"})], [busy, idle], now=0)
+    assert placed["t1"].host_id == "b"
 
 
 def test_a_gang_spreads_when_its_tasks_exclude_each_other() -> None:
     spread = LabelConstraint("TASK", "EQUAL", "app", "web", 0)
-    needs = [TaskNeed(f"t{i}", Resources(cpu=1), spread, {"app": "web"}) for i in range(2)]
+    needs = [need(f"t{i}", constraint=spread, labels={"app": "web"}) for i in range(2)]
     placed = place_gang(needs, [host("a"), host("b")], now=0)
     assert [placed[t].host_id for t in ("t0", "t1")] == ["a", "b"]
-    assert place_gang(needs + [TaskNeed("t2", Resources(cpu=1), spread, {"app": "web"})],
+    assert place_gang(needs + [need("t2", constraint=spread, labels={"app": "web"})],
                       [host("a"), host("b")], now=0) is None
 
 
-def spec_with(constraint_json) -> dict:
-    return {"task_id": "t1", "resources": Resources(cpu=1).to_record(), "labels": {},
-            "constraint_json": constraint_json}
+def test_pelotons_host_limit_example_one_instance_per_host_across_gangs() -> None:
+    """4 instances that each exclude their kind from their host, 3 hosts, placed one gang at a
+    time with each placement recorded on its host: 3 hosts take one each, the 4th finds none."""
+    one_per_host = LabelConstraint("TASK", "EQUAL", "app", "web", 0)
+    ring = HostRing([host(name, cpu=8) for name in ("a", "b", "c")])
+    used = []
+    for i in range(3):
+        gang = [need(f"j-{i}-1", constraint=one_per_host, labels={"app": "web"})]
+        placed = place_gang(gang, ring, now=0)
+        assert placed is not None, i
+        record(placed[gang[0].task_id].host, f"p{i}", gang, placed)
+        used.append(placed[gang[0].task_id].host_id)
+    assert sorted(used) == ["a", "b", "c"]
+    assert place_gang([need("j-3-1", constraint=one_per_host, labels={"app": "web"})], ring, now=0) is None
+
+
+def test_spread_puts_a_jobs_gangs_on_different_hosts_where_pack_stacks_them() -> None:
+    def run(strategy: str) -> set[str]:
+        ring = HostRing([host(f"h{i}", cpu=6) for i in range(6)])
+        chosen = set()
+        for i in range(6):
+            gang = [need(f"j-{i}-1")]
+            placed = place_gang(gang, ring, now=0, strategy=strategy)
+            record(placed[gang[0].task_id].host, f"p{i}", gang, placed)
+            chosen.add(placed[gang[0].task_id].host_id)
+        return chosen
+
+    assert len(run("SPREAD_JOB")) == 6
+    assert run("PACK_HOST") == {"h0"}
+    assert run("anything else packs") == {"h0"}
+
+
+def spec_with(constraint_json=None, **fields) -> dict:
+    return {"task_id": "t1", "job_id": "j1", "resources": Resources(cpu=1).to_record(), "labels": {"app": "web"},
+            "constraint_json": constraint_json, **fields}
 
 
 def test_task_need_reads_the_canonical_constraint_json() -> None:
-    record = {"type": "LABEL", "labelconstraint": {"kind": "HOST", "condition": "EQUAL", "requirement": 1,
-                                                  "label": {"key": "hostname", "value": "b"}}}
-    need_ = TaskNeed.from_spec(spec_with(json.dumps(record)))
+    record_ = {"type": "LABEL", "labelconstraint": {"kind": "HOST", "condition": "EQUAL", "requirement": 1,
+                                                   "label": {"key": "hostname", "value": "b"}}}
+    need_ = TaskNeed.from_spec(spec_with(json.dumps(record_)))
     assert need_.constraint == LabelConstraint("HOST", "EQUAL", "hostname", "b", 1)
+    assert (need_.job_id, need_.labels) == ("j1", {"app": "web"})
     assert TaskNeed.from_spec(spec_with(None)).constraint is None
 
 
@@ -111,12 +178,20 @@ def test_a_bad_constraint_json_fails_when_the_spec_is_decoded(bad: str) -> None:
         TaskNeed.from_spec(spec_with(bad))
 
 
-def test_explain_counts_the_hosts_that_fail_each_check() -> None:
-    hosts = [host("a", cpu=1), host("b", cpu=8, rack="x"), host("c", cpu=8, rack="y")]
-    hosts[2].state = "DRAINING"
-    pinned = LabelConstraint("HOST", "EQUAL", "rack", "z", 1)
-    why = explain([need("t1", cpu=2, constraint=pinned)], hosts, now=0)
-    assert why == "task t1 fits on none of 3 hosts: 1 without room (cpu on 1); 1 refused by its constraint; 1 not UP"
-    assert explain([need("t1")], [], now=0) == "no hosts are known yet"
-    together = explain([need("t1", cpu=3), need("t2", cpu=3)], [host("a", cpu=4)], now=0)
-    assert together == "the gang's 2 tasks do not fit together on the room the hosts have free now"
+def test_task_need_reads_dynamic_ports_or_the_port_list_which_wins() -> None:
+    assert (TaskNeed.from_spec(spec_with()).dynamic_ports, TaskNeed.from_spec(spec_with()).static_ports) == (0, ())
+    assert TaskNeed.from_spec(spec_with(dynamic_ports=2)).dynamic_ports == 2
+    ports = [{"name": "http", "value": 0, "env_name": "PORT_HTTP"}, {"name": "admin", "value": 8080, "env_name": ""},
+             {"name": "debug", "value": 0, "env_name": "PORT_DEBUG"}, {"name": "grpc", "value": 9090, "env_name": ""}]
+    need_ = TaskNeed.from_spec(spec_with(dynamic_ports=5, ports=ports))
+    assert (need_.dynamic_ports, need_.static_ports) == (2, (8080, 9090))
+
+
+@pytest.mark.parametrize("fields", [
+    {"dynamic_ports": -1}, {"dynamic_ports": True}, {"ports": "8080"}, {"ports": [{"value": 70_000}]},
+    {"ports": [{"value": -5}]}, {"ports": [{"value": "80"}]}, {"ports": [17]},
+    {"ports": [{"value": 8080}, {"value": 8080}]},
+])
+def test_ports_no_host_could_give_fail_when_the_spec_is_decoded(fields: dict) -> None:
+    with pytest.raises(LaunchSpecError):
+        TaskNeed.from_spec(spec_with(**fields))

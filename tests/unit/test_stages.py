@@ -56,7 +56,8 @@ def host_state(host_id: str, cpu: float) -> dict:
     return {"host_id": host_id, "shard": 0, "driver": "sim", "state": "UP",
             "capacity": {"cpu": cpu, "mem_mb": 65536.0, "disk_mb": 100000.0, "gpu": 0.0},
             "allocated": {"cpu": 0.0, "mem_mb": 0.0, "disk_mb": 0.0, "gpu": 0.0}, "task_count": 0,
-            "labels": {"hostname": host_id, "driver": "sim"}, "applied_placements": [], "updated_ms": 1}
+            "labels": {"hostname": host_id, "driver": "sim"}, "applied_placements": [], "updated_ms": 1,
+            "task_labels": [], "job_tasks": {}}
 
 
 def bound(stage: Stage, **settings) -> RecordingEmitter:
@@ -213,7 +214,7 @@ def test_place_sends_a_gang_back_to_its_pool_with_the_reason_after_a_placement_c
     stage.tick(2.0)
     [(_, key, _, status)] = out.take("task-status")
     assert (status["state"], status["reason"]) == ("TASK_DROPPED", "REASON_NO_HOST")
-    assert status["message"] == "task j-0-1 fits on none of 1 hosts: 1 without room (cpu on 1)"
+    assert status["message"] == "task j-0-1 fits on none of 1 host: no room for 8 cpu on 1"
     assert not stage.waiting and not stage.held_offsets() and out.take("placements") == []
 
 
@@ -510,6 +511,22 @@ def test_a_restart_replaces_runs_one_batch_at_a_time(admit, store) -> None:
     assert killed_instances(out) == ["rr-2-1"]
     stage.handle([status_record("rr-2-1", "TASK_KILLED", "RESTARTED"), status_record("rr-2-2", "TASK_RUNNING")])
     assert store.get_job("rr").rollout is None and store.get_job("rr").state == "RUNNING"
+
+
+def test_a_stop_during_a_restart_wins_over_the_restarts_kill(admit, store) -> None:
+    stage, out = admit
+    stage.handle([command("rs", JOB.format(name="rs", count=2, gang=0, cpu=1))])
+    stage.handle([status_record(f"rs-{i}-1", "TASK_RUNNING") for i in range(2)])
+    out.take()
+    stage.handle([restart("rs", batch_size=1)])
+    assert killed_instances(out) == ["rs-0-1"]
+    stage.handle([control("STOP", "rs")])  # before the restart's kill has landed
+    assert killed_instances(out) == ["rs-0-1", "rs-1-1"]  # the run being restarted is stopped too
+    # the host manager reports the first kill's reason: the stop must still win
+    stage.handle([status_record("rs-0-1", "TASK_KILLED", "RESTARTED"), status_record("rs-1-1", "TASK_KILLED", "STOPPED")])
+    assert [(t.run_id, t.state) for t in store.tasks_of_job("rs")] == [(1, "KILLED"), (1, "KILLED")]
+    assert store.get_job("rs").state == "KILLED" and store.get_job("rs").rollout is None
+    assert [v for _, _, schema, v in out.take("task-demand") if schema == "peloton.GangDemand"] == []
 
 
 def test_an_update_grows_the_job_and_rolls_a_changed_config_out(admit, store) -> None:
