@@ -24,6 +24,7 @@ def launch_spec(job_id: str, spec: JobSpec, task: TaskSpec, run_id: int) -> dict
         "run_id": run_id,
         "resources": task.resources.to_record(),
         "dynamic_ports": sum(1 for p in task.ports if p.value == 0),
+        "ports": [{"name": p.name, "value": p.value, "env_name": p.env_name} for p in task.ports],
         "command": task.command.value,
         "shell": task.command.shell,
         "arguments": list(task.command.arguments),

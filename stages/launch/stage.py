@@ -281,6 +281,9 @@ class LaunchStage(Stage):
             closed = self.down or self.maintenance  # hosts that take no placements now
             ledgers = self.ledgers if not closed else {h: l for h, l in self.ledgers.items()
                                                        if h not in self.down and h not in self.maintenance}
+            for a in p["assignments"]:  # the ports placement picked travel with the task to its host
+                if a.get("ports"):
+                    a["task"]["assigned_ports"] = a["ports"]
             verdict = judge_placement(p["assignments"], ledgers, self.running, self.inventory)
             if isinstance(verdict, str):
                 # Its tasks go back to their pools (an agent host may have gone since place saw it).
@@ -397,19 +400,21 @@ class LaunchStage(Stage):
             spec: HostSpec = self.inventory[host_id]
             labels: dict[tuple[str, str], int] = {}
             jobs: dict[str, int] = {}
-            for task_id in ledger.held.by_key:  # what placement's TASK constraints and SPREAD count
+            ports: list[int] = []
+            for task_id in ledger.held.by_key:  # what placement's TASK constraints, SPREAD and ports count
                 task = self.running.get(task_id, ({}, ""))[0]
                 for kv in (task.get("labels") or {}).items():
                     labels[kv] = labels.get(kv, 0) + 1
                 if task:
                     jobs[task["job_id"]] = jobs.get(task["job_id"], 0) + 1
+                    ports.extend((task.get("assigned_ports") or {}).values())
             self.emit.emit("host-state", host_id, "peloton.HostState", {
                 "host_id": host_id, "shard": spec.shard, "driver": spec.driver,
                 "state": self.maintenance.get(host_id) or ("DOWN" if host_id in self.down else "UP"),
                 "capacity": spec.capacity.to_record(), "allocated": ledger.held.total.to_record(),
                 "task_count": len(ledger.held), "labels": spec.labels, "applied_placements": applied,
                 "task_labels": [{"key": k, "value": v, "count": n} for (k, v), n in labels.items()],
-                "job_tasks": jobs,
+                "job_tasks": jobs, "used_ports": ports,
                 "updated_ms": now,
             })
         self.changed_hosts = {}
@@ -420,9 +425,14 @@ class LaunchStage(Stage):
 
 
 def _request(t: dict, host_id: str) -> LaunchRequest:
+    environment = dict(t["environment"])
+    assigned = t.get("assigned_ports") or {}
+    for port in t.get("ports") or []:  # each port in the variable its config names
+        if port["env_name"] and port["name"] in assigned:
+            environment[port["env_name"]] = str(assigned[port["name"]])
     return LaunchRequest(
         task_id=t["task_id"], job_id=t["job_id"], instance=t["instance"], run_id=t["run_id"], host_id=host_id,
         command=t["command"], shell=t["shell"], arguments=tuple(t["arguments"]),
-        environment=tuple(t["environment"].items()), resources=Resources.from_record(t["resources"]),
+        environment=tuple(environment.items()), resources=Resources.from_record(t["resources"]),
         kill_grace_seconds=t["kill_grace_seconds"],
     )

@@ -232,7 +232,7 @@ class TaskNeed:
 
 def _ports_of(spec: Mapping) -> tuple[int, tuple[int, ...]]:
     ports = spec.get("ports")
-    if ports is None:
+    if not ports:  # none named (or a spec from before they were): dynamic_ports counts them
         dynamic = spec.get("dynamic_ports", 0) or 0
         if not _is_int(dynamic) or not 0 <= dynamic <= MAX_PORT:
             raise LaunchSpecError(f"dynamic_ports: expected 0 to {MAX_PORT}, got {dynamic!r}")

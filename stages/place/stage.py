@@ -37,6 +37,15 @@ class WaitingGang:
     next_try: float = 0.0
 
 
+def port_names(spec: dict, ports: tuple[int, ...]) -> dict[str, int]:
+    """Name -> port for the ports placement picked, which come static first (in the order the
+    spec names them), then dynamic."""
+    named = spec.get("ports") or []
+    order = [p["name"] for p in named if p["value"]] + [p["name"] for p in named if not p["value"]]
+    order += [f"dynamic-{i}" for i in range(len(ports) - len(order))]
+    return dict(zip(order, ports))
+
+
 class PlaceStage(Stage):
     name = "place"
     inputs = (TOPIC,)
@@ -103,7 +112,7 @@ class PlaceStage(Stage):
             view.capacity = Resources.from_record(hs["capacity"])
             view.report(Resources.from_record(hs["allocated"]),
                         task_labels={(c["key"], c["value"]): c["count"] for c in hs["task_labels"]},
-                        job_tasks=hs["job_tasks"])
+                        job_tasks=hs["job_tasks"], used_ports=set(hs["used_ports"]))
             view.labels = hs["labels"]
             view.state = hs["state"]
             for pid in hs["applied_placements"]:
@@ -183,7 +192,7 @@ class PlaceStage(Stage):
             for t, need in tasks:  # counted on the host at once, labels and job too, for the next gang
                 a = chosen[t["task_id"]]
                 a.host.add_pending(pid, now + ttl, need.resources, need.labels, need.job_id, a.ports)
-                assignments.append({"host_id": a.host_id, "task": t})
+                assignments.append({"host_id": a.host_id, "task": t, "ports": port_names(t, a.ports)})
             records.append({"placement_id": pid, "gang_id": w.gang["gang_id"], "pool": w.gang["pool"],
                             "shard": shard, "assignments": assignments, "placed_ms": placed_at})
         return records

@@ -53,3 +53,29 @@ def test_spread_puts_six_tasks_on_six_hosts_where_pack_puts_them_on_one(pipeline
     job = p.submit(SIX.format(strategy=strategy))
     p.wait_for("6 tasks RUNNING", lambda: p.counts(job).get("RUNNING", 0) == 6, 30)
     assert len({t.host_id for t in p.store.tasks_of_job(job)}) == hosts_used
+
+
+PORTED = """
+name: ported
+instancecount: 2
+defaultconfig:
+  resource: {cpulimit: 0.1, memlimitmb: 16, disklimitmb: 1}
+  ports:
+  - {name: http, value: 0, envname: HTTP_PORT}
+  - {name: admin, value: 0, envname: ADMIN_PORT}
+  command: {shell: true, value: 'echo "$HTTP_PORT $ADMIN_PORT"'}
+"""
+
+
+def test_dynamic_ports_are_picked_from_the_host_range_and_given_to_the_task_in_its_variables(
+        pipeline_factory) -> None:
+    p = pipeline_factory(hosts="local:1:cpu=2,mem_mb=1024,disk_mb=1000")
+    p.start_all()
+    job = p.submit(PORTED)
+    assert p.wait_job(job) == "SUCCEEDED"
+    seen = []
+    for t in p.store.tasks_of_job(job):
+        http, admin = map(int, (p.home / "sandboxes" / t.task_id / "stdout").read_text().split())
+        seen += [http, admin]
+        assert 31000 <= http <= 32000 and 31000 <= admin <= 32000
+    assert len(set(seen)) == 4, f"two tasks on one host got the same port: {seen}"

@@ -143,3 +143,29 @@ def test_an_older_version_that_embeds_an_older_nested_type_still_reads() -> None
         assert decoded_name == name
         g = decoded["gang"] if "gang" in decoded else decoded
         assert g["revocable"] is False and g["priority"] == 3 and g["avoid_hosts"] == []
+
+
+def test_records_written_before_launch_specs_named_their_ports_still_read() -> None:
+    """GangDemand 3, AdmittedGang 3 and Placement 1 embed the TaskLaunchSpec of their time."""
+    reg = registry()
+    task = {"task_id": "j-0-1", "job_id": "j", "instance": 0, "run_id": 1,
+            "resources": {"cpu": 1.0, "mem_mb": 1.0, "disk_mb": 0.0, "gpu": 0.0}, "dynamic_ports": 2,
+            "command": "true", "shell": True, "arguments": [], "environment": {}, "labels": {},
+            "constraint_json": None, "kill_grace_seconds": 1.0, "controller": False}
+    gang = {"gang_id": "g", "job_id": "j", "pool": "/p", "priority": 0, "preemptible": True, "revocable": False,
+            "not_before_ms": 0, "avoid_hosts": ["h9"], "placement_strategy": "PACK_HOST", "tasks": [task],
+            "created_ms": 1}
+    placement = {"placement_id": "p", "gang_id": "g", "pool": "/p", "shard": 0,
+                 "assignments": [{"host_id": "h1", "task": task}], "placed_ms": 1}
+    for schema_id, record, name in ((20, gang, "peloton.GangDemand"),
+                                    (21, {"gang": gang, "admitted_ms": 2}, "peloton.AdmittedGang"),
+                                    (7, placement, "peloton.Placement")):
+        buf = io.BytesIO()
+        buf.write(struct.pack(">bI", 0, schema_id))
+        fastavro.schemaless_writer(buf, reg._writers[schema_id], record)
+        decoded_name, decoded = reg.decode(buf.getvalue())
+        assert decoded_name == name
+        spec = (decoded.get("gang") or decoded).get("tasks", [None])[0] or decoded["assignments"][0]["task"]
+        assert spec["dynamic_ports"] == 2 and spec["ports"] == []
+        if name == "peloton.Placement":
+            assert decoded["assignments"][0]["ports"] == {}
