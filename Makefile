@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install system demo test unit integration bench clean
+.PHONY: install system demo test unit integration bench soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,10 @@ bench: $(STAMP)
 	$(BIN)/pelotonctl respool bench
 	$(BIN)/python -m stages.place.bench
 	$(BIN)/pelotonctl bench --tasks 5000
+
+# Scale and soak runs (tests marked slow), left out of `make test` to keep it within CI's time.
+soak: $(STAMP) system
+	$(BIN)/python -m pytest -q -m slow tests
 
 clean:
 	rm -rf $(VENV) .peloton .pytest_cache

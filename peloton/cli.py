@@ -155,12 +155,13 @@ def agent_run(
     name: str = typer.Option(..., "--name", help="The host's id (unique in the cluster)."),
     resources: str = typer.Option("cpu=8,mem_mb=16384,disk_mb=100000,gpu=0", help="What the host offers."),
     attribute: list[str] = typer.Option([], "--attribute", help="A host label KEY=VALUE (repeatable)."),
+    ports: str = typer.Option("31000-32000", "--ports", help="Ports the host gives its tasks: LOW-HIGH[,LOW-HIGH]."),
     max_seconds: Optional[float] = typer.Option(None, help="Stop after this long (for tests)."),
 ) -> None:
     """Run this host's agent: it registers with the host manager and runs the tasks placed here.
     SIGTERM stops it and its tasks (reported lost, so they run elsewhere); after a SIGKILL, a new
     agent of the same name adopts the tasks still running."""
-    from stages.agent.agent import HOST_ID, AgentSpec, parse_resources, run_agent
+    from stages.agent.agent import HOST_ID, AgentSpec, parse_port_ranges, parse_resources, run_agent
 
     if not HOST_ID.fullmatch(name):
         _fail(f"--name {name!r}: a host id is letters, digits, '.', '_' and '-' (at most 64)", EXIT_INVALID)
@@ -168,13 +169,17 @@ def agent_run(
         capacity = parse_resources(resources)
     except ValueError as exc:
         _fail(f"--resources: {exc}", EXIT_INVALID)
+    try:
+        port_ranges = parse_port_ranges(ports)
+    except ValueError as exc:
+        _fail(f"--ports: {exc}", EXIT_INVALID)
     labels = {}
     for item in attribute:
         key, sep, value = item.partition("=")
         if not sep or not key:
             _fail(f"--attribute {item!r}: expected KEY=VALUE", EXIT_INVALID)
         labels[key] = value
-    run_agent(_settings(), AgentSpec(name, capacity, labels), max_seconds)
+    run_agent(_settings(), AgentSpec(name, capacity, labels, port_ranges), max_seconds)
 
 
 # -- hosts -------------------------------------------------------------------------------------

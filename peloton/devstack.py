@@ -99,12 +99,12 @@ def start_stage(name: str, settings: Settings, log_path: Path, instance_id: str 
                             cwd=str(REPO_ROOT))
 
 
-def start_agent(host: HostSpec, settings: Settings, log_path: Path) -> subprocess.Popen:
+def start_agent(host: HostSpec, settings: Settings, log_path: Path, *options: str) -> subprocess.Popen:
     """A host agent process for one host of an `agent:` group of the inventory."""
     env = {**os.environ, **settings.env(), "PYTHONUNBUFFERED": "1"}
     r = host.capacity
     cmd = [sys.executable, "-m", "peloton.cli", "agent", "run", "--name", host.host_id,
-           "--resources", f"cpu={r.cpu:g},mem_mb={r.mem_mb:g},disk_mb={r.disk_mb:g},gpu={r.gpu:g}"]
+           "--resources", f"cpu={r.cpu:g},mem_mb={r.mem_mb:g},disk_mb={r.disk_mb:g},gpu={r.gpu:g}", *options]
     log = open(log_path, "ab")
     return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                             cwd=str(REPO_ROOT))

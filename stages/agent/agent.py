@@ -44,6 +44,24 @@ class AgentSpec:
     name: str
     capacity: Resources
     labels: dict[str, str]
+    port_ranges: tuple[tuple[int, int], ...] = ((31000, 32000),)
+
+
+def parse_port_ranges(text: str) -> tuple[tuple[int, int], ...]:
+    """31000-32000[,33000-33100] (inclusive)."""
+    ranges = []
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        low, sep, high = item.partition("-")
+        try:
+            low_n, high_n = int(low), int(high if sep else low)
+        except ValueError:
+            raise ValueError(f"{item!r} is not a port range like 31000-32000") from None
+        if not 1 <= low_n <= high_n <= 65535:
+            raise ValueError(f"{item!r}: expected 1 <= low <= high <= 65535")
+        ranges.append((low_n, high_n))
+    if not ranges:
+        raise ValueError("no port range given")
+    return tuple(ranges)
 
 
 def parse_resources(text: str) -> Resources:
@@ -219,7 +237,8 @@ class HostAgent:
         updates = [{"task_id": u.task_id, "state": u.state, "reason": u.reason, "message": u.message,
                     "exit_code": u.exit_code, "signal": u.signal, "timestamp_ms": u.timestamp_ms} for u in self.pending]
         record = {"host_id": self.spec.name, "agent_id": self.agent_id, "capacity": self.spec.capacity.to_record(),
-                  "labels": self.spec.labels, "running": running, "updates": updates, "sent_ms": _now_ms()}
+                  "labels": self.spec.labels, "running": running,
+                  "port_ranges": [{"low": low, "high": high} for low, high in self.spec.port_ranges], "updates": updates, "sent_ms": _now_ms()}
         self.producer.produce(self.catalogue["placements"].name, key=self.spec.name.encode(),
                               value=self.serde.encode("peloton.AgentReport", record), partition=self.report_partition)
         if self.producer.flush(5.0) == 0:

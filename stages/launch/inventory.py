@@ -34,6 +34,7 @@ class HostSpec:
     capacity: Resources
     shard: int
     labels: dict[str, str] = field(default_factory=dict)
+    port_ranges: tuple[tuple[int, int], ...] = ()  # the ports it gives tasks; () = placement's default
 
 
 def parse_inventory(spec: str, shards: int) -> list[HostSpec]:

@@ -227,10 +227,11 @@ class LaunchStage(Stage):
     def _join(self, host_id: str, shard: int, report: dict) -> None:
         capacity = Resources.from_record(report["capacity"])
         labels = {**report["labels"], "hostname": host_id}
+        ports = tuple((r["low"], r["high"]) for r in report["port_ranges"])
         known = self.inventory.get(host_id)
-        if known is not None and known.capacity == capacity and known.labels == labels:
+        if known is not None and (known.capacity, known.labels, known.port_ranges) == (capacity, labels, ports):
             return
-        self.inventory[host_id] = HostSpec(host_id, AGENT, capacity, shard, labels)
+        self.inventory[host_id] = HostSpec(host_id, AGENT, capacity, shard, labels, ports)
         ledger = self.ledgers[host_id] = HostLedger(host_id, capacity)
         for task_id in self.remote.on_host(host_id):  # adopted runs, or ours before a change
             spec = self.running.get(task_id, ({}, ""))[0]
@@ -415,6 +416,7 @@ class LaunchStage(Stage):
                 "task_count": len(ledger.held), "labels": spec.labels, "applied_placements": applied,
                 "task_labels": [{"key": k, "value": v, "count": n} for (k, v), n in labels.items()],
                 "job_tasks": jobs, "used_ports": ports,
+                "port_ranges": [{"low": low, "high": high} for low, high in spec.port_ranges],
                 "updated_ms": now,
             })
         self.changed_hosts = {}

@@ -115,6 +115,8 @@ class PlaceStage(Stage):
                         job_tasks=hs["job_tasks"], used_ports=set(hs["used_ports"]))
             view.labels = hs["labels"]
             view.state = hs["state"]
+            if hs["port_ranges"]:
+                view.port_ranges = tuple((r["low"], r["high"]) for r in hs["port_ranges"])
             for pid in hs["applied_placements"]:
                 view.applied(pid)
 

@@ -79,3 +79,19 @@ def test_dynamic_ports_are_picked_from_the_host_range_and_given_to_the_task_in_i
         seen += [http, admin]
         assert 31000 <= http <= 32000 and 31000 <= admin <= 32000
     assert len(set(seen)) == 4, f"two tasks on one host got the same port: {seen}"
+
+
+def test_an_agent_gives_tasks_ports_from_its_own_range_and_its_labels_reach_constraints(pipeline_factory) -> None:
+    p = pipeline_factory(hosts="agent:2:cpu=2,mem_mb=1024,disk_mb=1000")
+    for stage in ("admit", "entitle", "place", "launch"):
+        p.start(stage, wait=False)
+    p.start_agent("agent-0")
+    p.start_agent("agent-1", "--ports", "40000-40003", "--attribute", "rack=b")
+    pinned = PORTED.replace("  command:", "  constraint:\n    type: 1\n    labelconstraint: {kind: 2, condition: 2, "
+                            "label: {key: rack, value: b}, requirement: 1}\n  command:")
+    job = p.submit(pinned)
+    assert p.wait_job(job) == "SUCCEEDED"
+    for t in p.store.tasks_of_job(job):
+        assert t.host_id == "agent-1"
+        http, admin = map(int, (p.home / "sandboxes" / t.task_id / "stdout").read_text().split())
+        assert http != admin and {http, admin} <= {40000, 40001, 40002, 40003}

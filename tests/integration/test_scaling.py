@@ -41,7 +41,9 @@ def assigned_partitions(log_text: str) -> list[str]:
     return re.findall(r"assigned (\[.+\])", log_text)
 
 
-@pytest.mark.parametrize("store", STORES)
+# On PostgreSQL in `make soak` only: test_devstack kills one instance of every stage of a
+# PostgreSQL stack in `make test` already, and these six runs are the suite's longest.
+@pytest.mark.parametrize("store", [pytest.param(s, marks=pytest.mark.slow) if s == "postgres" else s for s in STORES])
 @pytest.mark.parametrize("stage", ["admit", "entitle", "place"])
 def test_a_killed_instance_hands_its_partitions_over_and_every_task_runs_once(pipeline_factory, stage, store) -> None:
     p = pipeline_factory(hosts="sim:16:cpu=8,mem_mb=65536,disk_mb=100000", sim_task_seconds=0.5, store_kind=store)

@@ -80,3 +80,12 @@ def test_agent_resources_parse_or_say_what_is_wrong() -> None:
                      ("cpu=inf", ">= 0"), ("cpu=nan", ">= 0")):
         with pytest.raises(ValueError, match=why):
             parse_resources(bad)
+
+
+def test_agent_port_ranges_parse_or_say_what_is_wrong() -> None:
+    from stages.agent.agent import parse_port_ranges
+
+    assert parse_port_ranges("31000-32000, 40000-40000") == ((31000, 32000), (40000, 40000))
+    for bad in ("", "x-1", "5-4", "0-10", "1-70000"):
+        with pytest.raises(ValueError):
+            parse_port_ranges(bad)

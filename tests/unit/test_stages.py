@@ -57,7 +57,7 @@ def host_state(host_id: str, cpu: float) -> dict:
             "capacity": {"cpu": cpu, "mem_mb": 65536.0, "disk_mb": 100000.0, "gpu": 0.0},
             "allocated": {"cpu": 0.0, "mem_mb": 0.0, "disk_mb": 0.0, "gpu": 0.0}, "task_count": 0,
             "labels": {"hostname": host_id, "driver": "sim"}, "applied_placements": [], "updated_ms": 1,
-            "task_labels": [], "job_tasks": {}, "used_ports": []}
+            "task_labels": [], "job_tasks": {}, "used_ports": [], "port_ranges": []}
 
 
 def bound(stage: Stage, **settings) -> RecordingEmitter:
