@@ -177,7 +177,10 @@ class HostAgent:
         for msg in self.consumer.consume(num_messages=500, timeout=0.1):
             if msg.error():
                 continue  # a partition EOF or a broker hiccup: librdkafka retries by itself
-            self._command(msg)
+            try:
+                self._command(msg)
+            except Exception:  # no command may end the agent (and with it every task it watches)
+                log.exception("command at offset %d could not be carried out; skipped", msg.offset())
             self._save("offset.json", {"offset": msg.offset() + 1})
         self.pending.extend(self.driver.poll())
         self._watch_adopted()
@@ -203,7 +206,12 @@ class HostAgent:
         fresh = []
         for launch in cmd["launches"]:
             task_id = launch["task_id"]
-            if task_id in self.runs or sandbox_path(self.sandbox_root, task_id).exists():
+            try:
+                started = task_id in self.runs or sandbox_path(self.sandbox_root, task_id).exists()
+            except ValueError as exc:  # not a name a sandbox can have
+                log.warning("launch of %r skipped: %s", task_id[:200], exc)
+                continue
+            if started:
                 continue  # a command read again after a restart: it was started already
             self.runs[task_id] = {"job_id": launch["job_id"], "instance": launch["instance"], "run_id": launch["run_id"]}
             fresh.append(LaunchRequest(

@@ -3,6 +3,8 @@ reports in, reconciliation and lost hosts."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from peloton.model.resources import Resources
@@ -89,3 +91,45 @@ def test_agent_port_ranges_parse_or_say_what_is_wrong() -> None:
     for bad in ("", "x-1", "5-4", "0-10", "1-70000"):
         with pytest.raises(ValueError):
             parse_port_ranges(bad)
+
+
+class Msg:
+    def __init__(self, value: bytes, offset: int = 0) -> None:
+        self._value, self._offset = value, offset
+
+    def value(self) -> bytes:
+        return self._value
+
+    def offset(self) -> int:
+        return self._offset
+
+    def error(self):
+        return None
+
+
+def test_an_agent_runs_its_hosts_launches_and_skips_what_it_cannot_use(tmp_path) -> None:
+    from peloton.config import Settings
+    from peloton.serde import registry
+    from stages.agent.agent import AgentSpec, HostAgent
+
+    agent = HostAgent(Settings(bootstrap="127.0.0.1:1", home=tmp_path), AgentSpec("h1", Resources(cpu=4), {}))
+    try:
+        def launch(task_id: str, host: str = "h1") -> bytes:
+            return registry().encode("peloton.AgentCommand", {
+                "command_id": "c", "host_id": host, "kills": [], "sent_ms": 1, "launches": [{
+                    "task_id": task_id, "job_id": "j", "instance": 0, "run_id": 1, "command": "true",
+                    "resources": Resources(cpu=1).to_record()}]})
+
+        for value in (b"garbage", launch("../../etc"), launch("j-0-1", host="h2"), launch("j-0-1")):
+            agent._command(Msg(value))
+        assert set(agent.runs) == {"j-0-1"}  # only its own host's, and only a sound task id
+        deadline = 50
+        while "j-0-1" in agent.driver.active() and deadline:
+            agent.pending.extend(agent.driver.poll())
+            deadline -= 1
+            time.sleep(0.1)
+        states = [u.state for u in agent.pending + agent.driver.poll() if u.task_id == "j-0-1"]
+        assert states[-1] == "TASK_FINISHED"
+    finally:
+        agent.driver.close()
+        agent.consumer.close()
