@@ -156,6 +156,9 @@ def agent_run(
     resources: str = typer.Option("cpu=8,mem_mb=16384,disk_mb=100000,gpu=0", help="What the host offers."),
     attribute: list[str] = typer.Option([], "--attribute", help="A host label KEY=VALUE (repeatable)."),
     ports: str = typer.Option("31000-32000", "--ports", help="Ports the host gives its tasks: LOW-HIGH[,LOW-HIGH]."),
+    simulate: int = typer.Option(0, "--simulate", min=0, max=100_000,
+                                 help="Serve N simulated hosts NAME-0 .. NAME-(N-1) instead (tasks last "
+                                      "PELOTON_SIM_TASK_SECONDS), for benchmarks."),
     max_seconds: Optional[float] = typer.Option(None, help="Stop after this long (for tests)."),
 ) -> None:
     """Run this host's agent: it registers with the host manager and runs the tasks placed here.
@@ -179,7 +182,9 @@ def agent_run(
         if not sep or not key:
             _fail(f"--attribute {item!r}: expected KEY=VALUE", EXIT_INVALID)
         labels[key] = value
-    run_agent(_settings(), AgentSpec(name, capacity, labels, port_ranges), max_seconds)
+    names = [f"{name}-{i}" for i in range(simulate)] if simulate else [name]
+    specs = [AgentSpec(n, capacity, labels, port_ranges) for n in names]
+    run_agent(_settings(), specs, simulate=bool(simulate), name=name, max_seconds=max_seconds)
 
 
 # -- hosts -------------------------------------------------------------------------------------

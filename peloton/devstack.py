@@ -17,7 +17,7 @@ from pathlib import Path
 
 from peloton.config import REPO_ROOT, Settings
 from peloton.store import sqlite_path
-from stages.launch.inventory import AGENT, HostSpec, parse_inventory
+from stages.launch.inventory import AGENT, SIM_AGENT, HostSpec, parse_inventory
 
 STAGE_ORDER = ("admit", "entitle", "place", "launch")
 SERVERS = ("broker", "postgres", "zookeeper")  # stopped after the stages
@@ -112,10 +112,24 @@ def start_agent(host: HostSpec, settings: Settings, log_path: Path, *options: st
 
 def agent_hosts(settings: Settings) -> list[HostSpec]:
     """The hosts of the inventory's `agent:` groups: each one a process of its own."""
+    return [h for h in _inventory(settings) if h.driver == AGENT]
+
+
+def sim_agent_hosts(settings: Settings) -> list[HostSpec]:
+    """The hosts of the inventory's `simagent:` groups: one process serves them all."""
+    return [h for h in _inventory(settings) if h.driver == SIM_AGENT]
+
+
+def start_sim_agent(hosts: list[HostSpec], settings: Settings, log_path: Path) -> subprocess.Popen:
+    """One agent process for every simulated agent host (named simagent-0, simagent-1, ...)."""
+    return start_agent(HostSpec(SIM_AGENT, SIM_AGENT, hosts[0].capacity, 0), settings, log_path,
+                       "--simulate", str(len(hosts)))
+
+
+def _inventory(settings: Settings) -> list[HostSpec]:
     from peloton.topics import Catalogue
 
-    shards = Catalogue(settings.topic_prefix)["placements"].partitions
-    return [h for h in parse_inventory(settings.hosts, shards) if h.driver == AGENT]
+    return parse_inventory(settings.hosts, Catalogue(settings.topic_prefix)["placements"].partitions)
 
 
 def wait_for_log(path: Path, text: str, timeout: float, proc: subprocess.Popen | None = None) -> None:
@@ -248,6 +262,14 @@ class DevStack:
             procs[host.host_id] = (proc, log)
             components.append({"component": "agent", "instance": host.host_id, "pid": proc.pid,
                                "address": f"host {host.host_id}", "log": str(log)})
+            self._write(state)
+        simulated = sim_agent_hosts(settings)
+        if simulated:
+            log = logs / f"{SIM_AGENT}.log"
+            proc = start_sim_agent(simulated, settings, log)
+            procs[f"agent-{SIM_AGENT}"] = (proc, log)
+            components.append({"component": "agent", "instance": SIM_AGENT, "pid": proc.pid,
+                               "address": f"{len(simulated)} simulated hosts", "log": str(log)})
             self._write(state)
         for instance, (proc, log) in procs.items():
             wait_for_log(log, " up: " if instance.startswith("agent-") else "assigned", 60, proc)

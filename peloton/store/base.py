@@ -197,10 +197,17 @@ class StorageGateway(ABC):
     @abstractmethod
     def unqueue_gangs(self, gang_ids: list[str]) -> None: ...
     @abstractmethod
+    def unsent_admissions(self) -> list[QueuedGang]:
+        """Gangs admitted whose admission may not have reached the broker (the outbox)."""
+    @abstractmethod
+    def admissions_sent(self, gang_ids: list[str]) -> None:
+        """Their admissions reached the broker: forget them."""
+    @abstractmethod
     def admit_gangs(self, gang_ids: list[str], allocations: list[Allocation]) -> set[str]:
         """In one transaction: take the gangs off their queues and charge their tasks. Only gangs
         still queued are admitted (returned); the allocations of the others are not written, so
-        two instances that both believe they own a pool never admit one gang twice."""
+        two instances that both believe they own a pool never admit one gang twice. An admitted
+        gang stays, marked, as an unsent admission until admissions_sent."""
 
     # launches (launch)
     @abstractmethod
@@ -265,6 +272,8 @@ class AllocationStore(Protocol):
     def queue_gangs(self, rows: list[QueuedGang]) -> None: ...
     def queued_gangs(self) -> list[QueuedGang]: ...
     def unqueue_gangs(self, gang_ids: list[str]) -> None: ...
+    def unsent_admissions(self) -> list[QueuedGang]: ...
+    def admissions_sent(self, gang_ids: list[str]) -> None: ...
     def admit_gangs(self, gang_ids: list[str], allocations: list[Allocation]) -> set[str]: ...
 
     def allocations(self) -> list[Allocation]: ...

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from contextlib import contextmanager
 
 from psycopg_pool import ConnectionPool
@@ -95,6 +96,11 @@ MIGRATIONS = [
     # 4: hosts in maintenance (UP hosts have no row), kept by the host manager of their shard.
     """
     CREATE TABLE host_maintenance (host_id TEXT PRIMARY KEY, state TEXT NOT NULL, updated_ms BIGINT);
+    """,
+    # 5: an admitted gang stays (marked) until its admission was sent: the outbox a new owner
+    # of the pool sends again if the last one died between the store and the broker.
+    """
+    ALTER TABLE queued_gangs ADD COLUMN admitted_ms BIGINT;
     """,
 ]
 _MIGRATION_LOCK = 0x70656C6F  # any constant shared by every process of the project
@@ -319,7 +325,15 @@ class PostgresStore(StorageGateway):
                    [queued_params(q) for q in rows])
 
     def queued_gangs(self) -> list[QueuedGang]:
-        return [queued_from_row(r) for r in self._all(f"SELECT {QUEUED_COLS} FROM queued_gangs ORDER BY seq")]
+        return [queued_from_row(r) for r in self._all(
+            f"SELECT {QUEUED_COLS} FROM queued_gangs WHERE admitted_ms IS NULL ORDER BY seq")]
+
+    def unsent_admissions(self) -> list[QueuedGang]:
+        return [queued_from_row(r) for r in self._all(
+            f"SELECT {QUEUED_COLS} FROM queued_gangs WHERE admitted_ms IS NOT NULL ORDER BY seq")]
+
+    def admissions_sent(self, gang_ids: list[str]) -> None:
+        self.unqueue_gangs(gang_ids)
 
     def unqueue_gangs(self, gang_ids: list[str]) -> None:
         if gang_ids:
@@ -327,8 +341,9 @@ class PostgresStore(StorageGateway):
 
     def admit_gangs(self, gang_ids: list[str], allocations: list[Allocation]) -> set[str]:
         with self.transaction():
-            taken = {r[0] for r in self._all("DELETE FROM queued_gangs WHERE gang_id = ANY(%s) RETURNING gang_id",
-                                             (list(gang_ids),))}
+            taken = {r[0] for r in self._all(
+                "UPDATE queued_gangs SET admitted_ms = %s WHERE gang_id = ANY(%s) AND admitted_ms IS NULL "
+                "RETURNING gang_id", (int(time.time() * 1000), list(gang_ids)))}
             self.add_allocations([a for a in allocations if a.gang_id in taken])
             return taken
 

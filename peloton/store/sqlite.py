@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -110,7 +111,7 @@ class SqliteStore(StorageGateway):
                      ("allocations", "revocable", "INTEGER"), ("allocations", "controller", "INTEGER"),
                      ("jobs", "revocable", "INTEGER"), ("task_events", "host_id", "TEXT"),
                      ("task_events", "message", "TEXT"), ("jobs", "config_version", "INTEGER"),
-                     ("jobs", "rollout", "TEXT"))
+                     ("jobs", "rollout", "TEXT"), ("queued_gangs", "admitted_ms", "INTEGER"))
             for table, column, kind in added:
                 if column not in {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}:
                     self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
@@ -318,7 +319,15 @@ class SqliteStore(StorageGateway):
                                 [queued_params(q) for q in rows])
 
     def queued_gangs(self) -> list[QueuedGang]:
-        return [queued_from_row(r) for r in self.db.execute(f"SELECT {QUEUED_COLS} FROM queued_gangs ORDER BY seq")]
+        return [queued_from_row(r) for r in self.db.execute(
+            f"SELECT {QUEUED_COLS} FROM queued_gangs WHERE admitted_ms IS NULL ORDER BY seq")]
+
+    def unsent_admissions(self) -> list[QueuedGang]:
+        return [queued_from_row(r) for r in self.db.execute(
+            f"SELECT {QUEUED_COLS} FROM queued_gangs WHERE admitted_ms IS NOT NULL ORDER BY seq")]
+
+    def admissions_sent(self, gang_ids: list[str]) -> None:
+        self.unqueue_gangs(gang_ids)
 
     def unqueue_gangs(self, gang_ids: list[str]) -> None:
         with self.transaction():
@@ -326,8 +335,9 @@ class SqliteStore(StorageGateway):
 
     def admit_gangs(self, gang_ids: list[str], allocations: list[Allocation]) -> set[str]:
         with self.transaction():
-            taken = {g for g in gang_ids
-                     if self.db.execute("DELETE FROM queued_gangs WHERE gang_id = ?", (g,)).rowcount}
+            at = int(time.time() * 1000)
+            taken = {g for g in gang_ids if self.db.execute(
+                "UPDATE queued_gangs SET admitted_ms = ? WHERE gang_id = ? AND admitted_ms IS NULL", (at, g)).rowcount}
             self.add_allocations([a for a in allocations if a.gang_id in taken])
             return taken
 

@@ -31,6 +31,7 @@ from peloton.serde import DecodeError, registry
 from peloton.topics import Catalogue, partition_for
 from stages.launch.agents.driver import TASK_LOST, LaunchRequest, TaskUpdate
 from stages.launch.agents.local import LocalDriver, kill_orphan, sandbox_path, surviving_groups
+from stages.launch.agents.sim import SimDriver
 
 log = logging.getLogger("peloton.agent")
 
@@ -81,28 +82,33 @@ def parse_resources(text: str) -> Resources:
 
 
 class HostAgent:
-    def __init__(self, settings: Settings, spec: AgentSpec):
+    """The agent of one host, or (simulate=True) of many simulated hosts in one process, which
+    speak the same protocol: benchmarks run thousands of hosts without thousands of processes."""
+
+    def __init__(self, settings: Settings, specs: list[AgentSpec], simulate: bool = False, name: str | None = None):
         from confluent_kafka import Consumer, Producer
 
         from peloton.runtime import producer_config
 
         self.settings = settings
-        self.spec = spec
+        self.hosts = {spec.name: spec for spec in specs}
+        self.name = name or specs[0].name
         self.catalogue = Catalogue(settings.topic_prefix)
         self.serde = registry()
         self.agent_id = uuid.uuid4().hex[:12]
-        self.state_dir = Path(settings.home) / "agents" / spec.name
+        self.state_dir = Path(settings.home) / "agents" / self.name
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.sandbox_root = Path(settings.home) / "sandboxes"
-        self.driver = LocalDriver(self.sandbox_root)
-        self.runs: dict[str, dict] = self._load("runs.json", {})  # task id -> its launch, while it runs
+        self.driver = SimDriver(settings.sim_task_seconds) if simulate else LocalDriver(self.sandbox_root)
+        self.runs: dict[str, dict] = self._load("runs.json", {})  # task id -> its launch and host, while it runs
         self.adopted: dict[str, int] = {}  # task id -> process group, of runs started before our restart
         self.pending: list[TaskUpdate] = []  # not yet delivered to the broker
         self.commands = self.catalogue["agent-commands"]
-        self.report_partition = partition_for(spec.name, self.catalogue["placements"].partitions)
+        shards = self.catalogue["placements"].partitions
+        self.report_partition = {h: partition_for(h, shards) for h in self.hosts}
         self.producer = Producer(producer_config(settings))
         self.consumer = Consumer({
-            "bootstrap.servers": settings.bootstrap, "group.id": f"{self.catalogue.prefix}peloton.agent.{spec.name}",
+            "bootstrap.servers": settings.bootstrap, "group.id": f"{self.catalogue.prefix}peloton.agent.{self.name}",
             "enable.auto.commit": False, "auto.offset.reset": "latest", "fetch.wait.max.ms": 100,
             "allow.auto.create.topics": False,
         })
@@ -126,24 +132,32 @@ class HostAgent:
     def start(self) -> None:
         from confluent_kafka import OFFSET_END, TopicPartition
 
-        partition = partition_for(self.spec.name, self.commands.partitions)
-        saved = self._load("offset.json", None)
-        # After a restart, go on from the last command handled: launches and kills sent while we
-        # were away are still ours. On a first start, only what comes from now on.
-        offset = saved["offset"] if isinstance(saved, dict) and isinstance(saved.get("offset"), int) else OFFSET_END
-        if offset != OFFSET_END:
-            _, end = self.consumer.get_watermark_offsets(TopicPartition(self.commands.name, partition), timeout=10)
-            if offset > end:  # the broker lost its log (Tansu keeps none): nothing past its end comes
-                log.warning("saved offset %d is past the end (%d) of %s[%d]: the broker lost its log; "
-                            "reading from its end", offset, end, self.commands.name, partition)
-                offset = OFFSET_END
-        # Tansu may place "the end" a few records early; nothing sent before this first start can
-        # be for us (the host manager learns of a host from its reports), so older commands are skipped.
-        self.fresh_since_ms = _now_ms() if offset == OFFSET_END else 0
-        self.consumer.assign([TopicPartition(self.commands.name, partition, offset)])
+        partitions = sorted({partition_for(h, self.commands.partitions) for h in self.hosts})
+        saved = self._load("offsets.json", {})
+        saved = saved if isinstance(saved, dict) else {}
+        assignment = []
+        for partition in partitions:
+            # After a restart, go on from the last command handled: launches and kills sent while
+            # we were away are still ours. On a first start, only what comes from now on.
+            offset = saved.get(str(partition))
+            offset = offset if isinstance(offset, int) else OFFSET_END
+            if offset != OFFSET_END:
+                _, end = self.consumer.get_watermark_offsets(TopicPartition(self.commands.name, partition), timeout=10)
+                if offset > end:  # the broker lost its log (Tansu keeps none): nothing past its end comes
+                    log.warning("saved offset %d is past the end (%d) of %s[%d]: the broker lost its log; "
+                                "reading from its end", offset, end, self.commands.name, partition)
+                    offset = OFFSET_END
+            if offset == OFFSET_END:
+                # Tansu may place "the end" a few records early; nothing sent before this first
+                # start can be for us (the host manager learns of a host from its reports).
+                self.fresh_since_ms = _now_ms()
+            assignment.append(TopicPartition(self.commands.name, partition, offset))
+        self.offsets = {p: saved.get(str(p)) for p in partitions}
+        self.consumer.assign(assignment)
         self._adopt()
-        log.info("agent %s (%s) up: %s, labels %s; commands from %s[%d]", self.spec.name, self.agent_id,
-                 self.spec.capacity, self.spec.labels, self.commands.name, partition)
+        first = next(iter(self.hosts.values()))
+        log.info("agent %s (%s) up: %d host(s) like %s, %s, labels %s; commands from %s%s", self.name, self.agent_id,
+                 len(self.hosts), first.name, first.capacity, first.labels, self.commands.name, partitions)
 
     def _adopt(self) -> None:
         """Runs the previous agent process started: alive ones are ours again, ended ones are
@@ -157,9 +171,14 @@ class HostAgent:
             else:
                 self._lost(task_id, "it ended while its agent was away; its exit code is unknown")
 
+    def _host_of(self, task_id: str) -> str:
+        run = self.runs.get(task_id)
+        return run.get("host", self.name) if isinstance(run, dict) else self.name
+
     def _lost(self, task_id: str, message: str) -> None:
         log.warning("run %s lost: %s", task_id, message)
-        self.pending.append(TaskUpdate(task_id, self.spec.name, TASK_LOST, _now_ms(), REASON_AGENT_RESTARTED, message))
+        self.pending.append(TaskUpdate(task_id, self._host_of(task_id), TASK_LOST, _now_ms(), REASON_AGENT_RESTARTED,
+                                       message))
         self.runs.pop(task_id, None)
         self._save("runs.json", self.runs)
 
@@ -174,24 +193,28 @@ class HostAgent:
             self.close()
 
     def step(self) -> None:
-        for msg in self.consumer.consume(num_messages=500, timeout=0.1):
+        messages = self.consumer.consume(num_messages=500, timeout=0.1)
+        for msg in messages:
             if msg.error():
                 continue  # a partition EOF or a broker hiccup: librdkafka retries by itself
             try:
                 self._command(msg)
             except Exception:  # no command may end the agent (and with it every task it watches)
                 log.exception("command at offset %d could not be carried out; skipped", msg.offset())
-            self._save("offset.json", {"offset": msg.offset() + 1})
+            self.offsets[msg.partition()] = msg.offset() + 1
+        if messages:  # once per batch: what was handled is not handled again after a restart
+            self._save("offsets.json", {str(p): o for p, o in self.offsets.items() if o is not None})
         self.pending.extend(self.driver.poll())
         self._watch_adopted()
-        for u in self.pending:
-            if u.terminal and u.task_id in self.runs:
-                self.runs.pop(u.task_id)
-                self._save("runs.json", self.runs)
+        ended = [u.task_id for u in self.pending if u.terminal and u.task_id in self.runs]
+        if ended:
+            for task_id in ended:
+                self.runs[task_id]["ended"] = True  # reported below, forgotten once delivered
         now = time.monotonic()
         if self.pending or now >= self._next_report:
-            self._report()
-            self._next_report = now + self.settings.agent_heartbeat_s
+            self._report(everyone=now >= self._next_report)
+            if now >= self._next_report:
+                self._next_report = now + self.settings.agent_heartbeat_s
 
     def _command(self, msg) -> None:
         try:
@@ -199,7 +222,8 @@ class HostAgent:
         except DecodeError as exc:
             log.warning("command at offset %d skipped: %s", msg.offset(), exc)
             return
-        if name != "peloton.AgentCommand" or cmd["host_id"] != self.spec.name:
+        host_id = cmd.get("host_id") if name == "peloton.AgentCommand" else None
+        if host_id not in self.hosts:
             return  # another host's, on the same partition
         if cmd["sent_ms"] < self.fresh_since_ms:
             return
@@ -213,10 +237,11 @@ class HostAgent:
                 continue
             if started:
                 continue  # a command read again after a restart: it was started already
-            self.runs[task_id] = {"job_id": launch["job_id"], "instance": launch["instance"], "run_id": launch["run_id"]}
+            self.runs[task_id] = {"job_id": launch["job_id"], "instance": launch["instance"],
+                                  "run_id": launch["run_id"], "host": host_id}
             fresh.append(LaunchRequest(
                 task_id=task_id, job_id=launch["job_id"], instance=launch["instance"], run_id=launch["run_id"],
-                host_id=self.spec.name, command=launch["command"], shell=launch["shell"],
+                host_id=host_id, command=launch["command"], shell=launch["shell"],
                 arguments=tuple(launch["arguments"]), environment=tuple(launch["environment"].items()),
                 resources=Resources.from_record(launch["resources"]), kill_grace_seconds=launch["kill_grace_seconds"]))
         if fresh:
@@ -229,7 +254,7 @@ class HostAgent:
                 pgid = self.adopted.pop(task_id, None)
                 if pgid is not None:
                     kill_orphan(self.sandbox_root, task_id)
-                    self.pending.append(TaskUpdate(task_id, self.spec.name, "TASK_KILLED", _now_ms(),
+                    self.pending.append(TaskUpdate(task_id, host_id, "TASK_KILLED", _now_ms(),
                                                    message="killed (a run adopted after the agent restarted)"))
 
     def _watch_adopted(self) -> None:
@@ -240,17 +265,35 @@ class HostAgent:
             del self.adopted[task_id]
             self._lost(task_id, "it ended after its agent restarted; its exit code is unknown")
 
-    def _report(self) -> None:
-        running = sorted(self.driver.active() | set(self.adopted))
-        updates = [{"task_id": u.task_id, "state": u.state, "reason": u.reason, "message": u.message,
-                    "exit_code": u.exit_code, "signal": u.signal, "timestamp_ms": u.timestamp_ms} for u in self.pending]
-        record = {"host_id": self.spec.name, "agent_id": self.agent_id, "capacity": self.spec.capacity.to_record(),
-                  "labels": self.spec.labels, "running": running,
-                  "port_ranges": [{"low": low, "high": high} for low, high in self.spec.port_ranges], "updates": updates, "sent_ms": _now_ms()}
-        self.producer.produce(self.catalogue["placements"].name, key=self.spec.name.encode(),
-                              value=self.serde.encode("peloton.AgentReport", record), partition=self.report_partition)
+    def _report(self, everyone: bool = True) -> None:
+        """One AgentReport per host with news (every host at a heartbeat), each on its shard."""
+        updates: dict[str, list[dict]] = {}
+        for u in self.pending:
+            updates.setdefault(u.host_id, []).append({
+                "task_id": u.task_id, "state": u.state, "reason": u.reason, "message": u.message,
+                "exit_code": u.exit_code, "signal": u.signal, "timestamp_ms": u.timestamp_ms})
+        running: dict[str, list[str]] = {}
+        for task_id in self.driver.active() | set(self.adopted):
+            running.setdefault(self._host_of(task_id), []).append(task_id)
+        topic = self.catalogue["placements"].name
+        for host_id in (self.hosts if everyone else updates):
+            spec = self.hosts.get(host_id)
+            if spec is None:
+                continue
+            record = {"host_id": host_id, "agent_id": self.agent_id, "capacity": spec.capacity.to_record(),
+                      "labels": spec.labels, "running": sorted(running.get(host_id, ())),
+                      "port_ranges": [{"low": low, "high": high} for low, high in spec.port_ranges],
+                      "updates": updates.get(host_id, []), "sent_ms": _now_ms()}
+            self.producer.produce(topic, key=host_id.encode(), value=self.serde.encode("peloton.AgentReport", record),
+                                  partition=self.report_partition[host_id])
+            self.producer.poll(0)
         if self.producer.flush(5.0) == 0:
             self.pending = []  # delivered; otherwise they go again with the next report
+            done = [t for t, run in self.runs.items() if run.get("ended")]
+            if done:
+                for task_id in done:
+                    del self.runs[task_id]
+                self._save("runs.json", self.runs)
 
     def stop(self, *_args) -> None:
         self._running = False
@@ -263,14 +306,14 @@ class HostAgent:
                                            "its agent was stopped"))
         for task_id in list(self.adopted):
             kill_orphan(self.sandbox_root, task_id)
-            self.pending.append(TaskUpdate(task_id, self.spec.name, TASK_LOST, _now_ms(), REASON_AGENT_SHUTDOWN,
+            self.pending.append(TaskUpdate(task_id, self._host_of(task_id), TASK_LOST, _now_ms(), REASON_AGENT_SHUTDOWN,
                                            "its agent was stopped"))
         self.adopted = {}
-        self.runs = {}
-        self._save("runs.json", self.runs)
         try:
             self._report()
         finally:
+            self.runs = {}
+            self._save("runs.json", self.runs)
             self.consumer.close()
 
 
@@ -278,9 +321,11 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def run_agent(settings: Settings, spec: AgentSpec, max_seconds: float | None = None) -> None:
-    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s agent {spec.name} %(levelname)s %(name)s: %(message)s")
-    agent = HostAgent(settings, spec)
+def run_agent(settings: Settings, specs: list[AgentSpec], simulate: bool = False, name: str | None = None,
+              max_seconds: float | None = None) -> None:
+    name = name or specs[0].name
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s agent {name} %(levelname)s %(name)s: %(message)s")
+    agent = HostAgent(settings, specs, simulate, name)
     signal.signal(signal.SIGTERM, agent.stop)
     signal.signal(signal.SIGINT, agent.stop)
     agent.run(max_seconds)

@@ -84,6 +84,10 @@ class EntitleStage(Stage):
         self.over_periods: dict[str, int] = {}
         self._dirty = True  # an input of the calculation changed since it last ran
         self._changed_pools: set[str] = set()  # own pools to publish at the next pass
+        # Admitted gangs sent since the last tick ended, and those sent before it (flushed since:
+        # the runtime flushes after every tick), whose outbox rows can go.
+        self._unsent: list[str] = []
+        self._flushed: list[str] = []
         self._last_admit = self._last_publish = self._last_pools = self._last_reclaim = 0.0
         self._seq = 0
         self.admitted_gangs = 0
@@ -119,6 +123,13 @@ class EntitleStage(Stage):
                 if q.gang_id not in queue.gang_ids:
                     queue.push(q.gang, q.seq, q.not_before_ms)
                     self._changed_pools.add(q.pool)
+                self._seq = max(self._seq, q.seq)
+        # Admissions the last owner stored but may have died before sending: sent again (place
+        # and launch drop what they already have).
+        for q in self.store.unsent_admissions():
+            if self._partition(q.pool) in new:
+                self.emit.emit("admitted-gangs", q.pool, "peloton.AdmittedGang", {"gang": q.gang, "admitted_ms": now_ms()})
+                self._unsent.append(q.gang_id)
                 self._seq = max(self._seq, q.seq)
         self._dirty = True
 
@@ -272,6 +283,13 @@ class EntitleStage(Stage):
 
     # -- admission ----------------------------------------------------------------------------
     def tick(self, now: float) -> None:
+        if self._flushed:
+            self.store.admissions_sent(self._flushed)
+            self._flushed = []
+        self._tick(now)
+        self._flushed, self._unsent = self._unsent, []
+
+    def _tick(self, now: float) -> None:
         usage_changed, hosts_changed = self.usage_view.poll(), self.hosts.poll()
         if usage_changed or hosts_changed:
             self._dirty = True
@@ -329,6 +347,7 @@ class EntitleStage(Stage):
             send_progress(self.emit, "READY", [(t, "") for q in chosen for t in q.gang["tasks"]])
             for q in chosen:
                 self.emit.emit("admitted-gangs", pool, "peloton.AdmittedGang", {"gang": q.gang, "admitted_ms": admitted_at})
+                self._unsent.append(q.gang["gang_id"])
             self.admitted_gangs += len(chosen)
             self._changed_pools.add(pool)
         self._dirty = True  # allocations moved: others' shares may too

@@ -6,9 +6,10 @@
 serves the hosts whose shard (partition of the placements topic) it is assigned.
 
 Drivers: `sim` (simulated hosts inside the launch process, for benchmarks), `local` (real
-processes started by the launch process itself) and `agent` (real processes started by host
+processes started by the launch process itself), `agent` (real processes started by host
 agents, separate processes that `pelotonctl dev up` starts one per host: they register with the
-host manager themselves, so launch ignores these groups and the dev stack reads them).
+host manager themselves, so launch ignores these groups and the dev stack reads them) and
+`simagent` (simulated hosts, all served by one agent process over the same protocol).
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from peloton.topics import partition_for
 
 DEFAULT_CAPACITY = {"cpu": 8.0, "mem_mb": 16384.0, "disk_mb": 100000.0, "gpu": 0.0}
 AGENT = "agent"
-DRIVERS = ("local", "sim", AGENT)
+SIM_AGENT = "simagent"  # simulated hosts served by one agent process over the agent protocol
+REMOTE = (AGENT, SIM_AGENT)  # hosts that join the host manager through their agents' reports
+DRIVERS = ("local", "sim", AGENT, SIM_AGENT)
 
 
 class InventoryError(ValueError):

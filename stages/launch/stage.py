@@ -23,7 +23,7 @@ from peloton.store import Launch, LaunchStore
 from peloton.topics import partition_for
 from stages.launch.agents import AgentDriver, LaunchRequest, TaskUpdate, make_driver
 from stages.launch.agents.remote import RemoteDriver
-from stages.launch.inventory import AGENT, HostSpec, parse_inventory
+from stages.launch.inventory import AGENT, REMOTE, HostSpec, parse_inventory
 from stages.launch.ledger import HostLedger, judge_placement
 
 log = logging.getLogger("peloton.launch")
@@ -56,7 +56,7 @@ class LaunchStage(Stage):
         super().bind(emitter, settings, catalogue)
         # Hosts run by this process's drivers; agents (separate processes) join as they report.
         self.inventory = {h.host_id: h for h in parse_inventory(settings.hosts, catalogue[TOPIC].partitions)
-                          if h.driver != AGENT}
+                          if h.driver not in REMOTE}
         self.remote = RemoteDriver(lambda host_id, command: self.emit.emit(
             "agent-commands", host_id, "peloton.AgentCommand", command))
         self.drivers[AGENT] = self.remote

@@ -16,7 +16,16 @@ from confluent_kafka import Consumer, TopicPartition
 
 from peloton.admin import create_pool, ensure_topics, submit_job
 from peloton.config import Settings
-from peloton.devstack import agent_hosts, free_port, start_agent, start_broker, start_stage, wait_for_log
+from peloton.devstack import (
+    agent_hosts,
+    free_port,
+    sim_agent_hosts,
+    start_agent,
+    start_broker,
+    start_sim_agent,
+    start_stage,
+    wait_for_log,
+)
 from peloton.model.states import JOB_TERMINAL
 from peloton.serde import registry
 from peloton.store import open_store
@@ -101,6 +110,9 @@ class Pipeline:
                 self.start(stage, wait=False)
         for host in agent_hosts(self.settings):
             self.start_agent(host.host_id, wait=False)
+        simulated = sim_agent_hosts(self.settings)
+        if simulated:
+            self.procs["agent-simagent"] = start_sim_agent(simulated, self.settings, self.log("agent-simagent"))
         for instance, proc in self.procs.items():
             wait_for_log(self.log(instance), " up: " if instance.startswith("agent-") else "assigned", 60, proc)
 

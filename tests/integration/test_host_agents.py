@@ -131,3 +131,18 @@ def test_maintenance_drains_a_host_its_tasks_run_elsewhere_and_complete_brings_i
     assert pelotonctl(p, "job", "stop", job).returncode == 0
     assert p.wait_job(job, timeout=60) == "KILLED"
     p.wait_for("no process of the job left", lambda: processes_of(job) == [], 20)
+
+
+def test_one_agent_process_serves_many_simulated_hosts_over_the_same_protocol(pipeline_factory) -> None:
+    p = pipeline_factory(hosts="simagent:200:cpu=2,mem_mb=1024,disk_mb=1000", sim_task_seconds=0.2)
+    p.start_all()
+    assert [name for name in p.procs if name.startswith("agent")] == ["agent-simagent"]
+    job = p.submit(SLEEPERS.format(count=300, seconds=0).replace("cpulimit: 0.1", "cpulimit: 1"))
+    assert p.wait_job(job, timeout=120) == "SUCCEEDED"
+    hosts = {t.host_id for t in p.store.tasks_of_job(job)}
+    assert len(hosts) > 10 and all(h.startswith("simagent-") for h in hosts)  # 2 cpu each: spread over many
+    from peloton.admin import list_hosts
+
+    listed = list_hosts(p.settings)
+    assert len(listed) == 200 and {h["state"] for h in listed} == {"UP"}  # every one joined by its reports
+    assert "killing them" not in p.log("launch-0").read_text()

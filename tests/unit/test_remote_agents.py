@@ -112,7 +112,7 @@ def test_an_agent_runs_its_hosts_launches_and_skips_what_it_cannot_use(tmp_path)
     from peloton.serde import registry
     from stages.agent.agent import AgentSpec, HostAgent
 
-    agent = HostAgent(Settings(bootstrap="127.0.0.1:1", home=tmp_path), AgentSpec("h1", Resources(cpu=4), {}))
+    agent = HostAgent(Settings(bootstrap="127.0.0.1:1", home=tmp_path), [AgentSpec("h1", Resources(cpu=4), {})])
     try:
         def launch(task_id: str, host: str = "h1") -> bytes:
             return registry().encode("peloton.AgentCommand", {

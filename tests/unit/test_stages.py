@@ -327,6 +327,8 @@ def test_a_new_entitle_owner_rebuilds_queues_and_charges_from_the_store(store) -
     gangs = [record("task-demand", "peloton.GangDemand", one_task_gang(f"b-{i}-1", cpu=3), key="/p") for i in range(4)]
     first.handle(gangs)
     assert len(out.take("admitted-gangs")) == 2  # 6 of the pool's 8 cpu; two wait
+    first.tick(time.monotonic())
+    first.tick(time.monotonic())  # its admissions were flushed after the first tick: forgotten
     second, out2, _ = entitle_with(store)  # the partition moved: no topic is read again
     assert len(second.queues["/p"]) == 2 and second.ledgers["/p"].held.total.cpu == 6
     second.handle([record("task-demand", "peloton.TaskRelease", {
@@ -339,6 +341,19 @@ def test_a_new_entitle_owner_rebuilds_queues_and_charges_from_the_store(store) -
     assert [v["gang"]["gang_id"] for _, _, _, v in out.take("admitted-gangs")] == ["b-3-1"]
     assert sorted(a.task_id for a in store.allocations()) == ["b-1-1", "b-2-1", "b-3-1"]
     assert store.queued_gangs() == []
+
+
+def test_admissions_stored_but_maybe_never_sent_are_sent_again_by_the_next_owner(store) -> None:
+    first, out, _ = entitle_with(store)
+    first.handle([record("task-demand", "peloton.GangDemand", one_task_gang(f"u-{i}-1", cpu=3), key="/p")
+                  for i in range(2)])
+    assert len(out.take("admitted-gangs")) == 2  # ... and the process dies before the broker has them
+    second, out2, _ = entitle_with(store)
+    assert sorted(v["gang"]["gang_id"] for _, _, _, v in out2.take("admitted-gangs")) == ["u-0-1", "u-1-1"]
+    assert second.ledgers["/p"].held.total.cpu == 6  # charged once, not again
+    second.tick(time.monotonic())
+    second.tick(time.monotonic())
+    assert store.unsent_admissions() == [] and store.queued_gangs() == []
 
 
 def placement_of(gang: dict, host_id: str = "sim-0") -> Record:

@@ -194,6 +194,10 @@ def test_queued_gangs_survive_and_are_admitted_once(store) -> None:
     assert [a.task_id for a in store.allocations()] == ["t1"]
     store.unqueue_gangs(["g2"])
     assert store.queued_gangs() == []
+    # admitted, the gang waits in the outbox until its admission is known to be sent
+    assert [(q.gang_id, q.gang["tasks"]) for q in store.unsent_admissions()] == [("g1", [{"task_id": "t1"}])]
+    store.admissions_sent(["g1"])
+    assert store.unsent_admissions() == []
 
 
 def test_pools_can_be_deleted_and_know_their_jobs(store) -> None:
