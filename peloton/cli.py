@@ -97,6 +97,17 @@ def _read(path: Path) -> str:
         raise
 
 
+def _key_values(items: list[str], option: str) -> dict[str, str]:
+    """KEY=VALUE options (repeated) as a dict; exit 2 naming the option for one without '='."""
+    pairs = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            _fail(f"{option} {item!r}: expected KEY=VALUE", EXIT_INVALID)
+        pairs[key] = value
+    return pairs
+
+
 def _broker_call(fn, *args):
     from confluent_kafka import KafkaException
 
@@ -176,12 +187,7 @@ def agent_run(
         port_ranges = parse_port_ranges(ports)
     except ValueError as exc:
         _fail(f"--ports: {exc}", EXIT_INVALID)
-    labels = {}
-    for item in attribute:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            _fail(f"--attribute {item!r}: expected KEY=VALUE", EXIT_INVALID)
-        labels[key] = value
+    labels = _key_values(attribute, "--attribute")
     names = [f"{name}-{i}" for i in range(simulate)] if simulate else [name]
     specs = [AgentSpec(n, capacity, labels, port_ranges) for n in names]
     run_agent(_settings(), specs, simulate=bool(simulate), name=name, max_seconds=max_seconds)
@@ -656,12 +662,7 @@ def job_query(state: list[str] = typer.Option([], "--state", help="A job state; 
     unknown = [s for s in states if s not in JOB_STATES]
     if unknown:
         _fail(f"--state {unknown[0]}: job states are {', '.join(JOB_STATES)}", EXIT_INVALID)
-    wanted = {}
-    for item in label:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            _fail(f"--label {item!r}: expected KEY=VALUE", EXIT_INVALID)
-        wanted[key] = value
+    wanted = _key_values(label, "--label")
     store = _store()
     # Labels live in the job's config: filter on them after the store's own filters.
     jobs = store.list_jobs(limit if not wanted else max(limit, 10_000), states=states or None, pool=pool,
