@@ -56,7 +56,7 @@ def _summary(console, store, job_ids, results, stack) -> int:
     last = max(results[j]["completed_ms"] or time.time() * 1000 for j in job_ids)
     elapsed = max((last - first) / 1000, 0.001)
     console.print(f"{runs_total} task runs through admit -> entitle -> place -> launch in {elapsed:.1f}s: "
-                  f"[bold]{runs_total / elapsed:.0f} tasks/s[/bold] (local subprocess hosts, pool limit 12 cpu)",
+                  f"[bold]{runs_total / elapsed:.0f} tasks/s[/bold] (hosts {stack.settings.hosts}, pool limit 12 cpu)",
                   highlight=False)
     if not ok:
         console.print(f"[red]not every job SUCCEEDED[/red]; stage logs are in {stack.dir / 'logs'}")

@@ -1,4 +1,4 @@
-"""Agent drivers: run the launch stage's tasks (simulated or as local subprocesses)."""
+"""Agent drivers: run the launch stage's tasks (simulated, as local subprocesses, or on host agents)."""
 
 from __future__ import annotations
 
