@@ -132,6 +132,12 @@ def _inventory(settings: Settings) -> list[HostSpec]:
     return parse_inventory(settings.hosts, Catalogue(settings.topic_prefix)["placements"].partitions)
 
 
+def ready_line(instance: str) -> str:
+    """What a process's log says once it is ready: an agent that it is up, a stage that it has
+    its partitions."""
+    return " up: " if instance.startswith("agent-") else "assigned"
+
+
 def wait_for_log(path: Path, text: str, timeout: float, proc: subprocess.Popen | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -272,7 +278,7 @@ class DevStack:
                                "address": f"{len(simulated)} simulated hosts", "log": str(log)})
             self._write(state)
         for instance, (proc, log) in procs.items():
-            wait_for_log(log, " up: " if instance.startswith("agent-") else "assigned", 60, proc)
+            wait_for_log(log, ready_line(instance), 60, proc)
             progress(f"{instance if instances > 1 or instance.startswith('agent-') else instance.rsplit('-', 1)[0]:<9} "
                      f"running (pid {proc.pid})")
         progress(f"hosts     {settings.hosts}")

@@ -143,8 +143,7 @@ class LaunchStage(Stage):
                 del self.inventory[host_id]
                 self.agent_seen.pop(host_id, None)
                 self.down.discard(host_id)
-                for task_id in self.remote.on_host(host_id):
-                    self.remote.runs.pop(task_id, None)
+                for task_id in self.remote.forget(host_id):
                     self.running.pop(task_id, None)
 
     # -- placements and kills -------------------------------------------------------------------

@@ -230,6 +230,15 @@ class TaskNeed:
                 and self.dynamic_ports == other.dynamic_ports and self.static_ports == other.static_ports)
 
 
+def port_names(spec: Mapping, ports: tuple[int, ...]) -> dict[str, int]:
+    """Name -> port for the ports placement picked, in the order _ports_of reads them
+    and pick_ports gives them: static first, in the order the spec names them, then dynamic."""
+    named = spec.get("ports") or []
+    order = [p["name"] for p in named if p["value"]] + [p["name"] for p in named if not p["value"]]
+    order += [f"dynamic-{i}" for i in range(len(ports) - len(order))]
+    return dict(zip(order, ports))
+
+
 def _ports_of(spec: Mapping) -> tuple[int, tuple[int, ...]]:
     ports = spec.get("ports")
     if not ports:  # none named (or a spec from before they were): dynamic_ports counts them

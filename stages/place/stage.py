@@ -19,7 +19,7 @@ from peloton.model.events import REASON_NO_HOST, send_progress, task_status
 from peloton.model.gang import gang_problem
 from peloton.model.resources import Resources
 from peloton.runtime import CompactedView, HeldOffsets, Record, Stage, is_transient, now_ms
-from stages.place.placement import HostRing, HostView, LaunchSpecError, TaskNeed, explain, place_gang
+from stages.place.placement import HostRing, HostView, LaunchSpecError, TaskNeed, explain, place_gang, port_names
 
 log = logging.getLogger("peloton.place")
 
@@ -35,15 +35,6 @@ class WaitingGang:
     record: Record
     attempts: int = 0
     next_try: float = 0.0
-
-
-def port_names(spec: dict, ports: tuple[int, ...]) -> dict[str, int]:
-    """Name -> port for the ports placement picked, which come static first (in the order the
-    spec names them), then dynamic."""
-    named = spec.get("ports") or []
-    order = [p["name"] for p in named if p["value"]] + [p["name"] for p in named if not p["value"]]
-    order += [f"dynamic-{i}" for i in range(len(ports) - len(order))]
-    return dict(zip(order, ports))
 
 
 class PlaceStage(Stage):

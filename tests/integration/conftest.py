@@ -19,6 +19,7 @@ from peloton.config import Settings
 from peloton.devstack import (
     agent_hosts,
     free_port,
+    ready_line,
     sim_agent_hosts,
     start_agent,
     start_broker,
@@ -114,7 +115,7 @@ class Pipeline:
         if simulated:
             self.procs["agent-simagent"] = start_sim_agent(simulated, self.settings, self.log("agent-simagent"))
         for instance, proc in self.procs.items():
-            wait_for_log(self.log(instance), " up: " if instance.startswith("agent-") else "assigned", 60, proc)
+            wait_for_log(self.log(instance), ready_line(instance), 60, proc)
 
     def submit(self, text: str, pool: str = "/test") -> str:
         return submit_job(self.settings, self.store, pool, text)

@@ -126,6 +126,14 @@ def test_a_record_written_with_an_older_schema_version_reads_into_the_current_on
     assert reg.encode(name, decoded)[1:5] == struct.pack(">I", 16)  # writers use the newest id
 
 
+def written_by_older_version(reg, schema_id: int, record: dict) -> bytes:
+    """The bytes an older writer of that schema id would have sent."""
+    buf = io.BytesIO()
+    buf.write(struct.pack(">bI", 0, schema_id))
+    fastavro.schemaless_writer(buf, reg._writers[schema_id], record)
+    return buf.getvalue()
+
+
 def test_an_older_version_that_embeds_an_older_nested_type_still_reads() -> None:
     """AdmittedGang 1 embeds GangDemand 1, from before gangs said whether they are revocable;
     AdmittedGang 2 embeds GangDemand 2, from before gangs named the hosts to avoid."""
@@ -136,10 +144,7 @@ def test_an_older_version_that_embeds_an_older_nested_type_still_reads() -> None
                                     (4, gang, "peloton.GangDemand"),
                                     (15, {"gang": gang, "admitted_ms": 2}, "peloton.AdmittedGang"),
                                     (14, gang, "peloton.GangDemand")):
-        buf = io.BytesIO()
-        buf.write(struct.pack(">bI", 0, schema_id))
-        fastavro.schemaless_writer(buf, reg._writers[schema_id], record)
-        decoded_name, decoded = reg.decode(buf.getvalue())
+        decoded_name, decoded = reg.decode(written_by_older_version(reg, schema_id, record))
         assert decoded_name == name
         g = decoded["gang"] if "gang" in decoded else decoded
         assert g["revocable"] is False and g["priority"] == 3 and g["avoid_hosts"] == []
@@ -160,12 +165,12 @@ def test_records_written_before_launch_specs_named_their_ports_still_read() -> N
     for schema_id, record, name in ((20, gang, "peloton.GangDemand"),
                                     (21, {"gang": gang, "admitted_ms": 2}, "peloton.AdmittedGang"),
                                     (7, placement, "peloton.Placement")):
-        buf = io.BytesIO()
-        buf.write(struct.pack(">bI", 0, schema_id))
-        fastavro.schemaless_writer(buf, reg._writers[schema_id], record)
-        decoded_name, decoded = reg.decode(buf.getvalue())
+        decoded_name, decoded = reg.decode(written_by_older_version(reg, schema_id, record))
         assert decoded_name == name
-        spec = (decoded.get("gang") or decoded).get("tasks", [None])[0] or decoded["assignments"][0]["task"]
-        assert spec["dynamic_ports"] == 2 and spec["ports"] == []
         if name == "peloton.Placement":
-            assert decoded["assignments"][0]["ports"] == {}
+            [assignment] = decoded["assignments"]
+            spec = assignment["task"]
+            assert assignment["ports"] == {}
+        else:
+            [spec] = decoded.get("gang", decoded)["tasks"]
+        assert spec["dynamic_ports"] == 2 and spec["ports"] == []

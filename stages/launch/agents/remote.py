@@ -13,6 +13,8 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 
+from peloton.model.states import MESOS_TERMINAL
+
 from .driver import TASK_LOST, AgentDriver, LaunchRequest, TaskUpdate, now_ms
 
 # Mesos' reason for the runs of an agent that stopped reporting.
@@ -77,6 +79,13 @@ class RemoteDriver(AgentDriver):
     def on_host(self, host_id: str) -> list[str]:
         return [t for t, (h, _) in self.runs.items() if h == host_id]
 
+    def forget(self, host_id: str) -> list[str]:
+        """Drop the host's runs (another host manager owns its shard now); returns their ids."""
+        gone = self.on_host(host_id)
+        for task_id in gone:
+            del self.runs[task_id]
+        return gone
+
     def receive(self, report: dict, grace_s: float) -> list[str]:
         """Take an agent's report: its status updates, and what it runs now compared with what we
         think it runs. Returns the task ids it runs that we do not know (to be killed). Runs we
@@ -87,7 +96,7 @@ class RemoteDriver(AgentDriver):
             if u["task_id"] in self.runs:
                 self._updates.append(TaskUpdate(u["task_id"], host_id, u["state"], u["timestamp_ms"], u["reason"],
                                                 u["message"], u["exit_code"], u["signal"]))
-                if u["state"] in ("TASK_FINISHED", "TASK_FAILED", "TASK_KILLED", "TASK_LOST", "TASK_ERROR"):
+                if u["state"] in MESOS_TERMINAL:
                     ended.add(u["task_id"])
         running = set(report["running"])
         now = self._clock()
