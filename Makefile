@@ -14,13 +14,16 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# The Debian packages the tests start real servers from: PostgreSQL (the multi-machine store) and
-# ZooKeeper (the instance registry). Installed when missing and this runs as root with apt;
+# The Debian packages the tests start real servers from: PostgreSQL (the multi-machine store),
+# ZooKeeper (the instance registry), and Chromium with its driver (the dashboard, seen in a real
+# headless browser). Installed when missing and this runs as root with apt;
 # otherwise it says the one command to run.
 system:
 	@missing=""; \
 	ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	[ -x /usr/share/zookeeper/bin/zkServer.sh ] || missing="$$missing zookeeper"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing$$missing (Debian packages)"; \

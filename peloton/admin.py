@@ -202,14 +202,16 @@ def list_hosts(settings: Settings, wait_s: float = 3.0) -> list[dict]:
         records = list(view.values.values())
     finally:
         view.close()
-    hosts = []
-    for h in sorted(records, key=lambda r: r["host_id"]):
-        total, allocated = Resources.from_record(h["capacity"]), Resources.from_record(h["allocated"])
-        hosts.append({"host_id": h["host_id"], "state": h["state"], "driver": h["driver"], "shard": h["shard"],
-                      "total": total.to_record(), "allocated": allocated.to_record(),
-                      "free": (total - allocated).to_record(), "tasks": h["task_count"], "labels": h["labels"],
-                      "updated_ms": h["updated_ms"]})
-    return hosts
+    return [host_row(h) for h in sorted(records, key=lambda r: r["host_id"])]
+
+
+def host_row(h: dict) -> dict:
+    """A host-state record as `host list` and the dashboard show it."""
+    total, allocated = Resources.from_record(h["capacity"]), Resources.from_record(h["allocated"])
+    return {"host_id": h["host_id"], "state": h["state"], "driver": h["driver"], "shard": h["shard"],
+            "total": total.to_record(), "allocated": allocated.to_record(),
+            "free": (total - allocated).to_record(), "tasks": h["task_count"], "labels": h["labels"],
+            "updated_ms": h["updated_ms"]}
 
 
 def request_maintenance(settings: Settings, host_id: str, action: str, who: str = "") -> None:

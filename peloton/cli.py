@@ -30,6 +30,8 @@ host_app = typer.Typer(help="Hosts: list them, drain them for maintenance.", no_
 maintenance_app = typer.Typer(help="Host maintenance: drain a host, bring it back.", no_args_is_help=True)
 host_app.add_typer(maintenance_app, name="maintenance")
 agent_app = typer.Typer(help="Host agents: the process on each host that runs its tasks.", no_args_is_help=True)
+letters_app = typer.Typer(help="The dead-letter topic: messages a stage could not use, with the reason.",
+                          no_args_is_help=True)
 cluster_app = typer.Typer(help="The cluster's instances on every machine, from ZooKeeper (PELOTON_ZOOKEEPER).",
                           no_args_is_help=True)
 app.add_typer(topics_app, name="topics")
@@ -41,6 +43,7 @@ app.add_typer(pool_app, name="respool")
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(agent_app, name="agent")
 app.add_typer(host_app, name="host")
+app.add_typer(letters_app, name="dead-letters")
 
 out = Console(soft_wrap=True, emoji=False)
 err = Console(stderr=True, emoji=False)
@@ -781,6 +784,224 @@ def task_logs(job_id: str, instance: int, run: Optional[int] = typer.Option(None
     sys.stdout.buffer.write(data)
 
 
+# -- operators ---------------------------------------------------------------------------------
+_STATUS_STYLE = {"OK": "green", "WARN": "yellow", "STALL": "red", "STOP": "red", "ERR": "bold red"}
+
+
+@app.command("lag")
+def lag(
+    group: list[str] = typer.Option([], "--group", help="A stage (admit, entitle, place, launch) or group name; "
+                                    "repeat for several. Default: every stage."),
+    as_json: bool = typer.Option(False, "--json"),
+    watch: bool = typer.Option(False, "--watch", help="Refresh until Ctrl-C."),
+    interval: float = typer.Option(2.0, help="Seconds between samples."),
+    window: int = typer.Option(10, help="Samples the status word looks back over."),
+) -> None:
+    """Consumer lag per stage group, topic and partition: committed and log-end offsets, lag, lag in
+    seconds, held messages, and a status word (OK, WARN, STALL, STOP, ERR) in Burrow's manner.
+
+    Without --watch it samples twice, INTERVAL apart, so the status can see movement. Messages a
+    stage holds back (gangs waiting for a host) are counted as held, and demand queued in a
+    pool as queued: neither is a backlog."""
+    import time
+
+    from peloton.lag import STAGES, LagMonitor
+
+    settings = _settings()
+    stages = []
+    for g in group or STAGES:
+        stage = next((s for s in STAGES if g in (s, f"{settings.topic_prefix}peloton.{s}")), None)
+        if stage is None:
+            _fail(f"--group {g!r}: not a stage group (stages: {', '.join(STAGES)})", EXIT_INVALID)
+        stages.append(stage)
+    monitor = _broker_call(LagMonitor, settings, tuple(stages), window)
+    try:
+        if not watch:
+            _broker_call(monitor.sample)
+            time.sleep(interval)
+            report = _broker_call(monitor.sample)
+            _print_json(report) if as_json else out.print(_lag_view(report))
+            return
+        from rich.live import Live
+
+        with Live(console=out, auto_refresh=False) as live:
+            while True:
+                report = _broker_call(monitor.sample)
+                if as_json:
+                    print(json.dumps(report), flush=True)
+                else:
+                    live.update(_lag_view(report), refresh=True)
+                time.sleep(interval)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        monitor.close()
+
+
+def _lag_view(report: dict):
+    from rich.console import Group
+
+    table = Table("group", "status", "topic", "partition", "current", "log end", "lag", "lag s", "held")
+    for g in report["groups"]:
+        style = _STATUS_STYLE.get(g["status"], "")
+        table.add_row(f"[bold]{g['group']}[/bold]", f"[{style}]{g['status']}[/{style}]", "", "",
+                      "", "", f"[bold]{g['total_lag']:,}[/bold]", f"{g['max_lag_seconds']:.1f}", f"{g['held']:,}")
+        for p in g["partitions"]:
+            def num(v):
+                return "?" if v is None else f"{v:,}"
+            table.add_row("", "", p["topic"], str(p["partition"]), num(p["current_offset"]), num(p["log_end_offset"]),
+                          num(p["lag"]), "?" if p["lag_seconds"] is None else f"{p['lag_seconds']:.1f}", num(p["held"]))
+    parts = [table]
+    queued = [q for q in report["queued"] if q["queued_gangs"]]
+    if queued:
+        pools = Table("pool", "queued gangs", "queued cpu", "queued mem_mb", title="demand queued in pools (not lag)")
+        for q in queued:
+            pools.add_row(q["pool"], f"{q['queued_gangs']:,}", f"{q['demand']['cpu']:g}", f"{q['demand']['mem_mb']:g}")
+        parts.append(pools)
+    return Group(*parts)
+
+
+@app.command("dashboard")
+def dashboard(
+    port: int = typer.Option(8080, help="Port to serve on (0: any free port)."),
+    host: str = typer.Option("127.0.0.1", help="Address to serve on (0.0.0.0: every interface)."),
+    every: float = typer.Option(2.0, "--every", help="Seconds between samples of lag, pools, jobs and hosts."),
+) -> None:
+    """A web page of the cluster: per-stage lag and throughput over time, pools' entitlement against
+    allocation and demand, jobs and their tasks by state, hosts, and why pending tasks wait.
+    It reads what the other commands read (the broker and the store). Ctrl-C stops it."""
+    from peloton.dashboard.server import serve
+
+    try:
+        running = serve(_settings(), _store(), port=port, host=host, sample_every_s=every)
+    except OSError as exc:
+        _fail(f"cannot serve on {host}:{port}: {exc.strerror or exc}", EXIT_UNAVAILABLE)
+    out.print(f"dashboard at {running.url} (Ctrl-C stops it)", highlight=False)
+    try:
+        running.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        running.close()
+
+
+def _letters_call(fn, *args):
+    from peloton.admin import NotFound, UserError
+
+    try:
+        return _broker_call(fn, *args)
+    except NotFound as exc:
+        _fail(str(exc), EXIT_NOT_FOUND)
+    except UserError as exc:
+        _fail(str(exc), EXIT_INVALID)
+    except (TimeoutError, ConnectionError) as exc:
+        _fail(str(exc), EXIT_UNAVAILABLE)
+
+
+def _since(text: str | None) -> int | None:
+    """--since: seconds, minutes, hours or days ago (30s, 10m, 2h, 1d), as epoch ms."""
+    import time
+
+    if text is None:
+        return None
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    try:
+        amount, unit = float(text[:-1]), units[text[-1]]
+    except (KeyError, ValueError, IndexError):
+        _fail(f"--since {text!r}: expected a number and a unit, as 30s, 10m, 2h or 1d", EXIT_INVALID)
+    return int((time.time() - amount * unit) * 1000)
+
+
+@letters_app.command("list")
+def letters_list(
+    since: Optional[str] = typer.Option(None, "--since", help="Only letters from this long ago: 30s, 10m, 2h, 1d."),
+    stage: Optional[str] = typer.Option(None, "--stage", help="Only letters from this stage (admit, launch, ...)."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Every dead letter: number, time, stage, source topic, partition, offset, reason."""
+    import datetime
+
+    from peloton.deadletters import list_letters
+
+    rows = _letters_call(list_letters, _settings(), _since(since), stage)
+    if as_json:
+        _print_json(rows)
+        return
+    if not rows:
+        out.print("no dead letters" + (" matching" if since or stage else ""))
+        return
+    table = Table("#", "time", "stage", "source", "reason")
+    for r in rows:
+        at = datetime.datetime.fromtimestamp(r["time_ms"] / 1000).strftime("%Y-%m-%d %H:%M:%S")
+        reason = r["reason"] if len(r["reason"]) <= 160 else r["reason"][:157] + "..."
+        table.add_row(str(r["number"]), at, r["stage"], f"{r['source_topic']}[{r['partition']}]@{r['offset']}", reason)
+    out.print(table)
+
+
+@letters_app.command("show")
+def letters_show(number: str, as_json: bool = typer.Option(False, "--json")) -> None:
+    """One dead letter whole: where it came from, why, and the original message decoded where possible."""
+    from peloton.deadletters import find_letter, show
+
+    shown = show(_letters_call(find_letter, _settings(), number))
+    if as_json:
+        _print_json(shown)
+        return
+    for field in ("number", "stage", "source_topic", "partition", "offset", "key", "reason"):
+        out.print(f"[bold]{field:<13}[/bold] {shown[field]}", highlight=False)
+    original = shown["original"]
+    if original["schema"]:
+        out.print(f"[bold]{'schema':<13}[/bold] {original['schema']}", highlight=False)
+        for field, value in original["value"].items():
+            text = value if isinstance(value, str) else json.dumps(value)
+            if "\n" in text:
+                out.print(f"[bold]{field}[/bold]:", highlight=False)
+                out.print(text.rstrip("\n"), highlight=False, markup=False)
+            else:
+                out.print(f"[bold]{field:<13}[/bold] {text}", highlight=False, markup=False)
+    else:
+        out.print(f"[bold]{'original':<13}[/bold] ", end="", highlight=False)
+        out.print(f"not decodable: {original['error']}", highlight=False, markup=False)
+        if original.get("text") is not None:
+            out.print(original["text"], highlight=False, markup=False)
+
+
+@letters_app.command("replay")
+def letters_replay(
+    number: str,
+    value: Optional[Path] = typer.Option(None, "--value", help="JSON file: the whole fixed record (as `show --json` "
+                                         "prints under original.value)."),
+    set_fields: list[str] = typer.Option([], "--set", help="FIELD=VALUE or FIELD=@FILE: replace one field of the "
+                                         "record, e.g. --set config=@fixed.yaml; repeat for several."),
+    schema: Optional[str] = typer.Option(None, "--schema", help="The record's schema, when the original cannot be "
+                                         "decoded (e.g. peloton.JobCommand)."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Send a dead letter's message back to its topic, fixed with --value or --set (or as it was,
+    when what refused it has changed, e.g. its pool now exists)."""
+    from peloton.deadletters import find_letter, replay
+
+    record = None
+    if value is not None:
+        try:
+            record = json.loads(_read(value))
+        except ValueError as exc:
+            _fail(f"--value {value}: not JSON: {exc}", EXIT_INVALID)
+        if isinstance(record, dict) and isinstance(record.get("original"), dict):  # a whole `show --json`
+            record = record["original"].get("value")
+        if not isinstance(record, dict):
+            _fail(f"--value {value}: expected a JSON object (the record)", EXIT_INVALID)
+    sets = {k: (_read(Path(v[1:])) if v.startswith("@") else v) for k, v in _key_values(set_fields, "--set").items()}
+    settings = _settings()
+    letter = _letters_call(find_letter, settings, number)
+    sent = _letters_call(replay, settings, letter, record, sets, schema)
+    if as_json:
+        _print_json(sent)
+    else:
+        out.print(f"dead letter {sent['number']} sent again to {sent['topic']}[{sent['partition']}] as "
+                  f"{sent['schema'] or 'its original bytes'} ({sent['bytes']:,} bytes)", highlight=False)
+
+
 # -- cluster -----------------------------------------------------------------------------------
 @cluster_app.command("status")
 def cluster_status(
@@ -821,6 +1042,41 @@ def cluster_status(
                       _cluster_partitions(r.get("partitions")), str(r.get("metrics") or ""),
                       _cluster_age(r["age_s"]) if r.get("error") is None else f"[red]{r['error']}[/red]")
     out.print(table)
+
+
+@cluster_app.command("targets")
+def cluster_targets(output: Optional[Path] = typer.Option(None, "--output", help="Write here (atomically) "
+                                                          "instead of printing.")) -> None:
+    """Every instance's metrics address as Prometheus file_sd targets (see docker/prometheus.yml):
+    from ZooKeeper when PELOTON_ZOOKEEPER is set, else from the running dev stack."""
+    import os
+    from urllib.parse import urlparse
+
+    settings = _settings()
+    if settings.zookeeper.strip():
+        from peloton.registry import Registry, RegistryUnavailable
+
+        try:
+            with Registry(settings.zookeeper) as registry:
+                rows = registry.instances()
+        except RegistryUnavailable as exc:
+            _fail(str(exc), EXIT_UNAVAILABLE)
+        found = [(r["kind"], r["instance_id"], r.get("metrics")) for r in rows]
+    else:
+        from peloton.devstack import DevStack
+
+        found = [(c["component"], c.get("instance") or c["component"], c.get("metrics"))
+                 for c in DevStack(settings).status() if c["running"]]
+    targets = [{"targets": [urlparse(url).netloc], "labels": {"kind": kind, "instance_id": instance,
+                                                              "__metrics_path__": urlparse(url).path or "/metrics"}}
+               for kind, instance, url in found if url]
+    text = json.dumps(targets, indent=2) + "\n"
+    if output is None:
+        sys.stdout.write(text)
+        return
+    temporary = output.with_name(output.name + ".tmp")
+    temporary.write_text(text)
+    os.replace(temporary, output)  # Prometheus never reads a half-written file
 
 
 def _cluster_ranges(numbers: list[int]) -> str:

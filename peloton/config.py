@@ -70,6 +70,12 @@ class Settings:
     # reports stop for agent_timeout_s DOWN and its runs LOST (they run again elsewhere).
     agent_heartbeat_s: float = 1.0
     agent_timeout_s: float = 10.0
+    # Prometheus metrics of each stage instance and agent: served on this port (0: any free port,
+    # announced in the registry and the log; below 0: not served) and address (0.0.0.0 for all).
+    metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
+    # How often a stage refreshes its consumer-lag metrics.
+    metrics_period_s: float = 1.0
     # The largest record a stage may produce (librdkafka's and Kafka's default limit is ~1 MB).
     max_message_bytes: int = 1_000_000
     # While the broker or the store is unavailable a stage waits and tries again, backing off

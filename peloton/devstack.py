@@ -99,9 +99,10 @@ def start_stage(name: str, settings: Settings, log_path: Path, instance_id: str 
                             cwd=str(REPO_ROOT))
 
 
-def start_agent(host: HostSpec, settings: Settings, log_path: Path, *options: str) -> subprocess.Popen:
+def start_agent(host: HostSpec, settings: Settings, log_path: Path, *options: str,
+                extra_env: dict[str, str] | None = None) -> subprocess.Popen:
     """A host agent process for one host of an `agent:` group of the inventory."""
-    env = {**os.environ, **settings.env(), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **settings.env(), **(extra_env or {}), "PYTHONUNBUFFERED": "1"}
     r = host.capacity
     cmd = [sys.executable, "-m", "peloton.cli", "agent", "run", "--name", host.host_id,
            "--resources", f"cpu={r.cpu:g},mem_mb={r.mem_mb:g},disk_mb={r.disk_mb:g},gpu={r.gpu:g}", *options]
@@ -120,10 +121,21 @@ def sim_agent_hosts(settings: Settings) -> list[HostSpec]:
     return [h for h in _inventory(settings) if h.driver == SIM_AGENT]
 
 
-def start_sim_agent(hosts: list[HostSpec], settings: Settings, log_path: Path) -> subprocess.Popen:
+def start_sim_agent(hosts: list[HostSpec], settings: Settings, log_path: Path,
+                    extra_env: dict[str, str] | None = None) -> subprocess.Popen:
     """One agent process for every simulated agent host (named simagent-0, simagent-1, ...)."""
     return start_agent(HostSpec(SIM_AGENT, SIM_AGENT, hosts[0].capacity, 0), settings, log_path,
-                       "--simulate", str(len(hosts)))
+                       "--simulate", str(len(hosts)), extra_env=extra_env)
+
+
+def metrics_port(settings: Settings) -> tuple[dict[str, str], str | None]:
+    """A port of its own for one process's metrics, as its environment and the address to list
+    (none when metrics are off)."""
+    if settings.metrics_port < 0:
+        return {}, None
+    port = free_port()
+    host = "127.0.0.1" if settings.metrics_host in ("0.0.0.0", "::", "") else settings.metrics_host
+    return {"PELOTON_METRICS_PORT": str(port)}, f"http://{host}:{port}/metrics"
 
 
 def _inventory(settings: Settings) -> list[HostSpec]:
@@ -257,25 +269,29 @@ class DevStack:
             for i in range(instances):
                 instance = f"{name}-{i}"
                 log = logs / f"{instance if instances > 1 else name}.log"
-                proc = start_stage(name, settings, log, instance_id=instance)
+                env, address = metrics_port(settings)
+                proc = start_stage(name, settings, log, instance_id=instance, extra_env=env)
                 procs[instance] = (proc, log)
                 components.append({"component": name, "instance": instance, "pid": proc.pid,
-                                   "address": f"group {settings.topic_prefix}peloton.{name}", "log": str(log)})
+                                   "address": f"group {settings.topic_prefix}peloton.{name}", "log": str(log),
+                                   "metrics": address})
                 self._write(state)
         for host in agent_hosts(settings):
             log = logs / f"{host.host_id}.log"
-            proc = start_agent(host, settings, log)
+            env, address = metrics_port(settings)
+            proc = start_agent(host, settings, log, extra_env=env)
             procs[host.host_id] = (proc, log)
             components.append({"component": "agent", "instance": host.host_id, "pid": proc.pid,
-                               "address": f"host {host.host_id}", "log": str(log)})
+                               "address": f"host {host.host_id}", "log": str(log), "metrics": address})
             self._write(state)
         simulated = sim_agent_hosts(settings)
         if simulated:
             log = logs / f"{SIM_AGENT}.log"
-            proc = start_sim_agent(simulated, settings, log)
+            env, address = metrics_port(settings)
+            proc = start_sim_agent(simulated, settings, log, extra_env=env)
             procs[f"agent-{SIM_AGENT}"] = (proc, log)
             components.append({"component": "agent", "instance": SIM_AGENT, "pid": proc.pid,
-                               "address": f"{len(simulated)} simulated hosts", "log": str(log)})
+                               "address": f"{len(simulated)} simulated hosts", "log": str(log), "metrics": address})
             self._write(state)
         for instance, (proc, log) in procs.items():
             wait_for_log(log, ready_line(instance), 60, proc)

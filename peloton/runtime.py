@@ -17,12 +17,13 @@ import logging
 import signal
 import time
 import uuid
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Iterable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from peloton import metrics
 from peloton.config import Settings
 from peloton.model.events import task_errors
 from peloton.serde import DecodeError, SchemaRegistry, registry
@@ -165,8 +166,9 @@ class Emitter:
                     self.producer.poll(0.05)
             self.produced += 1
 
-    def dead_letter(self, record_or_msg, reason: str) -> None:
-        """Park a message we cannot use, with where it came from and why; the stage goes on."""
+    def dead_letter(self, record_or_msg, reason: str, kind: str = "refused") -> None:
+        """Park a message we cannot use, with where it came from and why; the stage goes on.
+        `kind` (undecodable, wrong_schema, handler_error, refused) labels the metric."""
         if isinstance(record_or_msg, Record):
             topic = self.catalogue[record_or_msg.topic].name
             part, off = record_or_msg.partition, record_or_msg.offset
@@ -194,6 +196,7 @@ class Emitter:
         }
         self.emit("dead-letters", topic, "peloton.DeadLetter", dl)
         self.dead_lettered += 1
+        metrics.DEAD_LETTERS.labels(self.stage, kind).inc()
 
     def flush(self, timeout: float = 30.0) -> None:
         self.send()
@@ -315,7 +318,7 @@ def handle_batch(stage: Stage, records: list[Record], emitter: Emitter) -> int:
                     raise
                 log.warning("record %s[%d]@%d failed", r.topic, r.partition, r.offset, exc_info=True)
                 reason = str(exc) if isinstance(exc, RecordError) else f"{type(exc).__name__}: {exc}"
-                emitter.dead_letter(r, f"{stage.name} could not handle it: {reason}")
+                emitter.dead_letter(r, f"{stage.name} could not handle it: {reason}", "handler_error")
                 failed += 1
             emitter.send()
         return failed
@@ -352,6 +355,13 @@ class StageRuntime:
         stage.bind(self.emitter, settings, self.catalogue)
         self._next: dict[tuple[str, int], int] = {}  # next offset to commit, per (topic id, partition)
         self._committed: dict[tuple[str, int], int] = {}
+        self._positions: dict[tuple[str, int], int] = {}  # read positions recorded while holding
+        self._position_consumer: Consumer | None = None
+        # (offset, produce time ms) of recent messages read per partition, for lag in seconds
+        self._read_times: dict[tuple[str, int], deque] = {}
+        self._lag_labels: set[tuple[str, str, str]] = set()
+        self._next_lag_export = 0.0
+        self.metrics_address = metrics.serve(settings)
         self.assigned: set[tuple[str, int]] = set()
         self.batches = 0
         self.records = 0
@@ -380,7 +390,7 @@ class StageRuntime:
             log.warning("not in the instance registry: %s", exc)
             return None
         registry.register(self.stage.name, self.instance_id, {
-            "group": self.catalogue.group(self.stage.name), "partitions": [], "metrics": None})
+            "group": self.catalogue.group(self.stage.name), "partitions": [], "metrics": self.metrics_address})
         return registry
 
     def _registry_partitions(self) -> None:
@@ -444,6 +454,8 @@ class StageRuntime:
         for tp in ids:
             self._next.pop(tp, None)
             self._committed.pop(tp, None)
+            self._positions.pop(tp, None)
+            self._read_times.pop(tp, None)
         log.info("%s %s %s", self.instance_id, how, ids)
         self._registry_partitions()
         self.stage.on_revoke(ids)
@@ -486,6 +498,9 @@ class StageRuntime:
             self._next.clear()
             return
         self._commit()
+        if time.monotonic() >= self._next_lag_export:
+            self._next_lag_export = time.monotonic() + self.settings.metrics_period_s
+            self._export_lag()
 
     def _check_topics(self) -> None:
         """Make the topics of topics.yaml again if the broker lost them: consumers would wait for
@@ -521,9 +536,49 @@ class StageRuntime:
                 log.exception("tick failed; the stage goes on")
 
     def _handle(self, records: list[Record]) -> None:
+        started = time.perf_counter()
         self.failed_records += handle_batch(self.stage, records, self.emitter)
+        metrics.BATCH_SECONDS.labels(self.stage.name).observe(time.perf_counter() - started)
+        metrics.BATCH_RECORDS.labels(self.stage.name).observe(len(records))
+        by_topic = Counter(r.topic for r in records)
+        for topic, n in by_topic.items():
+            metrics.RECORDS.labels(self.stage.name, topic).inc(n)
         self.records += len(records)
         self.batches += 1
+
+    def _export_lag(self) -> None:
+        """kafka_consumergroup_lag and _seconds for the partitions this instance owns: the log end
+        from the last fetch (right on Tansu too), the committed offset, and the produce time of
+        the first message read at or before it."""
+        group = self.catalogue.group(self.stage.name)
+        now_s = time.time()
+        shown = set()
+        for tp in self.assigned:
+            name = self.catalogue[tp[0]].name
+            try:
+                _low, end = self.consumer.get_watermark_offsets(TopicPartition(name, tp[1]), cached=True)
+            except KafkaException:
+                continue
+            # Before this instance's first commit on a partition, what it handled stands in for it;
+            # a partition with nothing in it has no lag whoever committed what.
+            committed = self._committed.get(tp, self._next.get(tp, 0 if end == 0 else None))
+            if end < 0 or committed is None:
+                continue
+            lag = max(0, end - committed)
+            seen = [ts for off, ts in self._read_times.get(tp, ()) if off <= committed and ts > 0]
+            age = max(0.0, now_s - seen[-1] / 1000) if lag and seen else 0.0
+            labels = (group, name, str(tp[1]))
+            metrics.LAG.labels(*labels).set(lag)
+            metrics.LAG_SECONDS.labels(*labels).set(round(age, 3))
+            metrics.HELD.labels(*labels).set(max(0, min(self._next.get(tp, committed), end) - committed))
+            shown.add(labels)
+        for labels in self._lag_labels - shown:  # partitions given away: their owner reports them now
+            for gauge in (metrics.LAG, metrics.LAG_SECONDS, metrics.HELD):
+                try:
+                    gauge.remove(*labels)
+                except KeyError:
+                    pass
+        self._lag_labels = shown
 
     def _until_done(self, step, what: str) -> bool:
         """Run step; while the broker or the store is unavailable, pause and try again (backing off
@@ -538,6 +593,7 @@ class StageRuntime:
                     raise
                 self.emitter.discard()
                 self.retries += 1
+                metrics.RETRIES.labels(self.stage.name).inc()
                 log.warning("%s: %s; trying again in %.1fs", what, exc, delay)
             stop_at = time.monotonic() + delay
             while self._running and time.monotonic() < stop_at:
@@ -562,15 +618,18 @@ class StageRuntime:
                 continue
             spec = by_name[m.topic()]
             tp = (spec.id, m.partition())
+            if tp not in positions:  # the batch's first message of the partition: its age, for lag seconds
+                self._read_times.setdefault(tp, deque(maxlen=64)).append((m.offset(), m.timestamp()[1]))
             positions[tp] = m.offset() + 1
             raw_key, raw_value = m.key(), m.value()
             try:
                 schema, value = decode(raw_value)
             except DecodeError as exc:
-                self.emitter.dead_letter(m, f"undecodable: {exc}")
+                self.emitter.dead_letter(m, f"undecodable: {exc}", "undecodable")
                 continue
             if schema not in spec.value_schemas:
-                self.emitter.dead_letter(m, f"schema {schema} is not allowed on {spec.id} (allowed: {', '.join(spec.value_schemas)})")
+                self.emitter.dead_letter(m, f"schema {schema} is not allowed on {spec.id} "
+                                         f"(allowed: {', '.join(spec.value_schemas)})", "wrong_schema")
                 continue
             key = raw_key.decode("utf-8", "replace") if raw_key is not None else None
             records.append(Record(spec.id, m.partition(), m.offset(), key, schema, value, raw_key, raw_value))
@@ -588,11 +647,15 @@ class StageRuntime:
         next loop commits newer positions, and a commit retried across an outage could land old
         positions on a broker that restarted empty."""
         held = self.stage.held_offsets()
-        offsets = []
+        offsets, positions = [], []
         for tp, nxt in self._next.items():
             target = min(nxt, held[tp]) if tp in held else nxt
             if self._committed.get(tp) != target and tp in self.assigned:
                 offsets.append(TopicPartition(self.catalogue[tp[0]].name, tp[1], target))
+            if target < nxt and self._positions.get(tp) != nxt and tp in self.assigned:
+                positions.append(TopicPartition(self.catalogue[tp[0]].name, tp[1], nxt))
+        if positions:
+            self._commit_positions(positions)
         if offsets:
             try:
                 self.consumer.commit(offsets=offsets, asynchronous=False)
@@ -610,12 +673,32 @@ class StageRuntime:
                 if tp.offset > 0:
                     self._ever_committed[key] = tp.offset
 
+    def _commit_positions(self, positions: list[TopicPartition]) -> None:
+        """Record how far this stage has read where it holds messages back, under a second group
+        that nobody consumes with, so lag tools can tell held messages (read, waiting for room)
+        from a backlog. Kafka's commit metadata would do, but Tansu does not keep it."""
+        if self._position_consumer is None:
+            self._position_consumer = Consumer({
+                "bootstrap.servers": self.settings.bootstrap,
+                "group.id": self.catalogue.position_group(self.stage.name),
+                "enable.auto.commit": False,
+            })
+        try:
+            self._position_consumer.commit(offsets=positions, asynchronous=False)
+        except KafkaException as exc:  # only the lag view is the poorer for it
+            log.info("position not recorded: %s", exc)
+            return
+        for tp in positions:
+            self._positions[(self.catalogue.by_name[tp.topic].id, tp.partition)] = tp.offset
+
     def _shutdown(self) -> None:
         try:
             self._flush_and_commit()
         except Exception:  # still leave the group cleanly; uncommitted work is redelivered
             log.exception("final commit failed")
         self.consumer.close()  # leaves the group so partitions move at once
+        if self._position_consumer is not None:
+            self._position_consumer.close()
         self.stage.close()
         self.producer.flush(10)
         if self.registry is not None:

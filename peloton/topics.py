@@ -20,6 +20,7 @@ class TopicSpec:
     key: str
     cleanup_policy: str
     value_schemas: tuple[str, ...]
+    read_by: tuple[str, ...] = ()  # the stages (consumer groups) and other readers of the topic
 
 
 class Catalogue:
@@ -35,6 +36,7 @@ class Catalogue:
                 key=t["key"],
                 cleanup_policy=t["cleanup_policy"],
                 value_schemas=tuple(t["value_schemas"]),
+                read_by=tuple(t.get("read_by", ())),
             )
         self.by_name = {t.name: t for t in self.by_id.values()}
 
@@ -46,6 +48,15 @@ class Catalogue:
 
     def group(self, stage: str) -> str:
         return f"{self.prefix}peloton.{stage}"
+
+    def position_group(self, stage: str) -> str:
+        """Where a stage that holds messages back records how far it has read (see runtime._commit)."""
+        return f"{self.group(stage)}.position"
+
+    def inputs_of(self, stage: str) -> list[TopicSpec]:
+        """The topics a stage's consumer group reads. Compacted topics are read whole by every
+        instance as views, outside the group, so they have no group offsets and no lag."""
+        return [t for t in self if stage in t.read_by and t.cleanup_policy != "compact"]
 
 
 def murmur2(data: bytes) -> int:

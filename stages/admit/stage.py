@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import Counter
 
+from peloton import metrics
 from peloton.model.events import task_kill
 from peloton.model.jobconfig import JobConfigError, parse_job_config
 from peloton.model.pool import leaf_pool_error
 from peloton.model.resources import Resources
-from peloton.model.states import JOB_TERMINAL, TASK_TERMINAL
+from peloton.model.states import JOB_TERMINAL, TASK_ORDER, TASK_TERMINAL
 from peloton.runtime import CompactedView, Record, Stage, now_ms
 from peloton.topics import partition_for
 from peloton.store import JobRow, JobStore, TaskRow
@@ -126,12 +128,28 @@ class AdmitStage(Stage):
             if limit_s > 0:
                 over.extend(t for t in self.store.tasks_of_job(job.job_id)
                             if t.state == "RUNNING" and t.updated_ms < now - limit_s * 1000)
+        self._count_tasks([job.job_id for job in active if self._mine(job.job_id)])
         for tasks, reason, why in ((late, LAUNCH_TIMEOUT, f"not running {self.settings.launch_timeout_s:g}s after "
                                     "its launch"), (over, DEADLINE_EXCEEDED, "ran longer than its job's "
                                                    "sla.maxRunningTime")):
             if tasks:
                 self._kill_tasks(tasks, reason, f"deadline exceeded: {why}", now)
                 log.warning("%d runs killed: %s", len(tasks), why)
+
+    def _count_tasks(self, job_ids: list[str]) -> None:
+        """peloton_tasks: the tasks of this instance's jobs not yet ended, by state (a sum over the
+        admit instances is the cluster's)."""
+        totals: dict[str, int] = dict.fromkeys(TASK_ORDER, 0)
+        for counts in self.store.task_state_counts(job_ids).values():
+            for state, n in counts.items():
+                totals[state] = totals.get(state, 0) + n
+        for state, n in totals.items():
+            metrics.TASKS.labels(state).set(n)
+
+    def _record_events(self, events: list[tuple]) -> None:
+        self.store.record_task_events(events)
+        for state, n in Counter(e[4] for e in events).items():
+            metrics.TASK_TRANSITIONS.labels(state).inc(n)
 
     def _release_throttled(self, job: JobRow, now: int, out: list) -> None:
         """sla.maximumRunningInstances: tasks wait INITIALIZED until fewer than the maximum are
@@ -212,6 +230,7 @@ class AdmitStage(Stage):
             by_job.setdefault(t.job_id, []).append(t)
         for job in jobs:
             if job.job_id in created:
+                metrics.JOBS_CREATED.labels(job.pool).inc()
                 ready = [t for t in by_job[job.job_id] if t.state == "PENDING"]  # not those throttled
                 out.extend(("task-demand", job.pool, "peloton.GangDemand", g) for g in gang_records(job, ready, now))
         # A repeated create (a redelivery after a crash, or a producer retry) must not lose demand
@@ -348,7 +367,7 @@ class AdmitStage(Stage):
             t.state, t.reason, t.message, t.updated_ms = "KILLING", reason, message, now
             self._send_kill(t.job_id, t.instance, t.run_id, t.task_id, reason, message, now)
         self.store.save_tasks(tasks)
-        self.store.record_task_events([(t.task_id, t.job_id, t.instance, t.run_id, "KILLING", reason, None, now,
+        self._record_events([(t.task_id, t.job_id, t.instance, t.run_id, "KILLING", reason, None, now,
                                         t.host_id, message) for t in tasks])
 
     def _send_kill(self, job_id: str, instance: int, run_id: int, task_id: str, reason: str, message: str,
@@ -366,7 +385,7 @@ class AdmitStage(Stage):
             next_run(t, now)
             t.reason, t.message = "", ""
         self.store.save_tasks(again)
-        self.store.record_task_events([(t.task_id, t.job_id, t.instance, t.run_id, "PENDING", "STARTED", None, now,
+        self._record_events([(t.task_id, t.job_id, t.instance, t.run_id, "PENDING", "STARTED", None, now,
                                         "", "started again") for t in again])
         job.state, job.completed_ms = "PENDING", None
         self._settle(job, now)
@@ -469,7 +488,7 @@ class AdmitStage(Stage):
         if not changed:
             return
         self.store.save_tasks(list(changed.values()))
-        self.store.record_task_events(events)
+        self._record_events(events)
         job_ids = list({t.job_id for t in changed.values()})
         counts = self.store.task_state_counts(job_ids)
         updated = []

@@ -25,6 +25,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from peloton import metrics
 from peloton.config import Settings
 from peloton.model.resources import Resources
 from peloton.serde import DecodeError, registry
@@ -247,9 +248,11 @@ class HostAgent:
         if fresh:
             self._save("runs.json", self.runs)  # before they start: a crash now still finds them
             self.driver.launch(fresh)
+            metrics.AGENT_COMMANDS.labels("launch").inc(len(fresh))
         kills = cmd["kills"]
         if kills:
             self.driver.kill(kills)
+            metrics.AGENT_COMMANDS.labels("kill").inc(len(kills))
             for task_id in kills:
                 pgid = self.adopted.pop(task_id, None)
                 if pgid is not None:
@@ -287,6 +290,8 @@ class HostAgent:
             self.producer.produce(topic, key=host_id.encode(), value=self.serde.encode("peloton.AgentReport", record),
                                   partition=self.report_partition[host_id])
             self.producer.poll(0)
+            metrics.AGENT_REPORTS.inc()
+        metrics.AGENT_RUNS.labels(self.name).set(sum(len(r) for r in running.values()))
         if self.producer.flush(5.0) == 0:
             self.pending = []  # delivered; otherwise they go again with the next report
             done = [t for t, run in self.runs.items() if run.get("ended")]
@@ -328,4 +333,28 @@ def run_agent(settings: Settings, specs: list[AgentSpec], simulate: bool = False
     agent = HostAgent(settings, specs, simulate, name)
     signal.signal(signal.SIGTERM, agent.stop)
     signal.signal(signal.SIGINT, agent.stop)
-    agent.run(max_seconds)
+    address = metrics.serve(settings)
+    registry = _register(settings, name, {"hosts": sorted(agent.hosts)[:100], "host_count": len(agent.hosts),
+                                          "metrics": address})
+    try:
+        agent.run(max_seconds)
+    finally:
+        if registry is not None:
+            registry.close()
+
+
+def _register(settings: Settings, name: str, info: dict):
+    """Join the instance registry (ZooKeeper) as an agent, when one is configured; one that cannot be
+    reached is logged, not fatal: the registry is for operators."""
+    if not settings.zookeeper:
+        return None
+    from peloton.registry import Registry, RegistryUnavailable
+
+    registry = Registry(settings.zookeeper)
+    try:
+        registry.start()
+    except RegistryUnavailable as exc:
+        log.warning("not in the instance registry: %s", exc)
+        return None
+    registry.register("agent", name, info)
+    return registry

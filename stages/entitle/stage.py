@@ -26,6 +26,7 @@ import itertools
 import logging
 import time
 
+from peloton import metrics
 from peloton.model.events import send_progress, task_kill, task_status
 from peloton.model.gang import gang_problem
 from peloton.model.pool import pool_resources
@@ -349,6 +350,8 @@ class EntitleStage(Stage):
                 self.emit.emit("admitted-gangs", pool, "peloton.AdmittedGang", {"gang": q.gang, "admitted_ms": admitted_at})
                 self._unsent.append(q.gang["gang_id"])
             self.admitted_gangs += len(chosen)
+            metrics.ADMISSIONS.labels(pool).inc(len(chosen))
+            metrics.ADMITTED_TASKS.labels(pool).inc(sum(len(q.gang["tasks"]) for q in chosen))
             self._changed_pools.add(pool)
         self._dirty = True  # allocations moved: others' shares may too
 
@@ -370,7 +373,7 @@ class EntitleStage(Stage):
             victims = reclaim_victims(ledger)
             if victims:
                 self._preempt(pool, ledger, victims, f"resource pool {pool} held more than its entitlement for "
-                              f"{self.settings.preemption_sustained_periods} periods")
+                              f"{self.settings.preemption_sustained_periods} periods", "inter_pool")
 
     def _preempt_for_priority(self, pool: str, queue: PoolQueue, ledger: PoolLedger) -> None:
         if self.settings.preemption_period_s <= 0:
@@ -381,9 +384,9 @@ class EntitleStage(Stage):
         victims = priority_victims(head, ledger)
         if victims:
             self._preempt(pool, ledger, victims, f"a priority {head.priority} gang of job {head.gang['job_id']} "
-                          f"needs room in resource pool {pool}")
+                          f"needs room in resource pool {pool}", "priority")
 
-    def _preempt(self, pool: str, ledger: PoolLedger, victims: list[Charge], why: str) -> None:
+    def _preempt(self, pool: str, ledger: PoolLedger, victims: list[Charge], why: str, kind: str) -> None:
         """Stop each victim wherever it is: a TASK_KILLING status tells the job manager (the task
         shows PREEMPTING) and a TaskKill on every partition of the placements topic stops the run, or keeps
         it from starting if it is not launched yet. The KILLED that follows releases it."""
@@ -397,6 +400,7 @@ class EntitleStage(Stage):
             self.emit.emit_to_every_partition("placements", c.task_id, "peloton.TaskKill", task_kill(
                 job_id, instance, run_id, c.task_id, PREEMPTED, message, at))
         self.preempted_runs += len(victims)
+        metrics.PREEMPTIONS.labels(pool, kind).inc(len(victims))
         self._changed_pools.add(pool)
         log.info("pool %s: preempting %d runs (%s)", pool, len(victims), why)
 
@@ -415,11 +419,17 @@ class EntitleStage(Stage):
                                 "tasks": len(q.gang["tasks"]), "reason": why_waiting(q, ledger, mono, now),
                                 "since_ms": q.gang["created_ms"]})
             non_slack = ledger.non_slack_entitlement
+            entitlement, allocation = ledger.entitlement.to_record(), ledger.held.total.to_record()
+            demand = (queue.demand if queue else ZERO).to_record()
+            metrics.set_pool(metrics.POOL_ENTITLEMENT, pool, entitlement)
+            metrics.set_pool(metrics.POOL_ALLOCATION, pool, allocation)
+            metrics.set_pool(metrics.POOL_DEMAND, pool, demand)
+            metrics.POOL_QUEUED_GANGS.labels(pool).set(len(queue) if queue else 0)
             self.emit.emit("entitlements", pool, "peloton.PoolEntitlement", {
                 "pool": pool,
-                "entitlement": ledger.entitlement.to_record(),
-                "allocation": ledger.held.total.to_record(),
-                "demand": (queue.demand if queue else ZERO).to_record(),
+                "entitlement": entitlement,
+                "allocation": allocation,
+                "demand": demand,
                 "queued_gangs": len(queue) if queue else 0,
                 "slack_demand": (queue.slack_demand if queue else ZERO).to_record(),
                 "non_slack_allocation": ledger.non_slack_allocation.to_record(),

@@ -15,6 +15,7 @@ import logging
 import time
 from pathlib import Path
 
+from peloton import metrics
 from peloton.model.events import send_progress, task_status
 from peloton.model.gang import task_problem
 from peloton.model.resources import Resources
@@ -46,6 +47,7 @@ class LaunchStage(Stage):
         self.updates: list[TaskUpdate] = []  # from the drivers, not yet published
         self.changed_hosts: dict[str, list[str]] = {}  # host id -> placement ids applied since last report
         self.launched = 0
+        self._next_host_count = 0.0  # when the peloton_hosts gauge is refreshed next
         self.kill_reasons: dict[str, tuple[str, str]] = {}  # task id -> (reason, message) of a kill asked for
         self.shards: set[int] = set()  # the host shards this instance owns
         self.agent_seen: dict[str, float] = {}  # agent host id -> time.monotonic() of its last report
@@ -288,12 +290,16 @@ class LaunchStage(Stage):
             if isinstance(verdict, str):
                 # Its tasks go back to their pools (an agent host may have gone since place saw it).
                 self.emit.dead_letter(r, verdict)
+                metrics.LAUNCH_REFUSALS.labels("unknown_host").inc(len(p["assignments"]))
                 refused.extend((a["task"], a["host_id"], verdict) for a in p["assignments"])
                 continue
             for host_id in verdict.applied_on:
                 self.changed_hosts.setdefault(host_id, []).append(p["placement_id"])
             accepted.extend(verdict.accepted)
             refused.extend(verdict.refused)
+            for _t, host_id, _why in verdict.refused:
+                metrics.LAUNCH_REFUSALS.labels("host_closed" if host_id in closed or host_id not in self.ledgers
+                                               else "no_room").inc()
         if accepted:
             now = now_ms()
             new = self.store.claim_launches([
@@ -314,6 +320,7 @@ class LaunchStage(Stage):
             for kind, requests in by_driver.items():
                 self.drivers[kind].launch(requests)
                 self.launched += len(requests)
+                metrics.LAUNCHES.labels(kind).inc(len(requests))
         for t, host_id, why in refused:
             self._status(t["job_id"], t["instance"], t["run_id"], t["task_id"], host_id, "TASK_DROPPED",
                          reason="REASON_PLACEMENT_REFUSED", message=why)
@@ -328,6 +335,14 @@ class LaunchStage(Stage):
         if self.updates:
             self._apply_updates()
         self._report_hosts()
+        if now >= self._next_host_count:
+            self._next_host_count = now + self.settings.metrics_period_s
+            states = dict.fromkeys(("UP", "DOWN", "DRAINING", "DRAINED"), 0)
+            for host_id in self.ledgers:
+                state = self.maintenance.get(host_id) or ("DOWN" if host_id in self.down else "UP")
+                states[state] = states.get(state, 0) + 1
+            for state, n in states.items():
+                metrics.HOSTS.labels(state).set(n)
 
     def _check_agents(self, now: float) -> None:
         """An agent silent for agent_timeout_s is down: its runs are lost (and run elsewhere),

@@ -18,8 +18,18 @@ from peloton.model.constraint import ConstraintError
 from peloton.model.events import REASON_NO_HOST, send_progress, task_status
 from peloton.model.gang import gang_problem
 from peloton.model.resources import Resources
+from peloton import metrics
 from peloton.runtime import CompactedView, HeldOffsets, Record, Stage, is_transient, now_ms
-from stages.place.placement import HostRing, HostView, LaunchSpecError, TaskNeed, explain, place_gang, port_names
+from stages.place.placement import (
+    HostRing,
+    HostView,
+    LaunchSpecError,
+    TaskNeed,
+    explain,
+    place_gang,
+    port_names,
+    refusal_counts,
+)
 
 log = logging.getLogger("peloton.place")
 
@@ -140,6 +150,7 @@ class PlaceStage(Stage):
                 for p in records:
                     self.emit.emit("placements", f"shard-{p['shard']}", "peloton.Placement", p, partition=p["shard"])
                 self.placed_gangs += 1
+                metrics.PLACEMENTS.labels(w.gang.get("placement_strategy") or "PACK_HOST").inc(len(w.gang["tasks"]))
             except Exception as exc:
                 if is_transient(exc):  # the broker is away: try this gang again next tick
                     still_waiting.append(w)
@@ -148,6 +159,7 @@ class PlaceStage(Stage):
                 self.refuse(w.record, w.gang["tasks"], f"placement failed: {type(exc).__name__}: {exc}")
             self._done(w)
         self.waiting = still_waiting
+        metrics.GANGS_WAITING_FOR_HOSTS.set(len(still_waiting))
 
     def _done(self, w: WaitingGang) -> None:
         self.waiting_ids.discard(w.gang["gang_id"])
@@ -161,6 +173,7 @@ class PlaceStage(Stage):
                             avoid=frozenset(w.gang.get("avoid_hosts") or ())) if self.ring.hosts else None
         if chosen is None:
             self.failed_attempts += 1
+            metrics.PLACEMENT_FAILED_TRIES.inc()
             w.attempts += 1
             w.next_try = now + self.settings.placement_backoff_s
             if w.attempts < self.settings.placement_attempts:
@@ -173,6 +186,8 @@ class PlaceStage(Stage):
                     t["job_id"], t["instance"], t["run_id"], t["task_id"], "", "TASK_DROPPED",
                     reason=REASON_NO_HOST, message=why))
             self.cycles_given_up += 1
+            counts = refusal_counts(w.needs[0], self.ring.hosts, now) if w.needs and self.ring.hosts else {}
+            metrics.PLACEMENT_REFUSALS.labels(max(counts, key=counts.get) if counts else "together").inc()
             return []
         ttl = self.settings.placement_pending_ttl_s
         by_shard: dict[int, list[tuple[dict, TaskNeed]]] = {}

@@ -7,6 +7,7 @@ import itertools
 import os
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from peloton.admin import create_pool, ensure_topics, submit_job
-from peloton.config import Settings
+from peloton.config import REPO_ROOT, Settings
 from peloton.devstack import (
     agent_hosts,
     free_port,
@@ -86,9 +87,10 @@ class Pipeline:
     def log(self, instance: str) -> Path:
         return self.home / f"{instance}.log"
 
-    def start(self, stage: str, instance: str | None = None, wait: bool = True) -> subprocess.Popen:
+    def start(self, stage: str, instance: str | None = None, wait: bool = True,
+              extra_env: dict[str, str] | None = None) -> subprocess.Popen:
         instance = instance or f"{stage}-{len([k for k in self.procs if k.startswith(stage)])}"
-        proc = start_stage(stage, self.settings, self.log(instance), instance_id=instance)
+        proc = start_stage(stage, self.settings, self.log(instance), instance_id=instance, extra_env=extra_env)
         self.procs[instance] = proc
         if wait:
             wait_for_log(self.log(instance), "assigned", 60, proc)
@@ -116,6 +118,12 @@ class Pipeline:
             self.procs["agent-simagent"] = start_sim_agent(simulated, self.settings, self.log("agent-simagent"))
         for instance, proc in self.procs.items():
             wait_for_log(self.log(instance), ready_line(instance), 60, proc)
+
+    def ctl(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        """pelotonctl against this pipeline, as a separate process."""
+        env = {**os.environ, **self.settings.env(), "COLUMNS": "200"}
+        return subprocess.run([sys.executable, "-m", "peloton.cli", *args], env=env, capture_output=True, text=True,
+                              timeout=timeout, cwd=str(REPO_ROOT))
 
     def submit(self, text: str, pool: str = "/test") -> str:
         return submit_job(self.settings, self.store, pool, text)

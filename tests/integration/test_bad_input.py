@@ -66,12 +66,6 @@ def test_malformed_messages_land_on_the_dead_letter_topic_and_the_stage_goes_on(
         assert p.store.get_job(job_id) is None
 
 
-def pelotonctl(p, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, **p.settings.env()}
-    return subprocess.run([sys.executable, "-m", "peloton.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=60)
-
-
 def test_an_invalid_job_file_gets_a_clear_error_and_nothing_is_stored_or_sent(pipeline_factory, tmp_path) -> None:
     p = pipeline_factory()
     bad = tmp_path / "bad.yaml"
@@ -82,15 +76,15 @@ def test_an_invalid_job_file_gets_a_clear_error_and_nothing_is_stored_or_sent(pi
     good.write_text(GOOD)
 
     for args in (("job", "validate", str(bad)), ("job", "create", "/test", str(bad))):
-        result = pelotonctl(p, *args)
+        result = p.ctl(*args)
         assert result.returncode == 2, result.stderr
         assert "instancecount" in result.stderr and "defaultconfig.resource.cpulimit" in result.stderr
         assert "Traceback" not in result.stderr
-    result = pelotonctl(p, "job", "create", "/test", str(broken))
+    result = p.ctl("job", "create", "/test", str(broken))
     assert result.returncode == 2 and "invalid YAML" in result.stderr and "line" in result.stderr
-    result = pelotonctl(p, "job", "create", "/nowhere", str(good))
+    result = p.ctl("job", "create", "/nowhere", str(good))
     assert result.returncode == 2 and "unknown resource pool '/nowhere'" in result.stderr
-    result = pelotonctl(p, "job", "validate", str(good), "--json")
+    result = p.ctl("job", "validate", str(good), "--json")
     assert result.returncode == 0 and json.loads(result.stdout)["instances"] == 2
 
     assert p.store.list_jobs() == []
@@ -99,7 +93,7 @@ def test_an_invalid_job_file_gets_a_clear_error_and_nothing_is_stored_or_sent(pi
 
 def test_topics_apply_is_idempotent(pipeline_factory) -> None:
     p = pipeline_factory()
-    result = pelotonctl(p, "topics", "apply", "--json")
+    result = p.ctl("topics", "apply", "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert len(report) == len(list(Catalogue())) and {r["status"] for r in report} == {"ok"}
@@ -115,13 +109,13 @@ def test_a_job_that_can_never_fit_is_refused_at_create_with_the_numbers(pipeline
     wide.write_text(GOOD.replace("cpulimit: 1", "cpulimit: 12"))
     gang.write_text(GOOD.replace("instancecount: 2", "instancecount: 80\nsla: {minimumRunningInstances: 80}"))
     huge.write_text(GOOD + "# " + "x" * 5_000_000 + "\n")
-    result = pelotonctl(p, "job", "create", "/test", str(wide))
+    result = p.ctl("job", "create", "/test", str(wide))
     assert result.returncode == 2, result.stderr
     assert "fits on no host: it needs cpu 12, memory MB 32" in result.stderr
     assert "the largest host has cpu 8" in result.stderr
-    result = pelotonctl(p, "job", "create", "/test", str(gang))
+    result = p.ctl("job", "create", "/test", str(gang))
     assert result.returncode == 2 and "need more than pool /test's limit: cpu 80 > 64" in result.stderr, result.stderr
-    result = pelotonctl(p, "job", "create", "/test", str(huge))
+    result = p.ctl("job", "create", "/test", str(huge))
     assert result.returncode == 2 and "more than the limit of 1048576" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
     assert p.store.list_jobs() == []
@@ -138,34 +132,34 @@ def test_pool_changes_need_only_the_store_and_every_refusal_names_its_rule(pipel
     made = subprocess.run([sys.executable, "-m", "peloton.cli", "respool", "create", "/later", str(parent)], env=env,
                           capture_output=True, text=True, timeout=60)
     assert made.returncode == 0, made.stderr
-    assert pelotonctl(p, "respool", "create", "/later", str(parent)).returncode == 0  # the same again: a no-op
-    clash = pelotonctl(p, "respool", "create", "/later", str(big))
+    assert p.ctl("respool", "create", "/later", str(parent)).returncode == 0  # the same again: a no-op
+    clash = p.ctl("respool", "create", "/later", str(big))
     assert clash.returncode == 2 and "path: /later already exists" in clash.stderr, clash.stderr
 
-    too_big = pelotonctl(p, "respool", "create", "/later/big", str(big))
+    too_big = p.ctl("respool", "create", "/later/big", str(big))
     assert too_big.returncode == 2, too_big.stderr
     assert "cpu reservation: children of /later reserve 8 of its 4" in too_big.stderr
     assert "cpu limit: /later/big limit 8 is above" in too_big.stderr
     assert p.store.get_pool("/later/big") is None  # nothing invalid is stored
-    assert pelotonctl(p, "respool", "create", "/later/child", str(child)).returncode == 0
+    assert p.ctl("respool", "create", "/later/child", str(child)).returncode == 0
 
     shrink = tmp_path / "shrink.yaml"
     shrink.write_text(pool_yaml(cpu=2))
-    refused = pelotonctl(p, "respool", "update", "/later", str(shrink))
+    refused = p.ctl("respool", "update", "/later", str(shrink))
     assert refused.returncode == 2 and "children of /later reserve 4 of its 2" in refused.stderr, refused.stderr
-    gone = pelotonctl(p, "respool", "delete", "/later")
+    gone = p.ctl("respool", "delete", "/later")
     assert gone.returncode == 2 and "children: /later has child pools (/later/child)" in gone.stderr, gone.stderr
-    assert pelotonctl(p, "respool", "delete", "/nowhere").returncode == 3
+    assert p.ctl("respool", "delete", "/nowhere").returncode == 3
 
-    tree = json.loads(pelotonctl(p, "respool", "dump", "--json").stdout)
+    tree = json.loads(p.ctl("respool", "dump", "--json").stdout)
     later = next(c for c in tree["children"] if c["path"] == "/later")
     assert [c["path"] for c in later["children"]] == ["/later/child"]
-    assert yaml.safe_load(pelotonctl(p, "respool", "dump").stdout)["path"] == "/"
-    assert pelotonctl(p, "respool", "delete", "/later/child").returncode == 0
-    assert pelotonctl(p, "respool", "delete", "/later").returncode == 0
+    assert yaml.safe_load(p.ctl("respool", "dump").stdout)["path"] == "/"
+    assert p.ctl("respool", "delete", "/later/child").returncode == 0
+    assert p.ctl("respool", "delete", "/later").returncode == 0
     assert p.store.get_pool("/later") is None
 
-    report = pelotonctl(p, "respool", "get", "/test", "--json")
+    report = p.ctl("respool", "get", "/test", "--json")
     assert report.returncode == 0, report.stderr
     figures = json.loads(report.stdout)
     assert figures["reservation"]["cpu"] == 64 and figures["limit"]["cpu"] == 64
@@ -176,7 +170,7 @@ def status_once_it_says(p, job_id: str, key: str, timeout: float) -> dict:
     """`job status --json` of the job, polled until it has something under key."""
     deadline = time.monotonic() + timeout
     while True:
-        result = pelotonctl(p, "job", "status", job_id, "--json")
+        result = p.ctl("job", "status", job_id, "--json")
         assert result.returncode == 0, result.stderr
         summary = json.loads(result.stdout)
         if summary.get(key):
@@ -199,7 +193,7 @@ def test_job_status_says_why_a_job_waits(pipeline_factory) -> None:
     [gang] = summary["waiting"]
     assert gang["tasks"] == 8 and "waiting for room in its pool" in gang["reason"]
     assert "cpu 8 (free 4 of 64)" in gang["reason"]
-    text = pelotonctl(p, "job", "status", waiting)
+    text = p.ctl("job", "status", waiting)
     assert "waiting: gang" in text.stdout and "free 4 of 64" in text.stdout
 
 
@@ -213,4 +207,4 @@ def test_job_status_says_why_no_host_takes_a_job(pipeline_factory) -> None:
     summary = status_once_it_says(p, job_id, "unplaced", timeout=30)
     assert summary["state"] == "PENDING"
     assert summary["unplaced"][0]["message"].endswith("fits on none of 2 hosts: constraint hostname=nowhere on 2")
-    assert "found no host" in pelotonctl(p, "job", "status", job_id).stdout
+    assert "found no host" in p.ctl("job", "status", job_id).stdout

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 
@@ -45,6 +46,13 @@ def test_dev_up_status_and_down(tmp_path) -> None:
             if len(listed) == 3 or time.monotonic() > deadline:
                 break
         assert listed == {"agent-0": ("UP", 2.0), "sim-0": ("UP", 4.0), "sim-1": ("UP", 4.0)}
+        # Every stage and agent serves its metrics where dev status says, and cluster targets lists them.
+        for r in rows[1:]:
+            with urllib.request.urlopen(r["metrics"], timeout=5) as answer:
+                text = answer.read().decode()
+            assert ("kafka_consumergroup_lag{" if r["component"] != "agent" else "peloton_agent_reports_total") in text
+        targets = json.loads(ctl("cluster", "targets").stdout)
+        assert sorted(t["targets"][0] for t in targets) == sorted(r["metrics"].split("/")[2] for r in rows[1:])
         again = ctl("dev", "up")
         assert again.returncode == 5 and "already running" in again.stderr
     finally:
@@ -132,6 +140,8 @@ def test_a_postgres_stack_with_two_instances_of_each_stage_loses_nothing_when_on
             time.sleep(0.5)
         assert sorted(r["kind"] for r in registered) == sorted(["admit", "entitle", "place", "launch"] * 2)
         assert {r["pid"] for r in registered} == {r["pid"] for r in rows if r.get("instance")}
+        assert {r["instance_id"]: r["metrics"] for r in registered} == {
+            r["instance"]: r["metrics"] for r in rows if r.get("instance")}
         pool = tmp_path / "big.yaml"
         pool.write_text(BIG_POOL)
         assert ctl("respool", "create", "/big", str(pool)).returncode == 0

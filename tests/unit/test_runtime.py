@@ -38,12 +38,16 @@ class Message:
     def value(self):
         return self._value
 
+    def timestamp(self):
+        return (1, 1_700_000_000_000 + self._offset)  # (create time, ms)
+
 
 class Consumer:
     """Hands out one batch, then nothing; remembers what was committed."""
 
     def __init__(self, batch):
         self.batch, self.commits = list(batch), []
+        self.end = len(self.batch)  # the log end a fetch would report
 
     def consume(self, num_messages, timeout):
         batch, self.batch = self.batch, []
@@ -51,6 +55,9 @@ class Consumer:
 
     def commit(self, offsets, asynchronous):
         self.commits.append({(tp.topic, tp.partition): tp.offset for tp in offsets})
+
+    def get_watermark_offsets(self, tp, cached):
+        return (0, self.end)
 
     def close(self):
         pass
@@ -80,7 +87,7 @@ class Recorder(Stage):
 
 
 def runtime_for(stage: Stage, batch) -> tuple[StageRuntime, Consumer, RecordingEmitter]:
-    settings = Settings(bootstrap="127.0.0.1:9", retry_min_s=0.01, retry_max_s=0.02)
+    settings = Settings(bootstrap="127.0.0.1:9", retry_min_s=0.01, retry_max_s=0.02, metrics_port=-1)
     rt = StageRuntime(stage, settings, "test")
     rt.consumer = Consumer(batch)
     rt.emitter = RecordingEmitter(stage.name)
@@ -155,3 +162,33 @@ def test_positions_from_before_a_broker_outage_are_not_committed_after_it() -> N
     rt.run_once()
     assert stage.handled == ["a"] and rt.retries == 2
     assert consumer.commits == []  # handled, delivered, and left for the group to read again
+
+
+class Holder(Recorder):
+    """Holds the record of job "held" (as place holds a gang waiting for a host)."""
+
+    def handle(self, records):
+        super().handle(records)
+        self.held = {(r.topic, r.partition): r.offset for r in records if r.value["job_id"] == "held"}
+
+    def held_offsets(self):
+        return self.held
+
+
+def test_a_holding_stage_records_how_far_it_read_and_its_lag_counts_the_held_records() -> None:
+    from peloton import metrics
+
+    stage = Holder()
+    batch = [Message(i, command(j)) for i, j in enumerate(["a", "held", "b", "c"])]
+    rt, consumer, _out = runtime_for(stage, batch)
+    rt._position_consumer = positions = Consumer([])
+    rt.run_once()
+    name = CAT["job-commands"].name
+    assert consumer.commits == [{(name, 0): 1}]  # not past the held record
+    assert positions.commits == [{(name, 0): 4}]  # but it has read all four
+    labels = (rt.catalogue.group("recorder"), name, "0")
+    assert metrics.LAG.labels(*labels)._value.get() == 3
+    assert metrics.HELD.labels(*labels)._value.get() == 3
+    assert metrics.LAG_SECONDS.labels(*labels)._value.get() > 0  # the held record's age
+    rt.run_once()  # nothing new read: the position is not recorded again
+    assert len(positions.commits) == 1
