@@ -7,6 +7,7 @@ pool, bad arguments); 3 not found; 4 timed out waiting; 5 the broker or stack is
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Optional
@@ -535,8 +536,15 @@ def job_status(
     out.print(f"job {summary['job_id']} ({summary['name']}) in {summary['pool']}: [bold]{summary['state']}[/bold]",
               highlight=False)
     out.print("tasks: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["tasks"].items())), highlight=False)
+    # Gangs of a job mostly wait for one reason: said once, with how many.
+    same: dict[str, list[dict]] = {}
     for w in summary.get("waiting", []):
-        out.print(f"waiting: gang {w['gang_id']} ({w['tasks']} tasks): {w['reason']}", highlight=False)
+        same.setdefault(re.sub(r" for \d+(\.\d+)?s\b", "", w["reason"]), []).append(w)
+    for reason, gangs in same.items():
+        tasks = sum(w["tasks"] for w in gangs)
+        which = f"gang {gangs[0]['gang_id']}" if len(gangs) == 1 else f"{len(gangs)} gangs from {gangs[0]['gang_id']}"
+        out.print(f"waiting: {which} ({tasks} tasks): {reason if len(gangs) > 1 else gangs[0]['reason']}",
+                  highlight=False)
     for u in summary.get("unplaced", []):
         out.print(f"instance {u['instance']} found no host: {u['message']}", highlight=False)
     for f in summary.get("failures", []):
@@ -847,6 +855,9 @@ def _lag_view(report: dict):
         table.add_row(f"[bold]{g['group']}[/bold]", f"[{style}]{g['status']}[/{style}]", "", "",
                       "", "", f"[bold]{g['total_lag']:,}[/bold]", f"{g['max_lag_seconds']:.1f}", f"{g['held']:,}")
         for p in g["partitions"]:
+            if p["current_offset"] is None and p["log_end_offset"] == 0:
+                continue  # never written to: nothing to say (--json lists it)
+
             def num(v):
                 return "?" if v is None else f"{v:,}"
             table.add_row("", "", p["topic"], str(p["partition"]), num(p["current_offset"]), num(p["log_end_offset"]),
@@ -856,7 +867,7 @@ def _lag_view(report: dict):
     if queued:
         pools = Table("pool", "queued gangs", "queued cpu", "queued mem_mb", title="demand queued in pools (not lag)")
         for q in queued:
-            pools.add_row(q["pool"], f"{q['queued_gangs']:,}", f"{q['demand']['cpu']:g}", f"{q['demand']['mem_mb']:g}")
+            pools.add_row(q["pool"], f"{q['queued_gangs']:,}", f"{q['demand']['cpu']:,.6g}", f"{q['demand']['mem_mb']:,.0f}")
         parts.append(pools)
     return Group(*parts)
 

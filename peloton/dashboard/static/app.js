@@ -37,7 +37,11 @@ const svg = (tag, attrs, ...children) => build(document.createElementNS(SVG_NS, 
 // -- formatting -------------------------------------------------------------------------------
 const numberFormat = new Intl.NumberFormat("en-US", { maximumFractionDigits: 1 });
 function num(n) { return n === null || n === undefined ? "–" : numberFormat.format(n); }
-function rate(n) { return n === null || n === undefined ? "–" : `${numberFormat.format(n)}/s`; }
+const compactFormat = new Intl.NumberFormat("en-US", { notation: "compact", maximumFractionDigits: 1 });
+function rate(n) {
+  if (n === null || n === undefined) return "–";
+  return `${(n >= 1000 ? compactFormat : numberFormat).format(n)}/s`;
+}
 function mem(mb) {
   if (mb === null || mb === undefined) return "–";
   return mb >= 1024 ? `${numberFormat.format(mb / 1024)} GiB` : `${numberFormat.format(mb)} MiB`;
@@ -52,6 +56,18 @@ function duration(ms) {
   if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} min`;
   return `${Math.floor(s / 86400)} d ${Math.round((s % 86400) / 3600)} h`;
 }
+// Many gangs of a job usually wait for the same reason: shown once, with how many.
+function sameReason(reason) { return (reason || "").replace(/ for \d+(\.\d+)?s\b/, ""); }
+function grouped(items, keyOf) {
+  const groups = new Map();
+  for (const item of items) {
+    const key = keyOf(item);
+    const group = groups.get(key);
+    if (group) group.items.push(item); else groups.set(key, { first: item, items: [item] });
+  }
+  return [...groups.values()];
+}
+
 function shortId(id) { return id.length > 13 ? id.slice(0, 8) : id; }
 
 // -- charts -----------------------------------------------------------------------------------
@@ -186,9 +202,13 @@ function renderPools(state) {
         el("span", { class: "kind-limit" }, `res ${amount(kind, (pool.reservation || {})[kind] || 0)}`,
           el("br"), `limit ${amount(kind, (pool.limit || {})[kind] || 0)}`));
     });
-    const waiting = (pool.waiting || []).map((w) => el("li", { "data-gang-id": w.gang_id },
-      el("span", { class: "gang" }, `job ${shortId(w.job_id)} · ${w.tasks} task${w.tasks === 1 ? "" : "s"}`),
-      " ", el("span", { class: "reason" }, w.reason)));
+    const waiting = grouped(pool.waiting || [], (w) => `${w.job_id} ${sameReason(w.reason)}`).map(({ first: w, items }) => {
+      const tasks = items.reduce((n, g) => n + g.tasks, 0);
+      const gangs = items.length > 1 ? `${items.length} gangs, ` : "";
+      return el("li", { "data-gang-id": w.gang_id },
+        el("span", { class: "gang" }, `job ${shortId(w.job_id)} · ${gangs}${tasks} task${tasks === 1 ? "" : "s"}`),
+        " ", el("span", { class: "reason" }, sameReason(w.reason)));
+    });
     return el("article", { class: `pool${pool.path === "/" ? " root" : ""}`, "data-pool": pool.path },
       el("header", {},
         el("h3", {}, pool.path, pool.path === "/" ? el("span", { class: "role" }, " the cluster") : null),
@@ -215,10 +235,19 @@ function renderPending(state) {
       el("span", { class: "muted" }, ` in ${job.pool}`), " ",
       el("span", { class: "badge warn" }, `${num(job.pending)} pending`)),
     el("ul", { class: "reasons" },
-      job.waiting.map((w) => el("li", { class: "reason", "data-gang-id": w.gang_id },
-        el("span", { class: "muted" }, `gang of ${w.tasks} · waiting ${duration(now - w.since_ms)}: `), w.reason)),
-      job.unplaced.map((t) => el("li", { class: "reason unplaced" },
-        el("span", { class: "muted" }, `instance ${t.instance} (run ${t.run_id}), no host: `), t.message || t.reason)),
+      grouped(job.waiting, (w) => sameReason(w.reason)).map(({ first: w, items }) => {
+        const longest = Math.max(...items.map((g) => now - g.since_ms));
+        const what = items.length > 1 ? `${items.length} gangs` : `gang of ${w.tasks}`;
+        return el("li", { class: "reason", "data-gang-id": w.gang_id },
+          el("span", { class: "muted" }, `${what} · waiting ${items.length > 1 ? "up to " : ""}${duration(longest)}: `),
+          sameReason(w.reason));
+      }),
+      grouped(job.unplaced, (t) => t.message || t.reason).map(({ first: t, items }) => {
+        const which = items.length > 1 ? `instances ${items.map((u) => u.instance).join(", ")}`
+          : `instance ${t.instance} (run ${t.run_id})`;
+        return el("li", { class: "reason unplaced" },
+          el("span", { class: "muted" }, `${which}, no host: `), t.message || t.reason);
+      }),
       !job.waiting.length && !job.unplaced.length
         ? el("li", { class: "reason muted" }, "in its pool's queue, behind the gangs shown first") : null)));
   document.getElementById("pending-list").replaceChildren(el("ul", { class: "pending-list" }, items));
