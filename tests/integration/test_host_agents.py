@@ -103,20 +103,18 @@ def test_an_agent_restarted_with_sigkill_adopts_its_running_tasks_and_the_job_su
 def test_maintenance_drains_a_host_its_tasks_run_elsewhere_and_complete_brings_it_back(pipeline_factory) -> None:
     import json
 
-    from tests.integration.test_bad_input import pelotonctl
-
     p = pipeline_factory(hosts="agent:2:cpu=2,mem_mb=1024,disk_mb=1000")
     p.start_all()
     job = p.submit(SLEEPERS.format(count=4, seconds=300))
     wait_running(p, job, 4)
     busy = p.store.tasks_of_job(job)[0].host_id
     drained = {t.instance for t in p.store.tasks_of_job(job) if t.host_id == busy}
-    assert pelotonctl(p, "host", "maintenance", "start", "nowhere").returncode == 3
-    done = pelotonctl(p, "host", "maintenance", "start", busy)
+    assert p.ctl("host", "maintenance", "start", "nowhere").returncode == 3
+    done = p.ctl("host", "maintenance", "start", busy)
     assert done.returncode == 0, done.stderr
 
     def state_of(host: str) -> str:
-        out = pelotonctl(p, "host", "list", "--json")
+        out = p.ctl("host", "list", "--json")
         return {h["host_id"]: h["state"] for h in json.loads(out.stdout)["hosts"]}.get(host, "?")
 
     p.wait_for(f"{busy} DOWN after its drain", lambda: state_of(busy) == "DOWN", 40)
@@ -126,9 +124,9 @@ def test_maintenance_drains_a_host_its_tasks_run_elsewhere_and_complete_brings_i
         assert (tasks[i].run_id, tasks[i].failures) == (2, 0) and tasks[i].host_id != busy
     reasons = {e["reason"] for e in p.store.task_events(job) if e["state"] == "KILLED"}
     assert reasons == {"HOST_MAINTENANCE"}
-    assert pelotonctl(p, "host", "maintenance", "complete", busy).returncode == 0
+    assert p.ctl("host", "maintenance", "complete", busy).returncode == 0
     p.wait_for(f"{busy} UP again", lambda: state_of(busy) == "UP", 20)
-    assert pelotonctl(p, "job", "stop", job).returncode == 0
+    assert p.ctl("job", "stop", job).returncode == 0
     assert p.wait_job(job, timeout=60) == "KILLED"
     p.wait_for("no process of the job left", lambda: processes_of(job) == [], 20)
 

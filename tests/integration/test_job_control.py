@@ -9,7 +9,6 @@ import time
 
 import pytest
 
-from tests.integration.test_bad_input import pelotonctl
 from tests.integration.test_scaling import processes_of
 
 pytestmark = pytest.mark.integration
@@ -34,13 +33,13 @@ def test_a_stopped_100_instance_job_ends_killed_with_no_process_left(pipeline_fa
     job = p.submit(LONG.format(name="big", count=100, team="a"))
     p.wait_for("100 tasks running", lambda: p.counts(job).get("RUNNING", 0) == 100, 120)
     assert len(processes_of(job)) >= 100
-    stopped = pelotonctl(p, "job", "stop", job, "--wait", "--json")
+    stopped = p.ctl("job", "stop", job, "--wait", "--json")
     assert stopped.returncode == 0, stopped.stderr
     assert len(json.loads(stopped.stdout)["instances"]) == 100
     p.wait_for("the job KILLED", lambda: p.store.get_job(job).state == "KILLED", 30)
     assert p.counts(job) == {"KILLED": 100}
     p.wait_for("no process of the job left", lambda: not processes_of(job), 10)
-    events = json.loads(pelotonctl(p, "task", "events", job, "7", "--json").stdout)
+    events = json.loads(p.ctl("task", "events", job, "7", "--json").stdout)
     assert [e["state"] for e in events][-2:] == ["KILLING", "KILLED"]
     assert events[-1]["reason"] == "STOPPED" and events[-1]["host_id"]
     # the pool holds nothing for it any more
@@ -55,35 +54,35 @@ def test_stop_and_start_instance_ranges_then_delete_and_query(pipeline_factory) 
     other = p.submit(LONG.format(name="other", count=1, team="red"))
     p.wait_for("4 tasks running", lambda: p.counts(job).get("RUNNING", 0) == 4, 60)
 
-    assert pelotonctl(p, "job", "stop", job, "--instances", "0-1", "--wait").returncode == 0
+    assert p.ctl("job", "stop", job, "--instances", "0-1", "--wait").returncode == 0
     tasks = {t.instance: t for t in p.store.tasks_of_job(job)}
     assert [tasks[i].state for i in range(4)] == ["KILLED", "KILLED", "RUNNING", "RUNNING"]
-    bad = pelotonctl(p, "job", "stop", job, "--instances", "3-9")
+    bad = p.ctl("job", "stop", job, "--instances", "3-9")
     assert bad.returncode == 2 and "the job has instances 0-3" in bad.stderr, bad.stderr
 
-    assert pelotonctl(p, "job", "start", job, "--instances", "0-1").returncode == 0
+    assert p.ctl("job", "start", job, "--instances", "0-1").returncode == 0
     p.wait_for("the stopped instances running again as new runs",
                lambda: all(t.state == "RUNNING" and t.run_id == 2 for t in p.store.tasks_of_job(job) if t.instance < 2),
                60)
     assert p.store.get_job(job).state == "RUNNING"
 
-    running = pelotonctl(p, "job", "delete", job)
+    running = p.ctl("job", "delete", job)
     assert running.returncode == 2 and "only a terminal job is deleted" in running.stderr, running.stderr
-    assert pelotonctl(p, "job", "delete", "no-such-job").returncode == 3
+    assert p.ctl("job", "delete", "no-such-job").returncode == 3
 
-    by_label = json.loads(pelotonctl(p, "job", "query", "--label", "team=blue", "--json").stdout)
+    by_label = json.loads(p.ctl("job", "query", "--label", "team=blue", "--json").stdout)
     assert [j["job_id"] for j in by_label] == [job]
-    by_state = json.loads(pelotonctl(p, "job", "query", "--state", "running", "--pool", "/test", "--json").stdout)
+    by_state = json.loads(p.ctl("job", "query", "--state", "running", "--pool", "/test", "--json").stdout)
     assert sorted(j["job_id"] for j in by_state) == sorted([job, other])
 
-    assert pelotonctl(p, "job", "stop", job, "--wait").returncode == 0
+    assert p.ctl("job", "stop", job, "--wait").returncode == 0
     p.wait_for("the job KILLED", lambda: p.store.get_job(job).state == "KILLED", 30)
-    assert json.loads(pelotonctl(p, "job", "query", "--state", "KILLED", "--json").stdout)[0]["job_id"] == job
-    deleted = pelotonctl(p, "job", "delete", job)
+    assert json.loads(p.ctl("job", "query", "--state", "KILLED", "--json").stdout)[0]["job_id"] == job
+    deleted = p.ctl("job", "delete", job)
     assert deleted.returncode == 0, deleted.stderr
     p.wait_for("the job gone", lambda: p.store.get_job(job) is None, 30)
     assert p.store.task_events(job) == []
-    assert pelotonctl(p, "job", "stop", other, "--wait").returncode == 0
+    assert p.ctl("job", "stop", other, "--wait").returncode == 0
 
 
 def test_a_stop_survives_the_admit_instance_killed_while_handling_it(pipeline_factory) -> None:
@@ -93,7 +92,7 @@ def test_a_stop_survives_the_admit_instance_killed_while_handling_it(pipeline_fa
     admit = p.start("admit", "admit-a")
     job = p.submit(LONG.format(name="survivor", count=6, team="a"))
     p.wait_for("6 tasks running", lambda: p.counts(job).get("RUNNING", 0) == 6, 60)
-    assert pelotonctl(p, "job", "stop", job).returncode == 0
+    assert p.ctl("job", "stop", job).returncode == 0
     admit.send_signal(signal.SIGKILL)  # at once: it may or may not have read the command
     admit.wait()
     p.start("admit", "admit-b")
@@ -124,9 +123,9 @@ def test_a_service_task_that_exits_runs_again_after_its_backoff_until_stopped(pi
     assert started[2] - ended[1] >= 1000, "the first restart came before its 1 s backoff"
     assert started[3] - ended[2] >= 2000, "the second restart came before its 2 s backoff"
     assert p.store.get_job(job).state not in ("SUCCEEDED", "FAILED")
-    logs = pelotonctl(p, "task", "logs", job, "0", "--run", "1")
+    logs = p.ctl("task", "logs", job, "0", "--run", "1")
     assert logs.returncode == 0 and f"run of {job}-0-1" in logs.stdout, logs.stderr
-    assert pelotonctl(p, "job", "stop", job, "--wait").returncode == 0
+    assert p.ctl("job", "stop", job, "--wait").returncode == 0
     p.wait_for("the service KILLED", lambda: p.store.get_job(job).state == "KILLED", 30)
 
 
@@ -138,14 +137,14 @@ def test_update_starts_new_instances_and_restart_replaces_runs_in_batches(pipeli
     p.wait_for("3 tasks running", lambda: p.counts(job).get("RUNNING", 0) == 3, 60)
     grown = tmp_path / "grown.yaml"
     grown.write_text(text.replace("instancecount: 3", "instancecount: 4") + "changelog: {version: 1}\n")
-    updated = pelotonctl(p, "job", "update", job, str(grown))
+    updated = p.ctl("job", "update", job, str(grown))
     assert updated.returncode == 0, updated.stderr
     p.wait_for("the fourth instance running", lambda: p.counts(job).get("RUNNING", 0) == 4, 60)
     assert {t.instance: t.run_id for t in p.store.tasks_of_job(job)} == {0: 1, 1: 1, 2: 1, 3: 1}
-    stale = pelotonctl(p, "job", "update", job, str(grown))
+    stale = p.ctl("job", "update", job, str(grown))
     assert stale.returncode == 2 and "is not the job's current version 2" in stale.stderr, stale.stderr
 
-    assert pelotonctl(p, "job", "restart", job, "--batch-size", "2").returncode == 0
+    assert p.ctl("job", "restart", job, "--batch-size", "2").returncode == 0
     p.wait_for("every instance on its second run, running",
                lambda: all(t.run_id == 2 and t.state == "RUNNING" for t in p.store.tasks_of_job(job)), 90)
     # Never more than 2 replaced at once: the second batch was killed after the first ran again.
@@ -155,7 +154,7 @@ def test_update_starts_new_instances_and_restart_replaces_runs_in_batches(pipeli
     assert [i for _, i in killing] == [0, 1, 2, 3]
     assert killing[2][0] >= running_again[1], "the second batch went before the first was running again"
     assert p.store.get_job(job).rollout is None
-    assert pelotonctl(p, "job", "stop", job, "--wait").returncode == 0
+    assert p.ctl("job", "stop", job, "--wait").returncode == 0
 
 
 def test_a_run_beyond_max_running_time_is_killed_and_fails_and_the_maximum_running_holds(pipeline_factory) -> None:
@@ -193,7 +192,7 @@ def test_a_failing_job_ends_failed_after_exactly_4_runs_and_a_repeated_status_ch
     job = p.submit(FAILING4)
     assert p.wait_job(job) == "FAILED"
     assert p.store.launch_counts(job) == {0: 4}
-    history = json.loads(pelotonctl(p, "task", "events", job, "0", "--json").stdout)
+    history = json.loads(p.ctl("task", "events", job, "0", "--json").stdout)
     failed = [e for e in history if e["state"] == "FAILED"]
     assert [e["run_id"] for e in failed] == [1, 2, 3, 4]
     assert all(e["exit_code"] == 5 for e in failed)
@@ -250,7 +249,7 @@ def test_a_controller_decides_its_job_and_a_second_waits_for_the_controller_limi
     time.sleep(1.5)
     [controller] = [t for t in p.store.tasks_of_job(second) if t.instance == 0]
     assert controller.state == "PENDING", "a second controller ran beyond the pool's controller limit (1 cpu)"
-    status = json.loads(pelotonctl(p, "job", "status", second, "--json").stdout)
+    status = json.loads(p.ctl("job", "status", second, "--json").stdout)
     assert any("controller limit" in w["reason"] for w in status.get("waiting", [])), status
     # The first job's other instance failed, but its controller succeeded: the job SUCCEEDED.
     assert p.wait_job(first) == "SUCCEEDED"
