@@ -1,60 +1,288 @@
-"""`make bench`: the whole pipeline's rate on simulated hosts, in a throwaway stack.
+"""`make bench`: the whole pipeline at cluster scale on simulated hosts, in a throwaway stack, beside
+a baseline of the same broker (a 4-hop relay); and the resource manager's pure parts.
 
 Figures are printed, never asserted: these machines are shared and noisy."""
 
 from __future__ import annotations
 
+import math
+import os
+import shutil
 import tempfile
 import time
+import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
-from peloton.admin import create_pool, host_capacities, submit_job
+from peloton.admin import create_pool, emitter, host_capacities, submit_job
 from peloton.config import Settings
 from peloton.devstack import DevStack
 from peloton.model.resources import Resources
+from peloton.model.states import JOB_TERMINAL
+from peloton.relay import HOPS, run_relay
+from peloton.runtime import CompactedView
 from peloton.store import open_store
-from peloton.watch import wait_for_jobs
+from stages.launch.inventory import parse_inventory
+
+BENCH_HOST = "cpu=64,mem_mb=262144,disk_mb=1000000"  # one simulated host
 
 BENCH_POOL = """
-name: bench
+name: bench-{index}
 resources:
-- {kind: cpu, reservation: 100000, limit: 100000, share: 1}
-- {kind: memory, reservation: 100000000, limit: 100000000, share: 1}
-- {kind: disk, reservation: 100000000, limit: 100000000, share: 1}
+- {{kind: cpu, reservation: {cpu:.0f}, limit: {cpu:.0f}, share: 1}}
+- {{kind: memory, reservation: {mem:.0f}, limit: {mem:.0f}, share: 1}}
+- {{kind: disk, reservation: {disk:.0f}, limit: {disk:.0f}, share: 1}}
 """
 
 BENCH_JOB = """
-name: bench-{tasks}
+name: bench-{index}
 instancecount: {tasks}
 defaultconfig:
   resource: {{cpulimit: 0.1, memlimitmb: 2, disklimitmb: 1}}
   command: {{shell: true, value: 'true'}}
 """
 
+# The stages whose CPU and records are reported, in pipeline order; the rest is the broker and agents.
+STAGES = ("admit", "entitle", "place", "launch")
 
-def run_pipeline_bench(console, tasks: int, hosts: str, task_seconds: float, store_kind: str = "sqlite") -> dict:
+
+@dataclass(frozen=True)
+class BenchPlan:
+    hosts: str = "10000"  # a number of simulated hosts, or an inventory
+    jobs: int = 50
+    tasks_per_job: int = 1000
+    pools: int = 5
+    instances: int = 1
+    task_seconds: float = 0.0
+    store: str = "sqlite"
+    relay_messages: int = 100_000  # 0: no relay baseline
+
+    @property
+    def inventory(self) -> str:
+        """--hosts as an inventory: a bare number is that many simulated hosts of BENCH_HOST."""
+        return f"sim:{int(self.hosts)}:{BENCH_HOST}" if self.hosts.strip().isdigit() else self.hosts
+
+    @property
+    def tasks(self) -> int:
+        return self.jobs * self.tasks_per_job
+
+
+def run_pipeline_bench(console, plan: BenchPlan) -> dict:
+    """Start a throwaway stack, measure the relay baseline on its broker, submit the jobs as fast
+    as one producer can, wait for every task to end, and return the figures."""
     home = Path(tempfile.mkdtemp(prefix="peloton-bench-"))
-    stack = DevStack(Settings.from_env(home=home, store=str(home / "peloton.db"), hosts=hosts,
-                                       sim_task_seconds=task_seconds))
-    stack.up(progress=lambda m: console.print(m, highlight=False), store=store_kind)
+    stack = DevStack(Settings.from_env(home=home, store=str(home / "peloton.db"), hosts=plan.inventory,
+                                       sim_task_seconds=plan.task_seconds))
+    stack.up(progress=lambda m: console.print(m, highlight=False), store=plan.store, instances=plan.instances)
     try:
         settings = stack.settings
         store = open_store(settings.store)
-        create_pool(settings, store, "/bench", BENCH_POOL)
-        capacities = host_capacities(settings)
-        started = time.monotonic()
-        job_id = submit_job(settings, store, "/bench", BENCH_JOB.format(tasks=tasks), hosts=capacities)
-        result = wait_for_jobs(store, [job_id], timeout=max(120.0, tasks / 50), console=console)[job_id]
+        expected = len(parse_inventory(plan.inventory, 4))
+        hosts = _wait_for_hosts(settings, expected, console)
+        relay = {}
+        if plan.relay_messages:
+            console.print(f"relay baseline: {plan.relay_messages:,} messages of 200 bytes through {HOPS} hops ...",
+                          highlight=False)
+            relay = run_relay(settings.bootstrap, plan.relay_messages)
+        cluster = sum((h for h in hosts), Resources())
+        for i in range(plan.pools):  # the cluster shared equally: every pool can use its share at once
+            create_pool(settings, store, f"/bench-{i}", BENCH_POOL.format(
+                index=i, cpu=cluster.cpu / plan.pools, mem=cluster.mem_mb / plan.pools, disk=cluster.disk_mb / plan.pools))
+        components = stack.status()
+        cpu_before = {c["pid"]: _cpu_seconds(c["pid"]) for c in components}
+        records_before = _records_handled(components)
+        out = emitter(settings)
+        distinct = host_capacities(settings)
+        submitted: dict[str, int] = {}  # job id -> submission time (ms)
+        started, started_ms = time.monotonic(), _now_ms()
+        for i in range(plan.jobs):
+            job_id = submit_job(settings, store, f"/bench-{i % plan.pools}",
+                                BENCH_JOB.format(index=i, tasks=plan.tasks_per_job), out=out, hosts=distinct)
+            submitted[job_id] = _now_ms()
+        console.print(f"submitted {plan.jobs} jobs of {plan.tasks_per_job:,} tasks over {plan.pools} pools in "
+                      f"{time.monotonic() - started:.1f}s", highlight=False)
+        states = _wait(store, list(submitted), plan, console)
         elapsed = time.monotonic() - started
-        figures = {"tasks": tasks, "hosts": hosts, "store": store_kind, "task_seconds": task_seconds,
-                   "state": result["state"], "seconds": round(elapsed, 2),
-                   "tasks_per_second": round(tasks / elapsed, 1)}
-        console.print(f"pipeline: {tasks} tasks on {hosts} (sim task {task_seconds}s, {store_kind} store) -> "
-                      f"{result['state']} in {elapsed:.1f}s: [bold]{tasks / elapsed:.0f} tasks/s[/bold] "
-                      "submit-to-SUCCEEDED", highlight=False)
+        cpu = {c["pid"]: _cpu_seconds(c["pid"]) - cpu_before.get(c["pid"], 0.0) for c in components}
+        records = _records_handled(components)
+        running_at, succeeded_at, latencies = _task_times(store, submitted)
+        figures = _figures(plan, states, elapsed, started_ms, running_at, succeeded_at, latencies, relay)
+        figures["stages"] = _per_stage(components, cpu, records_before, records, elapsed)
+        _print(console, plan, figures)
         return figures
     finally:
         stack.down(progress=lambda m: None)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _wait_for_hosts(settings: Settings, expected: int, console, timeout: float = 120.0) -> list[Resources]:
+    """Every simulated host in host-state (place sees them all before the first job)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        view = CompactedView(settings, "host-state")
+        try:
+            view.catch_up(timeout=10)
+            hosts = [Resources.from_record(h["capacity"]) for h in view.values.values() if h["state"] == "UP"]
+        finally:
+            view.close()
+        if len(hosts) >= expected or time.monotonic() > deadline:
+            console.print(f"hosts: {len(hosts):,} up", highlight=False)
+            return hosts
+        time.sleep(1)
+
+
+def _wait(store, job_ids: list[str], plan: BenchPlan, console) -> dict[str, int]:
+    """Until every job has ended (or a generous timeout): one progress bar over all tasks."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    deadline = time.monotonic() + max(300.0, plan.tasks / 100)
+    with Progress(TextColumn("tasks"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[detail]}"),
+                  TimeElapsedColumn(), console=console) as progress:
+        bar = progress.add_task("tasks", total=plan.tasks, detail="")
+        while True:
+            counts: dict[str, int] = {}
+            for per_job in store.task_state_counts(job_ids).values():
+                for state, n in per_job.items():
+                    counts[state] = counts.get(state, 0) + n
+            ended = sum(counts.get(s, 0) for s in ("SUCCEEDED", "FAILED", "KILLED", "LOST"))
+            progress.update(bar, completed=ended, detail=f"running {counts.get('RUNNING', 0):,}")
+            jobs = {j: store.get_job(j) for j in job_ids} if ended >= plan.tasks else {}
+            if (jobs and all(j is not None and j.state in JOB_TERMINAL for j in jobs.values())) \
+                    or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    states: dict[str, int] = {}
+    for job_id in job_ids:
+        job = store.get_job(job_id)
+        state = job.state if job else "MISSING"
+        states[state] = states.get(state, 0) + 1
+    return states
+
+
+def _task_times(store, submitted: dict[str, int]) -> tuple[list[int], list[int], list[int]]:
+    """Each task's first RUNNING and SUCCEEDED time (ms), and its latency from its job's submission to RUNNING."""
+    running_at, succeeded_at, latencies = [], [], []
+    for job_id, at in submitted.items():
+        first: dict[tuple[int, str], int] = {}
+        for e in store.task_events(job_id):
+            key = (e["instance"], e["state"])
+            if e["state"] in ("RUNNING", "SUCCEEDED") and key not in first:
+                first[key] = e["timestamp_ms"]
+        for (_instance, state), t in first.items():
+            if state == "RUNNING":
+                running_at.append(t)
+                latencies.append(t - at)
+            else:
+                succeeded_at.append(t)
+    return running_at, succeeded_at, latencies
+
+
+def _figures(plan: BenchPlan, states: dict[str, int], elapsed: float, started_ms: int, running_at: list[int],
+             succeeded_at: list[int], latencies: list[int], relay: dict) -> dict:
+    to_running = (max(running_at) - started_ms) / 1000 if running_at else None
+    to_succeeded = (max(succeeded_at) - started_ms) / 1000 if succeeded_at else None
+    per_s_running = round(len(running_at) / to_running, 1) if to_running else 0.0
+    relay_rate = relay.get("msgs_per_s") or 0.0
+    return {
+        "hosts": plan.inventory, "jobs": plan.jobs, "tasks_per_job": plan.tasks_per_job, "pools": plan.pools,
+        "instances": plan.instances, "task_seconds": plan.task_seconds, "store": plan.store,
+        "tasks": plan.tasks, "job_states": states, "seconds": round(elapsed, 2),
+        "tasks_running": len(running_at), "tasks_succeeded": len(succeeded_at),
+        "tasks_per_s_running": per_s_running,
+        "tasks_per_s_succeeded": round(len(succeeded_at) / to_succeeded, 1) if to_succeeded else 0.0,
+        "p50_ms": _percentile(latencies, 50), "p90_ms": _percentile(latencies, 90),
+        "p99_ms": _percentile(latencies, 99),
+        "relay_msgs_per_s": relay_rate, "relay": relay,
+        "ratio": round(per_s_running / relay_rate, 3) if relay_rate else None,
+    }
+
+
+def _per_stage(components: list[dict], cpu: dict[int, float], before: dict[str, float], after: dict[str, float],
+               elapsed: float) -> list[dict]:
+    """Per stage (its instances together), then the broker and the agents: records handled per
+    second, CPU seconds used during the run, and the peak memory of its largest process."""
+    rows = []
+    for name in (*STAGES, "broker", "agent"):
+        procs = [c for c in components if c["component"] == name and c.get("pid")]
+        if not procs:
+            continue
+        handled = after.get(name, 0.0) - before.get(name, 0.0)
+        rows.append({"component": name, "processes": len(procs),
+                     "records_per_s": round(handled / elapsed, 1) if name in STAGES else None,
+                     "cpu_seconds": round(sum(cpu.get(c["pid"], 0.0) for c in procs), 1),
+                     "peak_mb": round(max(_peak_mb(c["pid"]) for c in procs), 1)})
+    return rows
+
+
+def _print(console, plan: BenchPlan, f: dict) -> None:
+    from rich.table import Table
+
+    console.print(
+        f"pipeline: {plan.jobs} jobs x {plan.tasks_per_job:,} tasks over {plan.pools} pools on {plan.inventory} "
+        f"({plan.instances} instance(s) per stage, {plan.store} store, sim task {plan.task_seconds:g}s): "
+        f"jobs {f['job_states']} in {f['seconds']:.1f}s", highlight=False)
+    console.print(f"  to RUNNING:   [bold]{f['tasks_per_s_running']:,.0f} tasks/s[/bold]   "
+                  f"latency submit->RUNNING p50 {f['p50_ms'] / 1000:.2f}s  p90 {f['p90_ms'] / 1000:.2f}s  "
+                  f"p99 {f['p99_ms'] / 1000:.2f}s", highlight=False)
+    console.print(f"  to SUCCEEDED: [bold]{f['tasks_per_s_succeeded']:,.0f} tasks/s[/bold]", highlight=False)
+    if f["relay_msgs_per_s"]:
+        console.print(f"  relay baseline ({HOPS} hops, same broker): {f['relay_msgs_per_s']:,.0f} msgs/s; "
+                      f"ratio {f['ratio']:.3f}", highlight=False)
+    table = Table("component", "processes", "records/s", "cpu s", "peak MB")
+    for r in f["stages"]:
+        table.add_row(r["component"], str(r["processes"]),
+                      "" if r["records_per_s"] is None else f"{r['records_per_s']:,.0f}",
+                      f"{r['cpu_seconds']:.1f}", f"{r['peak_mb']:,.0f}")
+    console.print(table)
+
+
+def _percentile(values: list[int], q: float) -> float:
+    """The q-th percentile (0-100), nearest rank."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return float(ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))])
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds a process has used (its children not counted)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _peak_mb(pid: int) -> float:
+    """The most resident memory a process has had (VmHWM), in MB."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _records_handled(components: list[dict]) -> dict[str, float]:
+    """peloton_records_handled_total per stage, summed over its instances, from their metrics."""
+    totals: dict[str, float] = {}
+    for c in components:
+        if not c.get("metrics") or c["component"] not in STAGES:
+            continue
+        try:
+            with urllib.request.urlopen(c["metrics"], timeout=5) as answer:
+                text = answer.read().decode()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("peloton_records_handled_total{"):
+                totals[c["component"]] = totals.get(c["component"], 0.0) + float(line.rsplit(" ", 1)[1])
+    return totals
 
 
 def run_resource_manager_bench(console, fanout: int = 10, levels: int = 3, gangs: int = 100_000,

@@ -311,21 +311,40 @@ def dev_demo(
 
 @app.command("bench")
 def bench(
-    tasks: int = typer.Option(5000, help="Instances in the benchmark job."),
-    hosts: str = typer.Option("sim:50:cpu=64,mem_mb=262144,disk_mb=1000000", help="Simulated host inventory."),
+    hosts: str = typer.Option("10000", help="Simulated hosts: a number, or an inventory "
+                              "(sim:50:cpu=64,mem_mb=262144 or simagent:2000:...)."),
+    jobs: int = typer.Option(50, help="Batch jobs to submit."),
+    tasks_per_job: int = typer.Option(1000, help="Tasks in each job."),
+    pools: int = typer.Option(5, help="Resource pools the jobs are spread over (the cluster shared equally)."),
+    instances: int = typer.Option(1, help="Instances of each stage."),
     task_seconds: float = typer.Option(0.0, help="How long each simulated task runs."),
     store: str = typer.Option("sqlite", help="sqlite, or postgres (a throwaway PostgreSQL and ZooKeeper)."),
+    relay: int = typer.Option(100_000, help="Messages through the 4-hop relay baseline (0: none)."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Run one job of TASKS simulated tasks through a throwaway stack and print tasks per second."""
-    from peloton.bench import run_pipeline_bench
+    """Run JOBS jobs of TASKS_PER_JOB simulated tasks through a throwaway stack and print tasks per
+    second to RUNNING and to SUCCEEDED, latency percentiles, per-stage records, CPU and memory, and
+    the same broker's 4-hop relay rate for comparison."""
+    from peloton.bench import BenchPlan, run_pipeline_bench
 
     if store not in ("sqlite", "postgres"):
         _fail(f"--store: {store!r} is neither sqlite nor postgres", EXIT_INVALID)
-    figures = run_pipeline_bench(err if as_json else out, tasks, hosts, task_seconds, store)
+    for name, value in (("--jobs", jobs), ("--tasks-per-job", tasks_per_job), ("--pools", pools),
+                        ("--instances", instances)):
+        if value < 1:
+            _fail(f"{name} {value}: must be at least 1", EXIT_INVALID)
+    plan = BenchPlan(hosts=hosts, jobs=jobs, tasks_per_job=tasks_per_job, pools=pools, instances=instances,
+                     task_seconds=task_seconds, store=store, relay_messages=relay)
+    from stages.launch.inventory import InventoryError, parse_inventory
+
+    try:
+        parse_inventory(plan.inventory, 4)
+    except InventoryError as exc:
+        _fail(f"--hosts: {exc}", EXIT_INVALID)
+    figures = run_pipeline_bench(err if as_json else out, plan)
     if as_json:
         _print_json(figures)
-    if figures["state"] != "SUCCEEDED":
+    if set(figures["job_states"]) != {"SUCCEEDED"}:
         raise typer.Exit(EXIT_FAILED)
 
 
