@@ -31,6 +31,7 @@ from peloton.store.rows import (
     JOB_COLS,
     LAUNCH_COLS,
     QUEUED_COLS,
+    RUN_COLS,
     TASK_COLS,
     allocation_from_row,
     allocation_params,
@@ -42,6 +43,7 @@ from peloton.store.rows import (
     launch_params,
     placeholders,
     queued_from_row,
+    run_params,
     queued_params,
     task_from_row,
     task_params,
@@ -255,6 +257,10 @@ class PostgresStore(StorageGateway):
         updates = ", ".join(f"{c} = excluded.{c}" for c in TASK_COLS.replace(" ", "").split(",")[2:])
         self._many(f"INSERT INTO tasks ({TASK_COLS}) VALUES ({_s(TASK_COLS)}) "
                    f"ON CONFLICT (job_id, instance) DO UPDATE SET {updates}", [task_params(t) for t in tasks])
+
+    def update_task_runs(self, tasks: list[TaskRow]) -> None:
+        self._many(f"UPDATE tasks SET {', '.join(f'{c} = %s' for c in RUN_COLS)} WHERE job_id = %s AND instance = %s",
+                   [run_params(t) for t in tasks])
 
     def task_state_counts(self, job_ids: list[str]) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {j: {} for j in job_ids}

@@ -24,6 +24,7 @@ from peloton.store.rows import (
     JOB_COLS,
     LAUNCH_COLS,
     QUEUED_COLS,
+    RUN_COLS,
     TASK_COLS,
     allocation_from_row,
     allocation_params,
@@ -35,6 +36,7 @@ from peloton.store.rows import (
     launch_params,
     placeholders,
     queued_from_row,
+    run_params,
     queued_params,
     task_from_row,
     task_params,
@@ -247,6 +249,11 @@ class SqliteStore(StorageGateway):
                 f"INSERT OR REPLACE INTO tasks ({TASK_COLS}) VALUES ({_q(TASK_COLS)})",
                 [task_params(t) for t in tasks],
             )
+
+    def update_task_runs(self, tasks: list[TaskRow]) -> None:
+        with self.transaction():
+            self.db.executemany(f"UPDATE tasks SET {', '.join(f'{c} = ?' for c in RUN_COLS)} "
+                                "WHERE job_id = ? AND instance = ?", [run_params(t) for t in tasks])
 
     def task_state_counts(self, job_ids: list[str]) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {j: {} for j in job_ids}

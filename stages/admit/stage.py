@@ -419,6 +419,7 @@ class AdmitStage(Stage):
         specs: dict[str, object] = {}  # job id -> its parsed config, for replacements
         delays: dict[str, int] = {}  # task id of a SERVICE task's next run -> its restart backoff (ms)
         changed: dict[tuple[str, int], TaskRow] = {}
+        respecced: set[tuple[str, int]] = set()  # a new run: its spec changed too
         reruns: list[TaskRow] = []
         requeue_batch = uuid.uuid4().hex[:8]
         events = []
@@ -475,6 +476,7 @@ class AdmitStage(Stage):
                 task.failures += 1
             if move.retry:
                 next_run(task, now)
+                respecced.add((task.job_id, task.instance))
                 if ev["reason"] == RESTARTED:  # a replacement runs the job's config as it is now
                     self._respec(jobs[task.job_id], task, specs)
                 if service and move.count_failure:
@@ -487,7 +489,9 @@ class AdmitStage(Stage):
             changed[(task.job_id, task.instance)] = task
         if not changed:
             return
-        self.store.save_tasks(list(changed.values()))
+        # Most moves change the run only: its spec, the largest column, is not written again.
+        self.store.save_tasks([t for key, t in changed.items() if key in respecced])
+        self.store.update_task_runs([t for key, t in changed.items() if key not in respecced])
         self._record_events(events)
         job_ids = list({t.job_id for t in changed.values()})
         counts = self.store.task_state_counts(job_ids)

@@ -99,6 +99,13 @@ def test_tasks_are_found_by_instance_saved_and_their_events_kept_in_order(store)
     t.state, t.run_id, t.task_id, t.spec, t.exit_code, t.message = "PENDING", 2, "a-0-2", {"x": [1]}, 3, "again"
     store.save_tasks([t])
     assert store.tasks_by_instance([("a", 0)])[("a", 0)] == t
+    # A status moves the run, not its spec: update_task_runs leaves the stored spec alone.
+    t.state, t.host_id, t.failures, t.reason, t.updated_ms, t.spec = "RUNNING", "h2", 1, "why", 9, {"not": "stored"}
+    store.update_task_runs([t])
+    again = store.tasks_by_instance([("a", 0)])[("a", 0)]
+    assert (again.state, again.host_id, again.failures, again.reason, again.updated_ms, again.spec) == (
+        "RUNNING", "h2", 1, "why", 9, {"x": [1]})
+    t.spec = {"x": [1]}
     store.record_task_events([("a-0-1", "a", 0, 1, "FAILED", "r", 3, 5, "h1", "boom"),
                               ("a-0-2", "a", 0, 2, "PENDING", "", None, 6, "", "")])
     assert [(e["run_id"], e["state"], e["exit_code"], e["host_id"], e["message"]) for e in store.task_events("a")] == [
