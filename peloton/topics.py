@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,9 +88,11 @@ def murmur2(data: bytes) -> int:
     return h
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def partition_for(key: str, partitions: int) -> int:
     """The partition a key lands on, the same as a Java producer's default partitioner, so that a
-    stage can tell which pools or hosts belong to the partitions it was assigned."""
+    stage can tell which pools or hosts belong to the partitions it was assigned. Remembered: the
+    same job ids and pools come back with every status, and murmur2 in Python costs microseconds."""
     return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
 
 

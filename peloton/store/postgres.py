@@ -33,6 +33,7 @@ from peloton.store.rows import (
     QUEUED_COLS,
     RUN_COLS,
     TASK_COLS,
+    TASK_COLS_NO_SPEC,
     allocation_from_row,
     allocation_params,
     job_filters,
@@ -236,10 +237,10 @@ class PostgresStore(StorageGateway):
         return [task_from_row(r) for r in
                 self._all(f"SELECT {TASK_COLS} FROM tasks WHERE job_id = %s ORDER BY instance", (job_id,))]
 
-    def tasks_by_instance(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], TaskRow]:
+    def tasks_by_instance(self, keys: list[tuple[str, int]], spec: bool = True) -> dict[tuple[str, int], TaskRow]:
         if not keys:
             return {}
-        rows = self._all(f"SELECT {TASK_COLS} FROM tasks WHERE (job_id, instance) IN "
+        rows = self._all(f"SELECT {TASK_COLS if spec else TASK_COLS_NO_SPEC} FROM tasks WHERE (job_id, instance) IN "
                          f"(SELECT * FROM unnest(%s::text[], %s::int[]))",
                          ([k[0] for k in keys], [k[1] for k in keys]))
         return {(r[0], r[1]): task_from_row(r) for r in rows}

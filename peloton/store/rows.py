@@ -25,6 +25,8 @@ ALLOCATION_COLS = (
     "task_id, pool, gang_id, cpu, mem_mb, disk_mb, gpu, admitted_ms, priority, preemptible, revocable, controller"
 )
 QUEUED_COLS = "gang_id, pool, priority, seq, gang, not_before_ms"
+# The same columns without the spec (a NULL in its place), for reads that do not need it.
+TASK_COLS_NO_SPEC = TASK_COLS.replace(" spec,", " NULL,")
 EVENT_COLS = ("task_id", "job_id", "instance", "run_id", "state", "reason", "exit_code", "timestamp_ms", "host_id",
               "message")
 
@@ -32,7 +34,7 @@ EVENT_COLS = ("task_id", "job_id", "instance", "run_id", "state", "reason", "exi
 def task_from_row(row) -> TaskRow:
     return TaskRow(
         job_id=row[0], instance=row[1], run_id=row[2], task_id=row[3], pool=row[4], gang_id=row[5],
-        state=row[6], spec=orjson.loads(row[7]), max_failures=row[8], failures=row[9], host_id=row[10] or "",
+        state=row[6], spec=orjson.loads(row[7]) if row[7] is not None else None, max_failures=row[8], failures=row[9], host_id=row[10] or "",
         reason=row[11] or "", message=row[12] or "", exit_code=row[13], signal=row[14], updated_ms=row[15] or 0,
     )
 

@@ -26,6 +26,7 @@ from peloton.store.rows import (
     QUEUED_COLS,
     RUN_COLS,
     TASK_COLS,
+    TASK_COLS_NO_SPEC,
     allocation_from_row,
     allocation_params,
     job_filters,
@@ -216,14 +217,15 @@ class SqliteStore(StorageGateway):
         q = f"SELECT {TASK_COLS} FROM tasks WHERE job_id = ? ORDER BY instance"
         return [task_from_row(r) for r in self.db.execute(q, (job_id,))]
 
-    def tasks_by_instance(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], TaskRow]:
+    def tasks_by_instance(self, keys: list[tuple[str, int]], spec: bool = True) -> dict[tuple[str, int], TaskRow]:
+        cols = TASK_COLS if spec else TASK_COLS_NO_SPEC
         out: dict[tuple[str, int], TaskRow] = {}
         by_job: dict[str, list[int]] = {}
         for job_id, instance in keys:
             by_job.setdefault(job_id, []).append(instance)
         for job_id, instances in by_job.items():
             for chunk in _chunks(sorted(set(instances))):
-                q = f"SELECT {TASK_COLS} FROM tasks WHERE job_id = ? AND instance IN ({','.join('?' * len(chunk))})"
+                q = f"SELECT {cols} FROM tasks WHERE job_id = ? AND instance IN ({','.join('?' * len(chunk))})"
                 for row in self.db.execute(q, (job_id, *chunk)):
                     out[(row[0], row[1])] = task_from_row(row)
         return out

@@ -15,7 +15,7 @@ from peloton.model.events import task_kill
 from peloton.model.jobconfig import JobConfigError, parse_job_config
 from peloton.model.pool import leaf_pool_error
 from peloton.model.resources import Resources
-from peloton.model.states import JOB_TERMINAL, TASK_ORDER, TASK_TERMINAL
+from peloton.model.states import JOB_TERMINAL, MESOS_TERMINAL, TASK_ORDER, TASK_TERMINAL
 from peloton.runtime import CompactedView, Record, Stage, now_ms
 from peloton.topics import partition_for
 from peloton.store import JobRow, JobStore, TaskRow
@@ -414,12 +414,15 @@ class AdmitStage(Stage):
             else:
                 steps.append((r, r.value, False))
         keys = list({(ev["job_id"], ev["instance"]) for _, ev, _ in steps})
-        tasks = self.store.tasks_by_instance(keys)
+        # Specs are read only for the runs that need them (a new run, a gang sent back): most
+        # statuses only move a run, and the spec is the largest column.
+        tasks = self.store.tasks_by_instance(keys, spec=False)
         jobs = self.store.get_jobs(list({job_id for job_id, _ in tasks}))
         specs: dict[str, object] = {}  # job id -> its parsed config, for replacements
         delays: dict[str, int] = {}  # task id of a SERVICE task's next run -> its restart backoff (ms)
         changed: dict[tuple[str, int], TaskRow] = {}
         respecced: set[tuple[str, int]] = set()  # a new run: its spec changed too
+        specs_read: dict[tuple[str, int], dict] = {}
         reruns: list[TaskRow] = []
         requeue_batch = uuid.uuid4().hex[:8]
         events = []
@@ -474,6 +477,12 @@ class AdmitStage(Stage):
             task.updated_ms = now
             if move.count_failure:
                 task.failures += 1
+            if (move.retry or move.requeue) and task.spec is None:
+                if not specs_read:  # once per batch, for every run this batch may end
+                    ending = [(e["job_id"], e["instance"]) for _, e, p in steps if not p and e["state"] in MESOS_TERMINAL]
+                    specs_read.update({k: t.spec for k, t in self.store.tasks_by_instance(ending).items()})
+                task.spec = specs_read.get((task.job_id, task.instance)) or \
+                    self.store.tasks_by_instance([(task.job_id, task.instance)])[(task.job_id, task.instance)].spec
             if move.retry:
                 next_run(task, now)
                 respecced.add((task.job_id, task.instance))

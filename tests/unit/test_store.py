@@ -99,6 +99,7 @@ def test_tasks_are_found_by_instance_saved_and_their_events_kept_in_order(store)
     t.state, t.run_id, t.task_id, t.spec, t.exit_code, t.message = "PENDING", 2, "a-0-2", {"x": [1]}, 3, "again"
     store.save_tasks([t])
     assert store.tasks_by_instance([("a", 0)])[("a", 0)] == t
+    assert store.tasks_by_instance([("a", 0)], spec=False)[("a", 0)].spec is None  # not read
     # A status moves the run, not its spec: update_task_runs leaves the stored spec alone.
     t.state, t.host_id, t.failures, t.reason, t.updated_ms, t.spec = "RUNNING", "h2", 1, "why", 9, {"not": "stored"}
     store.update_task_runs([t])
