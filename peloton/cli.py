@@ -1097,7 +1097,8 @@ def cluster_targets(output: Optional[Path] = typer.Option(None, "--output", help
 
         found = [(c["component"], c.get("instance") or c["component"], c.get("metrics"))
                  for c in DevStack(settings).status() if c["running"]]
-    targets = [{"targets": [urlparse(url).netloc], "labels": {"kind": kind, "instance_id": instance,
+    # "component", not "kind": metrics have a label kind of their own (a resource or preemption kind).
+    targets = [{"targets": [urlparse(url).netloc], "labels": {"component": kind, "instance_id": instance,
                                                               "__metrics_path__": urlparse(url).path or "/metrics"}}
                for kind, instance, url in found if url]
     text = json.dumps(targets, indent=2) + "\n"
