@@ -411,5 +411,20 @@ class Registry:
         t.join(self.timeout)
 
 
+def join(hosts: str, kind: str, instance_id: str, info: dict) -> Registry | None:
+    """Register this process (a stage instance or an agent) in ZooKeeper when one is configured.
+    The registry is for operators, not for the work: one that cannot be reached is logged, not fatal."""
+    if not hosts:
+        return None
+    registry = Registry(hosts)
+    try:
+        registry.start()
+    except RegistryUnavailable as exc:
+        log.warning("not in the instance registry: %s", exc)
+        return None
+    registry.register(kind, instance_id, info)
+    return registry
+
+
 def _encode(record: dict) -> bytes:
     return json.dumps(record, sort_keys=True, default=str).encode()

@@ -377,21 +377,10 @@ class StageRuntime:
         self.registry = self._register()
 
     def _register(self):
-        """Join the instance registry in ZooKeeper, when one is configured. It is for operators,
-        not for the stage's work: a ZooKeeper that cannot be reached is logged, not fatal."""
-        if not self.settings.zookeeper:
-            return None
-        from peloton.registry import Registry, RegistryUnavailable
+        from peloton.registry import join
 
-        registry = Registry(self.settings.zookeeper)
-        try:
-            registry.start()
-        except RegistryUnavailable as exc:
-            log.warning("not in the instance registry: %s", exc)
-            return None
-        registry.register(self.stage.name, self.instance_id, {
+        return join(self.settings.zookeeper, self.stage.name, self.instance_id, {
             "group": self.catalogue.group(self.stage.name), "partitions": [], "metrics": self.metrics_address})
-        return registry
 
     def _registry_partitions(self) -> None:
         if self.registry is not None:

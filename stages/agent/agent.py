@@ -333,28 +333,13 @@ def run_agent(settings: Settings, specs: list[AgentSpec], simulate: bool = False
     agent = HostAgent(settings, specs, simulate, name)
     signal.signal(signal.SIGTERM, agent.stop)
     signal.signal(signal.SIGINT, agent.stop)
+    from peloton.registry import join  # kazoo is loaded only where a registry is used
+
     address = metrics.serve(settings)
-    registry = _register(settings, name, {"hosts": sorted(agent.hosts)[:100], "host_count": len(agent.hosts),
-                                          "metrics": address})
+    registry = join(settings.zookeeper, "agent", name, {"hosts": sorted(agent.hosts)[:100],
+                                                         "host_count": len(agent.hosts), "metrics": address})
     try:
         agent.run(max_seconds)
     finally:
         if registry is not None:
             registry.close()
-
-
-def _register(settings: Settings, name: str, info: dict):
-    """Join the instance registry (ZooKeeper) as an agent, when one is configured; one that cannot be
-    reached is logged, not fatal: the registry is for operators."""
-    if not settings.zookeeper:
-        return None
-    from peloton.registry import Registry, RegistryUnavailable
-
-    registry = Registry(settings.zookeeper)
-    try:
-        registry.start()
-    except RegistryUnavailable as exc:
-        log.warning("not in the instance registry: %s", exc)
-        return None
-    registry.register("agent", name, info)
-    return registry
