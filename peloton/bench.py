@@ -107,7 +107,9 @@ def run_pipeline_bench(console, plan: BenchPlan) -> dict:
         records = _records_handled(components)
         running_at, succeeded_at, latencies = _task_times(store, submitted)
         figures = _figures(plan, states, elapsed, started_ms, running_at, succeeded_at, latencies, relay)
-        figures["stages"] = _per_stage(components, cpu, records_before, records, elapsed)
+        figures["stages"] = _per_stage(components, cpu, records_before, records, elapsed, plan.tasks)
+        # CPU per task moves far less than tasks per second when other work shares the machine.
+        figures["cpu_ms_per_task"] = round(sum(r["cpu_seconds"] for r in figures["stages"]) * 1000 / plan.tasks, 3)
         _print(console, plan, figures)
         return figures
     finally:
@@ -202,7 +204,7 @@ def _figures(plan: BenchPlan, states: dict[str, int], elapsed: float, started_ms
 
 
 def _per_stage(components: list[dict], cpu: dict[int, float], before: dict[str, float], after: dict[str, float],
-               elapsed: float) -> list[dict]:
+               elapsed: float, tasks: int) -> list[dict]:
     """Per stage (its instances together), then the broker and the agents: records handled per
     second, CPU seconds used during the run, and the peak memory of its largest process."""
     rows = []
@@ -211,9 +213,11 @@ def _per_stage(components: list[dict], cpu: dict[int, float], before: dict[str, 
         if not procs:
             continue
         handled = after.get(name, 0.0) - before.get(name, 0.0)
+        cpu_seconds = sum(cpu.get(c["pid"], 0.0) for c in procs)
         rows.append({"component": name, "processes": len(procs),
                      "records_per_s": round(handled / elapsed, 1) if name in STAGES else None,
-                     "cpu_seconds": round(sum(cpu.get(c["pid"], 0.0) for c in procs), 1),
+                     "cpu_seconds": round(cpu_seconds, 1),
+                     "cpu_ms_per_task": round(cpu_seconds * 1000 / tasks, 3),
                      "peak_mb": round(max(_peak_mb(c["pid"]) for c in procs), 1)})
     return rows
 
@@ -232,11 +236,12 @@ def _print(console, plan: BenchPlan, f: dict) -> None:
     if f["relay_msgs_per_s"]:
         console.print(f"  relay baseline ({HOPS} hops, same broker): {f['relay_msgs_per_s']:,.0f} msgs/s; "
                       f"ratio {f['ratio']:.3f}", highlight=False)
-    table = Table("component", "processes", "records/s", "cpu s", "peak MB")
+    console.print(f"  CPU per task, all processes: {f['cpu_ms_per_task']:.2f} ms", highlight=False)
+    table = Table("component", "processes", "records/s", "cpu s", "cpu ms/task", "peak MB")
     for r in f["stages"]:
         table.add_row(r["component"], str(r["processes"]),
                       "" if r["records_per_s"] is None else f"{r['records_per_s']:,.0f}",
-                      f"{r['cpu_seconds']:.1f}", f"{r['peak_mb']:,.0f}")
+                      f"{r['cpu_seconds']:.1f}", f"{r['cpu_ms_per_task']:.3f}", f"{r['peak_mb']:,.0f}")
     console.print(table)
 
 

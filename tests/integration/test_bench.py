@@ -30,7 +30,8 @@ def test_the_benchmark_prints_every_figure_it_promises(tmp_path) -> None:
         assert figures[key] > 0, key
     assert figures["p50_ms"] <= figures["p90_ms"] <= figures["p99_ms"]
     assert [r["component"] for r in figures["stages"]] == ["admit", "entitle", "place", "launch", "broker"]
-    assert all(r["cpu_seconds"] >= 0 and r["peak_mb"] > 0 for r in figures["stages"])
+    assert all(r["cpu_seconds"] >= 0 and r["cpu_ms_per_task"] >= 0 and r["peak_mb"] > 0 for r in figures["stages"])
+    assert figures["cpu_ms_per_task"] > 0
     assert all(r["records_per_s"] > 0 for r in figures["stages"][:4])
     assert "to RUNNING" in done.stderr  # the table goes to stderr with --json
     bad = subprocess.run([sys.executable, "-m", "peloton.cli", "bench", "--jobs", "0"], env=env, cwd=str(REPO_ROOT),
