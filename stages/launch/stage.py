@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from peloton import metrics
-from peloton.model.events import send_progress, task_status
+from peloton.model.events import send_progress, send_statuses, task_status
 from peloton.model.gang import task_problem
 from peloton.model.resources import Resources
 from peloton.runtime import Record, Stage, now_ms
@@ -375,8 +375,8 @@ class LaunchStage(Stage):
         if ended:
             self.store.end_launches(list(ended), now_ms(), ended)
         self.updates = []
+        send_statuses(self.emit, statuses)
         for status in statuses:
-            self.emit.emit("task-status", status["job_id"], "peloton.TaskStatus", status)
             self.last_state[status["task_id"]] = status["state"]
         for task_id in ended:
             _spec, host_id = self.running.pop(task_id)

@@ -149,6 +149,24 @@ def test_a_status_for_an_unknown_task_is_a_dead_letter(admit) -> None:
     assert "unknown task 'nobody-0-1'" in letter["reason"]
 
 
+def test_a_host_managers_statuses_of_one_job_come_as_one_record_and_move_each_run(admit, store) -> None:
+    stage, out = admit
+    stage.handle([command("m", JOB.format(name="m", count=3, gang=0, cpu=1))])
+    out.take()
+    changes = [{"event_id": uuid.uuid4().hex, "task_id": f"m-{i}-1", "job_id": "m", "instance": i, "run_id": 1,
+                "host_id": "h1", "state": state, "reason": "", "message": "", "exit_code": 0 if end else None,
+                "signal": None, "timestamp_ms": 1}
+               for i in range(3) for state, end in (("TASK_RUNNING", False), ("TASK_FINISHED", True))]
+    stage.handle([record("task-status", "peloton.TaskStatuses", {"job_id": "m", "statuses": changes}, key="m")])
+    assert [t.state for t in store.tasks_of_job("m")] == ["SUCCEEDED"] * 3
+    assert store.get_job("m").state == "SUCCEEDED"
+    # Statuses of runs no one knows, in one record: one letter for the record, naming them.
+    strays = [{**changes[0], "task_id": f"gone-{i}-1", "job_id": "gone", "instance": i} for i in range(2)]
+    stage.handle([record("task-status", "peloton.TaskStatuses", {"job_id": "gone", "statuses": strays}, key="gone")])
+    [(_, _, _, letter)] = out.take("dead-letters")
+    assert letter["reason"].startswith("2 of its statuses refused: ") and "gone-1-1" in letter["reason"]
+
+
 def demand_of(stage: AdmitStage, out: RecordingEmitter, job_id: str, count: int, gang: int, cpu: float) -> list[Record]:
     stage.handle([command(job_id, JOB.format(name=job_id, count=count, gang=gang, cpu=cpu))])
     return [record("task-demand", schema, value, key="/p") for _, _, schema, value in out.take("task-demand")]
@@ -395,7 +413,11 @@ def test_launch_kills_a_running_run_and_keeps_an_unlaunched_one_from_ever_starti
     # one batch, in order: a placement, a kill of it, a kill of a run not placed yet, its placement
     stage.handle([placement_of(running), kill_of("r-0-1"), kill_of("e-0-1"), placement_of(early)])
     stage.tick(time.monotonic())
-    statuses = [(v["task_id"], v["state"], v["reason"]) for _, _, _, v in out.take("task-status", "peloton.TaskStatus")]
+    sent = [r for r in out.take("task-status") if r[2] != "peloton.TaskProgress"]
+    # the host manager's changes go one record per job per batch (TaskStatuses), the rest alone
+    assert "peloton.TaskStatuses" in {schema for _, _, schema, _ in sent}
+    statuses = [(v["task_id"], v["state"], v["reason"]) for _, _, schema, record in sent
+                for v in (record["statuses"] if schema == "peloton.TaskStatuses" else [record])]
     assert ("r-0-1", "TASK_KILLED", "PREEMPTED") in statuses
     assert ("e-0-1", "TASK_KILLED", "PREEMPTED") in statuses
     assert not [s for s in statuses if s[0] == "e-0-1" and s[1] != "TASK_KILLED"], "the killed run started"
