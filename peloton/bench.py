@@ -14,13 +14,12 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from peloton.admin import create_pool, emitter, host_capacities, submit_job
+from peloton.admin import create_pool, emitter, host_capacities, list_hosts, submit_job
 from peloton.config import Settings
 from peloton.devstack import DevStack
 from peloton.model.resources import Resources
 from peloton.model.states import JOB_TERMINAL
 from peloton.relay import HOPS, run_relay
-from peloton.runtime import CompactedView
 from peloton.store import open_store
 from stages.launch.inventory import parse_inventory
 
@@ -125,12 +124,7 @@ def _wait_for_hosts(settings: Settings, expected: int, console, timeout: float =
     """Every simulated host in host-state (place sees them all before the first job)."""
     deadline = time.monotonic() + timeout
     while True:
-        view = CompactedView(settings, "host-state")
-        try:
-            view.catch_up(timeout=10)
-            hosts = [Resources.from_record(h["capacity"]) for h in view.values.values() if h["state"] == "UP"]
-        finally:
-            view.close()
+        hosts = [Resources.from_record(h["total"]) for h in list_hosts(settings, wait_s=10) if h["state"] == "UP"]
         if len(hosts) >= expected or time.monotonic() > deadline:
             console.print(f"hosts: {len(hosts):,} up", highlight=False)
             return hosts

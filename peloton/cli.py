@@ -832,12 +832,12 @@ def lag(
     pool as queued: neither is a backlog."""
     import time
 
-    from peloton.lag import STAGES, LagMonitor
+    from peloton.lag import STAGES, LagMonitor, stage_of
 
     settings = _settings()
     stages = []
     for g in group or STAGES:
-        stage = next((s for s in STAGES if g in (s, f"{settings.topic_prefix}peloton.{s}")), None)
+        stage = stage_of(settings, g)
         if stage is None:
             _fail(f"--group {g!r}: not a stage group (stages: {', '.join(STAGES)})", EXIT_INVALID)
         stages.append(stage)

@@ -83,10 +83,10 @@ def group_status(statuses: list[str]) -> str:
     return max(statuses, key=STATUSES.index, default="OK")
 
 
-def group_name(settings: Settings, name: str) -> str:
-    """A stage name (`place`) or a group name, as the group name."""
+def stage_of(settings: Settings, name: str) -> str | None:
+    """The stage a `--group` names: a stage (`place`) or its group (`peloton.place`), or None."""
     catalogue = Catalogue(settings.topic_prefix)
-    return catalogue.group(name) if name in STAGES else name
+    return next((s for s in STAGES if name in (s, catalogue.group(s))), None)
 
 
 class LagMonitor:

@@ -62,3 +62,12 @@ def test_the_lag_groups_read_what_the_stages_consume() -> None:
     catalogue = Catalogue()
     for name, stage in zip(STAGES, (AdmitStage, EntitleStage, PlaceStage, LaunchStage), strict=True):
         assert sorted(t.id for t in catalogue.inputs_of(name)) == sorted(stage.inputs)
+
+
+def test_a_group_is_named_by_its_stage_or_its_group_name() -> None:
+    from peloton.config import Settings
+    from peloton.lag import stage_of
+
+    settings = Settings(topic_prefix="t1.")
+    assert [stage_of(settings, n) for n in ("place", "t1.peloton.place", "peloton.place", "nope")] == [
+        "place", "place", None, None]
