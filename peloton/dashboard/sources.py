@@ -18,7 +18,7 @@ from peloton.model.events import REASON_NO_HOST
 from peloton.model.states import JOB_STATES, JOB_TERMINAL
 from peloton.runtime import CompactedView
 from peloton.store import STORE_UNAVAILABLE, QueryStore
-from stages.entitle.usage import pool_view
+from stages.entitle.usage import pool_view, up_to_root
 
 NOT_TERMINAL = [s for s in JOB_STATES if s not in JOB_TERMINAL]
 # A topic read this recently is not read again: pools, hosts and pending of one sample share it.
@@ -114,13 +114,9 @@ class Sources:
         for path, rec in published.items():
             if path not in view:
                 continue  # a deleted pool's last record
-            node = path
-            while True:
+            for node in up_to_root(pools, path):
                 queued[node] += rec.get("queued_gangs", 0)
                 preempting[node] += rec.get("preempting", 0)
-                if node == "/":
-                    break
-                node = pools[node]["parent"] if node in pools else "/"
         return [{**v, "parent": pools[path]["parent"] if path in pools else None,
                  "leaf": path in pools and not any(c["parent"] == path for c in pools.values()),
                  "queued_gangs": queued[path], "preempting": preempting[path],

@@ -55,6 +55,14 @@ def _kinds(r: Resources) -> dict[str, float]:
     return {KIND_NAMES[f]: getattr(r, f) for f in ("cpu", "gpu", "mem_mb", "disk_mb")}
 
 
+def up_to_root(pools: dict[str, dict], path: str) -> list[str]:
+    """The pool and its ancestors, the root "/" last (a pool not in `pools` hangs off the root)."""
+    chain = [path]
+    while chain[-1] != "/":
+        chain.append(pools[chain[-1]]["parent"] if chain[-1] in pools else "/")
+    return chain
+
+
 def pool_view(pools: dict[str, dict], published: dict[str, dict], host_states: Iterable[dict]) -> dict[str, dict]:
     """Per pool (the root "/" included): reservation, limit, share, entitlement, non-slack and
     slack entitlement, allocation and demand per Peloton kind, and the gangs it shows waiting.
@@ -65,13 +73,9 @@ def pool_view(pools: dict[str, dict], published: dict[str, dict], host_states: I
     shares = tree_entitlements(pools, usage, capacity)
     rolled: dict[str, tuple[Resources, Resources]] = {}
     for path, u in usage.items():  # add each leaf's usage to itself and every ancestor
-        node = path
-        while True:
+        for node in up_to_root(pools, path):
             alloc, demand = rolled.get(node, (ZERO, ZERO))
             rolled[node] = (alloc + u.allocation, demand + u.demand + u.slack_demand)
-            if node == "/":
-                break
-            node = pools[node]["parent"] if node in pools else "/"
     view = {}
     for path in ["/", *sorted(pools)]:
         config = pools.get(path)
