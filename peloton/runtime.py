@@ -26,7 +26,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from peloton import metrics
 from peloton.config import Settings
 from peloton.model.events import task_errors
-from peloton.serde import DecodeError, SchemaRegistry, registry
+from peloton.serde import BUNDLES, DecodeError, SchemaRegistry, registry, unbundle
 from peloton.store import STORE_UNAVAILABLE
 from peloton.topics import Catalogue, partition_for
 
@@ -48,7 +48,8 @@ class Record:
     schema: str
     value: dict
     raw_key: bytes | None
-    raw_value: bytes | None
+    raw_value: bytes | None  # for an item of a bundle, the whole bundle
+    index: int = -1  # the item's place in its bundle (serde.BUNDLES); -1: the message was this record alone
 
 
 def producer_config(settings: Settings) -> dict:
@@ -106,11 +107,33 @@ _RECORD_KAFKA_ERRORS = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_MSG_SI
                         KafkaError._MSG_TIMED_OUT}
 
 
+# Records of one bundle at most: a reader's batch is counted in records, and a bundle is read whole.
+BUNDLE_MAX_ITEMS = 500
+
+
+@dataclass(slots=True)
+class _Bundle:
+    """Records of one schema and key, kept to go as one message (see serde.BUNDLES)."""
+
+    topic: str  # topic name
+    key: str
+    raw_key: bytes
+    item: str  # the records' schema
+    partition: int
+    bodies: list[bytes]
+    size: int
+
+
 class Emitter:
     """Encodes what a stage produces. While `holding` (the runtime holds output while a handler
-    runs) it keeps what is emitted until send(), so the output of a failed handler is discarded,
-    never half sent; otherwise it hands each record to the producer at once, which sends in the
-    background while the stage works on. flush() sends what is kept and waits for the broker."""
+    or tick runs) it keeps what is emitted until send(), so the output of a failed handler is
+    discarded, never half sent; otherwise it hands each record to the producer at once.
+    flush() sends what is kept and waits for the broker.
+
+    What is kept goes in bundles where it can: consecutive records of a bundled schema
+    (serde.BUNDLES) with the same key on the same partition leave as one message, so a batch
+    that admits 1,000 gangs sends a few messages, not 1,000. Every partition keeps the order in
+    which its records were emitted; readers get each record back alone (StageRuntime._decode)."""
 
     def __init__(self, producer: Producer | None, catalogue: Catalogue, serde: SchemaRegistry, stage: str,
                  max_bytes: int = 1_000_000):
@@ -122,7 +145,8 @@ class Emitter:
         self.holding = False
         self.produced = 0
         self.dead_lettered = 0
-        self._kept: list[tuple[str, bytes | None, bytes, int]] = []  # (topic name, key, value, partition)
+        self._kept: list[tuple[str, bytes | None, bytes, int] | _Bundle] = []  # (topic name, key, value, partition)
+        self._open: dict[tuple[str, int], _Bundle] = {}  # (topic name, partition) -> its last kept bundle
         self._errors: list[str] = []
 
     def _on_delivery(self, err, msg) -> None:
@@ -131,16 +155,30 @@ class Emitter:
 
     def emit(self, topic: str, key: str, schema: str, value: dict, partition: int | None = None) -> None:
         spec = self.catalogue[topic]
-        data = self.serde.encode(schema, value)
         raw_key = key.encode()
+        bundled = self.holding and schema in BUNDLES
+        data = self.serde.encode_body(schema, value) if bundled else self.serde.encode(schema, value)
         if len(data) + len(raw_key) > self.max_bytes:
             raise RecordTooLarge(f"a {schema} of {len(data) + len(raw_key):,} bytes for {spec.id} is larger than "
                                  f"the broker's message limit of {self.max_bytes:,} bytes (PELOTON_MAX_MESSAGE_BYTES)")
         if partition is None:
             partition = partition_for(key, spec.partitions)
-        self._kept.append((spec.name, raw_key, data, partition))
-        if not self.holding:
-            self.send()
+        slot = (spec.name, partition)
+        if not bundled:
+            self._open.pop(slot, None)  # what comes after it on the partition starts a new bundle
+            self._kept.append((spec.name, raw_key, data, partition))
+            if not self.holding:
+                self.send()
+            return
+        last = self._open.get(slot)
+        if (last is None or last.key != key or last.item != schema or len(last.bodies) >= BUNDLE_MAX_ITEMS
+                or last.size + len(data) > self.max_bytes):
+            # size: the key (twice: a TaskStatuses bundle carries it inside too) and the framing
+            last = _Bundle(spec.name, key, raw_key, schema, partition, [], 2 * len(raw_key) + 16)
+            self._kept.append(last)
+            self._open[slot] = last
+        last.bodies.append(data)
+        last.size += len(data)
 
     def emit_to_every_partition(self, topic: str, key: str, schema: str, value: dict) -> None:
         """The same record on every partition of the topic, for whichever reader owns each (a
@@ -150,13 +188,26 @@ class Emitter:
 
     def discard(self) -> int:
         """Drop what was emitted since the last send(): the handler that emitted it failed."""
-        n, self._kept = len(self._kept), []
+        n = sum(len(k.bodies) if isinstance(k, _Bundle) else 1 for k in self._kept)
+        self._kept, self._open = [], {}
         return n
+
+    def _messages(self) -> list[tuple[str, bytes | None, bytes, int]]:
+        """What is kept, as messages (topic name, key, value, partition), and forgotten."""
+        kept, self._kept, self._open = self._kept, [], {}
+        out = []
+        for k in kept:
+            if not isinstance(k, _Bundle):
+                out.append(k)
+            elif len(k.bodies) == 1:  # a bundle of one goes as the record itself
+                out.append((k.topic, k.raw_key, self.serde.header(k.item) + k.bodies[0], k.partition))
+            else:
+                out.append((k.topic, k.raw_key, self.serde.bundle(k.item, k.bodies, k.key), k.partition))
+        return out
 
     def send(self) -> None:
         """Hand what is kept to the producer (it delivers in the background)."""
-        kept, self._kept = self._kept, []
-        for topic, key, value, partition in kept:
+        for topic, key, value, partition in self._messages():
             while True:
                 try:
                     self.producer.produce(topic, value=value, key=key, partition=partition,
@@ -173,6 +224,11 @@ class Emitter:
             topic = self.catalogue[record_or_msg.topic].name
             part, off = record_or_msg.partition, record_or_msg.offset
             key, value = record_or_msg.raw_key, record_or_msg.raw_value
+            if record_or_msg.index >= 0:  # one record of a bundle: the letter holds it alone, to replay as it is
+                try:
+                    value = self.serde.encode(record_or_msg.schema, record_or_msg.value)
+                except Exception:  # changed by its handler past encoding: keep the whole bundle
+                    reason = f"{reason} (record {record_or_msg.index} of the bundle kept here)"
         else:
             topic, part, off = record_or_msg.topic(), record_or_msg.partition(), record_or_msg.offset()
             key, value = record_or_msg.key(), record_or_msg.value()
@@ -210,17 +266,20 @@ class Emitter:
 
 class RecordingEmitter(Emitter):
     """An Emitter with no broker behind it, for unit tests of stages: what a handler emitted and
-    the runtime would have sent is in `sent`, decoded, as (topic id, key, schema, value)."""
+    the runtime would have sent is in `sent`, decoded, as (topic id, key, schema, value), each
+    record of a bundle alone; `messages` has (topic id, schema) of each message it went in."""
 
     def __init__(self, stage: str = "test", catalogue: Catalogue | None = None, max_bytes: int = 1_000_000):
         super().__init__(None, catalogue or Catalogue(), registry(), stage, max_bytes)
         self.sent: list[tuple[str, str, str, dict]] = []
+        self.messages: list[tuple[str, str]] = []
 
     def send(self) -> None:
-        kept, self._kept = self._kept, []
-        for topic, key, value, _partition in kept:
+        for topic, key, value, _partition in self._messages():
             schema, decoded = self.serde.decode(value)
-            self.sent.append((self.catalogue.by_name[topic].id, key.decode() if key else None, schema, decoded))
+            self.messages.append((self.catalogue.by_name[topic].id, schema))
+            item, values = unbundle(schema, decoded)
+            self.sent.extend((self.catalogue.by_name[topic].id, key.decode() if key else None, item, v) for v in values)
             self.produced += 1
 
     def flush(self, timeout: float = 30.0) -> None:
@@ -326,6 +385,24 @@ def handle_batch(stage: Stage, records: list[Record], emitter: Emitter) -> int:
         emitter.holding = False
 
 
+class WrongSchema(ValueError):
+    """A message of a schema its topic does not carry."""
+
+
+def decode_message(serde: SchemaRegistry, spec, partition: int, offset: int, raw_key: bytes | None,
+                   raw_value: bytes | None) -> list[Record]:
+    """The records of one message: itself, or each record of a bundle as if it came alone.
+    Raises DecodeError or WrongSchema."""
+    schema, value = serde.decode(raw_value)
+    if schema not in spec.value_schemas:
+        raise WrongSchema(f"schema {schema} is not allowed on {spec.id} (allowed: {', '.join(spec.value_schemas)})")
+    key = raw_key.decode("utf-8", "replace") if raw_key is not None else None
+    item, values = unbundle(schema, value)
+    if item == schema:
+        return [Record(spec.id, partition, offset, key, schema, value, raw_key, raw_value)]
+    return [Record(spec.id, partition, offset, key, item, v, raw_key, raw_value, i) for i, v in enumerate(values)]
+
+
 class StageRuntime:
     def __init__(self, stage: Stage, settings: Settings, instance_id: str | None = None):
         self.stage = stage
@@ -371,9 +448,11 @@ class StageRuntime:
         # Offsets this instance committed, kept across rebalances: if the group's committed
         # offsets are all gone at the next assignment, the broker lost its log (see _on_assign).
         self._ever_committed: dict[tuple[str, int], int] = {}
+        self._ever_positions: dict[tuple[str, int], int] = {}  # the same for read positions (see _commit_positions)
         self._next_topic_check = 0.0
         self._admin = None
         self._consume_errors = 0
+        self._per_message = 1.0  # records per message read lately (bundles hold many)
         self.registry = self._register()
 
     def _register(self):
@@ -407,20 +486,26 @@ class StageRuntime:
 
     def _offsets_wiped(self) -> bool:
         """True when the group has no committed offset left for any partition this instance once
-        committed past 0. A broker that keeps its log never forgets them all at once; Tansu, which
-        keeps nothing across a restart, does."""
-        if not self._ever_committed:
+        committed past 0, nor its read positions (a holding stage may commit 0 for a long while:
+        a held gang in the first bundle of a partition). A broker that keeps its log never forgets
+        them all at once; Tansu, which keeps nothing across a restart, does."""
+        if not self._ever_committed and not self._ever_positions:
             return False
-        parts = [TopicPartition(self.catalogue[t].name, p) for t, p in self._ever_committed]
         try:
-            committed = self.consumer.committed(parts, timeout=10)
+            for consumer, ever in ((self.consumer, self._ever_committed),
+                                   (self._position_consumer, self._ever_positions)):
+                if not ever or consumer is None:
+                    continue
+                parts = [TopicPartition(self.catalogue[t].name, p) for t, p in ever]
+                if any(tp.offset >= 0 for tp in consumer.committed(parts, timeout=10)):
+                    return False
         except KafkaException as exc:
             log.warning("could not read committed offsets: %s", exc)
             return False
-        if any(tp.offset >= 0 for tp in committed):
-            return False
         self._ever_committed.clear()
+        self._ever_positions.clear()
         self._committed.clear()
+        self._positions.clear()
         return True
 
     def _on_revoke(self, consumer, partitions) -> None:
@@ -471,7 +556,9 @@ class StageRuntime:
         if time.monotonic() >= self._next_topic_check:
             self._next_topic_check = time.monotonic() + self.settings.topic_check_s
             self._check_topics()
-        msgs = self.consumer.consume(self.settings.max_batch, self.settings.poll_timeout_s)
+        # A batch of about max_batch records, however many come bundled in one message.
+        msgs = self.consumer.consume(max(1, int(self.settings.max_batch / self._per_message)),
+                                     self.settings.poll_timeout_s)
         records, positions = self._decode(msgs) if msgs else ([], {})
         if records and not self._until_done(lambda: self._handle(records), "handling a batch"):
             return  # stopping before the batch was handled: none of it is committed
@@ -515,14 +602,19 @@ class StageRuntime:
             log.warning("could not make the topics: %s", exc)
 
     def stage_tick(self) -> None:
+        # What a tick emits is kept to leave in bundles, and sent even if the tick then fails (as
+        # if each record had gone at once: a tick records what it sent before it sends it).
+        self.emitter.holding = True
         try:
             self.stage.tick(time.monotonic())
         except Exception as exc:
-            self.emitter.discard()
             if is_transient(exc):
                 log.warning("tick: %s (tried again next loop)", exc)
             else:  # a bug, not input: say so loudly, and keep serving
                 log.exception("tick failed; the stage goes on")
+        finally:
+            self.emitter.holding = False
+            self.emitter.send()
 
     def _handle(self, records: list[Record]) -> None:
         started = time.perf_counter()
@@ -596,7 +688,6 @@ class StageRuntime:
         records = []
         positions: dict[tuple[str, int], int] = {}
         by_name = self.catalogue.by_name
-        decode = self.serde.decode
         for m in msgs:
             err = m.error()
             if err is not None:
@@ -610,18 +701,14 @@ class StageRuntime:
             if tp not in positions:  # the batch's first message of the partition: its age, for lag seconds
                 self._read_times.setdefault(tp, deque(maxlen=64)).append((m.offset(), m.timestamp()[1]))
             positions[tp] = m.offset() + 1
-            raw_key, raw_value = m.key(), m.value()
             try:
-                schema, value = decode(raw_value)
+                records.extend(decode_message(self.serde, spec, m.partition(), m.offset(), m.key(), m.value()))
             except DecodeError as exc:
                 self.emitter.dead_letter(m, f"undecodable: {exc}", "undecodable")
-                continue
-            if schema not in spec.value_schemas:
-                self.emitter.dead_letter(m, f"schema {schema} is not allowed on {spec.id} "
-                                         f"(allowed: {', '.join(spec.value_schemas)})", "wrong_schema")
-                continue
-            key = raw_key.decode("utf-8", "replace") if raw_key is not None else None
-            records.append(Record(spec.id, m.partition(), m.offset(), key, schema, value, raw_key, raw_value))
+            except WrongSchema as exc:
+                self.emitter.dead_letter(m, str(exc), "wrong_schema")
+        if msgs:  # records per message, for the size of the next poll
+            self._per_message = 0.7 * self._per_message + 0.3 * max(1.0, len(records) / len(msgs))
         return records, positions
 
     def _flush(self) -> None:
@@ -678,7 +765,10 @@ class StageRuntime:
             log.info("position not recorded: %s", exc)
             return
         for tp in positions:
-            self._positions[(self.catalogue.by_name[tp.topic].id, tp.partition)] = tp.offset
+            key = (self.catalogue.by_name[tp.topic].id, tp.partition)
+            self._positions[key] = tp.offset
+            if tp.offset > 0:
+                self._ever_positions[key] = tp.offset
 
     def _shutdown(self) -> None:
         try:
@@ -804,14 +894,15 @@ class HeldOffsets:
 
     def __init__(self):
         self._queues: dict[tuple[str, int], deque[int]] = {}
-        self._released: dict[tuple[str, int], set[int]] = {}
+        # Counted, not a set: the records of one bundle share an offset, each held and released.
+        self._released: dict[tuple[str, int], Counter[int]] = {}
 
     def hold(self, tp: tuple[str, int], offset: int) -> None:
         self._queues.setdefault(tp, deque()).append(offset)
 
     def release(self, tp: tuple[str, int], offset: int) -> None:
         if tp in self._queues:
-            self._released.setdefault(tp, set()).add(offset)
+            self._released.setdefault(tp, Counter())[offset] += 1
 
     def drop(self, tp: tuple[str, int]) -> None:
         self._queues.pop(tp, None)
@@ -821,8 +912,11 @@ class HeldOffsets:
         out = {}
         for tp, q in self._queues.items():
             done = self._released.get(tp)
-            while q and done and q[0] in done:
-                done.discard(q.popleft())
+            while q and done and done[q[0]] > 0:
+                offset = q.popleft()
+                done[offset] -= 1
+                if not done[offset]:
+                    del done[offset]
             if q:
                 out[tp] = q[0]
         return out

@@ -61,11 +61,24 @@ class SchemaRegistry:
         self.named = named  # name -> parsed schema, for references between files
 
     def encode(self, name: str, record: dict) -> bytes:
-        schema_id, schema = self.by_name[name]
+        return self.header(name) + self.encode_body(name, record)
+
+    def header(self, name: str) -> bytes:
+        return _HEADER.pack(MAGIC, self.by_name[name][0])
+
+    def encode_body(self, name: str, record: dict) -> bytes:
+        """The Avro payload alone, without the framing."""
         buf = io.BytesIO()
-        buf.write(_HEADER.pack(MAGIC, schema_id))
-        fastavro.schemaless_writer(buf, schema, record)
+        fastavro.schemaless_writer(buf, self.by_name[name][1], record)
         return buf.getvalue()
+
+    def bundle(self, item: str, bodies: list[bytes], key: str) -> bytes:
+        """One message of the bundle schema of `item` holding the encoded items (encode_body), made
+        by joining their bytes: an Avro array is a count, the items' bytes and a 0. The bundle's
+        array is its last field; a field before it (TaskStatuses' job_id) carries the key."""
+        bundle, _field, key_field = BUNDLES[item]
+        prefix = _avro_string(key) if key_field else b""
+        return self.header(bundle) + prefix + _avro_long(len(bodies)) + b"".join(bodies) + b"\x00"
 
     def decode(self, data: bytes | None) -> tuple[str, dict]:
         if data is None or len(data) < 5:
@@ -86,6 +99,43 @@ class SchemaRegistry:
 
     def schema(self, name: str) -> Any:
         return self.by_name[name][1]
+
+
+# Bundles: several records of one schema and one key in one message, as the runtime's Emitter
+# sends what a batch produced (a message per record would cost the broker and every reader far
+# more than the record itself). Item schema -> (bundle schema, its array field, the field before
+# it that carries the key, if any). The runtime hands readers each item as a record of its own.
+BUNDLES: dict[str, tuple[str, str, str | None]] = {
+    "peloton.GangDemand": ("peloton.GangDemands", "gangs", None),
+    "peloton.TaskRelease": ("peloton.TaskReleases", "releases", None),
+    "peloton.AdmittedGang": ("peloton.AdmittedGangs", "gangs", None),
+    "peloton.Placement": ("peloton.Placements", "placements", None),
+    "peloton.TaskStatus": ("peloton.TaskStatuses", "statuses", "job_id"),
+}
+BUNDLED: dict[str, tuple[str, str]] = {bundle: (item, field) for item, (bundle, field, _) in BUNDLES.items()}
+
+
+def unbundle(schema: str, value: dict) -> tuple[str, list[dict]]:
+    """(item schema, items) of a bundle; a record that is no bundle is its own one item."""
+    if schema in BUNDLED:
+        item, field = BUNDLED[schema]
+        return item, value[field]
+    return schema, [value]
+
+
+def _avro_long(n: int) -> bytes:
+    n = (n << 1) ^ (n >> 63)  # zigzag
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _avro_string(text: str) -> bytes:
+    data = text.encode()
+    return _avro_long(len(data)) + data
 
 
 def _defined_names(schema, namespace: str = "") -> set[str]:

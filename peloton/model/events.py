@@ -48,21 +48,15 @@ def task_progress(state: str, steps: list[tuple[dict, str]], timestamp_ms: int |
             for job_id, runs in by_job.items()]
 
 
-# Statuses per TaskStatuses record: a status is about 150 bytes, so a record stays far below the
-# broker's message limit however many runs of one job changed in one batch.
-STATUSES_PER_RECORD = 500
-
-
 def send_statuses(emit, statuses: list[dict]) -> None:
-    """Tell the job manager of status changes (TaskStatus records): one TaskStatuses record per
-    job (per STATUSES_PER_RECORD), in the order given, instead of one record per change."""
+    """Tell the job manager of status changes (TaskStatus records), each job's together in the
+    order given: the runtime's emitter sends a job's run of them as one TaskStatuses bundle."""
     by_job: dict[str, list[dict]] = {}
     for status in statuses:
         by_job.setdefault(status["job_id"], []).append(status)
     for job_id, of_job in by_job.items():
-        for i in range(0, len(of_job), STATUSES_PER_RECORD):
-            emit.emit("task-status", job_id, "peloton.TaskStatuses",
-                      {"job_id": job_id, "statuses": of_job[i:i + STATUSES_PER_RECORD]})
+        for status in of_job:
+            emit.emit("task-status", job_id, "peloton.TaskStatus", status)
 
 
 def task_errors(tasks: list[dict], message: str) -> list[dict]:

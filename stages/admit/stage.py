@@ -411,11 +411,8 @@ class AdmitStage(Stage):
         for r in records:
             if r.schema == "peloton.TaskProgress":
                 steps.extend((r, ev, True) for ev in progress_events(r.value))
-            elif r.schema == "peloton.TaskStatuses":  # a host manager's changes, one record per job
-                steps.extend((r, ev, False) for ev in r.value["statuses"])
             else:
                 steps.append((r, r.value, False))
-        refused: dict[int, tuple[Record, list[str]]] = {}  # per record: what of it could not be used
         keys = list({(ev["job_id"], ev["instance"]) for _, ev, _ in steps})
         # Specs are read only for the runs that need them (a new run, a gang sent back): most
         # statuses only move a run, and the spec is the largest column.
@@ -452,7 +449,7 @@ class AdmitStage(Stage):
                     # a run on a host of a task no longer known (its job deleted): stop it
                     self._send_kill(ev["job_id"], ev["instance"], ev["run_id"], ev["task_id"], ORPHAN,
                                     f"orphan: {problem}", now)
-                refused.setdefault(id(r), (r, []))[1].append(problem)
+                self.emit.dead_letter(r, problem)
                 continue
             if ev["run_id"] < task.run_id and ev["state"] in LIVE:
                 # An older run still reports itself alive (its host came back): only the current
@@ -499,9 +496,6 @@ class AdmitStage(Stage):
             if move.retry or move.requeue:
                 reruns.append(task)
             changed[(task.job_id, task.instance)] = task
-        for r, problems in refused.values():  # one letter per record, however many of its statuses
-            self.emit.dead_letter(r, problems[0] if len(problems) == 1 else
-                                  f"{len(problems)} of its statuses refused: " + "; ".join(problems[:3]))
         if not changed:
             return
         # Most moves change the run only: its spec, the largest column, is not written again.

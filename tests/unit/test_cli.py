@@ -18,7 +18,7 @@ def test_version_prints_the_installed_version() -> None:
 
 def test_shell_completion_is_offered_for_bash() -> None:
     result = runner.invoke(app, ["--show-completion", "bash"], prog_name="pelotonctl")
-    assert result.exit_code == 0 and "_PELOTONCTL_COMPLETE" in result.stdout
+    assert result.exit_code == 0 and "_PELOTONCTL_COMPLETE" in result.stdout, (result.output, result.exception)
 
 
 def test_a_setting_that_does_not_parse_is_named_by_its_variable(tmp_path) -> None:

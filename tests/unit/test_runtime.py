@@ -192,3 +192,146 @@ def test_a_holding_stage_records_how_far_it_read_and_its_lag_counts_the_held_rec
     assert metrics.LAG_SECONDS.labels(*labels)._value.get() > 0  # the held record's age
     rt.run_once()  # nothing new read: the position is not recorded again
     assert len(positions.commits) == 1
+
+
+# -- bundles: what a batch sends for one key goes as one message, and is read back record by record --
+def status(job_id: str, instance: int, state: str = "TASK_RUNNING") -> dict:
+    return {"event_id": f"e{instance}", "task_id": f"{job_id}-{instance}-1", "job_id": job_id, "instance": instance,
+            "run_id": 1, "host_id": "h", "state": state, "reason": "", "message": "", "exit_code": None,
+            "signal": None, "timestamp_ms": 1}
+
+
+def progress(job_id: str) -> dict:
+    return {"event_id": "p", "job_id": job_id, "state": "PLACED", "runs": [], "timestamp_ms": 1}
+
+
+def messages_of(emitter: RecordingEmitter) -> list[tuple[str, str, int]]:
+    """(key, schema, records in it) of each message the emitter would send."""
+    out = []
+    for _topic, key, value, _partition in emitter._messages():
+        schema, decoded = registry().decode(value)
+        out.append((key.decode(), schema, len(decoded.get("statuses", [decoded]))))
+    return out
+
+
+def test_a_batchs_records_of_one_key_go_as_one_bundle_and_each_partition_keeps_its_order() -> None:
+    out = RecordingEmitter()
+    out.holding = True
+    for i in range(3):
+        out.emit("task-status", "a", "peloton.TaskStatus", status("a", i))
+    out.emit("task-status", "a", "peloton.TaskProgress", progress("a"))  # no bundle schema: it ends the run
+    out.emit("task-status", "a", "peloton.TaskStatus", status("a", 3))
+    out.emit("task-status", "a", "peloton.TaskStatus", status("a", 4))
+    out.emit("task-status", "b", "peloton.TaskStatus", status("b", 0))  # another key: its own message
+    assert messages_of(out) == [("a", "peloton.TaskStatuses", 3), ("a", "peloton.TaskProgress", 1),
+                                ("a", "peloton.TaskStatuses", 2), ("b", "peloton.TaskStatus", 1)]
+
+
+def test_a_bundle_stays_within_its_record_count_and_the_message_limit() -> None:
+    from peloton.runtime import BUNDLE_MAX_ITEMS
+
+    out = RecordingEmitter()
+    out.holding = True
+    for i in range(BUNDLE_MAX_ITEMS * 2 + 7):
+        out.emit("task-status", "a", "peloton.TaskStatus", status("a", i))
+    assert [n for _, _, n in messages_of(out)] == [BUNDLE_MAX_ITEMS, BUNDLE_MAX_ITEMS, 7]
+    small = RecordingEmitter(max_bytes=200)
+    small.holding = True
+    for i in range(40):
+        small.emit("task-status", "a", "peloton.TaskStatus", status("a", i))
+    sizes = [len(key) + len(value) for _, key, value, _ in small._messages()]
+    assert len(sizes) > 4 and max(sizes) <= 200
+    # Not holding (pelotonctl, a callback): each record goes at once, alone.
+    now = RecordingEmitter()
+    now.emit("task-status", "a", "peloton.TaskStatus", status("a", 0))
+    now.emit("task-status", "a", "peloton.TaskStatus", status("a", 1))
+    assert now.messages == [("task-status", "peloton.TaskStatus")] * 2
+
+
+class StatusRecorder(Stage):
+    """Records the statuses it handles; the status of run a-1-1 breaks its handler."""
+
+    name = "recorder"
+    inputs = ("task-status",)
+
+    def __init__(self):
+        self.handled = []
+
+    def handle(self, records):
+        if any(r.value["task_id"] == "a-1-1" for r in records):
+            raise KeyError("something the handler did not expect")
+        self.handled.extend((r.value["instance"], r.offset, r.index) for r in records)
+
+
+def bundle_message(offset: int, statuses: list[dict]) -> "Message":
+    out = RecordingEmitter()
+    out.holding = True
+    for s in statuses:
+        out.emit("task-status", s["job_id"], "peloton.TaskStatus", s)
+    [(_, _, value, _)] = out._messages()
+    return Message(offset, value, topic="task-status")
+
+
+def test_a_bundle_is_handled_record_by_record_and_a_bad_record_costs_only_itself() -> None:
+    stage = StatusRecorder()
+    rt, consumer, out = runtime_for(stage, [bundle_message(5, [status("a", i) for i in range(4)])])
+    rt.assigned = {("task-status", 0)}
+    rt.run_once()
+    assert stage.handled == [(0, 5, 0), (2, 5, 2), (3, 5, 3)]
+    [(_, _, _, letter)] = out.take("dead-letters")
+    assert letter["offset"] == 5 and "KeyError" in letter["reason"]
+    assert registry().decode(letter["value"]) == ("peloton.TaskStatus", status("a", 1))  # that record alone
+    assert consumer.commits == [{(CAT["task-status"].name, 0): 6}]
+
+
+def test_the_next_poll_asks_for_about_a_batch_of_records_however_they_are_bundled() -> None:
+    from peloton.runtime import BUNDLE_MAX_ITEMS
+
+    stage = StatusRecorder()
+    big = [bundle_message(i, [status("b", i * BUNDLE_MAX_ITEMS + j) for j in range(BUNDLE_MAX_ITEMS)])
+           for i in range(4)]
+    rt, consumer, _ = runtime_for(stage, big)
+    asked = []
+    consume = consumer.consume
+    consumer.consume = lambda n, timeout: asked.append(n) or consume(n, timeout)
+    for _ in range(3):
+        rt.run_once()
+    assert len(stage.handled) == 4 * BUNDLE_MAX_ITEMS
+    assert asked[0] == rt.settings.max_batch and asked[-1] < rt.settings.max_batch / 10
+
+
+def test_held_records_of_one_bundle_share_an_offset_and_each_must_be_released() -> None:
+    from peloton.runtime import HeldOffsets
+
+    held = HeldOffsets()
+    tp = ("admitted-gangs", 0)
+    for offset in (3, 3, 3, 4):
+        held.hold(tp, offset)
+    held.release(tp, 3)
+    held.release(tp, 3)
+    assert held.lowest() == {tp: 3}
+    held.release(tp, 4)
+    assert held.lowest() == {tp: 3}
+    held.release(tp, 3)
+    assert held.lowest() == {}
+
+
+def test_a_holding_stage_that_committed_only_0_still_notices_the_broker_lost_its_log() -> None:
+    """Place may commit 0 on a partition for a long while (a gang held from the first bundle), but
+    it records its read position: a broker that forgot both restarted empty."""
+    from confluent_kafka import TopicPartition
+
+    class Committed:
+        def __init__(self, offset):
+            self.offset = offset
+
+        def committed(self, parts, timeout):
+            return [TopicPartition(tp.topic, tp.partition, self.offset) for tp in parts]
+
+    rt, _, _ = runtime_for(Recorder(), [])
+    assert not rt._offsets_wiped()  # nothing committed yet: nothing to have lost
+    rt._ever_positions = {("job-commands", 0): 3}
+    rt._position_consumer = Committed(3)
+    assert not rt._offsets_wiped()
+    rt._position_consumer = Committed(-1001)  # OFFSET_INVALID: the group is unknown
+    assert rt._offsets_wiped() and rt._ever_positions == {}

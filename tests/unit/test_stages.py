@@ -10,7 +10,7 @@ import pytest
 
 from peloton.config import Settings
 from peloton.model.pool import parse_pool_config
-from peloton.runtime import Record, RecordingEmitter, Stage, StaticView, handle_batch
+from peloton.runtime import Record, RecordingEmitter, Stage, StaticView, decode_message, handle_batch
 from peloton.serde import registry
 from peloton.store import Allocation, open_store
 from peloton.topics import Catalogue, partition_for
@@ -149,7 +149,17 @@ def test_a_status_for_an_unknown_task_is_a_dead_letter(admit) -> None:
     assert "unknown task 'nobody-0-1'" in letter["reason"]
 
 
-def test_a_host_managers_statuses_of_one_job_come_as_one_record_and_move_each_run(admit, store) -> None:
+def bundled(topic: str, key: str, schema: str, values: list[dict]) -> list[Record]:
+    """The records as a stage's batch sends them (one bundle message) and the runtime reads them back."""
+    emitter = RecordingEmitter()
+    emitter.holding = True
+    for v in values:
+        emitter.emit(topic, key, schema, v)
+    [(_, _, raw, _)] = emitter._messages()
+    return decode_message(registry(), Catalogue()[topic], 0, 7, key.encode(), raw)
+
+
+def test_a_batchs_statuses_of_one_job_go_as_one_bundle_and_each_moves_its_run(admit, store) -> None:
     stage, out = admit
     stage.handle([command("m", JOB.format(name="m", count=3, gang=0, cpu=1))])
     out.take()
@@ -157,14 +167,20 @@ def test_a_host_managers_statuses_of_one_job_come_as_one_record_and_move_each_ru
                 "host_id": "h1", "state": state, "reason": "", "message": "", "exit_code": 0 if end else None,
                 "signal": None, "timestamp_ms": 1}
                for i in range(3) for state, end in (("TASK_RUNNING", False), ("TASK_FINISHED", True))]
-    stage.handle([record("task-status", "peloton.TaskStatuses", {"job_id": "m", "statuses": changes}, key="m")])
+    records = bundled("task-status", "m", "peloton.TaskStatus", changes)
+    assert [(r.schema, r.offset, r.index) for r in records] == [("peloton.TaskStatus", 7, i) for i in range(6)]
+    assert [r.value for r in records] == changes
+    stage.handle(records)
     assert [t.state for t in store.tasks_of_job("m")] == ["SUCCEEDED"] * 3
     assert store.get_job("m").state == "SUCCEEDED"
-    # Statuses of runs no one knows, in one record: one letter for the record, naming them.
+    # Statuses of runs no one knows, in one bundle: a letter for each, holding that status alone
+    # (so it can be replayed as it is), from the bundle's place in the log.
     strays = [{**changes[0], "task_id": f"gone-{i}-1", "job_id": "gone", "instance": i} for i in range(2)]
-    stage.handle([record("task-status", "peloton.TaskStatuses", {"job_id": "gone", "statuses": strays}, key="gone")])
-    [(_, _, _, letter)] = out.take("dead-letters")
-    assert letter["reason"].startswith("2 of its statuses refused: ") and "gone-1-1" in letter["reason"]
+    stage.handle(bundled("task-status", "gone", "peloton.TaskStatus", strays))
+    letters = [letter for _, _, _, letter in out.take("dead-letters")]
+    assert ["gone-0-1" in letters[0]["reason"], "gone-1-1" in letters[1]["reason"]] == [True, True]
+    assert [registry().decode(letter["value"]) for letter in letters] == [("peloton.TaskStatus", v) for v in strays]
+    assert {(letter["offset"], letter["partition"]) for letter in letters} == {(7, 0)}
 
 
 def demand_of(stage: AdmitStage, out: RecordingEmitter, job_id: str, count: int, gang: int, cpu: float) -> list[Record]:
@@ -414,10 +430,7 @@ def test_launch_kills_a_running_run_and_keeps_an_unlaunched_one_from_ever_starti
     stage.handle([placement_of(running), kill_of("r-0-1"), kill_of("e-0-1"), placement_of(early)])
     stage.tick(time.monotonic())
     sent = [r for r in out.take("task-status") if r[2] != "peloton.TaskProgress"]
-    # the host manager's changes go one record per job per batch (TaskStatuses), the rest alone
-    assert "peloton.TaskStatuses" in {schema for _, _, schema, _ in sent}
-    statuses = [(v["task_id"], v["state"], v["reason"]) for _, _, schema, record in sent
-                for v in (record["statuses"] if schema == "peloton.TaskStatuses" else [record])]
+    statuses = [(v["task_id"], v["state"], v["reason"]) for _, _, _, v in sent]
     assert ("r-0-1", "TASK_KILLED", "PREEMPTED") in statuses
     assert ("e-0-1", "TASK_KILLED", "PREEMPTED") in statuses
     assert not [s for s in statuses if s[0] == "e-0-1" and s[1] != "TASK_KILLED"], "the killed run started"
