@@ -16,6 +16,7 @@ from typing import Any
 import fastavro
 import yaml
 
+from peloton.avrocodec import Unsupported, compile_codec
 from peloton.config import REPO_ROOT
 
 SCHEMA_DIR = REPO_ROOT / "schemas" / "avro"
@@ -59,6 +60,14 @@ class SchemaRegistry:
             self._writers[schema_id] = fastavro.parse_schema(raw, named_schemas=known)
             self.by_id[schema_id] = (name, self.by_name[name][1])
         self.named = named  # name -> parsed schema, for references between files
+        # Functions made for each current schema (avrocodec: a third of fastavro's time); fastavro
+        # reads what older versions wrote, resolving it into the current schema.
+        self._codecs: dict[str, tuple] = {}
+        for name, (_id, parsed) in self.by_name.items():
+            try:
+                self._codecs[name] = compile_codec(parsed, named)
+            except Unsupported:
+                pass
 
     def encode(self, name: str, record: dict) -> bytes:
         return self.header(name) + self.encode_body(name, record)
@@ -67,10 +76,17 @@ class SchemaRegistry:
         return _HEADER.pack(MAGIC, self.by_name[name][0])
 
     def encode_body(self, name: str, record: dict) -> bytes:
-        """The Avro payload alone, without the framing."""
-        buf = io.BytesIO()
-        fastavro.schemaless_writer(buf, self.by_name[name][1], record)
-        return buf.getvalue()
+        """The Avro payload alone, without the framing. Raises ValueError for a record that does
+        not fit the schema."""
+        codec = self._codecs.get(name)
+        if codec is None:
+            buf = io.BytesIO()
+            fastavro.schemaless_writer(buf, self.by_name[name][1], record)
+            return buf.getvalue()
+        try:
+            return codec[0](record)
+        except Exception as exc:  # a missing field, a value of the wrong type
+            raise ValueError(f"not a valid {name}: {type(exc).__name__}: {exc}") from exc
 
     def bundle(self, item: str, bodies: list[bytes], key: str) -> bytes:
         """One message of the bundle schema of `item` holding the encoded items (encode_body), made
@@ -91,7 +107,10 @@ class SchemaRegistry:
             raise DecodeError(f"unknown schema id {schema_id}")
         name, schema = entry
         writer = self._writers.get(schema_id, schema)
+        codec = self._codecs.get(name) if writer is schema else None
         try:
+            if codec is not None:
+                return name, codec[1](data, 5)
             record = fastavro.schemaless_reader(io.BytesIO(data[5:]), writer, schema if writer is not schema else None)
         except Exception as exc:  # fastavro raises several types on corrupt payloads
             raise DecodeError(f"payload does not decode as {name}: {exc.__class__.__name__}: {exc}") from exc

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 import time
-import uuid
 
 # Mesos' reason for a task description that cannot run (we use it for a gang a stage refused).
 REASON_TASK_INVALID = "REASON_TASK_INVALID"
@@ -11,12 +12,27 @@ REASON_TASK_INVALID = "REASON_TASK_INVALID"
 REASON_NO_HOST = "REASON_NO_HOST"
 
 
+def new_id() -> str:
+    """A unique id for an event, a kill or a placement (32 hex digits, like uuid4().hex): a random
+    prefix per process and a counter. uuid4 cost 3 us a call, 6% of the host manager's time."""
+    return f"{_id_prefix}{next(_id_counter):016x}"
+
+
+def _new_prefix() -> None:
+    global _id_prefix, _id_counter
+    _id_prefix, _id_counter = os.urandom(8).hex(), itertools.count()
+
+
+_new_prefix()
+os.register_at_fork(after_in_child=_new_prefix)  # a forked child must not repeat its parent's ids
+
+
 def task_status(job_id: str, instance: int, run_id: int, task_id: str, host_id: str, state: str, reason: str = "",
                 message: str = "", exit_code: int | None = None, signal: int | None = None,
                 timestamp_ms: int | None = None) -> dict:
     """A TaskStatus record (schemas/avro/TaskStatus.avsc)."""
     return {
-        "event_id": uuid.uuid4().hex, "task_id": task_id, "job_id": job_id, "instance": instance,
+        "event_id": new_id(), "task_id": task_id, "job_id": job_id, "instance": instance,
         "run_id": run_id, "host_id": host_id, "state": state, "reason": reason, "message": message,
         "exit_code": exit_code, "signal": signal, "timestamp_ms": timestamp_ms or int(time.time() * 1000),
     }
@@ -26,7 +42,7 @@ def task_kill(job_id: str, instance: int, run_id: int, task_id: str, reason: str
               timestamp_ms: int | None = None) -> dict:
     """A TaskKill record (schemas/avro/TaskKill.avsc): stop this run wherever it is."""
     return {
-        "kill_id": uuid.uuid4().hex, "task_id": task_id, "job_id": job_id, "instance": instance, "run_id": run_id,
+        "kill_id": new_id(), "task_id": task_id, "job_id": job_id, "instance": instance, "run_id": run_id,
         "reason": reason, "message": message, "timestamp_ms": timestamp_ms or int(time.time() * 1000),
     }
 
@@ -44,7 +60,7 @@ def task_progress(state: str, steps: list[tuple[dict, str]], timestamp_ms: int |
     for t, host_id in steps:
         by_job.setdefault(t["job_id"], []).append({"instance": t["instance"], "run_id": t["run_id"], "host_id": host_id})
     at = timestamp_ms or int(time.time() * 1000)
-    return [(job_id, {"event_id": uuid.uuid4().hex, "job_id": job_id, "state": state, "runs": runs, "timestamp_ms": at})
+    return [(job_id, {"event_id": new_id(), "job_id": job_id, "state": state, "runs": runs, "timestamp_ms": at})
             for job_id, runs in by_job.items()]
 
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import logging
 import random
-import uuid
 from collections import deque
 from dataclasses import dataclass
 
 from peloton.model.constraint import ConstraintError
-from peloton.model.events import REASON_NO_HOST, send_progress, task_status
+from peloton.model.events import REASON_NO_HOST, new_id, send_progress, task_status
 from peloton.model.gang import gang_problem
 from peloton.model.resources import Resources
 from peloton import metrics
@@ -195,7 +194,7 @@ class PlaceStage(Stage):
             by_shard.setdefault(chosen[t["task_id"]].shard, []).append((t, need))
         records = []
         for shard, tasks in by_shard.items():
-            pid = uuid.uuid4().hex
+            pid = new_id()
             assignments = []
             for t, need in tasks:  # counted on the host at once, labels and job too, for the next gang
                 a = chosen[t["task_id"]]
