@@ -55,6 +55,7 @@ class BenchPlan:
     task_seconds: float = 0.0
     store: str = "sqlite"
     relay_messages: int = 100_000  # 0: no relay baseline
+    rate: float = 0.0  # offered load, tasks/s: jobs submitted at this pace; 0: as fast as one producer can
 
     @property
     def inventory(self) -> str:
@@ -64,6 +65,11 @@ class BenchPlan:
     @property
     def tasks(self) -> int:
         return self.jobs * self.tasks_per_job
+
+    def due_s(self, job: int) -> float:
+        """When the job-th job is submitted, in seconds from the first: at once without a rate;
+        with one, when its tasks are due at that steady load."""
+        return job * self.tasks_per_job / self.rate if self.rate else 0.0
 
 
 def run_pipeline_bench(console, plan: BenchPlan) -> dict:
@@ -95,6 +101,7 @@ def run_pipeline_bench(console, plan: BenchPlan) -> dict:
         submitted: dict[str, int] = {}  # job id -> submission time (ms)
         started, started_ms = time.monotonic(), _now_ms()
         for i in range(plan.jobs):
+            time.sleep(max(0.0, started + plan.due_s(i) - time.monotonic()))
             job_id = submit_job(settings, store, f"/bench-{i % plan.pools}",
                                 BENCH_JOB.format(index=i, tasks=plan.tasks_per_job), out=out, hosts=distinct)
             submitted[job_id] = _now_ms()
@@ -186,7 +193,8 @@ def _figures(plan: BenchPlan, states: dict[str, int], elapsed: float, started_ms
     return {
         "hosts": plan.inventory, "jobs": plan.jobs, "tasks_per_job": plan.tasks_per_job, "pools": plan.pools,
         "instances": plan.instances, "task_seconds": plan.task_seconds, "store": plan.store,
-        "tasks": plan.tasks, "job_states": states, "seconds": round(elapsed, 2),
+        "tasks": plan.tasks, "offered_tasks_per_s": plan.rate or None, "job_states": states,
+        "seconds": round(elapsed, 2),
         "tasks_running": len(running_at), "tasks_succeeded": len(succeeded_at),
         "tasks_per_s_running": per_s_running,
         "tasks_per_s_succeeded": round(len(succeeded_at) / to_succeeded, 1) if to_succeeded else 0.0,
@@ -223,6 +231,9 @@ def _print(console, plan: BenchPlan, f: dict) -> None:
         f"pipeline: {plan.jobs} jobs x {plan.tasks_per_job:,} tasks over {plan.pools} pools on {plan.inventory} "
         f"({plan.instances} instance(s) per stage, {plan.store} store, sim task {plan.task_seconds:g}s): "
         f"jobs {f['job_states']} in {f['seconds']:.1f}s", highlight=False)
+    if plan.rate:
+        console.print(f"  offered load: {plan.rate:,.0f} tasks/s (a job of {plan.tasks_per_job:,} tasks every "
+                      f"{plan.tasks_per_job / plan.rate:.2f}s)", highlight=False)
     console.print(f"  to RUNNING:   [bold]{f['tasks_per_s_running']:,.0f} tasks/s[/bold]   "
                   f"latency submit->RUNNING p50 {f['p50_ms'] / 1000:.2f}s  p90 {f['p90_ms'] / 1000:.2f}s  "
                   f"p99 {f['p99_ms'] / 1000:.2f}s", highlight=False)

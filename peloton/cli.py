@@ -320,11 +320,14 @@ def bench(
     task_seconds: float = typer.Option(0.0, help="How long each simulated task runs."),
     store: str = typer.Option("sqlite", help="sqlite, or postgres (a throwaway PostgreSQL and ZooKeeper)."),
     relay: int = typer.Option(100_000, help="Messages through the 4-hop relay baseline (0: none)."),
+    rate: float = typer.Option(0.0, help="Offered load in tasks/s: jobs are submitted at this pace, for the "
+                               "latency at a steady load (0: as fast as one producer can, for throughput)."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Run JOBS jobs of TASKS_PER_JOB simulated tasks through a throwaway stack and print tasks per
     second to RUNNING and to SUCCEEDED, latency percentiles, per-stage records, CPU and memory, and
-    the same broker's 4-hop relay rate for comparison."""
+    the same broker's 4-hop relay rate for comparison. With --rate, the jobs arrive at that pace
+    instead of all at once, and the percentiles tell the latency at that load."""
     from peloton.bench import BenchPlan, run_pipeline_bench
 
     if store not in ("sqlite", "postgres"):
@@ -333,8 +336,10 @@ def bench(
                         ("--instances", instances)):
         if value < 1:
             _fail(f"{name} {value}: must be at least 1", EXIT_INVALID)
+    if rate < 0:
+        _fail(f"--rate {rate:g}: must be 0 or more", EXIT_INVALID)
     plan = BenchPlan(hosts=hosts, jobs=jobs, tasks_per_job=tasks_per_job, pools=pools, instances=instances,
-                     task_seconds=task_seconds, store=store, relay_messages=relay)
+                     task_seconds=task_seconds, store=store, relay_messages=relay, rate=rate)
     from stages.launch.inventory import InventoryError, parse_inventory
 
     try:

@@ -15,3 +15,8 @@ def test_percentiles_are_nearest_rank() -> None:
     values = list(range(1, 101))  # 1..100
     assert (_percentile(values, 50), _percentile(values, 90), _percentile(values, 99)) == (50.0, 90.0, 99.0)
     assert _percentile([7], 99) == 7.0 and _percentile([], 50) == 0.0
+
+
+def test_with_a_rate_jobs_are_due_at_that_steady_load_and_without_one_at_once() -> None:
+    assert [BenchPlan(tasks_per_job=1000, rate=500).due_s(i) for i in range(3)] == [0.0, 2.0, 4.0]
+    assert BenchPlan(tasks_per_job=1000).due_s(7) == 0.0
