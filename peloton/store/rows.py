@@ -51,8 +51,16 @@ RUN_COLS = ("run_id", "task_id", "gang_id", "state", "failures", "host_id", "rea
             "updated_ms")
 
 
-def run_params(t: TaskRow) -> tuple:
-    """RUN_COLS of the task, then its key (job id, instance)."""
+# Of those, what a status moves when the run stays the same: no new run id, task id or gang id, so
+# the task-id index is left alone (an UPDATE rewrites the index of every column it sets).
+STATE_COLS = RUN_COLS[3:]
+
+
+def run_params(t: TaskRow, same_run: bool = False) -> tuple:
+    """RUN_COLS (STATE_COLS if same_run) of the task, then its key (job id, instance)."""
+    if same_run:
+        return (t.state, t.failures, t.host_id, t.reason, t.message, t.exit_code, t.signal, t.updated_ms,
+                t.job_id, t.instance)
     return (t.run_id, t.task_id, t.gang_id, t.state, t.failures, t.host_id, t.reason, t.message, t.exit_code,
             t.signal, t.updated_ms, t.job_id, t.instance)
 

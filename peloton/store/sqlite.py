@@ -25,6 +25,7 @@ from peloton.store.rows import (
     LAUNCH_COLS,
     QUEUED_COLS,
     RUN_COLS,
+    STATE_COLS,
     TASK_COLS,
     TASK_COLS_NO_SPEC,
     allocation_from_row,
@@ -252,10 +253,11 @@ class SqliteStore(StorageGateway):
                 [task_params(t) for t in tasks],
             )
 
-    def update_task_runs(self, tasks: list[TaskRow]) -> None:
+    def update_task_runs(self, tasks: list[TaskRow], same_run: bool = False) -> None:
         with self.transaction():
-            self.db.executemany(f"UPDATE tasks SET {', '.join(f'{c} = ?' for c in RUN_COLS)} "
-                                "WHERE job_id = ? AND instance = ?", [run_params(t) for t in tasks])
+            cols = STATE_COLS if same_run else RUN_COLS
+            self.db.executemany(f"UPDATE tasks SET {', '.join(f'{c} = ?' for c in cols)} "
+                                "WHERE job_id = ? AND instance = ?", [run_params(t, same_run) for t in tasks])
 
     def task_state_counts(self, job_ids: list[str]) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {j: {} for j in job_ids}

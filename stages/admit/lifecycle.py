@@ -25,6 +25,10 @@ class Transition:
     release: bool = False  # the run's pool allocation is given back
 
 
+# A move and nothing more, one per state: made once (frozen, so shared), not per status.
+_MOVES = {state: Transition(state) for state in TASK_ORDER}
+
+
 def status_problem(task_known: bool, event: dict) -> str | None:
     """Why a TaskStatus record cannot be about any task of ours, or None. (A status for an older
     run of a known task is not a problem: task_transition ignores it.)"""
@@ -106,7 +110,7 @@ def task_transition(
         return Transition("LOST", retry=True, count_failure=True, release=True)
     if new in TASK_TERMINAL:
         return Transition(new, count_failure=new in ("FAILED", "LOST"), release=True)
-    return Transition(new)
+    return _MOVES[new]
 
 
 def progress_events(progress: dict) -> list[dict]:
@@ -125,7 +129,7 @@ def progress_transition(current_state: str, current_run: int, event_run: int, st
         return None
     if TASK_ORDER[state] <= TASK_ORDER[current_state]:
         return None
-    return Transition(state)
+    return _MOVES[state]
 
 
 def job_state(counts: Mapping[str, int], instance_count: int, current: str, controller: str | None = None) -> str:

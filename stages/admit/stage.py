@@ -224,6 +224,7 @@ class AdmitStage(Stage):
             seen.add(job.job_id)
             jobs.append(job)
             tasks.extend(job_tasks)
+            self._slas[job.job_id] = (spec.max_running_instances, spec.max_running_time_s)  # not parsed again
         created = self.store.create_jobs(jobs, tasks)
         by_job: dict[str, list[TaskRow]] = {}
         for t in tasks:
@@ -338,6 +339,7 @@ class AdmitStage(Stage):
         grown, new_tasks = expand_job(job.job_id, job.pool, new, cmd["config"], now)
         added = [t for t in new_tasks if t.instance >= old.instance_count]
         job.config_text, job.config_version, job.instance_count = cmd["config"], job.config_version + 1, new.instance_count
+        self._slas[job.job_id] = (new.max_running_instances, new.max_running_time_s)
         if added:
             self.store.save_tasks(added)
             ready = [t for t in added if t.state == "PENDING"]
@@ -498,9 +500,12 @@ class AdmitStage(Stage):
             changed[(task.job_id, task.instance)] = task
         if not changed:
             return
-        # Most moves change the run only: its spec, the largest column, is not written again.
+        # Most moves change the run's state only: its spec, the largest column, is not written
+        # again, nor its ids (and their index) unless it runs again or goes back to its pool.
+        rerun = {(t.job_id, t.instance) for t in reruns}
         self.store.save_tasks([t for key, t in changed.items() if key in respecced])
-        self.store.update_task_runs([t for key, t in changed.items() if key not in respecced])
+        self.store.update_task_runs([t for key, t in changed.items() if key in rerun and key not in respecced])
+        self.store.update_task_runs([t for key, t in changed.items() if key not in rerun], same_run=True)
         self._record_events(events)
         job_ids = list({t.job_id for t in changed.values()})
         counts = self.store.task_state_counts(job_ids)

@@ -106,6 +106,14 @@ def test_tasks_are_found_by_instance_saved_and_their_events_kept_in_order(store)
     again = store.tasks_by_instance([("a", 0)])[("a", 0)]
     assert (again.state, again.host_id, again.failures, again.reason, again.updated_ms, again.spec) == (
         "RUNNING", "h2", 1, "why", 9, {"x": [1]})
+    # same_run: the state columns alone; run, task and gang ids are left as stored.
+    gang = t.gang_id
+    t.state, t.exit_code, t.updated_ms, t.run_id, t.task_id, t.gang_id = "SUCCEEDED", 0, 10, 99, "a-0-99", "g-99"
+    store.update_task_runs([t], same_run=True)
+    again = store.tasks_by_instance([("a", 0)])[("a", 0)]
+    assert (again.state, again.exit_code, again.updated_ms, again.run_id, again.task_id, again.gang_id) == (
+        "SUCCEEDED", 0, 10, 2, "a-0-2", gang)
+    t.run_id, t.task_id, t.gang_id = 2, "a-0-2", gang
     t.spec = {"x": [1]}
     store.record_task_events([("a-0-1", "a", 0, 1, "FAILED", "r", 3, 5, "h1", "boom"),
                               ("a-0-2", "a", 0, 2, "PENDING", "", None, 6, "", "")])
