@@ -403,6 +403,12 @@ def decode_message(serde: SchemaRegistry, spec, partition: int, offset: int, raw
     return [Record(spec.id, partition, offset, key, item, v, raw_key, raw_value, i) for i, v in enumerate(values)]
 
 
+# fetch.wait.max.ms of a stage's consumer and of a view's (see StageRuntime's consumer). A view
+# reads state that changes now and then (hosts, pool usage): it can wait longer.
+FETCH_WAIT_MS = 100
+VIEW_FETCH_WAIT_MS = 250
+
+
 class StageRuntime:
     def __init__(self, stage: Stage, settings: Settings, instance_id: str | None = None):
         self.stage = stage
@@ -421,7 +427,11 @@ class StageRuntime:
                 "session.timeout.ms": settings.session_timeout_ms,
                 "heartbeat.interval.ms": max(100, settings.session_timeout_ms // 6),
                 "partition.assignment.strategy": "cooperative-sticky",
-                "fetch.wait.max.ms": 50,
+                # How long the broker holds a fetch that finds nothing: every idle consumer asks
+                # again this often, and Tansu spends about 1 ms on each ask (an idle dev stack
+                # cost it a third of a core at 20-50 ms). Data that arrives ends the wait early,
+                # though Tansu notices it only every few tens of ms.
+                "fetch.wait.max.ms": FETCH_WAIT_MS,
                 "allow.auto.create.topics": False,  # see producer_config
                 # Notice topics made again (after a broker lost them) within seconds, not minutes.
                 "topic.metadata.refresh.interval.ms": int(settings.topic_check_s * 1000),
@@ -802,7 +812,7 @@ class CompactedView:
                 "enable.auto.commit": False,
                 # A broker that restarted empty starts the topic again at 0: read it from there.
                 "auto.offset.reset": "earliest",
-                "fetch.wait.max.ms": 20,
+                "fetch.wait.max.ms": VIEW_FETCH_WAIT_MS,
             }
         )
         self.consumer.assign([TopicPartition(self.spec.name, p, OFFSET_BEGINNING) for p in range(self.spec.partitions)])
