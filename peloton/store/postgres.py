@@ -40,6 +40,7 @@ from peloton.store.rows import (
     job_filters,
     job_from_row,
     job_update_params,
+    json_text,
     job_params,
     launch_from_row,
     launch_params,
@@ -374,7 +375,7 @@ class PostgresStore(StorageGateway):
     def end_launches(self, task_ids: list[str], ended_ms: int, final_status: dict[str, dict] | None = None) -> None:
         final_status = final_status or {}
         self._many("UPDATE launches SET ended_ms = %s, final_status = %s WHERE task_id = %s AND ended_ms IS NULL",
-                   [(ended_ms, json.dumps(final_status[t]) if t in final_status else None, t) for t in task_ids])
+                   [(ended_ms, json_text(final_status[t]) if t in final_status else None, t) for t in task_ids])
 
     def active_launches(self, host_ids: list[str]) -> list[Launch]:
         return [launch_from_row(r) for r in self._all(

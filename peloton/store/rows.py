@@ -7,7 +7,7 @@ import orjson
 from peloton.store.base import Allocation, JobRow, Launch, QueuedGang, TaskRow
 
 
-def _dumps(value) -> str:
+def json_text(value) -> str:
     """JSON text of a column (orjson: task specs and gangs are written and read per status, and
     the standard library's json was a tenth of the job manager's time)."""
     return orjson.dumps(value).decode()
@@ -41,7 +41,7 @@ def task_from_row(row) -> TaskRow:
 
 def task_params(t: TaskRow) -> tuple:
     return (
-        t.job_id, t.instance, t.run_id, t.task_id, t.pool, t.gang_id, t.state, _dumps(t.spec),
+        t.job_id, t.instance, t.run_id, t.task_id, t.pool, t.gang_id, t.state, json_text(t.spec),
         t.max_failures, t.failures, t.host_id, t.reason, t.message, t.exit_code, t.signal, t.updated_ms,
     )
 
@@ -77,13 +77,13 @@ def job_from_row(row) -> JobRow:
 def job_params(j: JobRow) -> tuple:
     return (j.job_id, j.name, j.pool, j.type, j.state, j.instance_count, j.priority, bool(j.preemptible),
             j.placement_strategy, j.owner, j.config_text, j.created_ms, j.updated_ms, j.completed_ms,
-            bool(j.revocable), j.config_version, _dumps(j.rollout) if j.rollout else None)
+            bool(j.revocable), j.config_version, json_text(j.rollout) if j.rollout else None)
 
 
 def job_update_params(j: JobRow) -> tuple:
     """What an update of a job may change, then its id."""
     return (j.state, j.updated_ms, j.completed_ms, j.instance_count, j.config_text, j.config_version,
-            _dumps(j.rollout) if j.rollout else None, j.job_id)
+            json_text(j.rollout) if j.rollout else None, j.job_id)
 
 
 def allocation_from_row(row) -> Allocation:
@@ -109,7 +109,7 @@ def queued_from_row(row) -> QueuedGang:
 
 
 def queued_params(q: QueuedGang) -> tuple:
-    return (q.gang_id, q.pool, q.priority, q.seq, _dumps(q.gang), q.not_before_ms)
+    return (q.gang_id, q.pool, q.priority, q.seq, json_text(q.gang), q.not_before_ms)
 
 
 def launch_params(r: Launch) -> tuple:

@@ -33,6 +33,7 @@ from peloton.store.rows import (
     job_filters,
     job_from_row,
     job_update_params,
+    json_text,
     job_params,
     launch_from_row,
     launch_params,
@@ -374,7 +375,7 @@ class SqliteStore(StorageGateway):
         with self.transaction():
             self.db.executemany(
                 "UPDATE launches SET ended_ms = ?, final_status = ? WHERE task_id = ? AND ended_ms IS NULL",
-                [(ended_ms, json.dumps(final_status[t]) if t in final_status else None, t) for t in task_ids],
+                [(ended_ms, json_text(final_status[t]) if t in final_status else None, t) for t in task_ids],
             )
 
     def active_launches(self, host_ids: list[str]) -> list[Launch]:
