@@ -753,11 +753,7 @@ class StageRuntime:
                 log.warning("commit not made (%s); the partitions' next owner reads again from the last commit",
                             err.name() if isinstance(err, KafkaError) else exc)
                 return
-            for tp in offsets:
-                key = (self.catalogue.by_name[tp.topic].id, tp.partition)
-                self._committed[key] = tp.offset
-                if tp.offset > 0:
-                    self._ever_committed[key] = tp.offset
+            self._remember(offsets, self._committed, self._ever_committed)
 
     def _commit_positions(self, positions: list[TopicPartition]) -> None:
         """Record how far this stage has read where it holds messages back, under a second group
@@ -774,11 +770,16 @@ class StageRuntime:
         except KafkaException as exc:  # only the lag view is the poorer for it
             log.info("position not recorded: %s", exc)
             return
-        for tp in positions:
+        self._remember(positions, self._positions, self._ever_positions)
+
+    def _remember(self, stored: list[TopicPartition], now: dict, ever: dict) -> None:
+        """What a commit stored, per (topic id, partition): as it stands now, and, past 0, in
+        `ever`, what a broker that restarted empty would have forgotten (_offsets_wiped)."""
+        for tp in stored:
             key = (self.catalogue.by_name[tp.topic].id, tp.partition)
-            self._positions[key] = tp.offset
+            now[key] = tp.offset
             if tp.offset > 0:
-                self._ever_positions[key] = tp.offset
+                ever[key] = tp.offset
 
     def _shutdown(self) -> None:
         try:
