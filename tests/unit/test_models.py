@@ -161,6 +161,20 @@ def test_held_offsets_commit_no_further_than_the_oldest_held() -> None:
     assert held.lowest() == {}
 
 
+def test_held_records_of_one_bundle_share_an_offset_and_each_must_be_released() -> None:
+    held = HeldOffsets()
+    tp = ("admitted-gangs", 0)
+    for offset in (3, 3, 3, 4):
+        held.hold(tp, offset)
+    held.release(tp, 3)
+    held.release(tp, 3)
+    assert held.lowest() == {tp: 3}
+    held.release(tp, 4)
+    assert held.lowest() == {tp: 3}
+    held.release(tp, 3)
+    assert held.lowest() == {}
+
+
 def test_settings_round_trip_through_the_environment(monkeypatch, tmp_path) -> None:
     from peloton.config import Settings
 

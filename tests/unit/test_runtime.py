@@ -300,22 +300,6 @@ def test_the_next_poll_asks_for_about_a_batch_of_records_however_they_are_bundle
     assert asked[0] == rt.settings.max_batch and asked[-1] < rt.settings.max_batch / 10
 
 
-def test_held_records_of_one_bundle_share_an_offset_and_each_must_be_released() -> None:
-    from peloton.runtime import HeldOffsets
-
-    held = HeldOffsets()
-    tp = ("admitted-gangs", 0)
-    for offset in (3, 3, 3, 4):
-        held.hold(tp, offset)
-    held.release(tp, 3)
-    held.release(tp, 3)
-    assert held.lowest() == {tp: 3}
-    held.release(tp, 4)
-    assert held.lowest() == {tp: 3}
-    held.release(tp, 3)
-    assert held.lowest() == {}
-
-
 def test_a_holding_stage_that_committed_only_0_still_notices_the_broker_lost_its_log() -> None:
     """Place may commit 0 on a partition for a long while (a gang held from the first bundle), but
     it records its read position: a broker that forgot both restarted empty."""
