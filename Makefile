@@ -4,7 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install system demo test unit integration bench soak clean
+KAFKA_JARS := .jars/kafka
+
+.PHONY: install system jars demo test unit integration bench soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,6 +15,17 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Apache Kafka's broker and tools from Maven Central (jvm/kafka/pom.xml pins the version), fetched
+# once into an ignored folder; a fetch cut short leaves no half folder behind.
+$(KAFKA_JARS)/.complete: jvm/kafka/pom.xml
+	@command -v mvn >/dev/null || { echo "Maven (mvn) and Java 17 are needed to fetch Apache Kafka's jars" >&2; exit 1; }
+	rm -rf $(KAFKA_JARS).partial
+	mvn -q -B -f jvm/kafka/pom.xml org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
+	  -DoutputDirectory=$(CURDIR)/$(KAFKA_JARS).partial -DincludeScope=runtime
+	rm -rf $(KAFKA_JARS) && mv $(KAFKA_JARS).partial $(KAFKA_JARS) && touch $@
+
+jars: $(KAFKA_JARS)/.complete
 
 # The Debian packages the tests start real servers from: PostgreSQL (the multi-machine store),
 # ZooKeeper (the instance registry), and Chromium with its driver (the dashboard, seen in a real
@@ -36,30 +49,30 @@ system:
 
 # Starts the embedded stack, runs the example jobs to completion with live progress, prints a
 # summary with tasks per second, and stops the stack.
-demo: $(STAMP)
+demo: $(STAMP) jars
 	$(BIN)/pelotonctl dev demo
 
-test: $(STAMP) system
+test: $(STAMP) system jars
 	$(BIN)/python -m pytest -q
 
 unit: $(STAMP) system
 	$(BIN)/python -m pytest -q tests/unit
 
-integration: $(STAMP) system
+integration: $(STAMP) system jars
 	$(BIN)/python -m pytest -q tests/integration
 
 # Figures, not pass/fail: the resource manager and placement alone, then the pipeline at cluster
 # scale (10,000 simulated hosts, 50 jobs of 1,000 tasks): its throughput with every job submitted
 # at once, beside a 4-hop relay of the same broker, then its latency at a steady 1,000 tasks/s.
-bench: $(STAMP)
+bench: $(STAMP) jars
 	$(BIN)/pelotonctl respool bench
 	$(BIN)/python -m stages.place.bench
 	$(BIN)/pelotonctl bench
 	$(BIN)/pelotonctl bench --rate 1000 --relay 0
 
 # Scale and soak runs (tests marked slow), left out of `make test` to keep it within CI's time.
-soak: $(STAMP) system
+soak: $(STAMP) system jars
 	$(BIN)/python -m pytest -q -m slow tests
 
 clean:
-	rm -rf $(VENV) .peloton .pytest_cache
+	rm -rf $(VENV) .peloton .pytest_cache .jars

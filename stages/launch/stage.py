@@ -346,8 +346,18 @@ class LaunchStage(Stage):
 
     def _check_agents(self, now: float) -> None:
         """An agent silent for agent_timeout_s is down: its runs are lost (and run elsewhere),
-        and its host takes no placements until it reports again."""
+        and its host takes no placements until it reports again. Time this host manager was not
+        listening (its loop waited for the broker or the store) is not the agents' silence: it
+        is added to when each was last heard, so a broker outage marks no host DOWN."""
         timeout = self.settings.agent_timeout_s
+        last = getattr(self, "_last_agent_check", now)
+        self._last_agent_check = now
+        deaf = now - last
+        if deaf > max(1.0, 2 * self.settings.agent_heartbeat_s):
+            log.warning("not listening for %.1fs (waiting for the broker or the store): agents are given that "
+                        "time back before any is judged silent", deaf)
+            for host_id in self.agent_seen:
+                self.agent_seen[host_id] += deaf
         for host_id, seen in self.agent_seen.items():
             if now - seen > timeout and host_id not in self.down:
                 self.down.add(host_id)

@@ -1,5 +1,6 @@
-"""Integration fixtures: a real Tansu broker for the session, and per test an isolated pipeline
-(own topic prefix, store file and home) whose stages run as real processes."""
+"""Integration fixtures: a real Apache Kafka node (KRaft) for the session, and per test an isolated
+pipeline (own topic prefix, store file and home) whose stages run as real processes. Tests that
+stop or kill brokers start clusters of their own (`kafka_cluster`)."""
 
 from __future__ import annotations
 
@@ -17,13 +18,13 @@ from confluent_kafka import Consumer, TopicPartition
 
 from peloton.admin import create_pool, ensure_topics, submit_job
 from peloton.config import REPO_ROOT, Settings
+from peloton.kafkaserver import KafkaCluster
 from peloton.devstack import (
     agent_hosts,
     free_port,
     ready_line,
     sim_agent_hosts,
     start_agent,
-    start_broker,
     start_sim_agent,
     start_stage,
     wait_for_log,
@@ -54,12 +55,27 @@ def broker(tmp_path_factory) -> str:
     if external:
         yield external
         return
-    port = free_port()
-    log = tmp_path_factory.mktemp("broker") / "broker.log"
-    proc = start_broker(port, log)
-    yield f"127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(10)
+    cluster = KafkaCluster.create(tmp_path_factory.mktemp("kafka"), nodes=1)
+    cluster.start()
+    yield cluster.bootstrap
+    cluster.stop()
+
+
+@pytest.fixture
+def kafka_cluster(tmp_path):
+    """Makes a Kafka cluster of its own for a test that stops or kills brokers (`nodes` of them),
+    started; stopped after the test."""
+    made: list[KafkaCluster] = []
+
+    def make(nodes: int = 1) -> KafkaCluster:
+        cluster = KafkaCluster.create(tmp_path / f"kafka-{len(made)}", nodes=nodes)
+        made.append(cluster)
+        cluster.start()
+        return cluster
+
+    yield make
+    for cluster in made:
+        cluster.stop()
 
 
 _seq = itertools.count()

@@ -2,9 +2,10 @@
 
 Every fenced block says what it is: `sh` blocks run in bash from the checkout's root, `python`
 blocks run with the project's Python from there, in the order the README gives them, against the
-dev stack the README itself starts. `java` blocks cannot run here (no Kafka client jars from the
-package registries this machine reaches): their schema id is checked against ids.yaml instead.
-`text` blocks are pictures. The one line not run is `make test`: it is what runs this test."""
+dev stack the README itself starts. The `java` block is jvm/examples' SubmitJob, which
+test_java_clients builds with Maven and runs against a pipeline: here its lines are checked to be
+SubmitJob's, in order, and its schema id against ids.yaml. `text` blocks are pictures. The one
+line not run is `make test`: it is what runs this test."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from peloton.store import open_store
 pytestmark = pytest.mark.integration
 
 README = REPO_ROOT / "README.md"
+SUBMIT_JOB = REPO_ROOT / "jvm" / "examples" / "src" / "main" / "java" / "SubmitJob.java"
 KINDS = {"sh", "python", "java", "text"}
 NOT_RUN = {"make test"}  # the command that runs this very test
 
@@ -53,6 +55,18 @@ def test_the_java_producer_uses_the_schema_id_of_ids_yaml() -> None:
     assert java, "the README lost its Java producer"
     for body in java:
         assert re.findall(r"putInt\((\d+)\)", body) == [str(ids["peloton.JobCommand"])]
+
+
+def test_every_line_of_the_readmes_java_producer_is_a_line_of_submit_job_in_the_same_order() -> None:
+    # SubmitJob's own lines (its arguments, the topic prefix) sit between them; a line changed on
+    # one side only would leave the README showing code that no test runs.
+    source = [line.strip() for line in SUBMIT_JOB.read_text().splitlines()]
+    [body] = [body for kind, body, _ in blocks(README.read_text()) if kind == "java"]
+    at = 0
+    for line in filter(None, (line.strip() for line in body.splitlines())):
+        assert line in source[at:], (f"the README's Java line {line!r} is not in {SUBMIT_JOB.relative_to(REPO_ROOT)} "
+                                     f"after its line {at}: change both")
+        at = source.index(line, at) + 1
 
 
 def test_every_example_in_the_readme_runs_as_written(tmp_path) -> None:

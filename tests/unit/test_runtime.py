@@ -55,6 +55,7 @@ class Consumer:
 
     def commit(self, offsets, asynchronous):
         self.commits.append({(tp.topic, tp.partition): tp.offset for tp in offsets})
+        self.metadata = {(tp.topic, tp.partition): tp.metadata for tp in offsets}
 
     def get_watermark_offsets(self, tp, cached):
         return (0, self.end)
@@ -87,7 +88,9 @@ class Recorder(Stage):
 
 
 def runtime_for(stage: Stage, batch) -> tuple[StageRuntime, Consumer, RecordingEmitter]:
-    settings = Settings(bootstrap="127.0.0.1:9", retry_min_s=0.01, retry_max_s=0.02, metrics_port=-1)
+    # At least once: the transactional path is tested with a stand-in producer (test_transaction).
+    settings = Settings(bootstrap="127.0.0.1:9", retry_min_s=0.01, retry_max_s=0.02, metrics_port=-1,
+                        exactly_once=False)
     rt = StageRuntime(stage, settings, "test")
     rt.consumer = Consumer(batch)
     rt.emitter = RecordingEmitter(stage.name)
@@ -144,9 +147,9 @@ def test_a_stage_stopped_while_it_waits_commits_nothing_it_did_not_handle() -> N
     assert out.take() == []
 
 
-def test_positions_from_before_a_broker_outage_are_not_committed_after_it() -> None:
-    """The broker that answers after an outage may have restarted empty: committing the old
-    positions there would skip its new messages."""
+def test_a_batch_whose_output_waited_for_the_broker_is_committed_once_it_was_delivered() -> None:
+    """The broker away while a batch's output waits: the batch is not handled again, and its
+    offsets commit once the output is delivered (Kafka keeps its log across an outage)."""
     from peloton.runtime import DeliveryError
 
     stage = Recorder()
@@ -161,7 +164,7 @@ def test_positions_from_before_a_broker_outage_are_not_committed_after_it() -> N
     out.flush = flush
     rt.run_once()
     assert stage.handled == ["a"] and rt.retries == 2
-    assert consumer.commits == []  # handled, delivered, and left for the group to read again
+    assert consumer.commits == [{(CAT["job-commands"].name, 0): 5}]
 
 
 class Holder(Recorder):
@@ -181,17 +184,16 @@ def test_a_holding_stage_records_how_far_it_read_and_its_lag_counts_the_held_rec
     stage = Holder()
     batch = [Message(i, command(j)) for i, j in enumerate(["a", "held", "b", "c"])]
     rt, consumer, _out = runtime_for(stage, batch)
-    rt._position_consumer = positions = Consumer([])
     rt.run_once()
     name = CAT["job-commands"].name
     assert consumer.commits == [{(name, 0): 1}]  # not past the held record
-    assert positions.commits == [{(name, 0): 4}]  # but it has read all four
+    assert consumer.metadata == {(name, 0): "read=4"}  # but it has read all four, as the commit says
     labels = (rt.catalogue.group("recorder"), name, "0")
     assert metrics.LAG.labels(*labels)._value.get() == 3
     assert metrics.HELD.labels(*labels)._value.get() == 3
     assert metrics.LAG_SECONDS.labels(*labels)._value.get() > 0  # the held record's age
-    rt.run_once()  # nothing new read: the position is not recorded again
-    assert len(positions.commits) == 1
+    rt.run_once()  # nothing new read: nothing committed again
+    assert len(consumer.commits) == 1
 
 
 # -- bundles: what a batch sends for one key goes as one message, and is read back record by record --
@@ -300,9 +302,10 @@ def test_the_next_poll_asks_for_about_a_batch_of_records_however_they_are_bundle
     assert asked[0] == rt.settings.max_batch and asked[-1] < rt.settings.max_batch / 10
 
 
-def test_a_holding_stage_that_committed_only_0_still_notices_the_broker_lost_its_log() -> None:
-    """Place may commit 0 on a partition for a long while (a gang held from the first bundle), but
-    it records its read position: a broker that forgot both restarted empty."""
+def test_a_holding_stage_that_committed_only_0_still_notices_the_log_was_lost() -> None:
+    """Place may commit 0 on a partition for a long while (a gang held from the first bundle), with
+    how far it read in the commit's metadata: a group that forgot that commit lost its log (a
+    wiped cluster, or topics an operator deleted)."""
     from confluent_kafka import TopicPartition
 
     class Committed:
@@ -314,8 +317,8 @@ def test_a_holding_stage_that_committed_only_0_still_notices_the_broker_lost_its
 
     rt, _, _ = runtime_for(Recorder(), [])
     assert not rt._offsets_wiped()  # nothing committed yet: nothing to have lost
-    rt._ever_positions = {("job-commands", 0): 3}
-    rt._position_consumer = Committed(3)
+    rt._remember([TopicPartition(CAT["job-commands"].name, 0, 0, metadata="read=3")])
+    rt.consumer = Committed(0)
     assert not rt._offsets_wiped()
-    rt._position_consumer = Committed(-1001)  # OFFSET_INVALID: the group is unknown
-    assert rt._offsets_wiped() and rt._ever_positions == {}
+    rt.consumer = Committed(-1001)  # OFFSET_INVALID: the group is unknown
+    assert rt._offsets_wiped() and rt._ever_committed == {}

@@ -1,0 +1,328 @@
+"""Apache Kafka from its published jars, for the dev stack and the tests: one KRaft node
+(combined broker and controller) or a cluster of several on this machine.
+
+    cluster = KafkaCluster.create(home / "kafka", nodes=3)   # formats each node's log once
+    cluster.start()                                           # every node, waits until all serve
+    cluster.bootstrap                                         # "127.0.0.1:P1,127.0.0.1:P2,..."
+    cluster.kill(2); cluster.start_node(2)                    # the node keeps its log
+    cluster.stop()
+
+The jars come from Maven Central through jvm/kafka/pom.xml into .jars/kafka (`make jars`, or
+`ensure_jars()` on first use). A cluster's layout (ports, cluster id) is kept in its folder, so
+a cluster started again from the same folder finds its own log.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from peloton.config import REPO_ROOT
+
+JARS = REPO_ROOT / ".jars" / "kafka"
+POM = REPO_ROOT / "jvm" / "kafka" / "pom.xml"
+READY = "Kafka Server started"
+# What Kafka's scripts pass (kafka-run-class.sh), with a heap sized for a 2-core machine shared
+# with the stages: the broker's page cache, not its heap, holds the log.
+JVM_OPTIONS = ["-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
+               "-XX:+ExplicitGCInvokesConcurrent", "-XX:MaxDirectMemorySize=256m", "-Djava.awt.headless=true"]
+HEAP_MB = {1: 768, 3: 512}  # per node, by cluster size
+LOG4J = """\
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = OUT
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.cleaner.name = kafka.log.LogCleaner
+logger.cleaner.level = INFO
+logger.noisy.name = org.apache.kafka.clients
+logger.noisy.level = WARN
+"""
+
+
+class KafkaError(RuntimeError):
+    """Kafka's jars are missing and cannot be fetched, or a node did not start; the message says why."""
+
+
+def ensure_jars() -> Path:
+    """The folder of Kafka's jars, fetched from Maven Central once (later calls find them)."""
+    if (JARS / ".complete").exists():
+        return JARS
+    if shutil.which("mvn") is None:
+        raise KafkaError(f"Kafka's jars are not in {JARS} and Maven (mvn) is not on PATH to fetch them; "
+                         "install Maven and run `make jars`")
+    JARS.parent.mkdir(parents=True, exist_ok=True)
+    with open(JARS.parent / ".kafka.lock", "w") as lock:  # two test sessions may ask at once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (JARS / ".complete").exists():
+            partial = JARS.with_name("kafka.partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            done = subprocess.run(["mvn", "-q", "-B", "-f", str(POM),
+                                   "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies",
+                                   f"-DoutputDirectory={partial}", "-DincludeScope=runtime"],
+                                  capture_output=True, text=True)
+            if done.returncode != 0:
+                raise KafkaError(f"fetching Kafka's jars with Maven failed:\n{(done.stdout + done.stderr)[-3000:]}")
+            shutil.rmtree(JARS, ignore_errors=True)
+            partial.rename(JARS)  # whole or not at all: an interrupted fetch leaves no half folder
+            (JARS / ".complete").touch()
+    return JARS
+
+
+def java_command(main: str, *args: str, heap_mb: int = 256, options: list[str] | None = None) -> list[str]:
+    """A command line that runs `main` from Kafka's jars (a broker, the storage tool, a tool)."""
+    if shutil.which("java") is None:
+        raise KafkaError("Kafka needs Java 17 and `java` is not on PATH")
+    return ["java", f"-Xms{heap_mb}m", f"-Xmx{heap_mb}m", *(options or []), "-cp", f"{ensure_jars()}/*", main, *args]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Node:
+    node_id: int
+    port: int  # the broker's listener (clients)
+    controller_port: int
+    dir: Path
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log(self) -> Path:
+        return self.dir / "server.log"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.dir / "pid"
+
+
+def node_properties(node: Node, voters: str, size: int) -> str:
+    """server.properties of one node: KRaft, combined roles, everything on 127.0.0.1."""
+    replicas = min(3, size)
+    isr = 2 if replicas >= 3 else 1
+    return "\n".join([
+        "process.roles=broker,controller",
+        f"node.id={node.node_id}",
+        f"controller.quorum.voters={voters}",
+        f"listeners=PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{node.port}",
+        "controller.listener.names=CONTROLLER",
+        "inter.broker.listener.name=PLAINTEXT",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        f"log.dirs={node.dir / 'data'}",
+        # Replication: what the topics and Kafka's internal topics get.
+        f"default.replication.factor={replicas}",
+        f"min.insync.replicas={isr}",
+        f"offsets.topic.replication.factor={replicas}",
+        f"transaction.state.log.replication.factor={replicas}",
+        f"transaction.state.log.min.isr={isr}",
+        # Fewer internal partitions than production's 50: groups and transactional producers
+        # come and go in the hundreds in a test session, each first use of a partition costs a load.
+        "offsets.topic.num.partitions=10",
+        "transaction.state.log.num.partitions=10",
+        # Groups form at once (tests start and stop stages all the time); tests shorten session
+        # timeouts below production's 6 s floor.
+        "group.initial.rebalance.delay.ms=0",
+        "group.min.session.timeout.ms=1000",
+        # A 2-core machine: fewer threads than a server's defaults.
+        "num.network.threads=2",
+        "num.io.threads=4",
+        "background.threads=4",
+        "num.recovery.threads.per.data.dir=1",
+        "log.cleaner.threads=1",
+        "log.cleaner.dedupe.buffer.size=33554432",
+        # The cleaner looks for dirty compacted logs this often (15 s by default).
+        "log.cleaner.backoff.ms=5000",
+        # Topics come from topics.yaml only (see topics.apply_topics).
+        "auto.create.topics.enable=false",
+        # A broker that is not shut down cleanly recovers its log at the next start; the page
+        # cache survives a SIGKILL of the process, so nothing acknowledged is lost by one.
+        "",
+    ])
+
+
+class KafkaCluster:
+    """Kafka nodes on this machine, each with its log in `dir`/node-N."""
+
+    def __init__(self, dir: Path, nodes: list[Node], cluster_id: str):
+        self.dir = dir
+        self.nodes = nodes
+        self.cluster_id = cluster_id
+        self._procs: dict[int, subprocess.Popen] = {}
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.address for n in self.nodes)
+
+    @property
+    def heap_mb(self) -> int:
+        return HEAP_MB.get(len(self.nodes), 512)
+
+    @classmethod
+    def create(cls, dir: Path, nodes: int = 1, first_port: int | None = None) -> KafkaCluster:
+        """A new cluster in `dir` (emptied first): ports chosen, every node's log formatted with
+        one cluster id. `first_port`, when given and free, is the first node's client port."""
+        dir = Path(dir).resolve()
+        shutil.rmtree(dir, ignore_errors=True)
+        dir.mkdir(parents=True)
+        members = []
+        for i in range(1, nodes + 1):
+            port = first_port if (i == 1 and first_port) else _free_port()
+            members.append(Node(i, port, _free_port(), dir / f"node-{i}"))
+        cluster_id = subprocess.run(java_command("kafka.tools.StorageTool", "random-uuid", heap_mb=64),
+                                    capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+        cluster = cls(dir, members, cluster_id)
+        voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in members)
+        (dir / "log4j2.properties").write_text(LOG4J)
+        for n in members:
+            n.dir.mkdir()
+            (n.dir / "server.properties").write_text(node_properties(n, voters, nodes))
+            done = subprocess.run(java_command("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c",
+                                               str(n.dir / "server.properties"), heap_mb=128),
+                                  capture_output=True, text=True)
+            if done.returncode != 0:
+                raise KafkaError(f"formatting node {n.node_id} failed: {(done.stdout + done.stderr)[-2000:]}")
+        (dir / "cluster.json").write_text(json.dumps({
+            "cluster_id": cluster_id,
+            "nodes": [{"node_id": n.node_id, "port": n.port, "controller_port": n.controller_port} for n in members]},
+            indent=2))
+        return cluster
+
+    @classmethod
+    def open(cls, dir: Path) -> KafkaCluster:
+        """The cluster formatted in `dir` earlier (to start again on its own log)."""
+        dir = Path(dir).resolve()
+        doc = json.loads((dir / "cluster.json").read_text())
+        nodes = [Node(n["node_id"], n["port"], n["controller_port"], dir / f"node-{n['node_id']}") for n in doc["nodes"]]
+        return cls(dir, nodes, doc["cluster_id"])
+
+    def node(self, node_id: int) -> Node:
+        return next(n for n in self.nodes if n.node_id == node_id)
+
+    def launch(self, node_id: int) -> subprocess.Popen:
+        """Start one node in the background (in a session of its own) without waiting."""
+        n = self.node(node_id)
+        log = open(n.log, "ab")
+        cmd = java_command("kafka.Kafka", str(n.dir / "server.properties"), heap_mb=self.heap_mb,
+                           options=[*JVM_OPTIONS, f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
+                                    f"-Dkafka.logs.dir={n.dir}"])
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        n.pid_file.write_text(str(proc.pid))
+        self._procs[node_id] = proc
+        return proc
+
+    def start(self, timeout: float = 90.0) -> None:
+        """Start every node not running and wait until each serves. The nodes start together:
+        with several voters none is ready before a quorum is up."""
+        waiting = {}
+        for n in self.nodes:
+            if self.pid(n.node_id) is None:
+                waiting[n.node_id] = (self._starts(n), self.launch(n.node_id))
+        for node_id, (before, proc) in waiting.items():
+            self._wait_ready(self.node(node_id), before, proc, timeout)
+
+    def start_node(self, node_id: int, timeout: float = 90.0) -> subprocess.Popen:
+        n = self.node(node_id)
+        before = self._starts(n)
+        proc = self.launch(node_id)
+        self._wait_ready(n, before, proc, timeout)
+        return proc
+
+    def _starts(self, n: Node) -> int:
+        try:
+            return n.log.read_text(errors="replace").count(READY)
+        except OSError:
+            return 0
+
+    def _wait_ready(self, n: Node, before: int, proc: subprocess.Popen, timeout: float) -> None:
+        """Poll the node's log until this start says it serves (not a sleep)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._starts(n) > before:
+                return
+            if proc.poll() is not None:
+                raise KafkaError(f"Kafka node {n.node_id} exited with code {proc.returncode}:\n{_tail(n.log)}")
+            time.sleep(0.1)
+        raise KafkaError(f"Kafka node {n.node_id} did not start within {timeout:.0f}s:\n{_tail(n.log)}")
+
+    def pid(self, node_id: int) -> int | None:
+        """The node's process id while it runs."""
+        try:
+            pid = int(self.node(node_id).pid_file.read_text())
+        except (OSError, ValueError):
+            return None
+        return pid if _alive(pid) else None
+
+    def kill(self, node_id: int, sig: int = signal.SIGKILL, timeout: float = 30.0) -> None:
+        """Send `sig` to a node (SIGTERM: a clean shutdown) and wait until it is gone."""
+        pid = self.pid(node_id)
+        if pid is None:
+            return
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        proc = self._procs.pop(node_id, None)
+        deadline = time.monotonic() + timeout
+        while _alive(pid) and time.monotonic() < deadline:
+            if proc is not None:
+                proc.poll()  # reap our child so it does not linger as a zombie
+            time.sleep(0.05)
+        if _alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+            while _alive(pid):
+                if proc is not None:
+                    proc.poll()
+                time.sleep(0.05)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """A clean shutdown of every node (the brokers first would leave the controllers without
+        a quorum to hand leadership over: stop them all at once)."""
+        for n in self.nodes:
+            pid = self.pid(n.node_id)
+            if pid is not None:
+                try:
+                    os.killpg(pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for n in self.nodes:
+            self.kill(n.node_id, signal.SIGTERM, timeout)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie counts as gone
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""

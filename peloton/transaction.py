@@ -1,0 +1,201 @@
+"""One Kafka transaction per batch: what a stage produced for a batch and the offsets it consumed
+commit together, or neither does (Kafka's consume-transform-produce, KIP-98 and KIP-447).
+
+The stage decides once. Its decisions are already in the store and in its memory when the
+transaction commits, so a transaction that fails is not handled again: the messages it held are
+kept here (`journal`) and produced again in a new transaction, with the same offsets, until one
+commits. Readers (read_committed) never see the messages of an aborted attempt, so a retry leaves
+no duplicate behind, and a stage killed mid-transaction leaves none either: its open transaction
+is aborted (by the next producer with its transactional id, or by the coordinator after
+`transaction.timeout.ms`) and the next owner of its partitions reads again from the last commit.
+
+librdkafka's three kinds of transaction error, and what each means here:
+- retriable: the broker is slow or away: call the same step again (the caller's retry loop);
+- abortable or fatal: this attempt is lost: a new producer takes the transactional id (which
+  aborts the attempt on the broker), produces the journal again and commits again. When the
+  group has moved on (a rebalance fenced this member), the offsets can no longer commit: the
+  journal goes without them, and whoever owns those partitions now reads them again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+
+log = logging.getLogger("peloton.transaction")
+
+# A rebalance fenced this member: its offsets cannot commit, but its output still must go.
+_GROUP_FENCED = {KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID, KafkaError.FENCED_INSTANCE_ID,
+                 KafkaError.REBALANCE_IN_PROGRESS}
+
+
+# How much longer than its own timeout a transactional call may take before it counts as stuck.
+STUCK_GRACE_S = 5.0
+
+
+class TransactionError(RuntimeError):
+    """The transaction did not commit yet (the broker is slow or away); try the commit again."""
+
+
+def _error(exc: KafkaException) -> KafkaError | None:
+    err = exc.args[0] if exc.args else None
+    return err if isinstance(err, KafkaError) else None
+
+
+class BatchTransaction:
+    """The transactional producer of one stage instance and the transaction of its current batch."""
+
+    def __init__(self, make_producer: Callable[[], Producer], timeout_s: float):
+        self.make_producer = make_producer
+        self.timeout_s = timeout_s
+        self.producer = self._new_producer()
+        self.open = False
+        self.journal: list[tuple[str, bytes | None, bytes, int]] = []  # (topic, key, value, partition)
+        self._broken = False  # an attempt failed mid-way: abort before committing
+        self._offsets_sent = False
+        self.commits = 0
+        self.aborts = 0  # attempts aborted and produced again
+        self.renewals = 0  # producers replaced after a failed attempt
+        self._stuck: list[Producer] = []  # producers left inside a call that never returned
+
+    def _new_producer(self) -> Producer:
+        producer = self.make_producer()
+        # Fences an earlier producer of the same id (a zombie of this instance) and aborts the
+        # transaction it left open, so its messages never reach a reader.
+        producer.init_transactions(self.timeout_s)
+        return producer
+
+    # -- producing --------------------------------------------------------------------------
+    def produce(self, topic: str, key: bytes | None, value: bytes, partition: int, on_delivery) -> None:
+        self.journal.append((topic, key, value, partition))
+        if self._broken:
+            return  # goes with the journal after the abort
+        try:
+            self._begin()
+            self._produce(topic, key, value, partition, on_delivery)
+        except KafkaException as exc:
+            log.warning("transaction: produce failed (%s); the batch's output goes again after an abort", exc)
+            self._broken = True
+
+    def _begin(self) -> None:
+        if not self.open:
+            self.producer.begin_transaction()
+            self.open = True
+            self._offsets_sent = False
+
+    def _produce(self, topic, key, value, partition, on_delivery=None) -> None:
+        while True:
+            try:
+                self.producer.produce(topic, value=value, key=key, partition=partition, on_delivery=on_delivery)
+                return
+            except BufferError:  # local queue full: let librdkafka drain, then retry
+                self.producer.poll(0.05)
+
+    # -- committing -------------------------------------------------------------------------
+    def commit(self, offsets: list[TopicPartition], group_metadata: Callable) -> bool:
+        """Commit the open transaction with `offsets` (the consumed positions). True when the
+        offsets committed with the output; False when the group had fenced this member, so the
+        output went alone. Raises TransactionError when it should be called again."""
+        if not self.open and not offsets and not self.journal:
+            return True
+        try:
+            if self._broken:
+                self._again()
+            self._begin()
+            # Every message delivered first: a delivery that fails puts the transaction in its
+            # abortable state before the offsets go, not while they go (librdkafka 2.16 can then
+            # wait in send_offsets_to_transaction for ever).
+            remaining = self.producer.flush(self.timeout_s)
+            if remaining:
+                raise TransactionError(f"{remaining} messages of the transaction not delivered yet")
+            if offsets and not self._offsets_sent:
+                self._guarded(self.producer.send_offsets_to_transaction, offsets, group_metadata(), self.timeout_s)
+                self._offsets_sent = True
+            self._guarded(self.producer.commit_transaction, self.timeout_s)
+        except KafkaException as exc:
+            err = _error(exc)
+            if err is not None and (err.fatal() or err.txn_requires_abort()):
+                self._broken = True
+                if err.code() in _GROUP_FENCED:
+                    log.warning("transaction: the group moved on (%s); the output goes without its offsets",
+                                err.name())
+                    self.commit([], group_metadata)
+                    return False
+                raise TransactionError(f"transaction failed ({err.name()}); its output goes again") from None
+            raise TransactionError(f"transaction not committed yet: {exc}") from None
+        self.open = False
+        self._offsets_sent = False
+        self.journal = []
+        self.commits += 1
+        return True
+
+    def _guarded(self, call, *args) -> None:
+        """Run a transactional call, but not for ever: librdkafka 2.16 can wait in
+        send_offsets_to_transaction past its timeout when the broker dies between the
+        AddOffsetsToTxn and TxnOffsetCommit requests. A call that overstays is left to its thread
+        and its producer replaced (the new one fences it), so the stage goes on."""
+        outcome: list = []
+
+        def run() -> None:
+            try:
+                call(*args)
+                outcome.append(None)
+            except BaseException as exc:  # handed to the caller's thread
+                outcome.append(exc)
+
+        worker = threading.Thread(target=run, name="txn-call", daemon=True)
+        worker.start()
+        worker.join(self.timeout_s + STUCK_GRACE_S)
+        if not outcome:
+            log.warning("transaction: %s is stuck past its timeout; a new producer takes over",
+                        getattr(call, "__name__", "a call"))
+            self._stuck.append(self.producer)  # kept so its thread never meets a freed client
+            self.producer = None
+            self._broken = True
+            raise TransactionError("a transactional call got stuck; a new producer takes over")
+        if outcome[0] is not None:
+            raise outcome[0]
+
+    def _again(self) -> None:
+        """Drop the failed attempt and produce what it held again in a new transaction, with a new
+        producer under the same id: its init aborts what the old one left open (so no reader
+        sees it), and it starts with no sequence numbers of messages that may never have landed.
+        Raises KafkaException when the broker is not ready for it (commit classifies it)."""
+        if self.open:
+            self.aborts += 1
+        self._renew()
+        self._begin()
+        for topic, key, value, partition in self.journal:
+            self._produce(topic, key, value, partition)
+        self._broken = False
+
+    def _renew(self) -> None:
+        old, self.producer = self.producer, None
+        self.open = False
+        self._offsets_sent = False
+        if old is not None:
+            try:
+                old.purge()  # its queued messages belong to the failed attempt
+                old.flush(0)
+            except Exception:
+                pass
+            del old
+        self.renewals += 1
+        try:
+            self.producer = self._new_producer()
+        except KafkaException as exc:  # the broker is away: the next commit tries again
+            raise TransactionError(f"no new producer yet: {exc}") from None
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Leave: an open transaction is aborted (nothing of it was committed)."""
+        if self.producer is None:
+            return
+        if self.open:
+            try:
+                self.producer.abort_transaction(timeout)
+            except KafkaException:
+                pass
+        self.producer.flush(timeout)

@@ -1,0 +1,77 @@
+"""The README's Java producer, compiled with Maven against the published Kafka and Avro jars
+(jvm/examples) and run against a pipeline: the job it submits must succeed, and WatchStatus, a
+Java reader of the task-status topic, must print that job's statuses."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from peloton.config import REPO_ROOT
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = REPO_ROOT / "jvm" / "examples"
+JARS = REPO_ROOT / ".jars" / "examples"  # the pom puts its jar and every runtime dependency here
+JAR = JARS / "java-clients.jar"
+JOB_FILE = "examples/jobs/hello.yaml"
+
+
+def tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"`{name}` is not on PATH: the Java clients' test builds with Maven 3.8 and runs on Java 17 "
+                    f"(Debian: apt-get install openjdk-17-jdk-headless maven)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def classpath() -> str:
+    """The clients' jar and its dependencies, built once and rebuilt only when the pom or a source changed."""
+    sources = [EXAMPLES / "pom.xml", *(p for p in (EXAMPLES / "src").rglob("*") if p.is_file())]
+    if not JAR.exists() or JAR.stat().st_mtime < max(p.stat().st_mtime for p in sources):
+        mvn = tool("mvn")
+        # From scratch: a changed pom must not leave the old versions' jars on the classpath.
+        shutil.rmtree(JARS, ignore_errors=True)
+        result = subprocess.run([mvn, "-q", "-B", "-f", str(EXAMPLES / "pom.xml"), "package"],
+                                cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0 and JAR.exists(), (
+            f"mvn package failed with {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return str(JARS / "*")
+
+
+def java(classpath: str, main: str, *args: str, env: dict[str, str], timeout: float = 90) -> str:
+    """Runs a class of the clients from the checkout's root (the README's relative paths) and
+    returns its stdout."""
+    result = subprocess.run([tool("java"), "-cp", classpath, main, *args], cwd=REPO_ROOT, env=env,
+                            capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, (
+        f"{main} failed with {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return result.stdout
+
+
+def test_the_readmes_java_producer_submits_a_job_that_succeeds_and_watch_status_prints_its_runs(
+        classpath, pipeline_factory) -> None:
+    instances = yaml.safe_load((REPO_ROOT / JOB_FILE).read_text())["instancecount"]
+    p = pipeline_factory()
+    p.start_all()
+    # The stages' own variables: the prefix puts the command on this pipeline's topic.
+    env = {**os.environ, "PELOTON_TOPIC_PREFIX": p.settings.topic_prefix}
+    out = java(classpath, "SubmitJob", p.settings.bootstrap, "/test", JOB_FILE, "schemas/avro/JobCommand.avsc",
+               env=env)
+    [job_id] = out.split()
+    assert p.wait_job(job_id) == "SUCCEEDED"
+    assert p.counts(job_id) == {"SUCCEEDED": instances}
+
+    out = java(classpath, "WatchStatus", p.settings.bootstrap, "schemas/avro", env=env)
+    lines = [line.split() for line in out.splitlines()]
+    mine = [fields for fields in lines if fields[0] == job_id]
+    assert mine, f"WatchStatus printed nothing of job {job_id}:\n{out[-3000:]}"
+    # Every instance ran and finished; each line is job id, instance, run, state.
+    finished = {int(instance) for _job, instance, _run, state in mine if state == "TASK_FINISHED"}
+    assert finished == set(range(instances)), out[-3000:]
+    assert {state for *_rest, state in mine} >= {"TASK_RUNNING", "TASK_FINISHED"}, out[-3000:]

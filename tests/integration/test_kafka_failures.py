@@ -1,0 +1,184 @@
+"""Failures of the real broker and of the stages, on Apache Kafka:
+
+- one broker killed (SIGKILL) in the middle of a 2,000-task job and started again on its log:
+  every task runs once, a job acknowledged just before the kill is not lost, no stage exits;
+- three brokers, one killed in the middle of a job: the job goes on after the leader election,
+  every task once; then the whole cluster stopped and started again: a job accepted before runs;
+- a stage killed (SIGKILL) in the middle of a job and started again under its instance id: no
+  output record of it is left twice on any topic (its open transaction was aborted).
+
+Hosts are simulated by an agent process (`simagent:`), so a killed host manager leaves them
+running, as real agents would."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from peloton.serde import registry, unbundle
+from peloton.topics import Catalogue
+from tests.integration.conftest import Pipeline
+
+pytestmark = pytest.mark.integration
+
+# How long the single broker stays down; PELOTON_TEST_OUTAGE_S lengthens it for a soak run.
+OUTAGE_S = float(os.environ.get("PELOTON_TEST_OUTAGE_S", "15"))
+HOSTS = "simagent:25:cpu=32,mem_mb=65536,disk_mb=100000"
+
+JOB = """
+name: {name}
+instancecount: {count}
+defaultconfig:
+  resource: {{cpulimit: 1, memlimitmb: 16, disklimitmb: 1}}
+  command: {{shell: true, value: 'true'}}
+"""
+
+
+def all_alive(p: Pipeline) -> None:
+    for instance, proc in p.procs.items():
+        assert proc.poll() is None, f"{instance} exited with {proc.returncode}; see {p.log(instance)}"
+
+
+def succeeded(p: Pipeline, job_id: str) -> int:
+    return p.counts(job_id).get("SUCCEEDED", 0)
+
+
+def wait_until_done(p: Pipeline, job_id: str, at_least: int, timeout: float = 120) -> None:
+    p.wait_for(f"{at_least} tasks of {job_id} SUCCEEDED", lambda: succeeded(p, job_id) >= at_least, timeout)
+
+
+def each_ran_once(p: Pipeline, job_id: str, count: int) -> None:
+    runs = p.store.launch_counts(job_id)
+    again = {i: n for i, n in runs.items() if n != 1}
+    assert len(runs) == count and not again, f"{job_id}: {count - len(runs)} never launched, ran again: {again}"
+
+
+def pipeline_on(cluster, tmp_path, **overrides) -> Pipeline:
+    return Pipeline(cluster.bootstrap, tmp_path / "p", HOSTS, sim_task_seconds=1.0, retry_max_s=2.0,
+                    flush_timeout_s=5.0, **overrides)
+
+
+def test_a_killed_broker_started_again_on_its_log_loses_nothing_and_runs_every_task_once(kafka_cluster, tmp_path) -> None:
+    cluster = kafka_cluster(1)
+    p = pipeline_on(cluster, tmp_path)
+    try:
+        p.start_all()
+        big = p.submit(JOB.format(name="big", count=2000))
+        wait_until_done(p, big, 300)
+        acked = p.submit(JOB.format(name="acked", count=20))  # the broker acknowledged it: it must run
+        cluster.kill(1, signal.SIGKILL)
+        done_when_killed = succeeded(p, big)
+        down_at = time.monotonic()
+        while time.monotonic() - down_at < OUTAGE_S:
+            all_alive(p)  # waiting for the broker, not exiting
+            time.sleep(0.5)
+        cluster.start_node(1)
+        assert p.wait_job(big, timeout=240) == "SUCCEEDED"
+        assert p.wait_job(acked, timeout=60) == "SUCCEEDED"
+        each_ran_once(p, big, 2000)
+        each_ran_once(p, acked, 20)
+        all_alive(p)
+        print(f"{done_when_killed} of 2000 done when the broker was killed; down {OUTAGE_S:g}s")
+    finally:
+        p.stop()
+
+
+def test_three_brokers_lose_one_then_all_and_every_job_runs_each_task_once(kafka_cluster, tmp_path) -> None:
+    cluster = kafka_cluster(3)
+    p = pipeline_on(cluster, tmp_path)
+    try:
+        p.start_all()
+        job = p.submit(JOB.format(name="three", count=2000))
+        wait_until_done(p, job, 300)
+        cluster.kill(2, signal.SIGKILL)  # a follower or the leader of some partitions; a voter
+        killed_at = time.monotonic()
+        # The longest wait for the next finished task after the kill: the pause the job saw.
+        last, last_change, pause = succeeded(p, job), time.monotonic(), 0.0
+        while last < 2000:
+            now_done = succeeded(p, job)
+            if now_done != last:
+                pause = max(pause, time.monotonic() - last_change)
+                last, last_change = now_done, time.monotonic()
+            assert time.monotonic() - killed_at < 240, f"{last} of 2000 after 240s; logs in {p.home}"
+            time.sleep(0.1)
+        assert p.wait_job(job, timeout=30) == "SUCCEEDED"
+        each_ran_once(p, job, 2000)
+        # A node that stops heartbeating is fenced after broker.session.timeout.ms (9 s), then its
+        # partitions' leadership moves: the job may wait that long, not much longer.
+        assert pause < 20, f"the job paused {pause:.1f}s after a broker was killed"
+        print(f"longest pause after losing a broker of three: {pause:.1f}s")
+        all_alive(p)
+
+        accepted = p.submit(JOB.format(name="accepted", count=200))
+        cluster.stop()  # every broker, cleanly, with the job accepted and not yet run
+        stopped_at = time.monotonic()
+        while time.monotonic() - stopped_at < 5:
+            all_alive(p)
+            time.sleep(0.5)
+        cluster.start()  # the killed node too
+        assert p.wait_job(accepted, timeout=180) == "SUCCEEDED"
+        each_ran_once(p, accepted, 200)
+        all_alive(p)
+    finally:
+        p.stop()
+
+
+# What identifies one output record of a stage: a second record with the same identity on a
+# topic is a duplicate the transaction should have prevented.
+IDENTITY = {
+    "peloton.GangDemand": lambda v: ("demand", v["gang_id"]),
+    "peloton.AdmittedGang": lambda v: ("admitted", v["gang"]["gang_id"]),
+    "peloton.Placement": lambda v: ("placement", v["placement_id"]),
+    "peloton.TaskStatus": lambda v: ("status", v["task_id"], v["run_id"], v["state"]),
+}
+
+
+def identities(p: Pipeline, topics: list[str]) -> list[tuple]:
+    """Every committed record of the topics (read_committed, as the stages read them), by identity."""
+    catalogue = Catalogue(p.settings.topic_prefix)
+    consumer = Consumer({"bootstrap.servers": p.settings.bootstrap, "group.id": f"audit-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed",
+                         "enable.partition.eof": True})
+    parts = [TopicPartition(catalogue[t].name, i, 0) for t in topics for i in range(catalogue[t].partitions)]
+    consumer.assign(parts)
+    seen, ended = [], set()
+    deadline = time.monotonic() + 60
+    try:
+        while len(ended) < len(parts) and time.monotonic() < deadline:
+            for m in consumer.consume(1000, 0.5):
+                if m.error() is not None:
+                    ended.add((m.topic(), m.partition()))
+                    continue
+                schema, value = registry().decode(m.value())
+                item, values = unbundle(schema, value)
+                if item in IDENTITY:
+                    seen.extend(IDENTITY[item](v) for v in values)
+    finally:
+        consumer.close()
+    return seen
+
+
+def test_a_stage_killed_mid_job_leaves_no_output_record_twice(pipeline_factory) -> None:
+    p = pipeline_factory(hosts="simagent:10:cpu=32,mem_mb=65536,disk_mb=100000", sim_task_seconds=1.0)
+    p.start_all()
+    job = p.submit(JOB.format(name="kills", count=1200))
+    for stage in ("launch", "admit", "place", "entitle"):
+        before = succeeded(p, job)
+        wait_until_done(p, job, min(before + 100, 1200))
+        instance = f"{stage}-0"
+        p.procs[instance].send_signal(signal.SIGKILL)
+        p.procs[instance].wait()
+        p.start(stage, instance=instance)  # the same id: it aborts what the killed one left open
+    assert p.wait_job(job, timeout=180) == "SUCCEEDED"
+    each_ran_once(p, job, 1200)
+    seen = identities(p, ["task-demand", "admitted-gangs", "placements", "task-status"])
+    twice = [k for k in set(seen) if seen.count(k) > 1] if len(seen) != len(set(seen)) else []
+    assert not twice, f"{len(twice)} records twice, e.g. {twice[:5]}"
+    statuses = [k for k in seen if k[0] == "status" and k[3] == "TASK_FINISHED"]
+    assert len(statuses) == 1200
+    print(f"{len(seen)} output records, none twice, after killing launch, admit, place and entitle")
