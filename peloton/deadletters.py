@@ -54,7 +54,7 @@ def read_letters(settings: Settings, timeout: float = 5.0) -> list[dict]:
                     continue  # not a letter (someone wrote there by hand)
                 letters.append({"number": m.offset() if spec.partitions == 1 else f"{m.partition()}:{m.offset()}",
                                 **value})
-            # Read to the high-water mark of the fetch responses (right on Tansu, unlike ListOffsets).
+            # Read to the high-water mark of the fetch responses (no ListOffsets round trip).
             for tp in parts:
                 _low, high = reader.get_watermark_offsets(tp, cached=True)
                 position = reader.position([TopicPartition(tp.topic, tp.partition)])[0].offset

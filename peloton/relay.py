@@ -61,7 +61,7 @@ def run_relay(bootstrap: str, count: int = 100_000, timeout: float = 300.0) -> d
                     "auto.offset.reset": "earliest", "fetch.wait.max.ms": 50})
     end.assign([TopicPartition(topics[-1], 0, 0)])
     try:
-        for p in hops:  # each hop has joined its group (about 3 s on Tansu)
+        for p in hops:  # each hop has joined its group
             if p.stdout.readline().strip() != "ready":
                 raise RuntimeError("a relay hop did not start")
         producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})

@@ -820,8 +820,8 @@ class StageRuntime:
 class CompactedView:
     """Last value per key of a compacted topic, read in full by every instance (faust-table style).
 
-    Tansu does not compact, so this reads the whole history and keeps the latest per key, which is
-    also what a reader of a compacted Kafka topic must do."""
+    It reads what compaction left (one record per key, plus the open segment) and keeps the latest
+    per key, as any reader of a compacted Kafka topic must."""
 
     def __init__(self, settings: Settings, topic: str, catalogue: Catalogue | None = None):
         self.catalogue = catalogue or Catalogue(settings.topic_prefix)
@@ -863,8 +863,7 @@ class CompactedView:
     def catch_up(self, timeout: float = 5.0) -> bool:
         """Read until every partition is at its high-water mark (False if timeout passed first).
 
-        The mark is taken from fetch responses (cached), not from ListOffsets, which Tansu answers
-        wrongly when the last batch holds several records."""
+        The mark is taken from fetch responses (cached): no ListOffsets round trip per check."""
         parts = [TopicPartition(self.spec.name, p) for p in range(self.spec.partitions)]
         deadline = time.monotonic() + timeout
         while True:

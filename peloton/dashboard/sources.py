@@ -51,7 +51,7 @@ class Sources:
 
     The compacted topics are read by views kept open for the life of this object: each sample
     reads only what arrived since the last one (reading host-state from its start every two
-    seconds would cost more the longer the cluster runs; Tansu never compacts it)."""
+    seconds would cost more the longer the cluster runs)."""
 
     def __init__(self, settings: Settings, store: QueryStore, lag_monitor=None, wait_s: float = 3.0):
         self.settings = settings

@@ -144,13 +144,14 @@ class HostAgent:
             offset = offset if isinstance(offset, int) else OFFSET_END
             if offset != OFFSET_END:
                 _, end = self.consumer.get_watermark_offsets(TopicPartition(self.commands.name, partition), timeout=10)
-                if offset > end:  # the broker lost its log (Tansu keeps none): nothing past its end comes
+                if offset > end:  # the cluster was wiped or the topic deleted: nothing past its end comes
                     log.warning("saved offset %d is past the end (%d) of %s[%d]: the broker lost its log; "
                                 "reading from its end", offset, end, self.commands.name, partition)
                     offset = OFFSET_END
             if offset == OFFSET_END:
-                # Tansu may place "the end" a few records early; nothing sent before this first
-                # start can be for us (the host manager learns of a host from its reports).
+                # A read_committed reader's end is the last stable offset: a transaction still open
+                # may hold commands before it. Nothing sent before this first start can be for us
+                # (the host manager learns of a host from its reports), so such commands are skipped.
                 self.fresh_since_ms = _now_ms()
             assignment.append(TopicPartition(self.commands.name, partition, offset))
         self.offsets = {p: saved.get(str(p)) for p in partitions}
