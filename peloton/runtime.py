@@ -601,12 +601,30 @@ class StageRuntime:
         if records and not self._until_done(lambda: self._handle(records), "handling a batch"):
             return  # stopping before the batch was handled: none of it is committed
         self._next.update(positions)
+        self._past_markers()
         self.stage_tick()
         if not self._until_done(self._flush_and_commit, "committing"):
             return
         if time.monotonic() >= self._next_lag_export:
             self._next_lag_export = time.monotonic() + self.settings.metrics_period_s
             self._export_lag()
+
+    def _past_markers(self) -> None:
+        """A transaction's commit marker takes an offset of its own after its last record. The
+        consumer's position moves past markers as it reads them; so does what is committed
+        (every record before the position was handled), or each partition written in
+        transactions would show a lag of 1 for ever, here and in kafka-consumer-groups."""
+        if not self.assigned:
+            return
+        parts = [TopicPartition(self.catalogue[t].name, p) for t, p in self.assigned]
+        try:
+            read = self.consumer.position(parts)
+        except KafkaException:
+            return
+        for tp in read:
+            key = (self.catalogue.by_name[tp.topic].id, tp.partition)
+            if tp.offset >= 0 and tp.offset > self._next.get(key, -1):
+                self._next[key] = tp.offset
 
     def _check_topics(self) -> None:
         """At start, check every topic against topics.yaml and say what differs; later, make

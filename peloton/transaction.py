@@ -51,10 +51,15 @@ class BatchTransaction:
     def __init__(self, make_producer: Callable[[], Producer], timeout_s: float):
         self.make_producer = make_producer
         self.timeout_s = timeout_s
-        self.producer = self._new_producer()
         self.open = False
         self.journal: list[tuple[str, bytes | None, bytes, int]] = []  # (topic, key, value, partition)
-        self._broken = False  # an attempt failed mid-way: abort before committing
+        self._broken = False  # an attempt failed mid-way: a new producer sends the journal again
+        self.producer: Producer | None = None
+        try:
+            self.producer = self._new_producer()
+        except KafkaException as exc:  # the broker is away or still loading: the first commit tries again
+            log.warning("transaction: no producer yet (%s); trying again at the first commit", exc)
+            self._broken = True
         self._offsets_sent = False
         self.commits = 0
         self.aborts = 0  # attempts aborted and produced again

@@ -55,13 +55,29 @@ def test_dev_up_status_and_down(tmp_path) -> None:
         assert sorted(t["targets"][0] for t in targets) == sorted(r["metrics"].split("/")[2] for r in rows[1:])
         again = ctl("dev", "up")
         assert again.returncode == 5 and "already running" in again.stderr
+        # dev restart: a broker on its log (SIGKILL first, as a crash would leave it), a stage on its
+        # group's offsets; what they held is still there afterwards.
+        os.kill(rows[0]["pid"], signal.SIGKILL)
+        restarted = ctl("dev", "restart", "broker-1")
+        assert restarted.returncode == 0, restarted.stderr
+        assert "running again on its log" in restarted.stdout
+        assert ctl("dev", "restart", "admit").returncode == 0
+        after = {r.get("instance") or r["component"]: r for r in json.loads(ctl("dev", "status", "--json").stdout)}
+        assert all(r["running"] for r in after.values())
+        assert after["broker-1"]["pid"] != rows[0]["pid"] and after["admit-0"]["pid"] != rows[1]["pid"]
+        assert after["broker-1"]["address"] == rows[0]["address"]  # the same address, the same log
+        topics = json.loads(ctl("topics", "apply", "--json").stdout)
+        assert topics and all(t["status"] == "ok" for t in topics), topics  # kept, with their settings
+        unknown = ctl("dev", "restart", "nothing")
+        assert unknown.returncode == 3 and "broker-1" in unknown.stderr  # it names what there is
+        rows = list(after.values())
     finally:
         down = ctl("dev", "down")
     assert down.returncode == 0, down.stderr
     # SIGTERM is enough: every stage finished its batch, committed and left on its own.
     assert "killed" not in down.stdout
     assert [line.split()[0] for line in down.stdout.splitlines()] == [
-        "admit", "entitle", "place", "launch", "agent", "broker"]
+        "admit-0", "entitle-0", "place-0", "launch-0", "agent-0", "broker-1"]
     assert not any(alive(r["pid"]) for r in rows)
     for stage in ("admit", "entitle", "place", "launch"):
         assert f"{stage}-0 stopped after" in (tmp_path / "dev" / "logs" / f"{stage}.log").read_text()
@@ -139,9 +155,9 @@ def test_a_postgres_stack_with_two_instances_of_each_stage_loses_nothing_when_on
             assert time.monotonic() < deadline, registered
             time.sleep(0.5)
         assert sorted(r["kind"] for r in registered) == sorted(["admit", "entitle", "place", "launch"] * 2)
-        assert {r["pid"] for r in registered} == {r["pid"] for r in rows if r.get("instance")}
-        assert {r["instance_id"]: r["metrics"] for r in registered} == {
-            r["instance"]: r["metrics"] for r in rows if r.get("instance")}
+        stages = [r for r in rows if r["component"] in ("admit", "entitle", "place", "launch")]
+        assert {r["pid"] for r in registered} == {r["pid"] for r in stages}
+        assert {r["instance_id"]: r["metrics"] for r in registered} == {r["instance"]: r["metrics"] for r in stages}
         pool = tmp_path / "big.yaml"
         pool.write_text(BIG_POOL)
         assert ctl("respool", "create", "/big", str(pool)).returncode == 0
@@ -150,7 +166,7 @@ def test_a_postgres_stack_with_two_instances_of_each_stage_loses_nothing_when_on
         created = ctl("job", "create", "/big", str(job))
         assert created.returncode == 0, created.stderr
         job_id = created.stdout.strip()
-        victims = [r for r in rows if r.get("instance", "").endswith("-1")]
+        victims = [r for r in stages if r["instance"].endswith("-1")]
         assert [v["component"] for v in victims] == ["admit", "entitle", "place", "launch"]
         for victim in victims:  # one instance of each stage, in turn, while the job runs
             time.sleep(3)

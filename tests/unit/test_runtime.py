@@ -60,6 +60,9 @@ class Consumer:
     def get_watermark_offsets(self, tp, cached):
         return (0, self.end)
 
+    def position(self, parts):
+        return [type(tp)(tp.topic, tp.partition, -1001) for tp in parts]  # none known: no marker read
+
     def close(self):
         pass
 
@@ -322,3 +325,13 @@ def test_a_holding_stage_that_committed_only_0_still_notices_the_log_was_lost() 
     assert not rt._offsets_wiped()
     rt.consumer = Committed(-1001)  # OFFSET_INVALID: the group is unknown
     assert rt._offsets_wiped() and rt._ever_committed == {}
+
+
+def test_the_commit_moves_past_a_transactions_marker_once_the_consumer_has_read_it() -> None:
+    """A transaction's commit marker has an offset of its own after its last record: committing
+    only up to the record would leave a lag of 1 behind every transaction."""
+    stage = Recorder()
+    rt, consumer, _out = runtime_for(stage, [Message(0, command("a")), Message(1, command("b"))])
+    consumer.position = lambda parts: [type(tp)(tp.topic, tp.partition, 3) for tp in parts]  # read past offset 2
+    rt.run_once()
+    assert consumer.commits == [{(CAT["job-commands"].name, 0): 3}]

@@ -166,3 +166,13 @@ def test_nothing_to_send_and_nothing_read_costs_no_transaction() -> None:
     txn = BatchTransaction(lambda: producer, 5)
     assert txn.commit([], lambda: "group-metadata")
     assert producer.calls == ["init"]
+
+
+def test_a_broker_not_ready_at_start_delays_the_first_commit_and_ends_nothing() -> None:
+    first = Producer({"init": [error(KafkaError._TIMED_OUT, retriable=True)]})
+    second = Producer()
+    producers = iter([first, second])
+    txn = BatchTransaction(lambda: next(producers), 5)  # does not raise: a stage must not exit
+    txn.produce("out", b"k", b"v1", 0, None)
+    assert commit_until_done(txn)
+    assert second.committed == [([("out", b"v1")], [("in", 0, 7)])]
