@@ -141,6 +141,11 @@ def node_properties(node: Node, voters: str, size: int) -> str:
         # timeouts below production's 6 s floor.
         "group.initial.rebalance.delay.ms=0",
         "group.min.session.timeout.ms=1000",
+        # A dead node is fenced and its partitions get new leaders after 4 s of missed heartbeats
+        # (Kafka's default is 9 s): below the host agents' 10 s timeout, so an agent whose
+        # partition lost its leader is not judged silent meanwhile.
+        "broker.session.timeout.ms=4000",
+        "broker.heartbeat.interval.ms=1000",
         # A 2-core machine: fewer threads than a server's defaults.
         "num.network.threads=2",
         "num.io.threads=4",

@@ -470,7 +470,7 @@ class StageRuntime:
             txn_id = f"{self.catalogue.group(stage.name)}.{self.instance_id}"
             self.transaction = BatchTransaction(lambda: Producer(producer_config(settings, txn_id)),
                                                 settings.transaction_timeout_s)
-            self.producer = self.transaction.producer
+            self.producer = None  # the transaction's own, replaced after a failed attempt
         else:
             self.producer = Producer(producer_config(settings))
         self.emitter = Emitter(self.producer, self.catalogue, self.serde, stage.name, settings.max_message_bytes,

@@ -32,8 +32,11 @@ _GROUP_FENCED = {KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID, Ka
                  KafkaError.REBALANCE_IN_PROGRESS}
 
 
-# How much longer than its own timeout a transactional call may take before it counts as stuck.
-STUCK_GRACE_S = 5.0
+# How long one transactional call may wait (the transaction itself may live longer: its timeout is
+# the producer's transaction.timeout.ms), and how much longer before it counts as stuck. Short, so
+# a broker that died under a call costs the batch seconds, not the whole transaction timeout.
+CALL_TIMEOUT_S = 5.0
+STUCK_GRACE_S = 2.0
 
 
 class TransactionError(RuntimeError):
@@ -50,7 +53,7 @@ class BatchTransaction:
 
     def __init__(self, make_producer: Callable[[], Producer], timeout_s: float):
         self.make_producer = make_producer
-        self.timeout_s = timeout_s
+        self.timeout_s = min(timeout_s, CALL_TIMEOUT_S)  # for each call
         self.open = False
         self.journal: list[tuple[str, bytes | None, bytes, int]] = []  # (topic, key, value, partition)
         self._broken = False  # an attempt failed mid-way: a new producer sends the journal again
