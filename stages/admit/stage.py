@@ -465,6 +465,13 @@ class AdmitStage(Stage):
             move = task_transition(task.state, task.run_id, ev["run_id"], ev["state"], task.failures, task.max_failures,
                                    reason, service)
             if move is None:
+                if ev["state"] in MESOS_TERMINAL and (ev["run_id"] < task.run_id or task.state in TASK_TERMINAL):
+                    # The end of a run this store already has: read again because the batch that
+                    # stored it died before its output committed, its release with it. Sent
+                    # again, so the run's allocation is not held for ever; entitle dedupes it.
+                    out.append(("task-demand", task.pool, "peloton.TaskRelease", {
+                        "task_id": ev["task_id"], "job_id": task.job_id, "pool": task.pool,
+                        "reason": ev["state"], "timestamp_ms": now}))
                 continue
             events.append((ev["task_id"], ev["job_id"], ev["instance"], ev["run_id"], move.state,
                            ev["reason"], ev["exit_code"], ev["timestamp_ms"], ev["host_id"], ev["message"]))

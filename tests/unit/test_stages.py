@@ -648,3 +648,17 @@ def test_a_daemon_job_is_refused_at_create(admit, store) -> None:
     [(_, _, _, letter)] = out.take("dead-letters")
     assert "type: DAEMON jobs (one task on every host) are not supported" in letter["reason"]
     assert store.get_job("dm") is None
+
+
+def test_an_end_read_again_sends_its_release_again_so_no_allocation_is_held_for_ever(admit, store) -> None:
+    """A batch whose store commit landed but whose output did not (the stage was killed before
+    its transaction committed) is read again: the end changes nothing in the store, but its
+    release must still reach entitle (which dedupes it)."""
+    stage, out = admit
+    stage.handle([command("r", JOB.format(name="r", count=1, gang=0, cpu=1))])
+    stage.handle([status_record("r-0-1", "TASK_RUNNING"), status_record("r-0-1", "TASK_FINISHED")])
+    out.take()
+    stage.handle([status_record("r-0-1", "TASK_FINISHED")])  # read again after the crash
+    releases = [v["task_id"] for _, _, schema, v in out.take("task-demand") if schema == "peloton.TaskRelease"]
+    assert releases == ["r-0-1"]
+    assert [e["state"] for e in store.task_events("r")].count("SUCCEEDED") == 1  # the store moved once
