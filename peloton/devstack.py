@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from peloton.config import REPO_ROOT, Settings
+from peloton.kafkaserver import alive
 from peloton.store import sqlite_path
 from stages.launch.inventory import AGENT, SIM_AGENT, HostSpec, parse_inventory
 
@@ -146,21 +147,6 @@ def wait_for_log_count(path: Path, text: str, count: int, timeout: float, proc: 
 
 def _ready_name(component: dict) -> str:
     return "agent-" if component["component"] == "agent" else component["instance"]
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child of ours counts as gone.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return True
 
 
 class DevStack:

@@ -274,7 +274,7 @@ class KafkaCluster:
             pid = int(self.node(node_id).pid_file.read_text())
         except (OSError, ValueError):
             return None
-        return pid if _alive(pid) else None
+        return pid if alive(pid) else None
 
     def kill(self, node_id: int, sig: int = signal.SIGKILL, timeout: float = 30.0) -> None:
         """Send `sig` to a node (SIGTERM: a clean shutdown) and wait until it is gone."""
@@ -287,13 +287,13 @@ class KafkaCluster:
             return
         proc = self._procs.pop(node_id, None)
         deadline = time.monotonic() + timeout
-        while _alive(pid) and time.monotonic() < deadline:
+        while alive(pid) and time.monotonic() < deadline:
             if proc is not None:
                 proc.poll()  # reap our child so it does not linger as a zombie
             time.sleep(0.05)
-        if _alive(pid):
+        if alive(pid):
             os.killpg(pid, signal.SIGKILL)
-            while _alive(pid):
+            while alive(pid):
                 if proc is not None:
                     proc.poll()
                 time.sleep(0.05)
@@ -312,18 +312,20 @@ class KafkaCluster:
             self.kill(n.node_id, signal.SIGTERM, timeout)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether the process runs; a zombie child of ours counts as gone (the dev stack's servers
+    and stages are checked the same way)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    try:  # a zombie counts as gone
+    try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().split(") ", 1)[1][0] != "Z"
     except OSError:
-        return False
+        return True
 
 
 def _tail(path: Path, lines: int = 20) -> str:
