@@ -7,6 +7,7 @@ does anything go out (so a crash replays the batch and finds the store already r
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections import Counter
 
@@ -64,6 +65,7 @@ class AdmitStage(Stage):
         self.owned: set[int] = set()  # task-status partitions: the jobs whose deadlines this instance checks
         self._slas: dict[str, tuple[int, int]] = {}
         self._last_deadlines = 0.0
+        self._hosts_caught_up = 0.0  # when the host view, empty, last read host-state to its end
 
     def bind(self, emitter, settings, catalogue) -> None:
         super().bind(emitter, settings, catalogue)
@@ -170,6 +172,11 @@ class AdmitStage(Stage):
 
     def host_capacities(self) -> list[Resources]:
         self.hosts.poll()
+        # Knowing no host lets an oversized task through to wait in place: an admit that has just
+        # started reads host-state to its end first (at most once every 5 s while the cluster has none).
+        if not self.hosts.values and time.monotonic() - self._hosts_caught_up >= 5.0:
+            self.hosts.catch_up(timeout=2.0)
+            self._hosts_caught_up = time.monotonic()
         return distinct_capacities(self.hosts.values.values())
 
     # -- job commands -----------------------------------------------------------------------

@@ -94,6 +94,9 @@ def test_hostile_input_is_dead_lettered_and_every_valid_job_runs_once(pipeline_f
     rng = random.Random(5)
     p = pipeline_factory(hosts="sim:8:cpu=16,mem_mb=65536,disk_mb=100000", sim_task_seconds=0.05)
     p.start_all()
+    # the hosts on host-state first: admit refuses a task larger than every host only once it
+    # knows them (before, the job is accepted and waits in place, saying it fits on no host)
+    assert len(p.read_topic("host-state", expect=8, timeout=30)) >= 8
     cat = Catalogue(p.settings.topic_prefix)
     reg = registry()
     raw = Producer({"bootstrap.servers": p.settings.bootstrap, "message.max.bytes": 8_000_000,
