@@ -84,6 +84,7 @@ class QueuedGang:
     seq: int  # arrival order within a priority
     gang: dict  # the GangDemand record
     not_before_ms: int = 0  # a gang sent back by placement waits out its backoff
+    admitted_ms: int = 0  # when entitle stored its admission (0: still queued)
 
 
 @dataclass(slots=True)

@@ -340,7 +340,7 @@ class PostgresStore(StorageGateway):
 
     def unsent_admissions(self) -> list[QueuedGang]:
         return [queued_from_row(r) for r in self._all(
-            f"SELECT {QUEUED_COLS} FROM queued_gangs WHERE admitted_ms IS NOT NULL ORDER BY seq")]
+            f"SELECT {QUEUED_COLS}, admitted_ms FROM queued_gangs WHERE admitted_ms IS NOT NULL ORDER BY seq")]
 
     def admissions_sent(self, gang_ids: list[str]) -> None:
         self.unqueue_gangs(gang_ids)

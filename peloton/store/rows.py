@@ -105,7 +105,7 @@ def allocation_params(a: Allocation) -> tuple:
 
 def queued_from_row(row) -> QueuedGang:
     return QueuedGang(gang_id=row[0], pool=row[1], priority=row[2], seq=row[3], gang=orjson.loads(row[4]),
-                      not_before_ms=row[5] or 0)
+                      not_before_ms=row[5] or 0, admitted_ms=(row[6] or 0) if len(row) > 6 else 0)
 
 
 def queued_params(q: QueuedGang) -> tuple:

@@ -22,6 +22,7 @@ import re
 import signal
 import time
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,7 @@ log = logging.getLogger("peloton.agent")
 HOST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 REASON_AGENT_RESTARTED = "REASON_AGENT_RESTARTED"
 REASON_AGENT_SHUTDOWN = "REASON_AGENT_SHUTDOWN"
+ENDED_KEPT = 100_000  # ended runs remembered (ids only), for launches read again
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,9 @@ class HostAgent:
         self.runs: dict[str, dict] = self._load("runs.json", {})  # task id -> its launch and host, while it runs
         self.adopted: dict[str, int] = {}  # task id -> process group, of runs started before our restart
         self.pending: list[TaskUpdate] = []  # not yet delivered to the broker
+        # Runs that ended lately: a launch of one read again (a host manager that took over sends
+        # the launches its predecessor may not have sent) starts nothing.
+        self.ended: OrderedDict[str, None] = OrderedDict()
         self.commands = self.catalogue["agent-commands"]
         shards = self.catalogue["placements"].partitions
         self.report_partition = {h: partition_for(h, shards) for h in self.hosts}
@@ -237,8 +242,8 @@ class HostAgent:
             except ValueError as exc:  # not a name a sandbox can have
                 log.warning("launch of %r skipped: %s", task_id[:200], exc)
                 continue
-            if started:
-                continue  # a command read again after a restart: it was started already
+            if started or task_id in self.ended:
+                continue  # a command read again (after a restart or a takeover): it was started already
             self.runs[task_id] = {"job_id": launch["job_id"], "instance": launch["instance"],
                                   "run_id": launch["run_id"], "host": host_id}
             fresh.append(LaunchRequest(
@@ -299,6 +304,9 @@ class HostAgent:
             if done:
                 for task_id in done:
                     del self.runs[task_id]
+                    self.ended[task_id] = None
+                while len(self.ended) > ENDED_KEPT:
+                    self.ended.popitem(last=False)
                 self._save("runs.json", self.runs)
 
     def stop(self, *_args) -> None:

@@ -31,6 +31,7 @@ from peloton.model.events import send_progress, task_kill, task_status
 from peloton.model.gang import gang_problem
 from peloton.model.pool import pool_resources
 from peloton.model.resources import ZERO, Resources
+from peloton.readback import committed_since
 from peloton.runtime import CompactedView, Record, Stage, now_ms
 from peloton.store import Allocation, AllocationStore, QueuedGang
 from peloton.topics import partition_for
@@ -76,6 +77,7 @@ class EntitleStage(Stage):
         self.store = store
         self.usage_view = usage  # the entitlements topic: every pool's usage, as its owner publishes it
         self.hosts = hosts  # host state: the root's capacity
+        self.read_back = committed_since  # what admitted-gangs holds (unit tests give their own)
         self.pools: dict[str, dict] = {}
         self.queues: dict[str, PoolQueue] = {}
         self.ledgers: dict[str, PoolLedger] = {}
@@ -125,14 +127,31 @@ class EntitleStage(Stage):
                     queue.push(q.gang, q.seq, q.not_before_ms)
                     self._changed_pools.add(q.pool)
                 self._seq = max(self._seq, q.seq)
-        # Admissions the last owner stored but may have died before sending: sent again (place
-        # and launch drop what they already have).
-        for q in self.store.unsent_admissions():
-            if self._partition(q.pool) in new:
+        self._resend_admissions(new)
+        self._dirty = True
+
+    def _resend_admissions(self, partitions: set[int]) -> None:
+        """Admissions the last owner stored but may have died before sending: those the
+        admitted-gangs topic does not hold (committed) are sent again. When the topic cannot be
+        read back, all are sent (place and launch drop what they already have)."""
+        unsent = [q for q in self.store.unsent_admissions() if self._partition(q.pool) in partitions]
+        if not unsent:
+            return
+        count = self.catalogue["admitted-gangs"].partitions
+        items = self.read_back(self.settings, self.catalogue, "admitted-gangs",
+                               sorted({partition_for(q.pool, count) for q in unsent}),
+                               min(q.admitted_ms for q in unsent), self.settings.transaction_timeout_s + 5)
+        out = {v["gang"]["gang_id"] for schema, v in items or () if schema == "peloton.AdmittedGang"}
+        went = [q.gang_id for q in unsent if q.gang_id in out]
+        if went:
+            self.store.admissions_sent(went)
+        for q in unsent:
+            self._seq = max(self._seq, q.seq)
+            if q.gang_id not in out:
                 self.emit.emit("admitted-gangs", q.pool, "peloton.AdmittedGang", {"gang": q.gang, "admitted_ms": now_ms()})
                 self._unsent.append(q.gang_id)
-                self._seq = max(self._seq, q.seq)
-        self._dirty = True
+        log.info("admissions the last owner stored: %d already sent, %d sent now%s", len(went), len(unsent) - len(went),
+                 "" if items is not None else " (the topic could not be read back)")
 
     def on_revoke(self, partitions: list[tuple[str, int]]) -> None:
         gone = {p for t, p in partitions if t == TOPIC}

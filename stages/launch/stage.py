@@ -19,7 +19,7 @@ from peloton import metrics
 from peloton.model.events import send_progress, send_statuses, task_status
 from peloton.model.gang import task_problem
 from peloton.model.resources import Resources
-from peloton.runtime import Record, Stage, now_ms
+from peloton.runtime import HeldOffsets, Record, Stage, now_ms
 from peloton.store import Launch, LaunchStore
 from peloton.topics import partition_for
 from stages.launch.agents import AgentDriver, LaunchRequest, TaskUpdate, make_driver
@@ -53,6 +53,11 @@ class LaunchStage(Stage):
         self.agent_seen: dict[str, float] = {}  # agent host id -> time.monotonic() of its last report
         self.down: set[str] = set()  # agent hosts whose reports stopped
         self.maintenance: dict[str, str] = {}  # host id -> DRAINING, DRAINED or DOWN (an operator's)
+        # After taking a shard, its agents have not reported to us yet: placements naming a host
+        # we do not know wait until it reports or the shard has settled, instead of being refused.
+        self.settling: dict[int, float] = {}  # shard -> time.monotonic() when it has settled
+        self.waiting: list[Record] = []  # placements waiting for their hosts' first reports
+        self.held = HeldOffsets()
 
     def bind(self, emitter, settings, catalogue) -> None:
         super().bind(emitter, settings, catalogue)
@@ -72,6 +77,8 @@ class LaunchStage(Stage):
     def on_assign(self, partitions: list[tuple[str, int]]) -> None:
         shards = {p for t, p in partitions if t == TOPIC}
         self.shards |= shards
+        settled_at = time.monotonic() + max(2.0, 3 * self.settings.agent_heartbeat_s)
+        self.settling.update(dict.fromkeys(shards, settled_at))
         count = self.catalogue[TOPIC].partitions
         self.maintenance.update({h: s for h, s in self.store.host_states().items() if partition_for(h, count) in shards})
         self._adopt(shards)
@@ -138,6 +145,10 @@ class LaunchStage(Stage):
     def on_revoke(self, partitions: list[tuple[str, int]]) -> None:
         shards = {p for t, p in partitions if t == TOPIC}
         self.shards -= shards
+        self.waiting = [r for r in self.waiting if r.partition not in shards]
+        for shard in shards:
+            self.settling.pop(shard, None)
+            self.held.drop((TOPIC, shard))
         for host_id in [h for h, spec in self.inventory.items() if spec.shard in shards]:
             self.ledgers.pop(host_id, None)
             self.changed_hosts.pop(host_id, None)
@@ -147,6 +158,9 @@ class LaunchStage(Stage):
                 self.down.discard(host_id)
                 for task_id in self.remote.forget(host_id):
                     self.running.pop(task_id, None)
+
+    def held_offsets(self) -> dict[tuple[str, int], int]:
+        return self.held.lowest()
 
     # -- placements and kills -------------------------------------------------------------------
     def handle(self, records: list[Record]) -> None:
@@ -274,11 +288,16 @@ class LaunchStage(Stage):
     def _placements(self, records: list[Record]) -> None:
         accepted: list[tuple[dict, str]] = []  # (launch spec, host id)
         refused: list[tuple[dict, str, str]] = []  # (launch spec, host id, why)
+        again: list[tuple[dict, str]] = []  # adopted runs whose launch may never have gone out
         for r in records:
             p = r.value
             problem = next(filter(None, (task_problem(a["task"]) for a in p["assignments"])), None)
             if problem:
                 self.refuse(r, [a["task"] for a in p["assignments"]], problem)
+                continue
+            if self._settling(r):
+                self.waiting.append(r)
+                self.held.hold((r.topic, r.partition), r.offset)
                 continue
             closed = self.down or self.maintenance  # hosts that take no placements now
             ledgers = self.ledgers if not closed else {h: l for h, l in self.ledgers.items()
@@ -295,6 +314,11 @@ class LaunchStage(Stage):
                 continue
             for host_id in verdict.applied_on:
                 self.changed_hosts.setdefault(host_id, []).append(p["placement_id"])
+            # A placement read again after a takeover: its launch went out only if the last owner's
+            # transaction committed, and then its offset would have too. So an adopted run whose
+            # agent has not confirmed it is launched again (an agent ignores a launch it has had).
+            again.extend((a["task"], a["host_id"]) for a in p["assignments"]
+                         if a["task"]["task_id"] in self.remote.unconfirmed)
             accepted.extend(verdict.accepted)
             refused.extend(verdict.refused)
             for _t, host_id, _why in verdict.refused:
@@ -324,10 +348,41 @@ class LaunchStage(Stage):
         for t, host_id, why in refused:
             self._status(t["job_id"], t["instance"], t["run_id"], t["task_id"], host_id, "TASK_DROPPED",
                          reason="REASON_PLACEMENT_REFUSED", message=why)
+        if again:
+            log.info("launching again %d adopted runs whose launch their placement says never went out", len(again))
+            send_progress(self.emit, "LAUNCHING", again)
+            for t, host_id in again:
+                self.running[t["task_id"]] = (t, host_id)
+                self.last_state[t["task_id"]] = "TASK_STAGING"
+                self._status(t["job_id"], t["instance"], t["run_id"], t["task_id"], host_id, "TASK_STAGING")
+            self.remote.launch([_request(t, host_id) for t, host_id in again], again=True)
+
+    def _settling(self, r: Record) -> bool:
+        """True while the placement names a host this instance has not heard from yet on a shard it
+        has just taken: the host's agent reports within a heartbeat or two."""
+        until = self.settling.get(r.partition)
+        if until is None:
+            return False
+        if time.monotonic() >= until:
+            del self.settling[r.partition]
+            return False
+        return any(a["host_id"] not in self.inventory for a in r.value["assignments"])
+
+    def _placements_waited(self) -> None:
+        """Placements that waited for their hosts: judged once the hosts reported or the shard settled."""
+        ready = [r for r in self.waiting if not self._settling(r)]
+        if not ready:
+            return
+        self.waiting = [r for r in self.waiting if self._settling(r)]
+        self._placements(ready)
+        for r in ready:
+            self.held.release((r.topic, r.partition), r.offset)
 
     # -- driver updates -----------------------------------------------------------------------
     def tick(self, now: float) -> None:
         self._check_agents(time.monotonic())
+        if self.waiting:
+            self._placements_waited()
         if self.maintenance:
             self._advance_maintenance()
         for driver in self.drivers.values():

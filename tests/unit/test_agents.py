@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from peloton.config import Settings
 from stages.launch.agents import (
     REASON_COMMAND_EXECUTOR_FAILED,
     TASK_FAILED,
@@ -561,6 +562,7 @@ def test_the_next_owner_kills_an_orphan_before_reporting_it_lost_and_says_so(tmp
         stage.inventory = {h.host_id: h for h in parse_inventory("local:1", 1)}
         stage.emit = _Emitted()
         stage.catalogue = Catalogue()
+        stage.settings = Settings()
         stage.remote = RemoteDriver(lambda host_id, command: None)
 
         stage.on_assign([("placements", 0)])

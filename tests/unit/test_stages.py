@@ -320,9 +320,12 @@ def one_task_gang(gang_id: str, pool: str = "/p", cpu: float = 1.0, priority: in
             "revocable": False, "placement_strategy": "PACK_HOST", "tasks": [task], "created_ms": 1}
 
 
-def entitle_with(store, partitions=range(4), **settings) -> tuple[EntitleStage, RecordingEmitter, StaticView]:
+def entitle_with(store, partitions=range(4), on_topic=(), **settings) -> tuple[EntitleStage, RecordingEmitter, StaticView]:
+    """An entitle instance owning `partitions`; `on_topic`: the admitted-gangs records (or None:
+    unreadable) its predecessor's admissions are read back from."""
     usage = StaticView()
     stage = EntitleStage(store, usage=usage, hosts=StaticView({"h1": host_state("h1", cpu=8)}))
+    stage.read_back = lambda *_args: None if on_topic is None else list(on_topic)
     out = bound(stage, **settings)
     stage.on_assign([("task-demand", p) for p in partitions])
     return stage, out, usage
@@ -388,6 +391,19 @@ def test_admissions_stored_but_maybe_never_sent_are_sent_again_by_the_next_owner
     second.tick(time.monotonic())
     second.tick(time.monotonic())
     assert store.unsent_admissions() == [] and store.queued_gangs() == []
+
+
+@pytest.mark.parametrize("readable", [True, False])
+def test_a_new_owner_sends_again_only_the_admissions_the_topic_does_not_hold(store, readable) -> None:
+    first, out, _ = entitle_with(store)
+    first.handle([record("task-demand", "peloton.GangDemand", one_task_gang(f"u-{i}-1", cpu=3), key="/p")
+                  for i in range(2)])
+    sent = [("peloton.AdmittedGang", v) for _, _, _, v in out.take("admitted-gangs") if v["gang"]["gang_id"] == "u-0-1"]
+    # the transaction holding u-0-1 committed; the process died before the store heard it went
+    second, out2, _ = entitle_with(store, on_topic=sent if readable else None)
+    again = sorted(v["gang"]["gang_id"] for _, _, _, v in out2.take("admitted-gangs"))
+    assert again == (["u-1-1"] if readable else ["u-0-1", "u-1-1"])
+    assert [q.gang_id for q in store.unsent_admissions()] == (["u-1-1"] if readable else ["u-0-1", "u-1-1"])
 
 
 def placement_of(gang: dict, host_id: str = "sim-0") -> Record:
@@ -662,3 +678,37 @@ def test_an_end_read_again_sends_its_release_again_so_no_allocation_is_held_for_
     releases = [v["task_id"] for _, _, schema, v in out.take("task-demand") if schema == "peloton.TaskRelease"]
     assert releases == ["r-0-1"]
     assert [e["state"] for e in store.task_events("r")].count("SUCCEEDED") == 1  # the store moved once
+
+
+def agent_report(host_id: str, running: list[str], partition: int) -> Record:
+    return record("placements", "peloton.AgentReport", {
+        "host_id": host_id, "agent_id": "a1", "capacity": {"cpu": 8.0, "mem_mb": 1024.0, "disk_mb": 1000.0, "gpu": 0.0},
+        "labels": {}, "running": running, "port_ranges": [{"low": 31000, "high": 32000}], "updates": [],
+        "sent_ms": 1}, key=host_id, partition=partition)
+
+
+def test_a_host_manager_that_takes_over_waits_for_its_agents_and_launches_what_never_went_out(store) -> None:
+    from peloton.store import Launch
+
+    shard = partition_for("agent-x", 4)
+    # The last owner claimed the run and died before its launch (and the placement's offset) committed.
+    store.claim_launches([Launch("a-0-1", "a", 0, 1, "agent-x", 1.0, 16.0, 1.0, 0.0, 5)])
+    stage = LaunchStage(store)
+    out = bound(stage, hosts="", agent_heartbeat_s=1.0)
+    stage.on_assign([("placements", p) for p in range(4)])
+    out.take()
+    placement = placement_of(one_task_gang("a-0-1"), host_id="agent-x")
+    placement = Record(placement.topic, shard, placement.offset, placement.key, placement.schema, placement.value,
+                       placement.raw_key, placement.raw_value)
+    stage.handle([placement])  # the placement, read again; agent-x has not reported to this owner yet
+    assert out.take("agent-commands") == [] and not [s for s in out.take("task-status") if s[3].get("state") ==
+                                                      "TASK_DROPPED"], "refused before the host could report"
+    assert stage.held_offsets() == {("placements", shard): placement.offset}
+    stage.handle([agent_report("agent-x", [], shard)])  # it reports, without the run
+    stage.tick(time.monotonic())
+    [(_, _, _, launch)] = out.take("agent-commands")
+    assert [t["task_id"] for t in launch["launches"]] == ["a-0-1"]
+    assert ("a-0-1", "TASK_STAGING") in [(v["task_id"], v["state"]) for _, _, _, v in out.take("task-status")
+                                         if "task_id" in v]
+    assert stage.held_offsets() == {}
+    assert store.launch_counts("a") == {0: 1}

@@ -28,15 +28,18 @@ class RemoteDriver(AgentDriver):
         self._send = send  # (host id, AgentCommand record) -> None
         self._clock = clock
         self.runs: dict[str, tuple[str, float]] = {}  # task id -> (host id, when its launch was sent)
+        self.unconfirmed: set[str] = set()  # adopted runs no report of their agent has listed yet
         self._updates: list[TaskUpdate] = []
 
     # -- the driver contract --------------------------------------------------------------------
-    def launch(self, requests: Sequence[LaunchRequest]) -> None:
+    def launch(self, requests: Sequence[LaunchRequest], again: bool = False) -> None:
+        """Send launches; `again`: also for adopted runs whose launch may never have gone out."""
         by_host: dict[str, list[dict]] = {}
         now = self._clock()
         for r in requests:
-            if r.task_id in self.runs:
+            if r.task_id in self.runs and not (again and r.task_id in self.unconfirmed):
                 continue
+            self.unconfirmed.discard(r.task_id)
             self.runs[r.task_id] = (r.host_id, now)
             by_host.setdefault(r.host_id, []).append({
                 "task_id": r.task_id, "job_id": r.job_id, "instance": r.instance, "run_id": r.run_id,
@@ -59,6 +62,7 @@ class RemoteDriver(AgentDriver):
         for u in updates:
             if u.terminal:
                 self.runs.pop(u.task_id, None)
+                self.unconfirmed.discard(u.task_id)
         return updates
 
     def active(self) -> set[str]:
@@ -74,7 +78,9 @@ class RemoteDriver(AgentDriver):
 
     def adopt(self, task_id: str, host_id: str) -> None:
         """A run an earlier owner of the shard launched: ours now (its agent still runs it)."""
-        self.runs.setdefault(task_id, (host_id, self._clock()))
+        if task_id not in self.runs:
+            self.runs[task_id] = (host_id, self._clock())
+            self.unconfirmed.add(task_id)
 
     def on_host(self, host_id: str) -> list[str]:
         return [t for t, (h, _) in self.runs.items() if h == host_id]
@@ -84,6 +90,7 @@ class RemoteDriver(AgentDriver):
         gone = self.on_host(host_id)
         for task_id in gone:
             del self.runs[task_id]
+            self.unconfirmed.discard(task_id)
         return gone
 
     def receive(self, report: dict, grace_s: float) -> list[str]:
@@ -99,10 +106,12 @@ class RemoteDriver(AgentDriver):
                 if u["state"] in MESOS_TERMINAL:
                     ended.add(u["task_id"])
         running = set(report["running"])
+        self.unconfirmed -= running
         now = self._clock()
         for task_id, (h, sent) in list(self.runs.items()):
             if h == host_id and task_id not in running and task_id not in ended and now - sent > grace_s:
                 del self.runs[task_id]
+                self.unconfirmed.discard(task_id)
                 self._updates.append(TaskUpdate(task_id, host_id, TASK_LOST, now_ms(), REASON_RECONCILIATION,
                                                 "its agent does not run it"))
         return sorted(t for t in running if self.runs.get(t, (None,))[0] != host_id)
@@ -111,6 +120,7 @@ class RemoteDriver(AgentDriver):
         """The host's agent stopped reporting: every run there is lost."""
         for task_id in self.on_host(host_id):
             del self.runs[task_id]
+            self.unconfirmed.discard(task_id)
             self._updates.append(TaskUpdate(task_id, host_id, TASK_LOST, now_ms(), REASON_AGENT_DISCONNECTED, message))
 
 
