@@ -73,9 +73,12 @@ class Settings:
     # A gang that placement sent back waits this long before its pool admits it again.
     requeue_backoff_s: float = 2.0
     # Host agents report at least every agent_heartbeat_s; the host manager marks a host whose
-    # reports stop for agent_timeout_s DOWN and its runs LOST (they run again elsewhere).
+    # reports stop for agent_timeout_s DOWN and its runs LOST (they run again elsewhere). An agent
+    # none of whose reports reached the broker for agent_lease_s kills its runs first (fencing);
+    # 0: the timeout less a margin (agent_lease()). See check().
     agent_heartbeat_s: float = 1.0
-    agent_timeout_s: float = 10.0
+    agent_timeout_s: float = 20.0
+    agent_lease_s: float = 0.0
     # Prometheus metrics of each stage instance and agent: served on this port (0: any free port,
     # announced in the registry and the log; below 0: not served) and address (0.0.0.0 for all).
     metrics_port: int = 0
@@ -121,7 +124,49 @@ class Settings:
                     kind = {"int": "a whole number", "float": "a number", "bool": "true or false"}.get(f.type, f.type)
                     raise SettingsError(f"{name}={raw!r}: expected {kind}") from None
         values.update(overrides)
-        return cls(**values)
+        return cls(**values).check()
+
+    def lease_margin(self) -> float:
+        """How much longer than an agent's lease the host manager waits before it calls the
+        agent's runs lost: the agent's loop and its kill fit in it."""
+        return max(2.0, 2 * self.agent_heartbeat_s)
+
+    def agent_lease(self) -> float:
+        return self.agent_lease_s or self.agent_timeout_s - self.lease_margin()
+
+    def problems(self) -> list[str]:
+        """Settings that do not fit together, each with the names and numbers involved."""
+        out = []
+        beat, lease, timeout = self.agent_heartbeat_s, self.agent_lease(), self.agent_timeout_s
+        if not beat > 0:
+            out.append(f"PELOTON_AGENT_HEARTBEAT_S={beat:g} must be above 0")
+        elif lease < 3 * beat:
+            out.append(f"the agent lease ({lease:g}s: PELOTON_AGENT_LEASE_S, or PELOTON_AGENT_TIMEOUT_S less "
+                       f"{self.lease_margin():g}s) must be at least 3 heartbeats (PELOTON_AGENT_HEARTBEAT_S="
+                       f"{beat:g}): two reports lost in a row must not make an agent kill its runs")
+        if timeout < lease + self.lease_margin():
+            out.append(f"PELOTON_AGENT_TIMEOUT_S={timeout:g} must be at least the agent lease "
+                       f"(PELOTON_AGENT_LEASE_S={lease:g}) plus {self.lease_margin():g}s: a silent host's runs may run "
+                       f"elsewhere only once its agent has surely killed them")
+        if self.poll_timeout_s * 4 > beat:
+            out.append(f"PELOTON_POLL_TIMEOUT_S={self.poll_timeout_s:g} must be at most a quarter of "
+                       f"PELOTON_AGENT_HEARTBEAT_S={beat:g}: a stage's loop must see each heartbeat")
+        if self.session_timeout_ms < 3 * 100 or self.session_timeout_ms / 1000 < 3 * self.poll_timeout_s:
+            out.append(f"PELOTON_SESSION_TIMEOUT_MS={self.session_timeout_ms} is too short: at least 300 ms and "
+                       f"3 poll timeouts (PELOTON_POLL_TIMEOUT_S={self.poll_timeout_s:g})")
+        if self.launch_timeout_s <= timeout:
+            out.append(f"PELOTON_LAUNCH_TIMEOUT_S={self.launch_timeout_s:g} must be above PELOTON_AGENT_TIMEOUT_S="
+                       f"{timeout:g}: a launch is not given up on before its host could be")
+        if self.retry_min_s > self.retry_max_s:
+            out.append(f"PELOTON_RETRY_MIN_S={self.retry_min_s:g} is above PELOTON_RETRY_MAX_S={self.retry_max_s:g}")
+        return out
+
+    def check(self) -> Settings:
+        """These settings, or a SettingsError listing every problem (see problems())."""
+        problems = self.problems()
+        if problems:
+            raise SettingsError("settings that do not fit together:\n  " + "\n  ".join(problems))
+        return self
 
     def job_limits(self) -> JobLimits:
         return JobLimits(cpu=self.max_task_cpu, mem_mb=self.max_task_mem_mb, disk_mb=self.max_task_disk_mb,

@@ -99,6 +99,10 @@ class Node:
     port: int  # the broker's listener (clients)
     controller_port: int
     dir: Path
+    # A second client listener, advertised at proxy_port: clients that bootstrap there reach the
+    # node only through whatever listens on proxy_port (a test's TCP proxy, which can cut them off).
+    proxied_port: int = 0
+    proxy_port: int = 0
 
     @property
     def address(self) -> str:
@@ -117,15 +121,20 @@ def node_properties(node: Node, voters: str, size: int) -> str:
     """server.properties of one node: KRaft, combined roles, everything on 127.0.0.1."""
     replicas = min(3, size)
     isr = 2 if replicas >= 3 else 1
+    proxied = advertised = mapped = ""
+    if node.proxied_port:
+        proxied = f",PROXIED://127.0.0.1:{node.proxied_port}"
+        advertised = f",PROXIED://127.0.0.1:{node.proxy_port}"
+        mapped = ",PROXIED:PLAINTEXT"
     return "\n".join([
         "process.roles=broker,controller",
         f"node.id={node.node_id}",
         f"controller.quorum.voters={voters}",
-        f"listeners=PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
-        f"advertised.listeners=PLAINTEXT://127.0.0.1:{node.port}",
+        f"listeners=PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}{proxied}",
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{node.port}{advertised}",
         "controller.listener.names=CONTROLLER",
         "inter.broker.listener.name=PLAINTEXT",
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        f"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT{mapped}",
         f"log.dirs={node.dir / 'data'}",
         # Replication: what the topics and Kafka's internal topics get.
         f"default.replication.factor={replicas}",
@@ -142,8 +151,8 @@ def node_properties(node: Node, voters: str, size: int) -> str:
         "group.initial.rebalance.delay.ms=0",
         "group.min.session.timeout.ms=1000",
         # A dead node is fenced and its partitions get new leaders after 4 s of missed heartbeats
-        # (Kafka's default is 9 s): below the host agents' 10 s timeout, so an agent whose
-        # partition lost its leader is not judged silent meanwhile.
+        # (Kafka's default is 9 s): well below the host agents' lease (18 s), so an agent whose
+        # report partition lost its leader does not fence itself meanwhile.
         "broker.session.timeout.ms=4000",
         "broker.heartbeat.interval.ms=1000",
         # A 2-core machine: fewer threads than a server's defaults.
@@ -181,16 +190,18 @@ class KafkaCluster:
         return HEAP_MB.get(len(self.nodes), 512)
 
     @classmethod
-    def create(cls, dir: Path, nodes: int = 1, first_port: int | None = None) -> KafkaCluster:
+    def create(cls, dir: Path, nodes: int = 1, first_port: int | None = None, proxied: bool = False) -> KafkaCluster:
         """A new cluster in `dir` (emptied first): ports chosen, every node's log formatted with
-        one cluster id. `first_port`, when given and free, is the first node's client port."""
+        one cluster id. `first_port`, when given and free, is the first node's client port;
+        `proxied`: each node also has a listener reached through a proxy port (see Node)."""
         dir = Path(dir).resolve()
         shutil.rmtree(dir, ignore_errors=True)
         dir.mkdir(parents=True)
         members = []
         for i in range(1, nodes + 1):
             port = first_port if (i == 1 and first_port) else _free_port()
-            members.append(Node(i, port, _free_port(), dir / f"node-{i}"))
+            members.append(Node(i, port, _free_port(), dir / f"node-{i}",
+                                *((_free_port(), _free_port()) if proxied else (0, 0))))
         cluster_id = subprocess.run(java_command("kafka.tools.StorageTool", "random-uuid", heap_mb=64),
                                     capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
         cluster = cls(dir, members, cluster_id)
@@ -206,7 +217,8 @@ class KafkaCluster:
                 raise KafkaError(f"formatting node {n.node_id} failed: {(done.stdout + done.stderr)[-2000:]}")
         (dir / "cluster.json").write_text(json.dumps({
             "cluster_id": cluster_id,
-            "nodes": [{"node_id": n.node_id, "port": n.port, "controller_port": n.controller_port} for n in members]},
+            "nodes": [{"node_id": n.node_id, "port": n.port, "controller_port": n.controller_port,
+                       "proxied_port": n.proxied_port, "proxy_port": n.proxy_port} for n in members]},
             indent=2))
         return cluster
 
@@ -215,7 +227,8 @@ class KafkaCluster:
         """The cluster formatted in `dir` earlier (to start again on its own log)."""
         dir = Path(dir).resolve()
         doc = json.loads((dir / "cluster.json").read_text())
-        nodes = [Node(n["node_id"], n["port"], n["controller_port"], dir / f"node-{n['node_id']}") for n in doc["nodes"]]
+        nodes = [Node(n["node_id"], n["port"], n["controller_port"], dir / f"node-{n['node_id']}",
+                      n.get("proxied_port", 0), n.get("proxy_port", 0)) for n in doc["nodes"]]
         return cls(dir, nodes, doc["cluster_id"])
 
     def node(self, node_id: int) -> Node:

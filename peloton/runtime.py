@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import OffsetSpec
 
 from peloton import metrics
 from peloton.config import Settings
@@ -352,6 +353,11 @@ class Stage:
         """Lowest offset per (topic id, partition) that must be read again after a crash."""
         return {}
 
+    def caught_up(self, topic: str, partitions: list[int]) -> bool:
+        """Whether this instance has handled all that was written to these partitions of its
+        input until now (the runtime asks the broker; alone, in unit tests, it always has)."""
+        return True
+
     def recover(self) -> None:
         """The broker lost every message and offset (it restarted empty): send again, from the
         store, what downstream stages may never have read. Called after partitions are assigned."""
@@ -476,6 +482,7 @@ class StageRuntime:
         self.emitter = Emitter(self.producer, self.catalogue, self.serde, stage.name, settings.max_message_bytes,
                                self.transaction)
         stage.bind(self.emitter, settings, self.catalogue)
+        stage.caught_up = self.caught_up
         self._next: dict[tuple[str, int], int] = {}  # next offset to commit, per (topic id, partition)
         # What the last commit stored per partition: (offset, how far read) -- they differ where a
         # record is held, and the commit's metadata carries the second for lag tools.
@@ -626,6 +633,28 @@ class StageRuntime:
             if tp.offset >= 0 and tp.offset > self._next.get(key, -1):
                 self._next[key] = tp.offset
 
+    def caught_up(self, topic: str, partitions: list[int], timeout: float = 1.0) -> bool:
+        """True when every record written to these partitions so far (their high-water marks, asked
+        of the broker now) has been handled here; False when behind, or the broker does not answer."""
+        if not partitions:
+            return True
+        name = self.catalogue[topic].name
+        try:
+            futures = self._admin_client().list_offsets(
+                {TopicPartition(name, p): OffsetSpec.latest() for p in partitions}, request_timeout=timeout)
+            ends = {tp.partition: f.result(timeout=timeout + 1).offset for tp, f in futures.items()}
+        except Exception:  # the broker is away or slow: nothing can be said yet
+            return False
+        self._past_markers()
+        return all(self._next.get((topic, p), 0) >= end for p, end in ends.items())
+
+    def _admin_client(self):
+        if self._admin is None:
+            from confluent_kafka.admin import AdminClient
+
+            self._admin = AdminClient({"bootstrap.servers": self.settings.bootstrap})
+        return self._admin
+
     def _check_topics(self) -> None:
         """At start, check every topic against topics.yaml and say what differs; later, make
         again any topic that is gone (an operator deleted it, or the cluster was wiped):
@@ -643,12 +672,8 @@ class StageRuntime:
                 return
             log.warning("topics missing on the broker (deleted, or the cluster was wiped?): %s; making them "
                         "from topics.yaml", ", ".join(missing))
-        if self._admin is None:
-            from confluent_kafka.admin import AdminClient
-
-            self._admin = AdminClient({"bootstrap.servers": self.settings.bootstrap})
         try:
-            report = apply_topics(self._admin, self.catalogue, fix=False)
+            report = apply_topics(self._admin_client(), self.catalogue, fix=False)
         except Exception as exc:  # the broker is away, or another instance is making them too
             log.warning("could not check the topics: %s", exc)
             return

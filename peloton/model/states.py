@@ -39,3 +39,10 @@ MESOS_TERMINAL = frozenset(
     {"TASK_FINISHED", "TASK_FAILED", "TASK_ERROR", "TASK_KILLED", "TASK_LOST", "TASK_DROPPED",
      "TASK_UNREACHABLE", "TASK_GONE", "TASK_GONE_BY_OPERATOR"}
 )
+
+# A run's end reported after the host manager had given the run up (it was LOST, or unknown): its
+# agent killed it when its lease ran out (fencing), or the host manager killed a stale copy when
+# the agent reported again (reconciliation). Recorded in the run's history, nothing else.
+REASON_AGENT_FENCED = "REASON_AGENT_FENCED"
+REASON_RECONCILIATION = "REASON_RECONCILIATION"
+LATE_END_REASONS = frozenset({REASON_AGENT_FENCED, REASON_RECONCILIATION})

@@ -16,7 +16,14 @@ from peloton.model.events import task_kill
 from peloton.model.jobconfig import JobConfigError, parse_job_config
 from peloton.model.pool import leaf_pool_error
 from peloton.model.resources import Resources
-from peloton.model.states import JOB_TERMINAL, MESOS_TERMINAL, TASK_ORDER, TASK_TERMINAL
+from peloton.model.states import (
+    JOB_TERMINAL,
+    LATE_END_REASONS,
+    MESOS_TERMINAL,
+    MESOS_TO_TASK,
+    TASK_ORDER,
+    TASK_TERMINAL,
+)
 from peloton.runtime import CompactedView, Record, Stage, now_ms
 from peloton.topics import partition_for
 from peloton.store import JobRow, JobStore, TaskRow
@@ -472,6 +479,11 @@ class AdmitStage(Stage):
             move = task_transition(task.state, task.run_id, ev["run_id"], ev["state"], task.failures, task.max_failures,
                                    reason, service)
             if move is None:
+                if ev["state"] in MESOS_TERMINAL and ev["reason"] in LATE_END_REASONS and ev["host_id"]:
+                    # How a run given up earlier ended on its host after all: its history says so.
+                    events.append((ev["task_id"], ev["job_id"], ev["instance"], ev["run_id"],
+                                   MESOS_TO_TASK.get(ev["state"], ev["state"]), ev["reason"], ev["exit_code"],
+                                   ev["timestamp_ms"], ev["host_id"], ev["message"]))
                 if ev["state"] in MESOS_TERMINAL and (ev["run_id"] < task.run_id or task.state in TASK_TERMINAL):
                     # The end of a run this store already has: read again because the batch that
                     # stored it died before its output committed, its release with it. Sent
@@ -513,6 +525,7 @@ class AdmitStage(Stage):
                 reruns.append(task)
             changed[(task.job_id, task.instance)] = task
         if not changed:
+            self._record_events(events)  # late ends of runs given up: history only
             return
         # Most moves change the run's state only: its spec, the largest column, is not written
         # again, nor its ids (and their index) unless it runs again or goes back to its pool.

@@ -15,6 +15,7 @@ groups, verified by pid file) and reports the others lost.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -29,6 +30,7 @@ from pathlib import Path
 from peloton import metrics
 from peloton.config import Settings
 from peloton.model.resources import Resources
+from peloton.model.states import REASON_AGENT_FENCED
 from peloton.serde import DecodeError, registry
 from peloton.topics import Catalogue, partition_for
 from stages.launch.agents.driver import TASK_LOST, LaunchRequest, TaskUpdate
@@ -121,6 +123,16 @@ class HostAgent:
         self._running = True
         self._next_report = 0.0
         self.fresh_since_ms = 0
+        # The lease: the agent's runs may go on while its reports reach the broker. Each report
+        # the broker acknowledged extends it to (when that report was sent) + lease; once it has
+        # run out, the agent kills its runs, as the host manager will call them lost and run them
+        # elsewhere, and takes no launches until a report gets through again.
+        self.lease_s = settings.agent_lease()
+        self.lease_until = self._saved_lease()
+        self.fenced_at: float | None = None  # when the lease ran out, while it stays out
+        self.fencing: set[str] = set()  # runs killed for it, whose ends are reported as lost
+        self._rounds: dict[int, _Round] = {}  # reports not yet acknowledged, per heartbeat round
+        self._round_ids = itertools.count()
 
     # -- state on disk --------------------------------------------------------------------------
     def _load(self, name: str, default):
@@ -133,6 +145,14 @@ class HostAgent:
         tmp = self.state_dir / (name + ".tmp")
         tmp.write_text(json.dumps(value))
         os.replace(tmp, self.state_dir / name)
+
+    def _saved_lease(self) -> float:
+        """The lease a restarted agent still holds (its adopted runs live by it), on this clock."""
+        saved = self._load("lease.json", {})
+        until = saved.get("until") if isinstance(saved, dict) else None
+        if not isinstance(until, (int, float)):
+            return time.monotonic() + self.lease_s
+        return time.monotonic() + (until - time.time())
 
     # -- start ----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -200,6 +220,9 @@ class HostAgent:
             self.close()
 
     def step(self) -> None:
+        self.producer.poll(0)  # acknowledgements of reports: they extend the lease
+        if self.fenced_at is None and time.monotonic() >= self.lease_until:
+            self._fence()
         messages = self.consumer.consume(num_messages=500, timeout=0.1)
         for msg in messages:
             if msg.error():
@@ -211,7 +234,13 @@ class HostAgent:
             self.offsets[msg.partition()] = msg.offset() + 1
         if messages:  # once per batch: what was handled is not handled again after a restart
             self._save("offsets.json", {str(p): o for p, o in self.offsets.items() if o is not None})
-        self.pending.extend(self.driver.poll())
+        for u in self.driver.poll():
+            if u.terminal and u.task_id in self.fencing:
+                self.fencing.discard(u.task_id)
+                u = TaskUpdate(u.task_id, u.host_id, TASK_LOST, u.timestamp_ms, REASON_AGENT_FENCED,
+                               f"killed by its agent, which heard nothing from the broker for {self.lease_s:g}s "
+                               f"(its lease): the host manager runs it elsewhere ({u.message})")
+            self.pending.append(u)
         self._watch_adopted()
         ended = [u.task_id for u in self.pending if u.terminal and u.task_id in self.runs]
         if ended:
@@ -237,6 +266,10 @@ class HostAgent:
         fresh = []
         for launch in cmd["launches"]:
             task_id = launch["task_id"]
+            if self.fenced_at is not None:  # the host manager may already run it elsewhere
+                self.pending.append(TaskUpdate(task_id, host_id, TASK_LOST, _now_ms(), REASON_AGENT_FENCED,
+                                               "not started: its agent's lease had run out"))
+                continue
             try:
                 started = task_id in self.runs or sandbox_path(self.sandbox_root, task_id).exists()
             except ValueError as exc:  # not a name a sandbox can have
@@ -266,6 +299,22 @@ class HostAgent:
                     self.pending.append(TaskUpdate(task_id, host_id, "TASK_KILLED", _now_ms(),
                                                    message="killed (a run adopted after the agent restarted)"))
 
+    def _fence(self) -> None:
+        """The lease ran out: every run here is killed at once (no grace: the host manager's
+        timeout is only a little longer than the lease), and reported lost when a report can go."""
+        self.fenced_at = time.monotonic()
+        active = sorted(self.driver.active())
+        log.warning("no report reached the broker for %gs (the lease): killing the %d runs here, as the host "
+                    "manager will run them elsewhere; no launch is taken until a report gets through",
+                    self.lease_s, len(active) + len(self.adopted))
+        self.fencing.update(active)
+        self.driver.kill_now(active)
+        for task_id, _pgid in list(self.adopted.items()):
+            kill_orphan(self.sandbox_root, task_id, grace_seconds=0)
+            del self.adopted[task_id]
+            self.pending.append(TaskUpdate(task_id, self._host_of(task_id), TASK_LOST, _now_ms(), REASON_AGENT_FENCED,
+                                           "killed by its agent, whose lease had run out"))
+
     def _watch_adopted(self) -> None:
         if not self.adopted:
             return
@@ -285,6 +334,11 @@ class HostAgent:
         for task_id in self.driver.active() | set(self.adopted):
             running.setdefault(self._host_of(task_id), []).append(task_id)
         topic = self.catalogue["placements"].name
+        round_id = next(self._round_ids)
+        # The updates travel with this round; they are sent again if any of its reports fails.
+        sending = _Round(time.monotonic(), 0, self.pending)
+        self.pending = []
+        self._rounds[round_id] = sending
         for host_id in (self.hosts if everyone else updates):
             spec = self.hosts.get(host_id)
             if spec is None:
@@ -293,21 +347,50 @@ class HostAgent:
                       "labels": spec.labels, "running": sorted(running.get(host_id, ())),
                       "port_ranges": [{"low": low, "high": high} for low, high in spec.port_ranges],
                       "updates": updates.get(host_id, []), "sent_ms": _now_ms()}
-            self.producer.produce(topic, key=host_id.encode(), value=self.serde.encode("peloton.AgentReport", record),
-                                  partition=self.report_partition[host_id])
-            self.producer.poll(0)
+            value = self.serde.encode("peloton.AgentReport", record)
+            while True:
+                try:
+                    self.producer.produce(topic, key=host_id.encode(), value=value,
+                                          partition=self.report_partition[host_id],
+                                          on_delivery=lambda err, _msg, r=round_id: self._delivered(r, err))
+                    break
+                except BufferError:  # the broker is away and the queue is full: the oldest wait
+                    self.producer.poll(0.1)
+            sending.waiting += 1
             metrics.AGENT_REPORTS.inc()
         metrics.AGENT_RUNS.labels(self.name).set(sum(len(r) for r in running.values()))
-        if self.producer.flush(5.0) == 0:
-            self.pending = []  # delivered; otherwise they go again with the next report
-            done = [t for t, run in self.runs.items() if run.get("ended")]
-            if done:
-                for task_id in done:
-                    del self.runs[task_id]
-                    self.ended[task_id] = None
-                while len(self.ended) > ENDED_KEPT:
-                    self.ended.popitem(last=False)
-                self._save("runs.json", self.runs)
+        if not sending.waiting:
+            del self._rounds[round_id]
+            self.pending = sending.updates + self.pending
+        self.producer.poll(0)
+
+    def _delivered(self, round_id: int, err) -> None:
+        """A report's acknowledgement (or failure). A round whose reports all got through extends
+        the lease and forgets the runs it reported ended; a failed one sends its updates again."""
+        sending = self._rounds.get(round_id)
+        if sending is None:
+            return
+        sending.waiting -= 1
+        sending.failed = sending.failed or err is not None
+        if sending.waiting > 0:
+            return
+        del self._rounds[round_id]
+        if sending.failed:
+            self.pending = sending.updates + self.pending
+            return
+        self.lease_until = max(self.lease_until, sending.sent + self.lease_s)
+        self._save("lease.json", {"until": time.time() + (self.lease_until - time.monotonic())})
+        if self.fenced_at is not None and sending.sent > self.fenced_at:
+            log.info("a report got through again: the lease is renewed, launches are taken again")
+            self.fenced_at = None
+        done = [u.task_id for u in sending.updates if u.terminal and self.runs.get(u.task_id, {}).get("ended")]
+        if done:
+            for task_id in done:
+                del self.runs[task_id]
+                self.ended[task_id] = None
+            while len(self.ended) > ENDED_KEPT:
+                self.ended.popitem(last=False)
+            self._save("runs.json", self.runs)
 
     def stop(self, *_args) -> None:
         self._running = False
@@ -325,10 +408,21 @@ class HostAgent:
         self.adopted = {}
         try:
             self._report()
+            self.producer.flush(5.0)
         finally:
             self.runs = {}
             self._save("runs.json", self.runs)
             self.consumer.close()
+
+
+@dataclass(slots=True)
+class _Round:
+    """One heartbeat's reports, until the broker has acknowledged every one."""
+
+    sent: float  # time.monotonic() when they were produced
+    waiting: int  # reports not acknowledged yet
+    updates: list[TaskUpdate]
+    failed: bool = False
 
 
 def _now_ms() -> int:

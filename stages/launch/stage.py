@@ -19,6 +19,7 @@ from peloton import metrics
 from peloton.model.events import send_progress, send_statuses, task_status
 from peloton.model.gang import task_problem
 from peloton.model.resources import Resources
+from peloton.model.states import LATE_END_REASONS, REASON_RECONCILIATION
 from peloton.runtime import HeldOffsets, Record, Stage, now_ms
 from peloton.store import Launch, LaunchStore
 from peloton.topics import partition_for
@@ -58,6 +59,9 @@ class LaunchStage(Stage):
         self.settling: dict[int, float] = {}  # shard -> time.monotonic() when it has settled
         self.waiting: list[Record] = []  # placements waiting for their hosts' first reports
         self.held = HeldOffsets()
+        self.reconciling: dict[str, str] = {}  # task id -> host, of unknown runs killed on their agents
+        self._next_catch_up = 0.0  # when the host manager may next ask whether it has read all
+        self._behind = False  # it was not caught up at the last ask (said once)
 
     def bind(self, emitter, settings, catalogue) -> None:
         super().bind(emitter, settings, catalogue)
@@ -198,6 +202,28 @@ class LaunchStage(Stage):
                 log.warning("agent %s runs %d runs this host manager does not know: killing them", host_id,
                             len(unknown))
                 self.remote.kill_on(host_id, unknown)
+                self.reconciling.update(dict.fromkeys(unknown, host_id))
+        self._late_ends()
+
+    def _late_ends(self) -> None:
+        """How runs this host manager had given up ended on their hosts (killed by their agent's
+        fencing, or by reconciliation when the agent came back): an event of that run for the job
+        manager, so that the task's history shows when its stale copy stopped, and why."""
+        for u in self.remote.late:
+            try:
+                job_id, instance, run_id = u.task_id.rsplit("-", 2)
+                instance_n, run_n = int(instance), int(run_id)
+            except ValueError:
+                continue  # not a run id this scheduler made
+            reason, message = u.reason, u.message
+            if self.reconciling.pop(u.task_id, None) is not None and reason not in LATE_END_REASONS:
+                reason = REASON_RECONCILIATION
+                message = (f"a copy of a run given up earlier (its host was DOWN) was still running on {u.host_id}: "
+                           f"killed when its agent reported again ({u.message})")
+            self.emit.emit("task-status", job_id, "peloton.TaskStatus", task_status(
+                job_id, instance_n, run_n, u.task_id, u.host_id, u.state, reason, message, u.exit_code, u.signal,
+                u.timestamp_ms))
+        self.remote.late = []
 
     def _maintenance_requests(self, records: list[Record]) -> None:
         """START: the host takes no new placements and its runs are killed (they run elsewhere,
@@ -413,12 +439,27 @@ class LaunchStage(Stage):
                         "time back before any is judged silent", deaf)
             for host_id in self.agent_seen:
                 self.agent_seen[host_id] += deaf
-        for host_id, seen in self.agent_seen.items():
-            if now - seen > timeout and host_id not in self.down:
-                self.down.add(host_id)
-                self.changed_hosts.setdefault(host_id, [])
-                self.remote.host_lost(host_id, f"its agent sent no report for {timeout:g}s")
-                log.warning("agent %s sent no report for %gs: DOWN, its runs are lost", host_id, timeout)
+        silent = [h for h, seen in self.agent_seen.items() if now - seen > timeout and h not in self.down]
+        if not silent:
+            return
+        # A report written but not read here yet (this instance is behind, a transaction holds
+        # the partition, the broker does not answer) is not silence: judged only when caught up,
+        # which is asked of the broker at most once a second.
+        if now < self._next_catch_up:
+            return
+        shards = sorted({partition_for(h, self.catalogue[TOPIC].partitions) for h in silent})
+        if not self.caught_up(TOPIC, shards):
+            if not self._behind:
+                log.info("%d agents look silent, but this host manager has not read all of shards %s yet: "
+                         "judged when it has", len(silent), shards)
+            self._behind, self._next_catch_up = True, now + 1.0
+            return
+        self._behind = False
+        for host_id in silent:
+            self.down.add(host_id)
+            self.changed_hosts.setdefault(host_id, [])
+            self.remote.host_lost(host_id, f"its agent sent no report for {timeout:g}s")
+            log.warning("agent %s sent no report for %gs: DOWN, its runs are lost", host_id, timeout)
 
     def _apply_updates(self) -> None:
         """Publish what the drivers reported. The ends are stored first: if the store is away the

@@ -67,8 +67,8 @@ def kafka_cluster(tmp_path):
     started; stopped after the test."""
     made: list[KafkaCluster] = []
 
-    def make(nodes: int = 1) -> KafkaCluster:
-        cluster = KafkaCluster.create(tmp_path / f"kafka-{len(made)}", nodes=nodes)
+    def make(nodes: int = 1, proxied: bool = False) -> KafkaCluster:
+        cluster = KafkaCluster.create(tmp_path / f"kafka-{len(made)}", nodes=nodes, proxied=proxied)
         made.append(cluster)
         cluster.start()
         return cluster
@@ -112,12 +112,13 @@ class Pipeline:
             wait_for_log(self.log(instance), "assigned", 60, proc)
         return proc
 
-    def start_agent(self, host_id: str, *options: str, wait: bool = True) -> subprocess.Popen:
+    def start_agent(self, host_id: str, *options: str, wait: bool = True,
+                    extra_env: dict[str, str] | None = None) -> subprocess.Popen:
         """The agent of a host of the inventory's `agent:` groups, as a process of its own."""
         [host] = [h for h in agent_hosts(self.settings) if h.host_id == host_id]
         log = self.log(host_id)
         starts = log.read_text().count(" up: ") if log.exists() else 0
-        proc = start_agent(host, self.settings, log, *options)
+        proc = start_agent(host, self.settings, log, *options, extra_env=extra_env)
         self.procs[host_id] = proc
         if wait:  # this start's line, not an earlier one of the same host
             self.wait_for(f"agent {host_id} up", lambda: proc.poll() is None and log.read_text().count(" up: ") > starts, 60)

@@ -53,7 +53,8 @@ def test_a_killed_host_manager_leaves_every_task_running_on_its_first_run(pipeli
 
 def test_a_killed_agent_loses_its_runs_to_other_hosts_and_its_leftovers_are_killed_when_it_returns(
         pipeline_factory) -> None:
-    p = pipeline_factory(hosts="agent:3:cpu=2,mem_mb=1024,disk_mb=1000", agent_timeout_s=3.0)
+    p = pipeline_factory(hosts="agent:3:cpu=2,mem_mb=1024,disk_mb=1000", agent_timeout_s=5.0,
+                         agent_heartbeat_s=0.5)
     p.start_all()
     job = p.submit(SLEEPERS.format(count=9, seconds=10))
     wait_running(p, job, 9)

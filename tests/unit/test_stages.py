@@ -712,3 +712,18 @@ def test_a_host_manager_that_takes_over_waits_for_its_agents_and_launches_what_n
                                          if "task_id" in v]
     assert stage.held_offsets() == {}
     assert store.launch_counts("a") == {0: 1}
+
+
+def test_the_late_end_of_a_run_given_up_goes_into_its_history_and_changes_nothing_else(admit, store) -> None:
+    stage, out = admit
+    stage.handle([command("s", JOB.format(name="s", count=1, gang=0, cpu=1))])
+    stage.handle([status_record("s-0-1", "TASK_RUNNING"), status_record("s-0-1", "TASK_LOST", "REASON_AGENT_DISCONNECTED")])
+    out.take()
+    late = status_record("s-0-1", "TASK_LOST", "REASON_AGENT_FENCED")
+    late.value["host_id"] = "h1"  # its agent killed it when its lease ran out, and says so once it can
+    stage.handle([late])
+    assert [(e["run_id"], e["state"], e["reason"]) for e in store.task_events("s")][-2:] == [
+        (1, "LOST", "REASON_AGENT_DISCONNECTED"), (1, "LOST", "REASON_AGENT_FENCED")]
+    [task] = store.tasks_of_job("s")
+    assert (task.run_id, task.state) == (2, "PENDING")
+    assert [schema for _, _, schema, _ in out.take()] == ["peloton.TaskRelease"]  # sent again, deduped by entitle

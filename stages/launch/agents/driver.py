@@ -96,6 +96,10 @@ class AgentDriver(ABC):
     def kill(self, task_ids: Sequence[str]) -> None:
         """Ask tasks to stop; TASK_KILLED arrives through poll(). Unknown ids are ignored."""
 
+    def kill_now(self, task_ids: Sequence[str]) -> None:
+        """Stop tasks at once, without their grace period (an agent fencing itself)."""
+        self.kill(task_ids)
+
     @abstractmethod
     def poll(self) -> list[TaskUpdate]:
         """Non-blocking: every update since the last call, in order per task."""

@@ -106,6 +106,12 @@ class LocalDriver(AgentDriver):
             _signal(task, signal.SIGTERM)
             task.kill_sent_at = now
 
+    def kill_now(self, task_ids: Sequence[str]) -> None:
+        for task_id in task_ids:
+            task = self._tasks.get(task_id)
+            if task is not None and not _exited(task.proc):
+                _signal(task, signal.SIGKILL)
+
     def poll(self) -> list[TaskUpdate]:
         updates, self._outbox = self._outbox, []
         updates.extend(self._step(time.monotonic()))

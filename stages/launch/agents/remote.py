@@ -13,14 +13,12 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 
-from peloton.model.states import MESOS_TERMINAL
+from peloton.model.states import MESOS_TERMINAL, REASON_RECONCILIATION
 
 from .driver import TASK_LOST, AgentDriver, LaunchRequest, TaskUpdate, now_ms
 
 # Mesos' reason for the runs of an agent that stopped reporting.
 REASON_AGENT_DISCONNECTED = "REASON_AGENT_DISCONNECTED"
-# The runs an agent has that the host manager does not know of are killed with this reason.
-REASON_RECONCILIATION = "REASON_RECONCILIATION"
 
 
 class RemoteDriver(AgentDriver):
@@ -29,6 +27,9 @@ class RemoteDriver(AgentDriver):
         self._clock = clock
         self.runs: dict[str, tuple[str, float]] = {}  # task id -> (host id, when its launch was sent)
         self.unconfirmed: set[str] = set()  # adopted runs no report of their agent has listed yet
+        # Ends of runs given up already (their host was DOWN, or they were unknown and killed):
+        # not updates of a run any more, but still the news of how that run ended on its host.
+        self.late: list[TaskUpdate] = []
         self._updates: list[TaskUpdate] = []
 
     # -- the driver contract --------------------------------------------------------------------
@@ -100,11 +101,14 @@ class RemoteDriver(AgentDriver):
         host_id = report["host_id"]
         ended = set()
         for u in report["updates"]:
+            update = TaskUpdate(u["task_id"], host_id, u["state"], u["timestamp_ms"], u["reason"], u["message"],
+                                u["exit_code"], u["signal"])
             if u["task_id"] in self.runs:
-                self._updates.append(TaskUpdate(u["task_id"], host_id, u["state"], u["timestamp_ms"], u["reason"],
-                                                u["message"], u["exit_code"], u["signal"]))
+                self._updates.append(update)
                 if u["state"] in MESOS_TERMINAL:
                     ended.add(u["task_id"])
+            elif u["state"] in MESOS_TERMINAL:
+                self.late.append(update)
         running = set(report["running"])
         self.unconfirmed -= running
         now = self._clock()

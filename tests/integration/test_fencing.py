@@ -1,0 +1,147 @@
+"""No instance runs twice at once when a host is cut off: its agent, whose reports stop reaching
+the broker, kills its runs when its lease runs out, before the host manager (which waits the
+lease and a margin) calls them lost and runs them elsewhere. A real partition: the agent reaches
+the broker only through a TCP proxy the test cuts (the broker advertises the proxy to it). A
+frozen agent (SIGSTOP) cannot act while frozen; on waking it finds its lease gone and kills its
+runs before anything else. Either way the stale copy's end is recorded in its run's history."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from tests.integration.conftest import Pipeline
+from tests.integration.tcp_proxy import TcpProxy
+
+pytestmark = pytest.mark.integration
+
+SLEEPERS = """
+name: sleepers
+instancecount: {count}
+defaultconfig:
+  resource: {{cpulimit: 1, memlimitmb: 8, disklimitmb: 1}}
+  command: {{shell: true, value: 'sleep {seconds}'}}
+"""
+# lease = timeout - max(2 s, 2 heartbeats) = 4 s: the agent kills at 4 s, the host manager waits 6 s
+TIMEOUTS = {"agent_heartbeat_s": 0.5, "agent_timeout_s": 6.0}
+
+
+def runs_alive(job_id: str) -> dict[int, set[str]]:
+    """Instance -> the runs (task ids) that have a live process now, from every process's
+    environment (each run's processes carry PELOTON_INSTANCE_ID and PELOTON_TASK_ID)."""
+    alive: dict[int, set[str]] = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            env = dict(e.split(b"=", 1) for e in open(f"/proc/{pid}/environ", "rb").read().split(b"\0") if b"=" in e)
+            stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        except (OSError, ValueError):
+            continue
+        if env.get(b"PELOTON_JOB_ID") == job_id.encode() and stat[0] != "Z":
+            alive.setdefault(int(env[b"PELOTON_INSTANCE_ID"]), set()).add(env[b"PELOTON_TASK_ID"].decode())
+    return alive
+
+
+class Watch:
+    """Samples the job's live runs ten times a second: any instance with two runs alive at once."""
+
+    def __init__(self, job_id: str):
+        self.job_id = job_id
+        self.twice: list[tuple[float, int, set[str]]] = []
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for instance, runs in runs_alive(self.job_id).items():
+                if len(runs) > 1:
+                    self.twice.append((time.time(), instance, runs))
+            self.samples += 1
+            self._stop.wait(0.1)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+def start(p: Pipeline, first_agent_env: dict[str, str] | None = None) -> str:
+    """The stages and agent-0, a job filling agent-0, then the two other agents (room for its reruns)."""
+    for stage in ("admit", "entitle", "place", "launch"):
+        p.start(stage, wait=False)
+    p.start_agent("agent-0", extra_env=first_agent_env)
+    for stage in ("admit", "entitle", "place", "launch"):
+        p.wait_for(f"{stage} assigned", lambda s=stage: "assigned" in p.log(f"{s}-0").read_text(), 60)
+    job = p.submit(SLEEPERS.format(count=2, seconds=25))
+    p.wait_for("both tasks RUNNING on agent-0", lambda: p.counts(job).get("RUNNING", 0) == 2, 60)
+    assert {t.host_id for t in p.store.tasks_of_job(job)} == {"agent-0"}
+    p.start_agent("agent-1")
+    p.start_agent("agent-2")
+    return job
+
+
+def history_checks(p: Pipeline, job: str) -> None:
+    """Every instance: run 1 lost on agent-0, its stale copy's end recorded, run 2 succeeded elsewhere."""
+    assert p.wait_job(job, timeout=90) == "SUCCEEDED"
+    events = p.store.task_events(job)
+    for instance in (0, 1):
+        mine = [(e["run_id"], e["state"], e["reason"], e["host_id"]) for e in events if e["instance"] == instance]
+        assert (1, "LOST", "REASON_AGENT_DISCONNECTED", "agent-0") in mine, mine
+        assert [e for e in mine if e[0] == 1 and e[2] == "REASON_AGENT_FENCED"], \
+            f"instance {instance}: the stale copy's end is not in its history: {mine}"
+        assert [e for e in mine if e[0] == 2 and e[1] == "SUCCEEDED" and e[3] != "agent-0"], mine
+
+
+def test_a_partitioned_agent_kills_its_runs_before_they_run_elsewhere(kafka_cluster, tmp_path) -> None:
+    cluster = kafka_cluster(1, proxied=True)
+    node = cluster.nodes[0]
+    proxy = TcpProxy(node.proxy_port, node.proxied_port)
+    p = Pipeline(cluster.bootstrap, tmp_path / "p", "agent:3:cpu=2,mem_mb=1024,disk_mb=1000", **TIMEOUTS)
+    watch = None
+    try:
+        job = start(p, {"PELOTON_KAFKA_BOOTSTRAP": f"127.0.0.1:{node.proxy_port}"})
+        watch = Watch(job)
+        proxy.cut()  # agent-0 runs on, but nothing it sends or fetches crosses any more
+        cut_at = time.monotonic()
+        p.wait_for("agent-0 fenced", lambda: "killing the 2 runs here" in p.log("agent-0").read_text(), 20)
+        fenced_after = time.monotonic() - cut_at
+        assert runs_alive(job) == {}, "the agent fenced itself but its runs still live"
+        p.wait_for("the host manager calls agent-0 DOWN", lambda: "agent agent-0 sent no report" in
+                   p.log("launch-0").read_text(), 20)
+        down_after = time.monotonic() - cut_at
+        p.wait_for("both instances running again elsewhere", lambda: p.counts(job).get("RUNNING", 0) == 2, 30)
+        time.sleep(3)
+        proxy.heal()  # agent-0 reports again: its fenced runs' ends, and it takes launches again
+        p.wait_for("agent-0 renews its lease", lambda: "the lease is renewed" in p.log("agent-0").read_text(), 30)
+        history_checks(p, job)
+        watch.stop()
+        assert watch.samples > 100 and not watch.twice, f"runs alive twice at once: {watch.twice[:3]}"
+        print(f"partition: agent fenced {fenced_after:.1f}s after the cut, host DOWN {down_after:.1f}s after; "
+              f"{watch.samples} samples, no instance alive twice")
+    finally:
+        if watch:
+            watch.stop()
+        proxy.close()
+        p.stop()
+
+
+def test_a_frozen_agent_kills_its_stale_runs_as_soon_as_it_wakes(pipeline_factory) -> None:
+    p = pipeline_factory(hosts="agent:3:cpu=2,mem_mb=1024,disk_mb=1000", **TIMEOUTS)
+    job = start(p)
+    watch = Watch(job)
+    frozen = p.procs["agent-0"]
+    frozen.send_signal(signal.SIGSTOP)  # its runs go on; it can do nothing
+    try:
+        p.wait_for("agent-0 DOWN", lambda: "agent agent-0 sent no report" in p.log("launch-0").read_text(), 30)
+        p.wait_for("both instances running again elsewhere", lambda: len(runs_alive(job)) == 2 and all(
+            len(r) == 2 for r in runs_alive(job).values()), 30)  # the one case left: stale copies run meanwhile
+    finally:
+        frozen.send_signal(signal.SIGCONT)
+    p.wait_for("agent-0 fenced on waking", lambda: "killing the 2 runs here" in p.log("agent-0").read_text(), 10)
+    p.wait_for("no stale copy left", lambda: all(len(r) == 1 for r in runs_alive(job).values()), 10)
+    history_checks(p, job)
+    watch.stop()
