@@ -22,6 +22,8 @@ from peloton.model.pool import (
 )
 from peloton.model.resources import Resources
 from peloton.runtime import (
+    QUIET,
+    BrokerUnavailable,
     CompactedView,
     DeliveryError,
     Emitter,
@@ -49,9 +51,6 @@ class NotFound(UserError):
     """What the user named does not exist: exit code 3."""
 
 
-# A command line prints its own one-line error; librdkafka's reconnect chatter (one line per
-# attempt, every 50 ms) would bury it, so CLI clients log only librdkafka's critical messages.
-QUIET = {"log_level": 2}
 
 
 def admin_client(settings: Settings) -> AdminClient:
@@ -151,7 +150,8 @@ def pool_tree_lock(settings: Settings):
 def pool_usage(settings: Settings, wait_s: float = 3.0) -> tuple[dict[str, dict], list[dict]]:
     """What entitle last published for each pool, and the host states: what `respool get`
     computes the tree from, as every entitle instance does."""
-    usage, hosts = CompactedView(settings, "entitlements"), CompactedView(settings, "host-state")
+    usage = CompactedView(settings, "entitlements", quiet=True)
+    hosts = CompactedView(settings, "host-state", quiet=True)
     try:
         usage.catch_up(timeout=wait_s)
         hosts.catch_up(timeout=wait_s)
@@ -185,7 +185,7 @@ def validate_job(text: str, settings: Settings | None = None) -> JobSpec:
 
 def host_capacities(settings: Settings, wait_s: float = 3.0) -> list[Resources]:
     """Distinct host capacities from the host-state topic, as admit sees them (empty if none yet)."""
-    view = CompactedView(settings, "host-state")
+    view = CompactedView(settings, "host-state", quiet=True)
     try:
         view.catch_up(timeout=wait_s)
         return distinct_capacities(view.values.values())
@@ -196,9 +196,10 @@ def host_capacities(settings: Settings, wait_s: float = 3.0) -> list[Resources]:
 def list_hosts(settings: Settings, wait_s: float = 3.0) -> list[dict]:
     """Every host as its host manager last reported it: state, total, allocated and free room,
     runs, labels (from the compacted host-state topic)."""
-    view = CompactedView(settings, "host-state")
+    view = CompactedView(settings, "host-state", quiet=True)
     try:
-        view.catch_up(timeout=wait_s)
+        if not view.catch_up(timeout=wait_s) and not view.values:
+            raise BrokerUnavailable(f"host-state could not be read within {wait_s:g}s")
         records = list(view.values.values())
     finally:
         view.close()
@@ -208,17 +209,41 @@ def list_hosts(settings: Settings, wait_s: float = 3.0) -> list[dict]:
 def host_row(h: dict) -> dict:
     """A host-state record as `host list` and the dashboard show it."""
     total, allocated = Resources.from_record(h["capacity"]), Resources.from_record(h["allocated"])
+    if not h.get("reachable", True):  # its agent is silent: what still runs there is not known
+        return {"host_id": h["host_id"], "state": h["state"], "driver": h["driver"], "shard": h["shard"],
+                "total": total.to_record(), "allocated": None, "free": None, "tasks": None, "labels": h["labels"],
+                "updated_ms": h["updated_ms"], "runs_known": False}
     return {"host_id": h["host_id"], "state": h["state"], "driver": h["driver"], "shard": h["shard"],
             "total": total.to_record(), "allocated": allocated.to_record(),
             "free": (total - allocated).to_record(), "tasks": h["task_count"], "labels": h["labels"],
-            "updated_ms": h["updated_ms"]}
+            "updated_ms": h["updated_ms"], "runs_known": True}
 
 
-def request_maintenance(settings: Settings, host_id: str, action: str, who: str = "") -> None:
-    """Ask the host manager of the host's shard to drain it (START) or bring it back (COMPLETE)."""
-    known = {h["host_id"] for h in list_hosts(settings)}
-    if host_id not in known:
+def maintenance_problem(hosts: list[dict], host_id: str, max_share: float) -> str | None:
+    """Why draining `host_id` now would hurt more than an operator means to, or None: it is the
+    last UP host (every running task would stop and nothing could run until maintenance ends), or
+    it would put more than `max_share` of the hosts in maintenance at once."""
+    up = [h["host_id"] for h in hosts if h["state"] == "UP"]
+    if up == [host_id]:
+        return (f"host {host_id} is the last UP host: draining it stops every running task, and nothing runs "
+                f"until its maintenance completes")
+    draining = {h["host_id"] for h in hosts if h["state"] in ("DRAINING", "DRAINED")} | {host_id}
+    if len(draining) > max_share * len(hosts):
+        return (f"draining {host_id} would put {len(draining)} of {len(hosts)} hosts in maintenance at once, above "
+                f"the allowed share of {max_share:.0%} (PELOTON_MAX_DRAIN_SHARE)")
+    return None
+
+
+def request_maintenance(settings: Settings, host_id: str, action: str, who: str = "", force: bool = False) -> None:
+    """Ask the host manager of the host's shard to drain it (START) or bring it back (COMPLETE).
+    A drain maintenance_problem() objects to is refused (UserError) unless forced."""
+    hosts = list_hosts(settings)
+    if host_id not in {h["host_id"] for h in hosts}:
         raise NotFound(f"no host {host_id!r} is known (see `pelotonctl host list`)")
+    if action == "START" and not force:
+        problem = maintenance_problem(hosts, host_id, settings.max_drain_share)
+        if problem:
+            raise UserError(f"refused: {problem}; --force drains it anyway")
     out = emitter(settings)
     out.emit("placements", host_id, "peloton.HostMaintenance", {
         "request_id": uuid.uuid4().hex, "host_id": host_id, "action": action,
@@ -304,7 +329,7 @@ def control_job(settings: Settings, store: QueryStore, kind: str, job_id: str, i
             raise UserError("update refused:\n" + "\n".join(f"  {p}" for p in problems))
         chosen = changed_instances(old, new)
         touched = to_restart(tasks, chosen) if chosen else []
-    else:
+        added = list(range(old.instance_count, new.instance_count))  # instanceCount only grows
         touched = {"STOP": to_stop, "START": to_start, "RESTART": to_restart}.get(kind, lambda ts, _i: ts)(tasks, chosen)
     out = emitter(settings)
     try:
@@ -316,4 +341,7 @@ def control_job(settings: Settings, store: QueryStore, kind: str, job_id: str, i
         "instances": instances or None, "batch_size": batch_size, "requested_by": user, "timestamp_ms": now_ms(),
     })
     _deliver(out, settings)
-    return {"job_id": job_id, "kind": kind, "instances": [t.instance for t in touched]}
+    answer = {"job_id": job_id, "kind": kind, "instances": [t.instance for t in touched]}
+    if kind == "UPDATE":
+        answer["added"] = added
+    return answer

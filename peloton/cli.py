@@ -18,22 +18,25 @@ from rich.table import Table
 
 from peloton.config import Settings
 
-# add_completion gives --install-completion and --show-completion (bash, zsh, fish, PowerShell).
-app = typer.Typer(help="Peloton-style cluster scheduler on Kafka.", no_args_is_help=True, add_completion=True)
-topics_app = typer.Typer(help="Topics of the pipeline (topics.yaml).", no_args_is_help=True)
-stage_app = typer.Typer(help="Run pipeline stages.", no_args_is_help=True)
-dev_app = typer.Typer(help="The embedded dev stack: broker, stages and hosts on this machine.", no_args_is_help=True)
-job_app = typer.Typer(help="Jobs: validate, create, status, stop, start, delete, get, query, list.",
+JSON_HELP = "Print JSON (for scripts) instead of a table."
+
+# Help is plain text (rich_markup_mode=None): no markup or emoji codes read into it, so that
+# 'sim:100:cpu=32' shows as written. add_completion gives --install-completion and --show-completion (bash, zsh, fish, PowerShell).
+app = typer.Typer(rich_markup_mode=None, help="Peloton-style cluster scheduler on Kafka.", no_args_is_help=True, add_completion=True)
+topics_app = typer.Typer(rich_markup_mode=None, help="Topics of the pipeline (topics.yaml).", no_args_is_help=True)
+stage_app = typer.Typer(rich_markup_mode=None, help="Run pipeline stages.", no_args_is_help=True)
+dev_app = typer.Typer(rich_markup_mode=None, help="The embedded dev stack: broker, stages and hosts on this machine.", no_args_is_help=True)
+job_app = typer.Typer(rich_markup_mode=None, help="Jobs: validate, create, status, stop, start, delete, get, query, list.",
                       no_args_is_help=True)
-task_app = typer.Typer(help="Tasks of a job.", no_args_is_help=True)
-pool_app = typer.Typer(help="Resource pools.", no_args_is_help=True)
-host_app = typer.Typer(help="Hosts: list them, drain them for maintenance.", no_args_is_help=True)
-maintenance_app = typer.Typer(help="Host maintenance: drain a host, bring it back.", no_args_is_help=True)
+task_app = typer.Typer(rich_markup_mode=None, help="Tasks of a job.", no_args_is_help=True)
+pool_app = typer.Typer(rich_markup_mode=None, help="Resource pools.", no_args_is_help=True)
+host_app = typer.Typer(rich_markup_mode=None, help="Hosts: list them, drain them for maintenance.", no_args_is_help=True)
+maintenance_app = typer.Typer(rich_markup_mode=None, help="Host maintenance: drain a host, bring it back.", no_args_is_help=True)
 host_app.add_typer(maintenance_app, name="maintenance")
-agent_app = typer.Typer(help="Host agents: the process on each host that runs its tasks.", no_args_is_help=True)
-letters_app = typer.Typer(help="The dead-letter topic: messages a stage could not use, with the reason.",
+agent_app = typer.Typer(rich_markup_mode=None, help="Host agents: the process on each host that runs its tasks.", no_args_is_help=True)
+letters_app = typer.Typer(rich_markup_mode=None, help="The dead-letter topic: messages a stage could not use, with the reason.",
                           no_args_is_help=True)
-cluster_app = typer.Typer(help="The cluster's instances on every machine, from ZooKeeper (PELOTON_ZOOKEEPER).",
+cluster_app = typer.Typer(rich_markup_mode=None, help="The cluster's instances on every machine, from ZooKeeper (PELOTON_ZOOKEEPER).",
                           no_args_is_help=True)
 app.add_typer(topics_app, name="topics")
 app.add_typer(stage_app, name="stage")
@@ -46,7 +49,8 @@ app.add_typer(agent_app, name="agent")
 app.add_typer(host_app, name="host")
 app.add_typer(letters_app, name="dead-letters")
 
-out = Console(soft_wrap=True, emoji=False)
+# Piped or redirected, tables keep their full width: ids are copied from them, never cut at 80.
+out = Console(soft_wrap=True, emoji=False, width=None if sys.stdout.isatty() else 400)
 err = Console(stderr=True, emoji=False)
 
 EXIT_FAILED, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_TIMEOUT, EXIT_UNAVAILABLE = 1, 2, 3, 4, 5
@@ -90,7 +94,29 @@ def _store():
 
 
 def _print_json(data) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    sys.stdout.write(json.dumps(_rounded(data), indent=2, default=str) + "\n")
+
+
+def _rounded(data):
+    """Floats to 6 decimals, everywhere in a JSON answer: sums of resources carry binary noise
+    (0.1 + 0.2 is 0.30000000000000004) that means nothing to a reader or a script."""
+    if isinstance(data, float):
+        return round(data, 6)
+    if isinstance(data, dict):
+        return {k: _rounded(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_rounded(v) for v in data]
+    return data
+
+
+def _amount(x: float) -> str:
+    """A resource amount for a table: whole numbers as they are (1024000, never 1.024e+06), others
+    to 3 decimals at most."""
+    if x != x or x in (float("inf"), float("-inf")):
+        return str(x)
+    if x == int(x):
+        return str(int(x))
+    return f"{x:.3f}".rstrip("0").rstrip(".")
 
 
 def _read(path: Path) -> str:
@@ -116,13 +142,13 @@ def _broker_call(fn, *args):
     from confluent_kafka import KafkaException
 
     from peloton.registry import LockNotAcquired, RegistryUnavailable
-    from peloton.runtime import DeliveryError
+    from peloton.runtime import BrokerUnavailable, DeliveryError
 
     try:
         return fn(*args)
     except (RegistryUnavailable, LockNotAcquired) as exc:
         _fail(str(exc), EXIT_UNAVAILABLE)
-    except (KafkaException, DeliveryError) as exc:
+    except (KafkaException, DeliveryError, BrokerUnavailable) as exc:
         _fail(f"broker at {_settings().bootstrap} is unavailable (is `pelotonctl dev up` running, or "
               f"PELOTON_KAFKA_BOOTSTRAP set?): {exc}", EXIT_UNAVAILABLE)
 
@@ -199,8 +225,9 @@ def agent_run(
 
 # -- hosts -------------------------------------------------------------------------------------
 @host_app.command("list")
-def host_list(as_json: bool = typer.Option(False, "--json")) -> None:
-    """Every host: state (UP, DRAINING, DRAINED, DOWN), free and total room, runs, labels."""
+def host_list(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """Every host: state (UP, DRAINING, DRAINED, DOWN), free and total room, runs, labels. A host
+    whose agent is silent shows '?' for its runs and free room: what still runs there is unknown."""
     from peloton.admin import list_hosts
 
     hosts = _broker_call(list_hosts, _settings())
@@ -210,25 +237,31 @@ def host_list(as_json: bool = typer.Option(False, "--json")) -> None:
     sys.stdout.write(f"{'HOST':<16} {'STATE':<9} {'TASKS':>5} {'CPU FREE/TOTAL':>15} {'MEM_MB FREE/TOTAL':>19}  LABELS\n")
     for h in hosts:
         labels = ",".join(f"{k}={v}" for k, v in sorted(h["labels"].items()) if k != "hostname")
-        cpu = f"{h['free']['cpu']:g}/{h['total']['cpu']:g}"
-        mem = f"{h['free']['mem_mb']:g}/{h['total']['mem_mb']:g}"
-        sys.stdout.write(f"{h['host_id']:<16} {h['state']:<9} {h['tasks']:>5} {cpu:>15} {mem:>19}  {labels}\n")
+        free = h["free"] or {"cpu": None, "mem_mb": None}  # None: its agent is silent, its runs unknown
+        cpu = f"{_amount(free['cpu']) if free['cpu'] is not None else '?'}/{_amount(h['total']['cpu'])}"
+        mem = f"{_amount(free['mem_mb']) if free['mem_mb'] is not None else '?'}/{_amount(h['total']['mem_mb'])}"
+        tasks = h["tasks"] if h["tasks"] is not None else "?"
+        sys.stdout.write(f"{h['host_id']:<16} {h['state']:<9} {tasks:>5} {cpu:>15} {mem:>19}  {labels}\n")
 
 
-def _maintenance(host_id: str, action: str) -> None:
-    from peloton.admin import NotFound, request_maintenance
+def _maintenance(host_id: str, action: str, force: bool = False) -> None:
+    from peloton.admin import NotFound, UserError, request_maintenance
 
     try:
-        _broker_call(request_maintenance, _settings(), host_id, action)
+        _broker_call(request_maintenance, _settings(), host_id, action, "", force)
     except NotFound as exc:
         _fail(str(exc), EXIT_NOT_FOUND)
+    except UserError as exc:
+        _fail(str(exc), EXIT_INVALID)
 
 
 @maintenance_app.command("start")
-def maintenance_start(host_id: str) -> None:
+def maintenance_start(host_id: str, force: bool = typer.Option(
+        False, "--force", help="Drain even the last UP host, or beyond PELOTON_MAX_DRAIN_SHARE of the hosts.")) -> None:
     """Drain HOST: it takes no new placements, its tasks are killed and run elsewhere, then it is
-    DRAINED and DOWN (see `host list`)."""
-    _maintenance(host_id, "START")
+    DRAINED and DOWN (see `host list`). Refused for the last UP host, or when more than
+    PELOTON_MAX_DRAIN_SHARE (50%) of the hosts would be in maintenance at once, unless --force."""
+    _maintenance(host_id, "START", force)
     sys.stdout.write(f"host {host_id}: maintenance started (DRAINING)\n")
 
 
@@ -248,7 +281,7 @@ def dev_up(
     instances: int = typer.Option(1, min=1, max=8, help="Instances of every stage."),
     brokers: int = typer.Option(1, min=1, max=5, help="Apache Kafka nodes (3: replication factor 3, "
                                                       "min.insync.replicas 2)."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Start Apache Kafka (unless PELOTON_KAFKA_BOOTSTRAP is set), apply topics, create the default
     pool and start one instance of each stage with its hosts."""
@@ -287,7 +320,7 @@ def dev_restart(component: str = typer.Argument(..., help="What `dev status` lis
 
 
 @dev_app.command("status")
-def dev_status(as_json: bool = typer.Option(False, "--json")) -> None:
+def dev_status(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """What the dev stack runs: component, pid, address, running."""
     from peloton.devstack import DevStack
 
@@ -336,7 +369,7 @@ def bench(
     relay: int = typer.Option(100_000, help="Messages through the 4-hop relay baseline (0: none)."),
     rate: float = typer.Option(0.0, help="Offered load in tasks/s: jobs are submitted at this pace, for the "
                                "latency at a steady load (0: as fast as one producer can, for throughput)."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Run JOBS jobs of TASKS_PER_JOB simulated tasks through a throwaway stack and print tasks per
     second to RUNNING and to SUCCEEDED, latency percentiles, per-stage records, CPU and memory, and
@@ -380,7 +413,7 @@ def _pool_change(fn, *args) -> dict | None:
 
 
 @pool_app.command("create")
-def respool_create(path: str, config: Path, as_json: bool = typer.Option(False, "--json")) -> None:
+def respool_create(path: str, config: Path, as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Create a resource pool at PATH (e.g. /team/batch) from a Peloton respool YAML."""
     from peloton.admin import create_pool
 
@@ -394,7 +427,7 @@ def respool_create(path: str, config: Path, as_json: bool = typer.Option(False, 
 @pool_app.command("update")
 def respool_update(path: str, config: Path, force: bool = typer.Option(
         False, "--force", help="Store it even if it breaks a rule of the tree (Peloton's --force)."),
-        as_json: bool = typer.Option(False, "--json")) -> None:
+        as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Replace the config of the resource pool at PATH."""
     from peloton.admin import update_pool
 
@@ -418,7 +451,7 @@ KIND_NAMES = ("cpu", "gpu", "memory", "disk")
 
 
 @pool_app.command("get")
-def respool_get(path: str, as_json: bool = typer.Option(False, "--json")) -> None:
+def respool_get(path: str, as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """A pool's reservation, limit and share, and its entitlement, allocation and demand now."""
     from peloton.admin import pool_report
 
@@ -430,14 +463,14 @@ def respool_get(path: str, as_json: bool = typer.Option(False, "--json")) -> Non
     figures = ("reservation", "limit", "share", "entitlement", "allocation", "demand")
     table = Table("kind", *figures)
     for kind in KIND_NAMES:
-        table.add_row(kind, *(f"{report[f][kind]:g}" for f in figures))
+        table.add_row(kind, *(_amount(report[f][kind]) for f in figures))
     out.print(table)
     for gang in report.get("waiting", []):
         out.print(f"  waiting: job {gang['job_id']} ({gang['tasks']} tasks): {gang['reason']}", highlight=False)
 
 
 @pool_app.command("dump")
-def respool_dump(as_json: bool = typer.Option(False, "--json")) -> None:
+def respool_dump(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """The pool tree with every pool's config (YAML; --json for JSON)."""
     import yaml
 
@@ -455,7 +488,7 @@ def respool_bench(fanout: int = typer.Option(10, help="Children per pool."),
                   levels: int = typer.Option(3, help="Levels of the tree (10 x 10 x 10: 1,000 leaves)."),
                   gangs: int = typer.Option(100_000, help="Gangs to admit."),
                   gang_size: int = typer.Option(1, help="Tasks per gang."),
-                  as_json: bool = typer.Option(False, "--json")) -> None:
+                  as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Benchmark the resource manager's decisions (no cluster): entitlement time for a pool
     tree, and admission throughput in gangs per second. Prints figures; asserts nothing."""
     from peloton.bench import run_resource_manager_bench
@@ -467,7 +500,7 @@ def respool_bench(fanout: int = typer.Option(10, help="Children per pool."),
 
 @pool_app.command("entitlement")
 def respool_entitlement(input_file: Path = typer.Option(..., "--input", help="capacity, pools and usage (YAML or JSON)"),
-                        as_json: bool = typer.Option(False, "--json")) -> None:
+                        as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Dry run of the entitlement calculation: no cluster needed. Every pool's entitlement,
     non-slack and slack entitlement, for the capacity, pools and usage in FILE."""
     from peloton.model.safe_yaml import YamlError, read_yaml
@@ -483,14 +516,14 @@ def respool_entitlement(input_file: Path = typer.Option(..., "--input", help="ca
     table = Table("pool", "kind", "entitlement", "non-slack", "slack")
     for path, shares in result.items():
         for kind in KIND_NAMES:
-            table.add_row(path, kind, *(f"{shares[f][kind]:g}" for f in (
+            table.add_row(path, kind, *(_amount(shares[f][kind]) for f in (
                 "entitlement", "non_slack_entitlement", "slack_entitlement")))
     out.print(table)
 
 
 # -- jobs --------------------------------------------------------------------------------------
 @job_app.command("validate")
-def job_validate(config: Path, as_json: bool = typer.Option(False, "--json")) -> None:
+def job_validate(config: Path, as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Check a Peloton job file; print what it asks for, or every problem in it (exit 2)."""
     from peloton.admin import UserError, validate_job
     from peloton.model.jobconfig import gang_instances
@@ -508,7 +541,7 @@ def job_validate(config: Path, as_json: bool = typer.Option(False, "--json")) ->
         _print_json(summary)
     else:
         out.print(f"{config}: valid {spec.type} job {spec.name!r}, {spec.instance_count} instances in "
-                  f"{summary['gangs']} gangs, {summary['cpu']:g} cpu and {summary['mem_mb']:g} MB in all", highlight=False)
+                  f"{summary['gangs']} gangs, {_amount(summary['cpu'])} cpu and {_amount(summary['mem_mb'])} MB in all", highlight=False)
 
 
 @job_app.command("create")
@@ -517,7 +550,7 @@ def job_create(
     config: Path = typer.Argument(..., help="Peloton job YAML"),
     wait: bool = typer.Option(False, "--wait", help="Wait until the job ends, showing progress."),
     timeout: float = typer.Option(600, help="Seconds to wait with --wait."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Validate a job file and submit it to POOL; with --wait, follow it to the end."""
     from peloton.admin import UserError, submit_job
@@ -556,7 +589,7 @@ def job_status(
     job_id: str,
     wait: bool = typer.Option(False, "--wait", help="Follow the job to its end, showing progress."),
     timeout: float = typer.Option(600, help="Seconds to wait with --wait."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """A job's state, its tasks' states, and why it waits; with --wait, follow it to the end."""
     from peloton.watch import job_summary
@@ -600,7 +633,7 @@ def _control(kind: str, job_id: str, instances: str | None, batch_size: int = 0,
 def job_stop(job_id: str, instances: Optional[str] = typer.Option(None, "--instances", help="Ranges, e.g. 0-3,7."),
              wait: bool = typer.Option(False, "--wait", help="Wait until every stopped task has ended."),
              timeout: float = typer.Option(120, help="Seconds to wait with --wait."),
-             as_json: bool = typer.Option(False, "--json")) -> None:
+             as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Stop a job (or some of its instances): their tasks are killed on their hosts, process and
     children, and their resources released; the job ends KILLED when every task has ended."""
     done = _control("STOP", job_id, instances)
@@ -615,7 +648,7 @@ def job_stop(job_id: str, instances: Optional[str] = typer.Option(None, "--insta
 
 @job_app.command("start")
 def job_start(job_id: str, instances: Optional[str] = typer.Option(None, "--instances", help="Ranges, e.g. 0-3,7."),
-              as_json: bool = typer.Option(False, "--json")) -> None:
+              as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Run stopped (KILLED) instances of a job again, each as a new run."""
     done = _control("START", job_id, instances)
     if as_json:
@@ -627,7 +660,7 @@ def job_start(job_id: str, instances: Optional[str] = typer.Option(None, "--inst
 @job_app.command("restart")
 def job_restart(job_id: str, instances: Optional[str] = typer.Option(None, "--instances", help="Ranges, e.g. 0-3,7."),
                 batch_size: int = typer.Option(0, "--batch-size", help="Tasks replaced at a time (0: all at once)."),
-                as_json: bool = typer.Option(False, "--json")) -> None:
+                as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Replace running tasks with new runs, BATCH-SIZE at a time: the next batch goes once the
     last one's new runs are running."""
     done = _control("RESTART", job_id, instances, batch_size)
@@ -641,7 +674,7 @@ def job_restart(job_id: str, instances: Optional[str] = typer.Option(None, "--in
 def job_update(job_id: str, config: Path, batch_size: int = typer.Option(
         0, "--batch-size", help="Tasks replaced at a time when their config changed (default: updateConfig.batchSize, "
                                 "else all at once)."),
-               as_json: bool = typer.Option(False, "--json")) -> None:
+               as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """A new config version for a job: more instances start, and tasks whose config changed are
     replaced by new runs in batches. name, type and pool cannot change; instanceCount only grows;
     changeLog.version, when given, must be the job's current version."""
@@ -649,7 +682,11 @@ def job_update(job_id: str, config: Path, batch_size: int = typer.Option(
     if as_json:
         _print_json(done)
     else:
-        out.print(f"job {job_id}: updating, {len(done['instances'])} tasks to replace", highlight=False)
+        added = done.get("added", [])
+        new = f"{len(added)} new instance{'' if len(added) == 1 else 's'}"
+        if added:
+            new += f" ({added[0]}-{added[-1]})" if len(added) > 1 else f" ({added[0]})"
+        out.print(f"job {job_id}: updating, {new}, {len(done['instances'])} tasks to replace", highlight=False)
 
 
 @job_app.command("delete")
@@ -672,7 +709,7 @@ def _wait_tasks(job_id: str, instances: list[int], done, timeout: float) -> None
 
 
 @job_app.command("get")
-def job_get(job_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
+def job_get(job_id: str, as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """A job's config (as submitted) and runtime: state, times, task counts."""
     import yaml
 
@@ -699,10 +736,11 @@ def job_get(job_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
 
 @job_app.command("query")
 def job_query(state: list[str] = typer.Option([], "--state", help="A job state; repeat for several."),
-              pool: Optional[str] = typer.Option(None, "--pool"), owner: Optional[str] = typer.Option(None, "--owner"),
-              name: Optional[str] = typer.Option(None, "--name"),
+              pool: Optional[str] = typer.Option(None, "--pool", help="Only jobs of this pool, e.g. /team."),
+              owner: Optional[str] = typer.Option(None, "--owner", help="Only jobs of this owner (the config's owner)."),
+              name: Optional[str] = typer.Option(None, "--name", help="Only jobs with this name."),
               label: list[str] = typer.Option([], "--label", help="KEY=VALUE; repeat for several (all must match)."),
-              limit: int = typer.Option(100, "--limit"), as_json: bool = typer.Option(False, "--json")) -> None:
+              limit: int = typer.Option(100, "--limit", help="At most this many jobs."), as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Jobs by state, pool, owner, name and labels, the most recent first."""
     from peloton.model.jobconfig import JobConfigError, parse_job_config
     from peloton.model.states import JOB_STATES
@@ -735,7 +773,7 @@ def job_query(state: list[str] = typer.Option([], "--state", help="A job state; 
 
 
 @job_app.command("list")
-def job_list(limit: int = 20, as_json: bool = typer.Option(False, "--json")) -> None:
+def job_list(limit: int = typer.Option(20, "--limit", help="At most this many jobs."), as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """The most recent jobs."""
     jobs = _store().list_jobs(limit)
     rows = [{"job_id": j.job_id, "name": j.name, "pool": j.pool, "state": j.state, "instances": j.instance_count,
@@ -750,7 +788,7 @@ def job_list(limit: int = 20, as_json: bool = typer.Option(False, "--json")) -> 
 
 
 @task_app.command("list")
-def task_list(job_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
+def task_list(job_id: str, as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Every task of a job: instance, run, state, host, exit code, reason."""
     tasks = _store().tasks_of_job(job_id)
     if not tasks:
@@ -768,7 +806,7 @@ def task_list(job_id: str, as_json: bool = typer.Option(False, "--json")) -> Non
 
 
 @task_app.command("get")
-def task_get(job_id: str, instance: int, as_json: bool = typer.Option(False, "--json")) -> None:
+def task_get(job_id: str, instance: int, as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """One task: its current run, state, host, exit code, reason and message."""
     task = next((t for t in _store().tasks_of_job(job_id) if t.instance == instance), None)
     if task is None:
@@ -785,7 +823,7 @@ def task_get(job_id: str, instance: int, as_json: bool = typer.Option(False, "--
 
 
 @task_app.command("events")
-def task_events(job_id: str, instance: int, as_json: bool = typer.Option(False, "--json")) -> None:
+def task_events(job_id: str, instance: int, as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Every state change of every run of one task: time, run, state, host, reason, message, exit code."""
     import datetime
 
@@ -838,7 +876,7 @@ _STATUS_STYLE = {"OK": "green", "WARN": "yellow", "STALL": "red", "STOP": "red",
 def lag(
     group: list[str] = typer.Option([], "--group", help="A stage (admit, entitle, place, launch) or group name; "
                                     "repeat for several. Default: every stage."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     watch: bool = typer.Option(False, "--watch", help="Refresh until Ctrl-C."),
     interval: float = typer.Option(2.0, help="Seconds between samples."),
     window: int = typer.Option(10, help="Samples the status word looks back over."),
@@ -965,7 +1003,7 @@ def _since(text: str | None) -> int | None:
 def letters_list(
     since: Optional[str] = typer.Option(None, "--since", help="Only letters from this long ago: 30s, 10m, 2h, 1d."),
     stage: Optional[str] = typer.Option(None, "--stage", help="Only letters from this stage (admit, launch, ...)."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Every dead letter: number, time, stage, source topic, partition, offset, reason."""
     import datetime
@@ -988,7 +1026,7 @@ def letters_list(
 
 
 @letters_app.command("show")
-def letters_show(number: str, as_json: bool = typer.Option(False, "--json")) -> None:
+def letters_show(number: str, as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """One dead letter whole: where it came from, why, and the original message decoded where possible."""
     from peloton.deadletters import find_letter, show
 
@@ -1024,7 +1062,7 @@ def letters_replay(
                                          "record, e.g. --set config=@fixed.yaml; repeat for several."),
     schema: Optional[str] = typer.Option(None, "--schema", help="The record's schema, when the original cannot be "
                                          "decoded (e.g. peloton.JobCommand)."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Send a dead letter's message back to its topic, fixed with --value or --set (or as it was,
     when what refused it has changed, e.g. its pool now exists)."""
@@ -1170,7 +1208,27 @@ def _cluster_age(seconds: float | None) -> str:
 
 
 def main() -> None:
-    app()
+    import logging
+
+    from peloton.store import STORE_UNAVAILABLE
+
+    # The connection pool's retries would print a warning each: the one line below says it.
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+    try:
+        app()
+    except STORE_UNAVAILABLE as exc:  # any command: one line naming what is away, exit 5
+        try:
+            where = _masked(Settings.from_env().store)
+        except ValueError:
+            where = "PELOTON_STORE"
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        err.print(f"[red]error:[/red] the store at {where} is unavailable: {first}", highlight=False, soft_wrap=True)
+        sys.exit(EXIT_UNAVAILABLE)
+
+
+def _masked(url: str) -> str:
+    """A store URL without its password, for messages."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
 
 
 if __name__ == "__main__":

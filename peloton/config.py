@@ -79,6 +79,9 @@ class Settings:
     agent_heartbeat_s: float = 1.0
     agent_timeout_s: float = 20.0
     agent_lease_s: float = 0.0
+    # `host maintenance start` refuses (unless forced) to put more than this share of the hosts
+    # in maintenance at once, or to drain the last UP host.
+    max_drain_share: float = 0.5
     # Prometheus metrics of each stage instance and agent: served on this port (0: any free port,
     # announced in the registry and the log; below 0: not served) and address (0.0.0.0 for all).
     metrics_port: int = 0
@@ -157,6 +160,8 @@ class Settings:
         if self.launch_timeout_s <= timeout:
             out.append(f"PELOTON_LAUNCH_TIMEOUT_S={self.launch_timeout_s:g} must be above PELOTON_AGENT_TIMEOUT_S="
                        f"{timeout:g}: a launch is not given up on before its host could be")
+        if not 0 < self.max_drain_share <= 1:
+            out.append(f"PELOTON_MAX_DRAIN_SHARE={self.max_drain_share:g} must be above 0 and at most 1")
         if self.retry_min_s > self.retry_max_s:
             out.append(f"PELOTON_RETRY_MIN_S={self.retry_min_s:g} is above PELOTON_RETRY_MAX_S={self.retry_max_s:g}")
         return out

@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from peloton.admin import NotFound, UserError, validate_job
 from peloton.config import Settings
-from peloton.runtime import producer_config
+from peloton.runtime import QUIET, producer_config
 from peloton.serde import DecodeError, registry
 from peloton.topics import Catalogue
 
@@ -34,6 +34,7 @@ def read_letters(settings: Settings, timeout: float = 5.0) -> list[dict]:
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
         "fetch.wait.max.ms": 10,
+        **QUIET,
     })
     letters: list[dict] = []
     try:

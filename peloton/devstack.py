@@ -200,20 +200,21 @@ class DevStack:
             # A new stack is a new Kafka cluster, so the store and the agents start empty too:
             # allocations and launches that no event of the new log will ever release would stay.
             path = sqlite_path(self.settings.store)
-            if path is not None:
+            if path is not None and store_kind != "postgres":
                 for suffix in ("", "-wal", "-shm"):
                     Path(f"{path}{suffix}").unlink(missing_ok=True)
             shutil.rmtree(Path(self.settings.home) / "agents", ignore_errors=True)
             bootstrap = self._start_kafka(components, brokers, progress)
-            progress(f"          a new cluster: its log ({self.dir / 'kafka'}) and the store "
-                     f"({settings_store(self.settings)}) start empty, and keep what they get across "
-                     "`dev restart`")
         if store_kind == "postgres":
             try:
                 self.settings = replace(self.settings, **self._start_servers(components, logs, progress))
             except Exception as exc:  # leave nothing running behind a failed start
                 self._stop(components, lambda m: None)
                 raise StackError(str(exc)) from None
+        if not external:  # named once the store is known: SQLite's file, or PostgreSQL's new database
+            progress(f"          a new cluster: its log ({self.dir / 'kafka'}) and the store "
+                     f"({settings_store(self.settings)}) start empty, and keep what they get across "
+                     "`dev restart`")
         # Everything started from here on talks to this broker and store.
         self.settings = settings = replace(self.settings, bootstrap=bootstrap)
         state = {"bootstrap": bootstrap, "store": settings.store, "zookeeper": settings.zookeeper, "hosts": settings.hosts,

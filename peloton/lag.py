@@ -38,6 +38,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from peloton.config import Settings
+from peloton.runtime import QUIET
 from peloton.topics import Catalogue
 
 STAGES = ("admit", "entitle", "place", "launch")  # in pipeline order
@@ -99,7 +100,7 @@ class LagMonitor:
         self.catalogue = Catalogue(settings.topic_prefix)
         self.stages = stages
         self.timeout_s = timeout_s
-        self.admin = AdminClient({"bootstrap.servers": settings.bootstrap})
+        self.admin = AdminClient({"bootstrap.servers": settings.bootstrap, **QUIET})
         self._windows: dict[tuple[str, str, int], deque[Sample]] = {}
         self._window = window
         self._queued = None  # the entitlements view, opened on first use
@@ -158,6 +159,7 @@ class LagMonitor:
             "auto.offset.reset": "earliest",
             "enable.partition.eof": False,
             "fetch.wait.max.ms": 10,
+            **QUIET,
             "fetch.max.bytes": 1_048_576,
             "max.partition.fetch.bytes": 65_536,  # only the first message of each is wanted
         })
@@ -184,7 +186,7 @@ class LagMonitor:
         from peloton.runtime import CompactedView
 
         if self._queued is None:
-            self._queued = CompactedView(self.settings, "entitlements", self.catalogue)
+            self._queued = CompactedView(self.settings, "entitlements", self.catalogue, quiet=True)
         self._queued.catch_up(timeout=self.timeout_s)
         return [{"pool": pool, "queued_gangs": rec.get("queued_gangs", 0), "demand": rec["demand"]}
                 for pool, rec in sorted(self._queued.values.items())]

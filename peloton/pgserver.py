@@ -41,6 +41,7 @@ def _as_server_user(cmd: list[str]) -> list[str]:
 class PostgresServer:
     dir: Path
     port: int
+    options: str = ""  # the server's -o options, to start it again
 
     @property
     def url(self) -> str:
@@ -66,10 +67,22 @@ class PostgresServer:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.url_of(name)
 
-    def stop(self) -> None:
+    def stop(self, keep: bool = False) -> None:
+        """Stop the server; its directory goes too unless `keep` (then start() brings it back)."""
         subprocess.run(_as_server_user([str(bin_dir() / "pg_ctl"), "-D", str(self.dir / "data"), "-m", "immediate",
                                         "stop"]), capture_output=True, timeout=60)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def start(self, timeout: float = 60) -> None:
+        """Start a server stopped with keep=True again, on its data."""
+        started = subprocess.run(_as_server_user([str(bin_dir() / "pg_ctl"), "-D", str(self.dir / "data"), "-o",
+                                                  self.options, "-l", str(self.dir / "server.log"), "-w", "-t",
+                                                  str(int(timeout)), "start"]), capture_output=True, text=True,
+                                 timeout=timeout + 10)
+        if started.returncode:
+            raise PostgresUnavailable(f"PostgreSQL did not start again: {started.stderr.strip()}")
+        _wait_ready(self, timeout)
 
 
 def start_postgres(port: int, parent: Path | None = None, timeout: float = 60) -> PostgresServer:
@@ -91,7 +104,7 @@ def start_postgres(port: int, parent: Path | None = None, timeout: float = 60) -
     if started.returncode:
         log = (base / "server.log").read_text(errors="replace")[-800:] if (base / "server.log").exists() else ""
         raise PostgresUnavailable(f"PostgreSQL did not start on port {port}: {started.stderr.strip()} {log}")
-    server = PostgresServer(base, port)
+    server = PostgresServer(base, port, options)
     _wait_ready(server, timeout)
     return server
 

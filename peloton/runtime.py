@@ -99,6 +99,10 @@ def producer_config(settings: Settings, transactional_id: str | None = None) -> 
 MESSAGE_OVERHEAD = 4096
 
 
+class BrokerUnavailable(RuntimeError):
+    """The broker did not answer in time (a command line says so in one line, exit 5)."""
+
+
 class DeliveryError(RuntimeError):
     """Produced messages did not reach the broker (yet): the broker is away or refused them."""
 
@@ -860,13 +864,18 @@ class StageRuntime:
             self.registry.close()
 
 
+# A command line prints its own one-line error; librdkafka's reconnect chatter (one line per
+# attempt, every 50 ms) would bury it, so CLI clients log only librdkafka's critical messages.
+QUIET = {"log_level": 2}
+
+
 class CompactedView:
     """Last value per key of a compacted topic, read in full by every instance (faust-table style).
 
     It reads what compaction left (one record per key, plus the open segment) and keeps the latest
     per key, as any reader of a compacted Kafka topic must."""
 
-    def __init__(self, settings: Settings, topic: str, catalogue: Catalogue | None = None):
+    def __init__(self, settings: Settings, topic: str, catalogue: Catalogue | None = None, quiet: bool = False):
         self.catalogue = catalogue or Catalogue(settings.topic_prefix)
         self.spec = self.catalogue[topic]
         self.serde = registry()
@@ -879,6 +888,7 @@ class CompactedView:
                 # A broker that restarted empty starts the topic again at 0: read it from there.
                 "auto.offset.reset": "earliest",
                 "fetch.wait.max.ms": VIEW_FETCH_WAIT_MS,
+                **(QUIET if quiet else {}),
             }
         )
         self.consumer.assign([TopicPartition(self.spec.name, p, OFFSET_BEGINNING) for p in range(self.spec.partitions)])

@@ -44,7 +44,7 @@ def waiting_gangs(settings: Settings, pool: str, job_id: str) -> list[dict]:
     from peloton.runtime import CompactedView
 
     try:
-        view = CompactedView(settings, "entitlements")
+        view = CompactedView(settings, "entitlements", quiet=True)
         try:
             view.catch_up(timeout=3.0)
         finally:

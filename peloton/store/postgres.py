@@ -14,6 +14,7 @@ import threading
 import time
 from contextlib import contextmanager
 
+import psycopg
 from psycopg_pool import ConnectionPool
 
 from peloton.model.states import UNLAUNCHED
@@ -117,11 +118,21 @@ def _s(cols: str) -> str:
 
 
 class PostgresStore(StorageGateway):
-    def __init__(self, url: str, min_size: int = 1, max_size: int = 4, timeout: float = 30.0):
+    def __init__(self, url: str, min_size: int = 1, max_size: int = 4, timeout: float = 5.0):
         self.url = url
+        # One plain connection first: a server that is away fails here at once, with its reason
+        # (the pool would only say it timed out).
+        psycopg.connect(url, connect_timeout=3).close()
         # autocommit: a statement outside transaction() commits at once; transaction() groups.
+        # A server that is away is noticed in seconds: connecting gives up after 3 s, waiting
+        # for a pooled connection after `timeout`, and a connection whose server stopped
+        # answering mid-query is dropped by TCP after 10 s (keepalives, user timeout), so a
+        # command answers and a stage sees SIGTERM in seconds, not minutes.
         self.pool = ConnectionPool(url, min_size=min_size, max_size=max_size, timeout=timeout,
-                                   kwargs={"autocommit": True}, open=True, name="peloton-store")
+                                   kwargs={"autocommit": True, "connect_timeout": 3, "keepalives": 1,
+                                           "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 2,
+                                           "tcp_user_timeout": 10_000},
+                                   open=True, name="peloton-store")
         self._local = threading.local()  # the connection of the transaction this thread is in
         self.pool.wait(timeout)
         self._migrate()

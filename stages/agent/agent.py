@@ -7,6 +7,10 @@ every run it has now, and the Mesos status updates since its last report. Report
 least every `agent_heartbeat_s`, and at once when something changed. The host manager marks a
 host whose reports stop DOWN and its runs LOST.
 
+Fencing: the agent's runs live by a lease that each report the broker acknowledges extends. An
+agent cut off from the broker for its lease kills its runs (the host manager, which waits longer,
+will run them elsewhere) and takes no launch until a report gets through (docs/design.md).
+
 Tasks outlive the host manager (they are this process's children, not the launch stage's), and
 they outlive this process too: its state directory keeps the offset of the last command handled
 and the runs it started, so that after a restart it adopts the runs still alive (their process

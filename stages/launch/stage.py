@@ -532,6 +532,7 @@ class LaunchStage(Stage):
             self.emit.emit("host-state", host_id, "peloton.HostState", {
                 "host_id": host_id, "shard": spec.shard, "driver": spec.driver,
                 "state": self.maintenance.get(host_id) or ("DOWN" if host_id in self.down else "UP"),
+                "reachable": host_id not in self.down,
                 "capacity": spec.capacity.to_record(), "allocated": ledger.held.total.to_record(),
                 "task_count": len(ledger.held), "labels": spec.labels, "applied_placements": applied,
                 "task_labels": [{"key": k, "value": v, "count": n} for (k, v), n in labels.items()],

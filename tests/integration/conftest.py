@@ -136,9 +136,9 @@ class Pipeline:
         for instance, proc in self.procs.items():
             wait_for_log(self.log(instance), ready_line(instance), 60, proc)
 
-    def ctl(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    def ctl(self, *args: str, timeout: float = 60, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         """pelotonctl against this pipeline, as a separate process."""
-        env = {**os.environ, **self.settings.env(), "COLUMNS": "200"}
+        env = {**os.environ, **self.settings.env(), "COLUMNS": "200", **(extra_env or {})}
         return subprocess.run([sys.executable, "-m", "peloton.cli", *args], env=env, capture_output=True, text=True,
                               timeout=timeout, cwd=str(REPO_ROOT))
 

@@ -7,6 +7,7 @@ runs before anything else. Either way the stale copy's end is recorded in its ru
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -109,7 +110,7 @@ def test_a_partitioned_agent_kills_its_runs_before_they_run_elsewhere(kafka_clus
         cut_at = time.monotonic()
         p.wait_for("agent-0 fenced", lambda: "killing the 2 runs here" in p.log("agent-0").read_text(), 20)
         fenced_after = time.monotonic() - cut_at
-        assert runs_alive(job) == {}, "the agent fenced itself but its runs still live"
+        p.wait_for("the fenced runs gone", lambda: runs_alive(job) == {}, 1.0)  # SIGKILL: at once
         p.wait_for("the host manager calls agent-0 DOWN", lambda: "agent agent-0 sent no report" in
                    p.log("launch-0").read_text(), 20)
         down_after = time.monotonic() - cut_at
@@ -137,6 +138,10 @@ def test_a_frozen_agent_kills_its_stale_runs_as_soon_as_it_wakes(pipeline_factor
     frozen.send_signal(signal.SIGSTOP)  # its runs go on; it can do nothing
     try:
         p.wait_for("agent-0 DOWN", lambda: "agent agent-0 sent no report" in p.log("launch-0").read_text(), 30)
+        listed = p.ctl("host", "list", "--json")
+        [row] = [h for h in json.loads(listed.stdout)["hosts"] if h["host_id"] == "agent-0"]
+        assert (row["state"], row["tasks"], row["free"], row["runs_known"]) == ("DOWN", None, None, False), row
+        assert "agent-0          DOWN          ?" in p.ctl("host", "list").stdout
         p.wait_for("both instances running again elsewhere", lambda: len(runs_alive(job)) == 2 and all(
             len(r) == 2 for r in runs_alive(job).values()), 30)  # the one case left: stale copies run meanwhile
     finally:
@@ -145,3 +150,33 @@ def test_a_frozen_agent_kills_its_stale_runs_as_soon_as_it_wakes(pipeline_factor
     p.wait_for("no stale copy left", lambda: all(len(r) == 1 for r in runs_alive(job).values()), 10)
     history_checks(p, job)
     watch.stop()
+
+
+@pytest.mark.parametrize("timeouts,stall_s", [({}, 12.0), (TIMEOUTS, 3.0)], ids=["defaults", "short"])
+def test_a_broker_stall_shorter_than_the_lease_kills_nothing_and_runs_nothing_twice(kafka_cluster, tmp_path,
+                                                                                     timeouts, stall_s) -> None:
+    """The broker frozen (SIGSTOP) for most of the agents' lease: every process waits, nobody is
+    judged silent (the host manager cannot read to the end meanwhile), no agent fences itself."""
+    cluster = kafka_cluster(1)
+    p = Pipeline(cluster.bootstrap, tmp_path / "p", "agent:3:cpu=2,mem_mb=1024,disk_mb=1000", **timeouts)
+    try:
+        p.start_all()
+        job = p.submit(SLEEPERS.format(count=6, seconds=stall_s + 10))
+        p.wait_for("6 tasks RUNNING", lambda: p.counts(job).get("RUNNING", 0) == 6, 60)
+        watch = Watch(job)
+        broker = cluster.pid(1)
+        os.killpg(broker, signal.SIGSTOP)
+        time.sleep(stall_s)
+        os.killpg(broker, signal.SIGCONT)
+        assert p.wait_job(job, timeout=120) == "SUCCEEDED"
+        watch.stop()
+        tasks = p.store.tasks_of_job(job)
+        assert [t.run_id for t in tasks] == [1] * 6, "a healthy task was killed and run again"
+        ends = {(e["state"], e["reason"]) for e in p.store.task_events(job) if e["state"] in ("LOST", "KILLED")}
+        assert not ends, ends
+        for host in ("agent-0", "agent-1", "agent-2"):
+            assert "killing the" not in p.log(host).read_text()
+        assert "sent no report" not in p.log("launch-0").read_text()
+        assert not watch.twice
+    finally:
+        p.stop()

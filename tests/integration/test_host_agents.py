@@ -1,6 +1,6 @@
 """Host agents as processes of their own, on a real broker: tasks outlive the host manager, an
 agent that dies has its runs lost and run elsewhere, and an agent that comes back after a
-SIGKILL adopts what it left running, which reconciliation then kills."""
+SIGKILL adopts what it left running, and kills it if its lease ran out while it was away."""
 
 from __future__ import annotations
 
@@ -65,19 +65,21 @@ def test_a_killed_agent_loses_its_runs_to_other_hosts_and_its_leftovers_are_kill
     p.procs[victim].wait()
     p.wait_for("its runs lost", lambda: {e["instance"] for e in p.store.task_events(job) if e["state"] == "LOST"}
                == on_victim, 20)
-    # Back with the same name while its old runs still sleep: it adopts them, and the host
-    # manager, which knows them as lost, has them killed (reconciliation).
+    # Back with the same name while its old runs still sleep: it adopts them, finds that its lease
+    # ran out while it was away (the host manager has run them elsewhere), and kills them at once.
     p.start_agent(victim)
-    p.wait_for("the adopted runs killed", lambda: "killing them" in p.log("launch-0").read_text(), 20)
+    p.wait_for("the adopted runs killed", lambda: f"killing the {len(on_victim)} runs here" in
+               p.log(victim).read_text(), 20)
     assert p.log(victim).read_text().count("adopted run") == len(on_victim)
 
     assert p.wait_job(job, timeout=90) == "SUCCEEDED"
     tasks = {t.instance: t for t in p.store.tasks_of_job(job)}
     for i in on_victim:
         assert tasks[i].run_id == 2 and tasks[i].host_id != victim, (i, tasks[i].run_id, tasks[i].host_id)
-    lost = [e for e in p.store.task_events(job) if e["state"] == "LOST"]
-    assert {e["instance"] for e in lost} == on_victim
-    assert all(e["reason"] == "REASON_AGENT_DISCONNECTED" for e in lost)
+    lost = [(e["instance"], e["run_id"], e["reason"]) for e in p.store.task_events(job) if e["state"] == "LOST"]
+    # each run on the victim: lost when its agent went silent, then its stale copy's end
+    assert sorted(lost) == sorted([(i, 1, r) for i in on_victim for r in ("REASON_AGENT_DISCONNECTED",
+                                                                          "REASON_AGENT_FENCED")]), lost
     assert "reports again: UP" in p.log("launch-0").read_text()
     p.wait_for("no process of the job left", lambda: processes_of(job) == [], 30)
 
@@ -119,6 +121,9 @@ def test_maintenance_drains_a_host_its_tasks_run_elsewhere_and_complete_brings_i
         return {h["host_id"]: h["state"] for h in json.loads(out.stdout)["hosts"]}.get(host, "?")
 
     p.wait_for(f"{busy} DOWN after its drain", lambda: state_of(busy) == "DOWN", 40)
+    other = next(h for h in ("agent-0", "agent-1") if h != busy)
+    refused = p.ctl("host", "maintenance", "start", other)  # the last UP host: every task would stop
+    assert refused.returncode == 2 and "last UP host" in refused.stderr and "--force" in refused.stderr, refused.stderr
     wait_running(p, job, 4)
     tasks = {t.instance: t for t in p.store.tasks_of_job(job)}
     for i in drained:  # killed for the maintenance, and running again elsewhere, no failure counted

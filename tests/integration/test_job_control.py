@@ -139,6 +139,7 @@ def test_update_starts_new_instances_and_restart_replaces_runs_in_batches(pipeli
     grown.write_text(text.replace("instancecount: 3", "instancecount: 4") + "changelog: {version: 1}\n")
     updated = p.ctl("job", "update", job, str(grown))
     assert updated.returncode == 0, updated.stderr
+    assert "1 new instance (3), 0 tasks to replace" in updated.stdout, updated.stdout
     p.wait_for("the fourth instance running", lambda: p.counts(job).get("RUNNING", 0) == 4, 60)
     assert {t.instance: t.run_id for t in p.store.tasks_of_job(job)} == {0: 1, 1: 1, 2: 1, 3: 1}
     stale = p.ctl("job", "update", job, str(grown))

@@ -356,6 +356,33 @@ def _live_members(pgid: int) -> list[int]:
     return live
 
 
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+@pytest.mark.parametrize("ends", ["exits", "killed"])
+def test_a_process_that_left_its_tasks_session_ends_with_the_task(tmp_path: Path, ends: str) -> None:
+    driver = LocalDriver(tmp_path)
+    # a child in a session of its own (setsid): the kill of the task's process group misses it
+    command = "setsid sh -c 'echo $$ > escaped; exec sleep 60' & " + ("sleep 1" if ends == "exits" else "sleep 60")
+    driver.launch([request("t-0-1", command, kill_grace_seconds=0.2)])
+    escaped = driver.sandbox("t-0-1") / "escaped"
+    wait_for_file_text(escaped, "\n")
+    pid = int(escaped.read_text())
+    assert _alive(pid)
+    if ends == "killed":
+        driver.kill(["t-0-1"])
+    run_to_end(driver, "t-0-1", timeout=10)
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid), "a process the task started outlived it"
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 def test_local_close_leaves_no_running_children(tmp_path: Path) -> None:
     driver = LocalDriver(tmp_path)

@@ -291,6 +291,9 @@ function renderJobs(state) {
 }
 
 function usageCell(free, total, format) {
+  if (free === null || free === undefined) {  // a silent agent: what runs there is unknown
+    return el("td", { class: "usage muted", title: "its agent is silent: runs unknown" }, `? / ${format(total)}`);
+  }
   const used = total ? Math.max(0, Math.min(1, (total - free) / total)) : 0;
   return el("td", { class: "usage" },
     el("span", { class: "usage-text" }, `${format(free)} / ${format(total)}`),
@@ -311,9 +314,9 @@ function renderHosts(state) {
       el("td", {}, el("code", {}, h.host_id)),
       el("td", {}, el("span", { class: `state host-${h.state}`, "data-field": "state" }, h.state)),
       el("td", { class: "muted" }, h.driver),
-      el("td", { class: "num", "data-field": "tasks" }, num(h.tasks)),
-      usageCell(h.free.cpu, h.total.cpu, num),
-      usageCell(h.free.mem_mb, h.total.mem_mb, mem),
+      el("td", { class: "num", "data-field": "tasks" }, h.tasks === null ? "?" : num(h.tasks)),
+      usageCell(h.free ? h.free.cpu : null, h.total.cpu, num),
+      usageCell(h.free ? h.free.mem_mb : null, h.total.mem_mb, mem),
       el("td", {}, el("div", { class: "labels" }, labels.map(([k, v]) => el("span", { class: "label" }, `${k}=${v}`)))));
   }));
 }

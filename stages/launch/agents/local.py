@@ -195,6 +195,8 @@ class LocalDriver(AgentDriver):
                 updates.append(self._reap(task))
             elif _grace_expired(task, now):
                 _signal(task, signal.SIGKILL)
+        if updates:  # what left the tasks' process groups (setsid) ends with them too
+            kill_escapees({u.task_id for u in updates})
         return updates
 
     def _reap(self, task: _LocalTask) -> TaskUpdate:
@@ -274,6 +276,32 @@ def _grace_expired(task: _LocalTask, now: float) -> bool:
 def _signal(task: _LocalTask, signum: int) -> None:
     task.kill_signal = signum
     _signal_group(task.pid, signum)
+    if signum == signal.SIGKILL:
+        kill_escapees({task.request.task_id})
+
+
+def kill_escapees(task_ids: set[str]) -> int:
+    """SIGKILL every process of these tasks that left its task's process group (a child that
+    called setsid, a daemon that double-forked): each still carries its task's PELOTON_TASK_ID in
+    the environment it was started with, which is how it is found (session tracking, as build
+    servers find a build's strays). One /proc scan for all; a process that cleared its environment
+    escapes it, which a cgroup per task closes. Returns how many were killed."""
+    if not task_ids:
+        return 0
+    try:
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return 0
+    killed = 0
+    me = os.getpid()
+    for pid in pids:
+        if pid != me and _task_id_of(pid) in task_ids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except (ProcessLookupError, PermissionError):
+                pass
+    return killed
 
 
 def _signal_group(pgid: int, signum: int) -> None:
@@ -439,6 +467,7 @@ def kill_orphans(
     for pgid in left.values():
         _send_group(pgid, signal.SIGKILL)
     stuck = _wait_groups_gone(left, time.monotonic() + _ORPHAN_SIGKILL_WAIT_SECONDS)
+    kill_escapees(set(terminated))
     for task_id, pgid in terminated.items():
         if task_id in stuck:
             done[task_id] = f"orphan process group {pgid} still running after SIGKILL"

@@ -1,0 +1,30 @@
+"""Which drains `host maintenance start` refuses without --force."""
+
+from peloton.admin import maintenance_problem
+from peloton.config import Settings
+
+
+def hosts(*states: str) -> list[dict]:
+    return [{"host_id": f"h{i}", "state": s} for i, s in enumerate(states)]
+
+
+def test_the_last_up_host_is_not_drained_without_force() -> None:
+    assert "last UP host" in maintenance_problem(hosts("UP", "DOWN"), "h0", 1.0)
+    assert maintenance_problem(hosts("UP", "UP"), "h0", 0.5) is None
+
+
+def test_no_more_than_the_allowed_share_of_hosts_is_in_maintenance_at_once() -> None:
+    four = hosts("UP", "UP", "DRAINING", "UP")
+    assert maintenance_problem(four, "h0", 0.5) is None  # 2 of 4
+    problem = maintenance_problem(hosts("UP", "UP", "DRAINING", "DRAINED"), "h0", 0.5)
+    assert "3 of 4 hosts" in problem and "50%" in problem
+
+
+def test_settings_that_do_not_fit_are_named_with_their_numbers() -> None:
+    assert Settings().problems() == []
+    problems = Settings(agent_timeout_s=3.0, agent_heartbeat_s=1.0, max_drain_share=0).problems()
+    assert any("agent lease (1s" in p and "3 heartbeats" in p for p in problems), problems
+    assert any("PELOTON_MAX_DRAIN_SHARE=0" in p for p in problems)
+    assert any("PELOTON_LAUNCH_TIMEOUT_S" in p for p in Settings(launch_timeout_s=5).problems())
+    short = Settings(agent_heartbeat_s=0.5, agent_timeout_s=3.5)  # lease 1.5 s: the shortest valid
+    assert short.problems() == [] and short.agent_lease() == 1.5
