@@ -79,6 +79,9 @@ class Settings:
     agent_heartbeat_s: float = 1.0
     agent_timeout_s: float = 20.0
     agent_lease_s: float = 0.0
+    # The user tasks run as, where agents run as root: an unprivileged account unless told
+    # `root`. Agents not running as root run tasks as themselves.
+    task_user: str = "nobody"
     # `host maintenance start` refuses (unless forced) to put more than this share of the hosts
     # in maintenance at once, or to drain the last UP host.
     max_drain_share: float = 0.5

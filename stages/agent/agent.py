@@ -108,7 +108,8 @@ class HostAgent:
         self.state_dir = Path(settings.home) / "agents" / self.name
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.sandbox_root = Path(settings.home) / "sandboxes"
-        self.driver = SimDriver(settings.sim_task_seconds) if simulate else LocalDriver(self.sandbox_root)
+        self.driver = SimDriver(settings.sim_task_seconds) if simulate else LocalDriver(self.sandbox_root,
+                                                                                          user=settings.task_user)
         self.runs: dict[str, dict] = self._load("runs.json", {})  # task id -> its launch and host, while it runs
         self.adopted: dict[str, int] = {}  # task id -> process group, of runs started before our restart
         self.pending: list[TaskUpdate] = []  # not yet delivered to the broker

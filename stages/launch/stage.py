@@ -73,8 +73,10 @@ class LaunchStage(Stage):
         self.drivers[AGENT] = self.remote
         for kind in {h.driver for h in self.inventory.values()}:
             if kind not in self.drivers:
-                options = {"sandbox_root": Path(settings.home) / "sandboxes"} if kind == "local" else {
-                    "task_seconds": settings.sim_task_seconds}
+                if kind == "local":
+                    options = {"sandbox_root": Path(settings.home) / "sandboxes", "user": settings.task_user}
+                else:
+                    options = {"task_seconds": settings.sim_task_seconds}
                 self.drivers[kind] = make_driver(kind, **options)
 
     # -- ownership ----------------------------------------------------------------------------

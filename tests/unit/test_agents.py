@@ -605,3 +605,26 @@ def test_the_next_owner_kills_an_orphan_before_reporting_it_lost_and_says_so(tmp
     finally:
         store.close()
         _reap_if_ours(pgid)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root switches users")
+def test_tasks_run_as_the_configured_unprivileged_user_in_a_sandbox_of_their_own(tmp_path: Path) -> None:
+    import pwd
+
+    nobody = pwd.getpwnam("nobody")
+    driver = LocalDriver(tmp_path / "private" / "sandboxes", user="nobody")
+    os.chmod(tmp_path / "private", 0o700)  # the directories above the sandbox are not open to the task
+    driver.launch([request("u-0-1", "id -u > uid; echo written > file; cat uid")])
+    updates = run_to_end(driver, "u-0-1")
+    assert last(updates, "u-0-1").state == "TASK_FINISHED", last(updates, "u-0-1")
+    sandbox = driver.sandbox("u-0-1")
+    assert (sandbox / "uid").read_text().strip() == str(nobody.pw_uid)
+    assert (sandbox / "file").stat().st_uid == nobody.pw_uid
+    driver.close()
+    as_root = LocalDriver(tmp_path / "root-sandboxes", user="root")  # told to: root
+    as_root.launch([request("r-0-1", "id -u > uid")])
+    run_to_end(as_root, "r-0-1")
+    assert (as_root.sandbox("r-0-1") / "uid").read_text().strip() == "0"
+    as_root.close()
+    with pytest.raises(ValueError, match="no such user"):
+        LocalDriver(tmp_path / "x", user="no-such-user-here")

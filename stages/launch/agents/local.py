@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
 import subprocess
 import time
@@ -76,9 +77,11 @@ class LocalDriver(AgentDriver):
         sandbox_root: str | Path,
         close_timeout: float = 2.0,
         orphan_grace_seconds: float = DEFAULT_ORPHAN_GRACE_SECONDS,
+        user: str = "",
     ) -> None:
         self._root = Path(sandbox_root)
         self._root.mkdir(parents=True, exist_ok=True)
+        self._user = task_user(user)
         self._close_timeout = close_timeout
         self._orphan_grace = orphan_grace_seconds
         self._tasks: dict[str, _LocalTask] = {}
@@ -174,17 +177,26 @@ class LocalDriver(AgentDriver):
     def _spawn(self, request: LaunchRequest) -> subprocess.Popen[bytes]:
         sandbox = self.sandbox(request.task_id)
         sandbox.mkdir(parents=True, exist_ok=True)
+        env = task_environment(request)
+        as_user = {}
+        if self._user is not None:
+            # The sandbox is the task's own; the child enters it (chdir) before it drops to the
+            # user, so directories above it need not be open to that user.
+            os.chown(sandbox, self._user.pw_uid, self._user.pw_gid)
+            as_user = {"user": self._user.pw_uid, "group": self._user.pw_gid, "extra_groups": []}
+            env.update(USER=self._user.pw_name, LOGNAME=self._user.pw_name, HOME=str(sandbox))
         # Append so a relaunch under the same id keeps the earlier attempt's logs. The child
         # gets its own copies of the descriptors, so ours can be closed right away.
         with open(sandbox / "stdout", "ab") as out, open(sandbox / "stderr", "ab") as err:
             return subprocess.Popen(
                 command_line(request),
                 cwd=sandbox,
-                env=task_environment(request),
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
                 start_new_session=True,
+                **as_user,
             )
 
     def _step(self, now: float) -> list[TaskUpdate]:
@@ -207,6 +219,21 @@ class LocalDriver(AgentDriver):
         del self._tasks[task.request.task_id]
         _remove_pid_file(self.sandbox(task.request.task_id))
         return _outcome(task, returncode)
+
+
+def task_user(name: str):
+    """The account tasks run as (a pwd entry), or None to run them as this process's own user.
+
+    Only root can switch users: a driver running as root runs tasks as `name` (PELOTON_TASK_USER,
+    `nobody` by default), and as root only when told so (`root`). A driver not running as root
+    runs them as itself, whatever `name` says. An unknown name is an error (ValueError), said at
+    start rather than at the first task."""
+    if os.geteuid() != 0 or not name or name == "root":
+        return None
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        raise ValueError(f"PELOTON_TASK_USER={name!r}: no such user on this machine") from None
 
 
 def sandbox_path(sandbox_root: str | Path, task_id: str) -> Path:
