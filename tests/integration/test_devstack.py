@@ -141,6 +141,8 @@ def test_a_postgres_stack_with_two_instances_of_each_stage_loses_nothing_when_on
     up = ctl("dev", "up", "--store", "postgres", "--instances", "2", "--hosts", "sim:10:cpu=8,mem_mb=65536")
     try:
         assert up.returncode == 0, up.stdout + up.stderr
+        empty = next(line for line in up.stdout.splitlines() if "start empty" in line)
+        assert "postgresql://" in empty and "peloton.db" not in empty, empty  # the store it really uses
         rows = json.loads(ctl("dev", "status", "--json").stdout)
         kinds = [r["component"] for r in rows]
         assert kinds[:3] == ["broker", "postgres", "zookeeper"] and kinds.count("admit") == 2

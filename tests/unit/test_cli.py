@@ -35,3 +35,39 @@ def test_a_bad_host_inventory_is_named_by_its_variable(tmp_path) -> None:
     assert result.exit_code == 2 and "PELOTON_HOSTS: host group 'local:x': count 'x' is not a number" in result.output
     result = runner.invoke(app, ["dev", "up", "--hosts", "gpu:1"], env={"PELOTON_HOME": str(tmp_path)})
     assert result.exit_code == 2 and "--hosts: host group 'gpu:1'" in result.output
+
+
+def test_help_is_plain_text_and_every_option_has_some() -> None:
+    from typer.main import get_command
+
+    result = runner.invoke(app, ["dev", "up", "--help"], terminal_width=200)
+    assert "'agent:2:cpu=8;sim:100:cpu=32'" in result.output, result.output  # no emoji made of ':100:'
+    assert "<bool>" not in result.output
+    missing = []
+
+    def walk(command, path):
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, [*path, name])
+        for param in getattr(command, "params", []):
+            if getattr(param, "param_type_name", "") == "option" and not param.help and "--help" not in param.opts:
+                missing.append(f"{' '.join(path)} {param.opts[0]}")
+
+    walk(get_command(app), [])
+    assert not missing, f"options without help: {missing}"
+
+
+def test_figures_are_rounded_for_people_and_scripts() -> None:
+    from peloton.cli import _amount, _rounded
+
+    assert _rounded({"cpu": 0.1 + 0.2, "list": [1.0000001, "x"]}) == {"cpu": 0.3, "list": [1.0, "x"]}
+    assert [_amount(x) for x in (1024000.0, 0.1 + 0.2, 2.5, 8.0)] == ["1024000", "0.3", "2.5", "8"]
+
+
+def test_a_table_sent_to_a_pipe_keeps_its_full_width(tmp_path) -> None:
+    pools = tmp_path / "pools.yaml"
+    long = "/" + "a-very-long-pool-name-that-is-copied-from-the-output-" * 2
+    pools.write_text(f"capacity: {{cpu: 8}}\npools:\n- path: {long}\n  config:\n    name: long\n    resources:\n"
+                     f"    - {{kind: cpu, reservation: 4, limit: 8, share: 1}}\n")
+    result = runner.invoke(app, ["respool", "entitlement", "--input", str(pools)], env={"PELOTON_HOME": str(tmp_path)})
+    assert result.exit_code == 0, result.output
+    assert long in result.output  # not cut with an ellipsis at 80 columns
