@@ -330,6 +330,7 @@ def control_job(settings: Settings, store: QueryStore, kind: str, job_id: str, i
         chosen = changed_instances(old, new)
         touched = to_restart(tasks, chosen) if chosen else []
         added = list(range(old.instance_count, new.instance_count))  # instanceCount only grows
+    else:
         touched = {"STOP": to_stop, "START": to_start, "RESTART": to_restart}.get(kind, lambda ts, _i: ts)(tasks, chosen)
     out = emitter(settings)
     try:
