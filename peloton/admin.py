@@ -209,14 +209,13 @@ def list_hosts(settings: Settings, wait_s: float = 3.0) -> list[dict]:
 def host_row(h: dict) -> dict:
     """A host-state record as `host list` and the dashboard show it."""
     total, allocated = Resources.from_record(h["capacity"]), Resources.from_record(h["allocated"])
-    if not h.get("reachable", True):  # its agent is silent: what still runs there is not known
-        return {"host_id": h["host_id"], "state": h["state"], "driver": h["driver"], "shard": h["shard"],
-                "total": total.to_record(), "allocated": None, "free": None, "tasks": None, "labels": h["labels"],
-                "updated_ms": h["updated_ms"], "runs_known": False}
-    return {"host_id": h["host_id"], "state": h["state"], "driver": h["driver"], "shard": h["shard"],
-            "total": total.to_record(), "allocated": allocated.to_record(),
-            "free": (total - allocated).to_record(), "tasks": h["task_count"], "labels": h["labels"],
-            "updated_ms": h["updated_ms"], "runs_known": True}
+    row = {"host_id": h["host_id"], "state": h["state"], "driver": h["driver"], "shard": h["shard"],
+           "total": total.to_record(), "allocated": allocated.to_record(),
+           "free": (total - allocated).to_record(), "tasks": h["task_count"], "labels": h["labels"],
+           "updated_ms": h["updated_ms"], "runs_known": h.get("reachable", True)}
+    if not row["runs_known"]:  # its agent is silent: what still runs there is not known
+        row.update(allocated=None, free=None, tasks=None)
+    return row
 
 
 def maintenance_problem(hosts: list[dict], host_id: str, max_share: float) -> str | None:

@@ -20,24 +20,27 @@ from peloton.config import Settings
 
 JSON_HELP = "Print JSON (for scripts) instead of a table."
 
-# Help is plain text (rich_markup_mode=None): no markup or emoji codes read into it, so that
-# 'sim:100:cpu=32' shows as written. add_completion gives --install-completion and --show-completion (bash, zsh, fish, PowerShell).
-app = typer.Typer(rich_markup_mode=None, help="Peloton-style cluster scheduler on Kafka.", no_args_is_help=True, add_completion=True)
-topics_app = typer.Typer(rich_markup_mode=None, help="Topics of the pipeline (topics.yaml).", no_args_is_help=True)
-stage_app = typer.Typer(rich_markup_mode=None, help="Run pipeline stages.", no_args_is_help=True)
-dev_app = typer.Typer(rich_markup_mode=None, help="The embedded dev stack: broker, stages and hosts on this machine.", no_args_is_help=True)
-job_app = typer.Typer(rich_markup_mode=None, help="Jobs: validate, create, status, stop, start, delete, get, query, list.",
-                      no_args_is_help=True)
-task_app = typer.Typer(rich_markup_mode=None, help="Tasks of a job.", no_args_is_help=True)
-pool_app = typer.Typer(rich_markup_mode=None, help="Resource pools.", no_args_is_help=True)
-host_app = typer.Typer(rich_markup_mode=None, help="Hosts: list them, drain them for maintenance.", no_args_is_help=True)
-maintenance_app = typer.Typer(rich_markup_mode=None, help="Host maintenance: drain a host, bring it back.", no_args_is_help=True)
+
+def _commands(help: str, **options) -> typer.Typer:
+    """A command group. Its help is plain text (rich_markup_mode=None): no markup or emoji codes
+    are read into it, so that 'sim:100:cpu=32' shows as written."""
+    return typer.Typer(rich_markup_mode=None, help=help, no_args_is_help=True, **options)
+
+
+# add_completion gives --install-completion and --show-completion (bash, zsh, fish, PowerShell).
+app = _commands("Peloton-style cluster scheduler on Kafka.", add_completion=True)
+topics_app = _commands("Topics of the pipeline (topics.yaml).")
+stage_app = _commands("Run pipeline stages.")
+dev_app = _commands("The embedded dev stack: broker, stages and hosts on this machine.")
+job_app = _commands("Jobs: validate, create, status, stop, start, delete, get, query, list.")
+task_app = _commands("Tasks of a job.")
+pool_app = _commands("Resource pools.")
+host_app = _commands("Hosts: list them, drain them for maintenance.")
+maintenance_app = _commands("Host maintenance: drain a host, bring it back.")
 host_app.add_typer(maintenance_app, name="maintenance")
-agent_app = typer.Typer(rich_markup_mode=None, help="Host agents: the process on each host that runs its tasks.", no_args_is_help=True)
-letters_app = typer.Typer(rich_markup_mode=None, help="The dead-letter topic: messages a stage could not use, with the reason.",
-                          no_args_is_help=True)
-cluster_app = typer.Typer(rich_markup_mode=None, help="The cluster's instances on every machine, from ZooKeeper (PELOTON_ZOOKEEPER).",
-                          no_args_is_help=True)
+agent_app = _commands("Host agents: the process on each host that runs its tasks.")
+letters_app = _commands("The dead-letter topic: messages a stage could not use, with the reason.")
+cluster_app = _commands("The cluster's instances on every machine, from ZooKeeper (PELOTON_ZOOKEEPER).")
 app.add_typer(topics_app, name="topics")
 app.add_typer(stage_app, name="stage")
 app.add_typer(dev_app, name="dev")
@@ -109,9 +112,11 @@ def _rounded(data):
     return data
 
 
-def _amount(x: float) -> str:
+def _amount(x: float | None) -> str:
     """A resource amount for a table: whole numbers as they are (1024000, never 1.024e+06), others
-    to 3 decimals at most."""
+    to 3 decimals at most; '?' when it is not known."""
+    if x is None:
+        return "?"
     if x != x or x in (float("inf"), float("-inf")):
         return str(x)
     if x == int(x):
@@ -237,10 +242,10 @@ def host_list(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> 
     sys.stdout.write(f"{'HOST':<16} {'STATE':<9} {'TASKS':>5} {'CPU FREE/TOTAL':>15} {'MEM_MB FREE/TOTAL':>19}  LABELS\n")
     for h in hosts:
         labels = ",".join(f"{k}={v}" for k, v in sorted(h["labels"].items()) if k != "hostname")
-        free = h["free"] or {"cpu": None, "mem_mb": None}  # None: its agent is silent, its runs unknown
-        cpu = f"{_amount(free['cpu']) if free['cpu'] is not None else '?'}/{_amount(h['total']['cpu'])}"
-        mem = f"{_amount(free['mem_mb']) if free['mem_mb'] is not None else '?'}/{_amount(h['total']['mem_mb'])}"
-        tasks = h["tasks"] if h["tasks"] is not None else "?"
+        free = h["free"] or {}  # None: its agent is silent, its runs unknown ('?')
+        cpu = f"{_amount(free.get('cpu'))}/{_amount(h['total']['cpu'])}"
+        mem = f"{_amount(free.get('mem_mb'))}/{_amount(h['total']['mem_mb'])}"
+        tasks = "?" if h["tasks"] is None else h["tasks"]
         sys.stdout.write(f"{h['host_id']:<16} {h['state']:<9} {tasks:>5} {cpu:>15} {mem:>19}  {labels}\n")
 
 

@@ -143,21 +143,22 @@ class Settings:
     def problems(self) -> list[str]:
         """Settings that do not fit together, each with the names and numbers involved."""
         out = []
-        beat, lease, timeout = self.agent_heartbeat_s, self.agent_lease(), self.agent_timeout_s
+        beat, timeout = self.agent_heartbeat_s, self.agent_timeout_s
+        lease, margin = self.agent_lease(), self.lease_margin()
         if not beat > 0:
             out.append(f"PELOTON_AGENT_HEARTBEAT_S={beat:g} must be above 0")
         elif lease < 3 * beat:
             out.append(f"the agent lease ({lease:g}s: PELOTON_AGENT_LEASE_S, or PELOTON_AGENT_TIMEOUT_S less "
-                       f"{self.lease_margin():g}s) must be at least 3 heartbeats (PELOTON_AGENT_HEARTBEAT_S="
+                       f"{margin:g}s) must be at least 3 heartbeats (PELOTON_AGENT_HEARTBEAT_S="
                        f"{beat:g}): two reports lost in a row must not make an agent kill its runs")
-        if timeout < lease + self.lease_margin():
+        if timeout < lease + margin:
             out.append(f"PELOTON_AGENT_TIMEOUT_S={timeout:g} must be at least the agent lease "
-                       f"(PELOTON_AGENT_LEASE_S={lease:g}) plus {self.lease_margin():g}s: a silent host's runs may run "
+                       f"(PELOTON_AGENT_LEASE_S={lease:g}) plus {margin:g}s: a silent host's runs may run "
                        f"elsewhere only once its agent has surely killed them")
         if self.poll_timeout_s * 4 > beat:
             out.append(f"PELOTON_POLL_TIMEOUT_S={self.poll_timeout_s:g} must be at most a quarter of "
                        f"PELOTON_AGENT_HEARTBEAT_S={beat:g}: a stage's loop must see each heartbeat")
-        if self.session_timeout_ms < 3 * 100 or self.session_timeout_ms / 1000 < 3 * self.poll_timeout_s:
+        if self.session_timeout_ms < 300 or self.session_timeout_ms / 1000 < 3 * self.poll_timeout_s:
             out.append(f"PELOTON_SESSION_TIMEOUT_MS={self.session_timeout_ms} is too short: at least 300 ms and "
                        f"3 poll timeouts (PELOTON_POLL_TIMEOUT_S={self.poll_timeout_s:g})")
         if self.launch_timeout_s <= timeout:

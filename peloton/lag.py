@@ -38,6 +38,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from peloton.config import Settings
+from peloton.readback import offsets_at
 from peloton.runtime import QUIET
 from peloton.topics import Catalogue
 
@@ -134,17 +135,7 @@ class LagMonitor:
 
     def _ends(self, parts: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """Per partition, the log-end offset as ListOffsets gives it (latest: the high-water mark)."""
-        if not parts:
-            return {}
-        futures = self.admin.list_offsets({TopicPartition(t, p): OffsetSpec.latest() for t, p in parts},
-                                          request_timeout=self.timeout_s)
-        ends = {}
-        for tp, future in futures.items():
-            try:
-                ends[(tp.topic, tp.partition)] = future.result().offset
-            except KafkaException:
-                continue  # not answered: the row shows no end
-        return ends
+        return offsets_at(self.admin, parts, OffsetSpec.latest(), self.timeout_s)  # unanswered: no end shown
 
     def _times(self, starts: dict[tuple[str, int], int], ends: dict[tuple[str, int], int]) -> dict:
         """Per partition with unread messages, the produce time (ms) of the message at its start

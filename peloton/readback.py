@@ -27,6 +27,26 @@ log = logging.getLogger("peloton.readback")
 CLOCK_MARGIN_MS = 5_000
 
 
+def offsets_at(admin: AdminClient, parts: list[tuple[str, int]], spec: OffsetSpec,
+               timeout_s: float) -> dict[tuple[str, int], int]:
+    """Per (topic name, partition), the offset ListOffsets answers for `spec` (latest(): the
+    high-water mark; for_timestamp(ms): the first record at or after that time, -1 if none). A
+    partition not answered within timeout_s is left out."""
+    if not parts:
+        return {}
+    try:
+        futures = admin.list_offsets({TopicPartition(t, p): spec for t, p in parts}, request_timeout=timeout_s)
+    except KafkaException:
+        return {}
+    out = {}
+    for tp, future in futures.items():
+        try:
+            out[(tp.topic, tp.partition)] = future.result(timeout=timeout_s + 1).offset
+        except (KafkaException, TimeoutError):
+            continue
+    return out
+
+
 def committed_since(settings: Settings, catalogue: Catalogue, topic: str, partitions: list[int], since_ms: int,
                     timeout_s: float) -> list[tuple[str, dict]] | None:
     """Every committed item (schema, value; bundles opened) on the partitions from `since_ms` to
@@ -36,15 +56,13 @@ def committed_since(settings: Settings, catalogue: Catalogue, topic: str, partit
     name = catalogue[topic].name
     deadline = time.monotonic() + timeout_s
     admin = AdminClient({"bootstrap.servers": settings.bootstrap})
-    parts = [TopicPartition(name, p) for p in partitions]
-    try:
-        ends = {tp.partition: f.result().offset for tp, f in admin.list_offsets(
-            {tp: OffsetSpec.latest() for tp in parts}, request_timeout=max(1.0, timeout_s / 2)).items()}
-        starts = {tp.partition: f.result().offset for tp, f in admin.list_offsets(
-            {tp: OffsetSpec.for_timestamp(max(0, since_ms - CLOCK_MARGIN_MS)) for tp in parts},
-            request_timeout=max(1.0, timeout_s / 2)).items()}
-    except KafkaException as exc:
-        log.warning("could not read back %s: %s", name, exc)
+    parts = [(name, p) for p in partitions]
+    ask = max(1.0, timeout_s / 2)
+    ends = {p: o for (_, p), o in offsets_at(admin, parts, OffsetSpec.latest(), ask).items()}
+    starts = {p: o for (_, p), o in offsets_at(
+        admin, parts, OffsetSpec.for_timestamp(max(0, since_ms - CLOCK_MARGIN_MS)), ask).items()}
+    if len(ends) < len(parts) or len(starts) < len(parts):
+        log.warning("could not read back %s: the broker did not say where its partitions start and end", name)
         return None
     # No record at or after the time: the partition's end (nothing to read there).
     starts = {p: (o if o >= 0 else ends[p]) for p, o in starts.items()}
@@ -62,10 +80,10 @@ def committed_since(settings: Settings, catalogue: Catalogue, topic: str, partit
             for m in consumer.consume(500, 0.2):
                 if m.error() is None:
                     try:
-                        items.extend((schema, v) for schema, values in [unbundle(*serde.decode(m.value()))]
-                                     for v in values)
+                        schema, values = unbundle(*serde.decode(m.value()))
                     except DecodeError:
-                        pass  # not ours to judge here; the readers of the topic dead-letter it
+                        continue  # not ours to judge here; the readers of the topic dead-letter it
+                    items.extend((schema, v) for v in values)
             # A read_committed position passes aborted records and markers only once their
             # transaction has ended: reaching the end as it was means every open one has.
             for tp in consumer.position([TopicPartition(name, p) for p in wanted]):

@@ -642,15 +642,14 @@ class StageRuntime:
         of the broker now) has been handled here; False when behind, or the broker does not answer."""
         if not partitions:
             return True
+        from peloton.readback import offsets_at
+
         name = self.catalogue[topic].name
-        try:
-            futures = self._admin_client().list_offsets(
-                {TopicPartition(name, p): OffsetSpec.latest() for p in partitions}, request_timeout=timeout)
-            ends = {tp.partition: f.result(timeout=timeout + 1).offset for tp, f in futures.items()}
-        except Exception:  # the broker is away or slow: nothing can be said yet
+        ends = offsets_at(self._admin_client(), [(name, p) for p in partitions], OffsetSpec.latest(), timeout)
+        if len(ends) < len(partitions):  # the broker is away or slow: nothing can be said yet
             return False
         self._past_markers()
-        return all(self._next.get((topic, p), 0) >= end for p, end in ends.items())
+        return all(self._next.get((topic, p), 0) >= end for (_, p), end in ends.items())
 
     def _admin_client(self):
         if self._admin is None:

@@ -398,10 +398,12 @@ class LaunchStage(Stage):
 
     def _placements_waited(self) -> None:
         """Placements that waited for their hosts: judged once the hosts reported or the shard settled."""
-        ready = [r for r in self.waiting if not self._settling(r)]
+        still, ready = [], []
+        for r in self.waiting:
+            (still if self._settling(r) else ready).append(r)
         if not ready:
             return
-        self.waiting = [r for r in self.waiting if self._settling(r)]
+        self.waiting = still
         self._placements(ready)
         for r in ready:
             self.held.release((r.topic, r.partition), r.offset)

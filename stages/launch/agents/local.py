@@ -140,9 +140,11 @@ class LocalDriver(AgentDriver):
         while self._tasks and time.monotonic() < deadline:
             time.sleep(_CLOSE_POLL_SECONDS)
             self._outbox.extend(self._step(time.monotonic()))
-        for task in list(self._tasks.values()):
+        left = list(self._tasks.values())
+        for task in left:
             _signal(task, signal.SIGKILL)
             self._outbox.append(self._reap(task))
+        kill_escapees({task.request.task_id for task in left})
 
     def _start(self, request: LaunchRequest) -> list[TaskUpdate]:
         try:
@@ -303,8 +305,6 @@ def _grace_expired(task: _LocalTask, now: float) -> bool:
 def _signal(task: _LocalTask, signum: int) -> None:
     task.kill_signal = signum
     _signal_group(task.pid, signum)
-    if signum == signal.SIGKILL:
-        kill_escapees({task.request.task_id})
 
 
 def kill_escapees(task_ids: set[str]) -> int:
