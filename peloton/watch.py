@@ -6,7 +6,7 @@ import time
 
 from peloton.config import Settings
 from peloton.model.events import REASON_NO_HOST
-from peloton.model.states import JOB_TERMINAL
+from peloton.model.states import JOB_TERMINAL, UNPLACED
 from peloton.store import QueryStore
 
 
@@ -25,11 +25,16 @@ def job_summary(store: QueryStore, job_id: str, settings: Settings | None = None
     if settings is not None:
         tasks = store.tasks_of_job(job_id)
         summary["failures"] = [_told(t) for t in tasks if t.state in ("FAILED", "LOST")][:20]
-        if job.state not in JOB_TERMINAL and counts.get("PENDING"):
+        if job.state not in JOB_TERMINAL and any(counts.get(s) for s in UNPLACED):
             summary["waiting"] = waiting_gangs(settings, job.pool, job_id)
-            # placement gave a cycle up on these: no host could take them (the message says why)
-            summary["unplaced"] = [_told(t) for t in tasks if t.state == "PENDING" and t.reason == REASON_NO_HOST][:20]
+            summary["unplaced"] = [_told(t) for t in unplaced(tasks)][:20]
     return summary
+
+
+def unplaced(tasks: list) -> list:
+    """The tasks placement gave a cycle up on (no host could take them; the message says why),
+    also while they are tried again."""
+    return [t for t in tasks if t.state in UNPLACED and t.reason == REASON_NO_HOST]
 
 
 def _told(t) -> dict:

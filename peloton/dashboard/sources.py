@@ -14,10 +14,10 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from peloton.admin import host_row
 from peloton.config import Settings
-from peloton.model.events import REASON_NO_HOST
-from peloton.model.states import JOB_STATES, JOB_TERMINAL
+from peloton.model.states import JOB_STATES, JOB_TERMINAL, UNPLACED
 from peloton.runtime import CompactedView
 from peloton.store import STORE_UNAVAILABLE, QueryStore
+from peloton.watch import unplaced as unplaced_tasks
 from stages.entitle.usage import pool_view, up_to_root
 
 NOT_TERMINAL = [s for s in JOB_STATES if s not in JOB_TERMINAL]
@@ -154,12 +154,11 @@ class Sources:
                 waiting[gang["job_id"]].append({**gang, "pool": pool})
         out = []
         for job in jobs:
-            pending = counts.get(job.job_id, {}).get("PENDING", 0)
+            pending = sum(counts.get(job.job_id, {}).get(s, 0) for s in UNPLACED)
             if not pending:
                 continue
             unplaced = [{"instance": t.instance, "run_id": t.run_id, "reason": t.reason, "message": t.message}
-                        for t in self.store.tasks_of_job(job.job_id)
-                        if t.state == "PENDING" and t.reason == REASON_NO_HOST][:20]
+                        for t in unplaced_tasks(self.store.tasks_of_job(job.job_id))][:20]
             out.append({"job_id": job.job_id, "name": job.name, "pool": job.pool, "state": job.state,
                         "pending": pending, "waiting": waiting.get(job.job_id, []), "unplaced": unplaced})
         return out

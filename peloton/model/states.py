@@ -9,6 +9,9 @@ TASK_TERMINAL = frozenset({"SUCCEEDED", "FAILED", "KILLED", "LOST", "DELETED"})
 
 # A run not launched yet: its demand is sent again when the broker lost what was in flight.
 UNLAUNCHED = ("PENDING", "READY", "PLACING", "PLACED", "LAUNCHING")
+# A run with no host yet. One that placement gave up on bounces PENDING -> READY -> PLACING while
+# it is tried again, keeping placement's reason until it is placed.
+UNPLACED = ("PENDING", "READY", "PLACING")
 
 # Order along a run's life: a status may only move a run forward (duplicates and late arrivals
 # of earlier states are ignored). Terminal states share the top rank.

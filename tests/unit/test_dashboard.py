@@ -161,7 +161,7 @@ def sources(tmp_path):
     create_pool(settings, store, "/team", POOL.replace("test", "team"))
     create_pool(settings, store, "/team/batch", POOL.replace("test", "batch"))
     for job_id, state, tasks in (("done", "SUCCEEDED", ["SUCCEEDED", "SUCCEEDED"]),
-                                 ("waits", "PENDING", ["PENDING", "PENDING", "RUNNING"])):
+                                 ("waits", "PENDING", ["PENDING", "READY", "RUNNING"])):
         store.create_jobs(
             [JobRow(job_id, job_id, "/team/batch", "BATCH", state, len(tasks), 0, True, "PACK_HOST", "me", "cfg", 1,
                     1)],
@@ -208,8 +208,10 @@ def test_sources_give_hosts_jobs_and_why_tasks_wait(sources) -> None:
     hosts = sources.hosts()
     assert [(h["host_id"], h["free"]["cpu"], h["tasks"]) for h in hosts] == [("sim-0", 8, 0), ("sim-1", 6, 2)]
     jobs = {j["job_id"]: j for j in sources.jobs()}
-    assert jobs["done"]["tasks"] == {"SUCCEEDED": 2} and jobs["waits"]["tasks"] == {"PENDING": 2, "RUNNING": 1}
-    [pending] = sources.pending()  # the terminal job waits for nothing
+    assert jobs["done"]["tasks"] == {"SUCCEEDED": 2} and jobs["waits"]["tasks"] == {"PENDING": 1, "READY": 1, "RUNNING": 1}
+    # The terminal job waits for nothing. Instance 1 found no host and is being tried again
+    # (READY): it still says why.
+    [pending] = sources.pending()
     assert (pending["job_id"], pending["pending"]) == ("waits", 2)
     assert [w["reason"] for w in pending["waiting"]] == ["waiting for room"]
     assert pending["unplaced"] == [{"instance": 1, "run_id": 1, "reason": "REASON_NO_HOST",
