@@ -16,6 +16,10 @@ from peloton.model.safe_yaml import YamlLimits
 # The repository root holds topics.yaml and schemas/avro; an installed copy finds them the same way
 # because the package is installed in editable mode from the checkout.
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# The shortest agent lease allowed: an agent fences (kills every run) when the broker has not
+# acknowledged its reports for its lease, so a lease shorter than an ordinary broker hiccup (a
+# stalled request, a reconnect, a partition's leader moving: seconds) would kill healthy tasks.
+MIN_AGENT_LEASE_S = 3.0
 
 
 def home_dir() -> Path:
@@ -147,6 +151,10 @@ class Settings:
         lease, margin = self.agent_lease(), self.lease_margin()
         if not beat > 0:
             out.append(f"PELOTON_AGENT_HEARTBEAT_S={beat:g} must be above 0")
+        elif lease < MIN_AGENT_LEASE_S:
+            out.append(f"the agent lease ({lease:g}s: PELOTON_AGENT_LEASE_S, or PELOTON_AGENT_TIMEOUT_S less "
+                       f"{margin:g}s) must be at least {MIN_AGENT_LEASE_S:g}s: a broker hiccup must not make "
+                       f"agents kill healthy runs")
         elif lease < 3 * beat:
             out.append(f"the agent lease ({lease:g}s: PELOTON_AGENT_LEASE_S, or PELOTON_AGENT_TIMEOUT_S less "
                        f"{margin:g}s) must be at least 3 heartbeats (PELOTON_AGENT_HEARTBEAT_S="

@@ -29,6 +29,8 @@ defaultconfig:
 """
 # lease = timeout - max(2 s, 2 heartbeats) = 4 s: the agent kills at 4 s, the host manager waits 6 s
 TIMEOUTS = {"agent_heartbeat_s": 0.5, "agent_timeout_s": 6.0}
+# the shortest the settings check allows: lease 3 s (MIN_AGENT_LEASE_S), DOWN after 5 s
+SHORTEST = {"agent_heartbeat_s": 0.5, "agent_timeout_s": 5.0}
 
 
 def runs_alive(job_id: str) -> dict[int, set[str]]:
@@ -152,7 +154,7 @@ def test_a_frozen_agent_kills_its_stale_runs_as_soon_as_it_wakes(pipeline_factor
     watch.stop()
 
 
-@pytest.mark.parametrize("timeouts,stall_s", [({}, 12.0), (TIMEOUTS, 3.0)], ids=["defaults", "short"])
+@pytest.mark.parametrize("timeouts,stall_s", [({}, 12.0), (SHORTEST, 2.0)], ids=["defaults", "shortest"])
 def test_a_broker_stall_shorter_than_the_lease_kills_nothing_and_runs_nothing_twice(kafka_cluster, tmp_path,
                                                                                      timeouts, stall_s) -> None:
     """The broker frozen (SIGSTOP) for most of the agents' lease: every process waits, nobody is

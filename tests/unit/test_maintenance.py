@@ -22,9 +22,11 @@ def test_no_more_than_the_allowed_share_of_hosts_is_in_maintenance_at_once() -> 
 
 def test_settings_that_do_not_fit_are_named_with_their_numbers() -> None:
     assert Settings().problems() == []
-    problems = Settings(agent_timeout_s=3.0, agent_heartbeat_s=1.0, max_drain_share=0).problems()
-    assert any("agent lease (1s" in p and "3 heartbeats" in p for p in problems), problems
+    problems = Settings(agent_timeout_s=9.0, agent_heartbeat_s=2.0, max_drain_share=0).problems()
+    assert any("agent lease (5s" in p and "3 heartbeats" in p for p in problems), problems
     assert any("PELOTON_MAX_DRAIN_SHARE=0" in p for p in problems)
     assert any("PELOTON_LAUNCH_TIMEOUT_S" in p for p in Settings(launch_timeout_s=5).problems())
-    short = Settings(agent_heartbeat_s=0.5, agent_timeout_s=3.5)  # lease 1.5 s: the shortest valid
-    assert short.problems() == [] and short.agent_lease() == 1.5
+    assert any("agent lease (1.5s" in p and "at least 3s" in p
+               for p in Settings(agent_heartbeat_s=0.5, agent_timeout_s=3.5).problems())
+    shortest = Settings(agent_heartbeat_s=0.5, agent_timeout_s=5.0)  # lease 3 s, 6 heartbeats
+    assert shortest.problems() == [] and shortest.agent_lease() == 3.0
