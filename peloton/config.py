@@ -86,6 +86,9 @@ class Settings:
     # The user tasks run as, where agents run as root: an unprivileged account unless told
     # `root`. Agents not running as root run tasks as themselves.
     task_user: str = "nobody"
+    # The accounts a job's own command.user may name (comma-separated; `*`: any but root; root
+    # only by name). Empty: none, and a task that names a user fails saying so.
+    task_users: str = ""
     # `host maintenance start` refuses (unless forced) to put more than this share of the hosts
     # in maintenance at once, or to drain the last UP host.
     max_drain_share: float = 0.5

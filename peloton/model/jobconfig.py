@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -85,6 +86,8 @@ class CommandSpec:
     # command.environment first, then docker 'env' parameters (we run without docker, so the
     # container's environment has to reach the process this way). Names are unique.
     environment: tuple[tuple[str, str], ...]
+    # Mesos CommandInfo.user: the account to run as, where the agent allows it ("" the agent's).
+    user: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,12 +399,21 @@ def _read_command(fields: dict, path: str, problems: _Problems) -> CommandSpec:
         if text is not None:
             arguments.append(text)
     environment = _read_environment(cmd.get("environment"), _join(where, "environment"), problems)
+    user = _string(cmd, "user", where, problems)
+    if user and not _USER_NAME.fullmatch(user):
+        problems.add(_join(where, "user"), f"{user!r} is not a user name (letters, digits, '_', '.', '-'; at most 32)")
+        user = ""
     return CommandSpec(
         value=_string(cmd, "value", where, problems),
         shell=_boolean(cmd, "shell", where, problems, default=True),  # Mesos' default
         arguments=tuple(arguments),
         environment=environment,
+        user=user,
     )
+
+
+# POSIX portable user names (useradd's rule, with upper case allowed as some directories do).
+_USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
 
 
 def _read_environment(raw: Any, path: str, problems: _Problems) -> tuple[tuple[str, str], ...]:

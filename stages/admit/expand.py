@@ -35,6 +35,7 @@ def launch_spec(job_id: str, spec: JobSpec, task: TaskSpec, run_id: int) -> dict
         ),
         "kill_grace_seconds": float(task.kill_grace_seconds),
         "controller": task.controller,
+        "user": task.command.user,
     }
 
 

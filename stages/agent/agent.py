@@ -108,8 +108,8 @@ class HostAgent:
         self.state_dir = Path(settings.home) / "agents" / self.name
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.sandbox_root = Path(settings.home) / "sandboxes"
-        self.driver = SimDriver(settings.sim_task_seconds) if simulate else LocalDriver(self.sandbox_root,
-                                                                                          user=settings.task_user)
+        self.driver = SimDriver(settings.sim_task_seconds) if simulate else LocalDriver(
+            self.sandbox_root, user=settings.task_user, allowed_users=settings.task_users)
         self.runs: dict[str, dict] = self._load("runs.json", {})  # task id -> its launch and host, while it runs
         self.adopted: dict[str, int] = {}  # task id -> process group, of runs started before our restart
         self.pending: list[TaskUpdate] = []  # not yet delivered to the broker
@@ -288,7 +288,8 @@ class HostAgent:
                 task_id=task_id, job_id=launch["job_id"], instance=launch["instance"], run_id=launch["run_id"],
                 host_id=host_id, command=launch["command"], shell=launch["shell"],
                 arguments=tuple(launch["arguments"]), environment=tuple(launch["environment"].items()),
-                resources=Resources.from_record(launch["resources"]), kill_grace_seconds=launch["kill_grace_seconds"]))
+                resources=Resources.from_record(launch["resources"]), kill_grace_seconds=launch["kill_grace_seconds"],
+                user=launch["user"]))
         if fresh:
             self._save("runs.json", self.runs)  # before they start: a crash now still finds them
             self.driver.launch(fresh)

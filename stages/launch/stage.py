@@ -74,7 +74,8 @@ class LaunchStage(Stage):
         for kind in {h.driver for h in self.inventory.values()}:
             if kind not in self.drivers:
                 if kind == "local":
-                    options = {"sandbox_root": Path(settings.home) / "sandboxes", "user": settings.task_user}
+                    options = {"sandbox_root": Path(settings.home) / "sandboxes", "user": settings.task_user,
+                               "allowed_users": settings.task_users}
                 else:
                     options = {"task_seconds": settings.sim_task_seconds}
                 self.drivers[kind] = make_driver(kind, **options)
@@ -561,5 +562,5 @@ def _request(t: dict, host_id: str) -> LaunchRequest:
         task_id=t["task_id"], job_id=t["job_id"], instance=t["instance"], run_id=t["run_id"], host_id=host_id,
         command=t["command"], shell=t["shell"], arguments=tuple(t["arguments"]),
         environment=tuple(environment.items()), resources=Resources.from_record(t["resources"]),
-        kill_grace_seconds=t["kill_grace_seconds"],
+        kill_grace_seconds=t["kill_grace_seconds"], user=t.get("user", ""),
     )

@@ -150,3 +150,25 @@ def test_one_agent_process_serves_many_simulated_hosts_over_the_same_protocol(pi
     listed = list_hosts(p.settings)
     assert len(listed) == 200 and {h["state"] for h in listed} == {"UP"}  # every one joined by its reports
     assert "killing them" not in p.log("launch-0").read_text()
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="only root switches users")
+def test_a_job_runs_as_its_command_user_where_the_agent_allows_it(pipeline_factory) -> None:
+    p = pipeline_factory(hosts="agent:1:cpu=4,mem_mb=1024,disk_mb=1000", task_users="bin")
+    p.start_all()
+    as_user = """
+name: as-{user}
+instancecount: 2
+defaultconfig:
+  resource: {{cpulimit: 0.1, memlimitmb: 8, disklimitmb: 1}}
+  restartpolicy: {{maxfailures: 0}}
+  command: {{shell: true, value: 'test "$(id -un)" = {user}', user: {user}}}
+"""
+    allowed = p.submit(as_user.format(user="bin"))
+    refused = p.submit(as_user.format(user="daemon"))
+    default = p.submit(as_user.format(user="nobody").replace(", user: nobody", ""))  # PELOTON_TASK_USER
+    assert p.wait_job(allowed, timeout=60) == "SUCCEEDED"
+    assert p.wait_job(default, timeout=60) == "SUCCEEDED"
+    assert p.wait_job(refused, timeout=60) == "FAILED"
+    status = p.ctl("job", "status", refused).stdout
+    assert "command.user 'daemon' is not allowed on this host (PELOTON_TASK_USERS='bin')" in status, status

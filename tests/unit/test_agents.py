@@ -628,3 +628,32 @@ def test_tasks_run_as_the_configured_unprivileged_user_in_a_sandbox_of_their_own
     as_root.close()
     with pytest.raises(ValueError, match="no such user"):
         LocalDriver(tmp_path / "x", user="no-such-user-here")
+
+
+def test_a_job_names_its_user_only_where_the_agent_allows_it(tmp_path: Path) -> None:
+    """command.user: the agent runs the task as that user if PELOTON_TASK_USERS lets it (root only
+    by name, never by `*`); otherwise the task fails at once, saying why."""
+    from stages.launch.agents.local import UserPolicy
+
+    with pytest.raises(ValueError, match=r"command.user 'root' is not allowed on this host \(PELOTON_TASK_USERS='\*'\)"):
+        UserPolicy("*").account("root")
+    with pytest.raises(ValueError, match="'daemon' is not allowed"):
+        UserPolicy("bin, nobody").account("daemon")
+    assert UserPolicy("", default="nobody").names == {"nobody"}  # the account it would use anyway
+    driver = LocalDriver(tmp_path / "sandboxes", user="nobody", allowed_users="bin")
+    driver.launch([request("d-0-1", "true", user="daemon")])
+    failed = last(run_to_end(driver, "d-0-1"), "d-0-1")
+    assert failed.state == "TASK_FAILED" and "command.user 'daemon' is not allowed on this host" in failed.message
+    if os.geteuid() == 0:
+        import pwd
+
+        with pytest.raises(ValueError, match="no such user on this host"):
+            UserPolicy("*").account("no-such-user-here")
+        driver.launch([request("b-0-1", "id -un > who", user="bin")])
+        assert last(run_to_end(driver, "b-0-1"), "b-0-1").state == "TASK_FINISHED"
+        assert (driver.sandbox("b-0-1") / "who").read_text().strip() == "bin"
+        assert (driver.sandbox("b-0-1")).stat().st_uid == pwd.getpwnam("bin").pw_uid
+    else:
+        with pytest.raises(ValueError, match="not root, and cannot switch users"):
+            UserPolicy("bin").account("bin")
+    driver.close()

@@ -298,6 +298,15 @@ def test_command_arguments_and_shell() -> None:
     assert command == CommandSpec(value="/bin/echo", shell=False, arguments=("a", "2"), environment=())
 
 
+def test_command_user_is_read_and_must_be_a_user_name() -> None:
+    """Mesos CommandInfo.user: the account the task asks to run as (the agent decides whether it may)."""
+    doc = with_default(command={"value": "id", "user": "alice"})
+    assert job_spec_from_dict(doc).tasks[0].command.user == "alice"
+    assert job_spec_from_dict(with_default(command={"value": "id"})).tasks[0].command.user == ""
+    with pytest.raises(JobConfigError, match=r"defaultconfig.command.user: '\.\./x' is not a user name"):
+        job_spec_from_dict(with_default(command={"value": "id", "user": "../x"}))
+
+
 def test_job_level_fields() -> None:
     doc = minimal(
         type="service",

@@ -174,3 +174,45 @@ def test_records_written_before_launch_specs_named_their_ports_still_read() -> N
         else:
             [spec] = decoded.get("gang", decoded)["tasks"]
         assert spec["dynamic_ports"] == 2 and spec["ports"] == []
+
+
+def test_records_written_before_launch_specs_named_the_user_still_read() -> None:
+    """The schemas that embed a TaskLaunchSpec (and their bundles), and AgentCommand, as written
+    before tasks named their user: read into the current ones with no user (the agent's choice)."""
+    reg = registry()
+    task = {"task_id": "j-0-1", "job_id": "j", "instance": 0, "run_id": 1,
+            "resources": {"cpu": 1.0, "mem_mb": 1.0, "disk_mb": 0.0, "gpu": 0.0}, "dynamic_ports": 1,
+            "ports": [{"name": "http", "value": 0, "env_name": "PORT"}], "command": "true", "shell": True,
+            "arguments": [], "environment": {}, "labels": {}, "constraint_json": None, "kill_grace_seconds": 1.0,
+            "controller": False}
+    gang = {"gang_id": "g", "job_id": "j", "pool": "/p", "priority": 0, "preemptible": True, "revocable": False,
+            "not_before_ms": 0, "avoid_hosts": [], "placement_strategy": "PACK_HOST", "tasks": [task],
+            "created_ms": 1}
+    admitted = {"gang": gang, "admitted_ms": 2}
+    placement = {"placement_id": "p", "gang_id": "g", "pool": "/p", "shard": 0,
+                 "assignments": [{"host_id": "h1", "task": task, "ports": {"http": 31000}}], "placed_ms": 1}
+    launch = {"task_id": "j-0-1", "job_id": "j", "instance": 0, "run_id": 1, "command": "true", "shell": True,
+              "arguments": [], "environment": {}, "resources": task["resources"], "kill_grace_seconds": 1.0}
+    agent_command = {"command_id": "c", "host_id": "h1", "launches": [launch], "kills": [], "sent_ms": 1}
+    cases = ((27, gang, "peloton.GangDemand"), (34, {"gangs": [gang]}, "peloton.GangDemands"),
+             (28, admitted, "peloton.AdmittedGang"), (36, {"gangs": [admitted]}, "peloton.AdmittedGangs"),
+             (29, placement, "peloton.Placement"), (37, {"placements": [placement]}, "peloton.Placements"),
+             (22, agent_command, "peloton.AgentCommand"))
+    for schema_id, record, name in cases:
+        decoded_name, decoded = reg.decode(written_by_older_version(reg, schema_id, record))
+        assert decoded_name == name
+        specs = {
+            "peloton.GangDemand": lambda d: d["tasks"],
+            "peloton.GangDemands": lambda d: d["gangs"][0]["tasks"],
+            "peloton.AdmittedGang": lambda d: d["gang"]["tasks"],
+            "peloton.AdmittedGangs": lambda d: d["gangs"][0]["gang"]["tasks"],
+            "peloton.Placement": lambda d: [a["task"] for a in d["assignments"]],
+            "peloton.Placements": lambda d: [a["task"] for a in d["placements"][0]["assignments"]],
+            "peloton.AgentCommand": lambda d: d["launches"],
+        }[name](decoded)
+        assert [(s["task_id"], s["user"]) for s in specs] == [("j-0-1", "")], name
+        if "ports" in specs[0]:
+            assert specs[0]["ports"] == task["ports"]
+    # and what is written now names the user
+    _, back = reg.decode(reg.encode("peloton.GangDemand", {**gang, "tasks": [{**task, "user": "alice"}]}))
+    assert back["tasks"][0]["user"] == "alice"

@@ -42,6 +42,7 @@ class LaunchRequest:
     environment: tuple[tuple[str, str], ...] = ()
     resources: Resources = Resources()
     kill_grace_seconds: float = 30.0
+    user: str = ""  # the job's command.user; "": the agent's choice
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,10 +78,12 @@ class LocalDriver(AgentDriver):
         close_timeout: float = 2.0,
         orphan_grace_seconds: float = DEFAULT_ORPHAN_GRACE_SECONDS,
         user: str = "",
+        allowed_users: str = "",
     ) -> None:
         self._root = Path(sandbox_root)
         self._root.mkdir(parents=True, exist_ok=True)
         self._user = task_user(user)
+        self._allowed = UserPolicy(allowed_users, default=user)
         self._close_timeout = close_timeout
         self._orphan_grace = orphan_grace_seconds
         self._tasks: dict[str, _LocalTask] = {}
@@ -179,14 +181,16 @@ class LocalDriver(AgentDriver):
     def _spawn(self, request: LaunchRequest) -> subprocess.Popen[bytes]:
         sandbox = self.sandbox(request.task_id)
         sandbox.mkdir(parents=True, exist_ok=True)
+        account = self._allowed.account(request.user) if request.user else self._user
         env = task_environment(request)
         as_user = {}
-        if self._user is not None:
+        if account is not None:
             # The sandbox is the task's own; the child enters it (chdir) before it drops to the
             # user, so directories above it need not be open to that user.
-            os.chown(sandbox, self._user.pw_uid, self._user.pw_gid)
-            as_user = {"user": self._user.pw_uid, "group": self._user.pw_gid, "extra_groups": []}
-            env.update(USER=self._user.pw_name, LOGNAME=self._user.pw_name, HOME=str(sandbox))
+            os.chown(sandbox, account.pw_uid, account.pw_gid)
+            groups = os.getgrouplist(account.pw_name, account.pw_gid) if request.user else []
+            as_user = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": groups}
+            env.update(USER=account.pw_name, LOGNAME=account.pw_name, HOME=str(sandbox))
         # Append so a relaunch under the same id keeps the earlier attempt's logs. The child
         # gets its own copies of the descriptors, so ours can be closed right away.
         with open(sandbox / "stdout", "ab") as out, open(sandbox / "stderr", "ab") as err:
@@ -236,6 +240,36 @@ def task_user(name: str):
         return pwd.getpwnam(name)
     except KeyError:
         raise ValueError(f"PELOTON_TASK_USER={name!r}: no such user on this machine") from None
+
+
+class UserPolicy:
+    """Which accounts a job's own command.user may name on this host (PELOTON_TASK_USERS):
+    names separated by commas, or `*` for any account of the machine but root. Root only when
+    listed by name. Empty: none but the account tasks run as anyway (PELOTON_TASK_USER)."""
+
+    def __init__(self, allowed: str, default: str = ""):
+        self.setting = allowed
+        names = {n.strip() for n in allowed.split(",") if n.strip()}
+        self.any = "*" in names
+        self.names = (names - {"*"}) | ({default} if default else set())
+
+    def account(self, name: str):
+        """The pwd entry to run a task that names `name` as (None: as this process), or a
+        ValueError saying why it may not run as that user here."""
+        if name not in self.names and (not self.any or name == "root"):
+            raise ValueError(f"command.user {name!r} is not allowed on this host (PELOTON_TASK_USERS="
+                             f"{self.setting!r})")
+        if os.geteuid() != 0:
+            if name == pwd.getpwuid(os.geteuid()).pw_name:
+                return None
+            raise ValueError(f"command.user {name!r}: the agent runs as {pwd.getpwuid(os.geteuid()).pw_name!r}, "
+                             f"not root, and cannot switch users")
+        if name == "root":
+            return None
+        try:
+            return pwd.getpwnam(name)
+        except KeyError:
+            raise ValueError(f"command.user {name!r}: no such user on this host") from None
 
 
 def sandbox_path(sandbox_root: str | Path, task_id: str) -> Path:
