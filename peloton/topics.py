@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,9 +146,24 @@ def apply_topics(admin, catalogue: Catalogue, timeout: float = 15.0, fix: bool =
                     raise
             report.append({"topic": t.name, "partitions": t.partitions, "replicas": replicas,
                            "cleanup_policy": t.cleanup_policy, "status": status})
+        _wait_until_served(admin, [t.name for t in missing], timeout)
     order = {t.name: i for i, t in enumerate(catalogue)}
     report.sort(key=lambda r: order[r["topic"]])
     return report
+
+
+def _wait_until_served(admin, names: list[str], timeout: float) -> None:
+    """Return once the broker serves every topic named, with a leader for each partition: the
+    controller answers CreateTopics before the brokers' metadata has the topic, and a request in
+    between (DescribeConfigs, a first produce) gets UNKNOWN_TOPIC_OR_PART. Returns at the timeout
+    regardless: the topics exist, and clients retry."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        topics = admin.list_topics(timeout=max(0.1, deadline - time.monotonic())).topics
+        if all(n in topics and topics[n].error is None and topics[n].partitions
+               and all(p.leader >= 0 for p in topics[n].partitions.values()) for n in names):
+            return
+        time.sleep(0.1)
 
 
 def _config_differences(admin, topics: list[TopicSpec], timeout: float) -> dict[str, dict[str, tuple[str, str]]]:
