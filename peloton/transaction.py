@@ -33,12 +33,16 @@ _GROUP_FENCED = {KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID, Ka
 
 
 # How long one transactional call may wait (the transaction itself may live longer: its timeout is
-# the producer's transaction.timeout.ms), and how much longer send_offsets_to_transaction may
-# overstay before it counts as stuck (librdkafka #5456, #5511). Short, so a broker that died
-# under a call costs the batch seconds: losing one broker of three paused a job 4.8-13.5 s at
-# 3 s + 1 s (four runs), 6.4-27.9 s at 5 s + 2 s (three runs, the stages stuck one after another).
+# the producer's transaction.timeout.ms). Short, so a broker that died under a call costs the
+# batch seconds: losing one broker of three paused a job 6.4-27.9 s at 5 s (three runs, the stages
+# stuck one after another), 4.8-13.5 s at 3 s (four runs).
 CALL_TIMEOUT_S = 3.0
-STUCK_GRACE_S = 1.0
+# send_offsets_to_transaction waits less, and counts as stuck this much past its timeout: it can
+# wait past its timeout when a coordinator moves (librdkafka #5456, #5511), seen starting after
+# the election and costing the job the whole 3 s + 1 s. It is a few round trips that take
+# milliseconds when the broker is well, and abandoning a slow one costs an abort and a resend.
+OFFSETS_TIMEOUT_S = 1.5
+OFFSETS_GRACE_S = 0.5
 
 
 class TransactionError(RuntimeError):
@@ -122,7 +126,8 @@ class BatchTransaction:
             if remaining:
                 raise TransactionError(f"{remaining} messages of the transaction not delivered yet")
             if offsets and not self._offsets_sent:
-                self._guarded(self.producer.send_offsets_to_transaction, offsets, group_metadata(), self.timeout_s)
+                self._guarded(self.producer.send_offsets_to_transaction, offsets, group_metadata(),
+                              timeout=min(self.timeout_s, OFFSETS_TIMEOUT_S))
                 self._offsets_sent = True
             # Not guarded: it keeps its timeout (then it is retriable and called again), and a
             # commit abandoned as stuck might have committed: producing its journal again would
@@ -145,7 +150,7 @@ class BatchTransaction:
         self.commits += 1
         return True
 
-    def _guarded(self, call, *args) -> None:
+    def _guarded(self, call, *args, timeout: float) -> None:
         """Run a transactional call, but not for ever: librdkafka 2.16 can wait in
         send_offsets_to_transaction past its timeout when the broker dies between the
         AddOffsetsToTxn and TxnOffsetCommit requests. A call that overstays is left to its thread
@@ -154,14 +159,14 @@ class BatchTransaction:
 
         def run() -> None:
             try:
-                call(*args)
+                call(*args, timeout)
                 outcome.append(None)
             except BaseException as exc:  # handed to the caller's thread
                 outcome.append(exc)
 
         worker = threading.Thread(target=run, name="txn-call", daemon=True)
         worker.start()
-        worker.join(self.timeout_s + STUCK_GRACE_S)
+        worker.join(timeout + OFFSETS_GRACE_S)
         if not outcome:
             log.warning("transaction: %s is stuck past its timeout; a new producer takes over",
                         getattr(call, "__name__", "a call"))

@@ -86,12 +86,12 @@ class Pipeline:
 
     def __init__(self, bootstrap: str, home: Path, hosts: str, **overrides):
         overrides.setdefault("store", str(home / "peloton.db"))
+        overrides.setdefault("session_timeout_ms", 2000)  # quick takeovers; not where brokers die
         self.settings = Settings(
             bootstrap=bootstrap,
             topic_prefix=f"t{next(_seq)}-{uuid.uuid4().hex[:6]}.",
             home=home,
             hosts=hosts,
-            session_timeout_ms=2000,
             **overrides,
         )
         self.home = home

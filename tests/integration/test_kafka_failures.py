@@ -20,6 +20,7 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from peloton.config import Settings
 from peloton.serde import registry, unbundle
 from peloton.topics import Catalogue
 from tests.integration.conftest import Pipeline
@@ -58,6 +59,24 @@ def each_ran_once(p: Pipeline, job_id: str, count: int) -> None:
     assert len(runs) == count and not again, f"{job_id}: {count - len(runs)} never launched, ran again: {again}"
 
 
+def election_seconds(cluster, since: float, dead: int) -> float:
+    """Seconds from `since` (wall clock) until a live controller fenced node `dead` and moved its
+    partitions' leadership, from the controllers' logs ("Fencing broker N ...")."""
+    import datetime
+
+    for _ in range(50):
+        for n in cluster.nodes:
+            if n.node_id == dead:
+                continue
+            for line in n.log.read_text(errors="replace").splitlines():
+                if f"Fencing broker {dead} at epoch" in line:
+                    stamp = datetime.datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                    if stamp >= since - 1:
+                        return stamp - since
+        time.sleep(0.2)
+    raise AssertionError(f"no controller log says broker {dead} was fenced")
+
+
 def pipeline_on(cluster, tmp_path, **overrides) -> Pipeline:
     return Pipeline(cluster.bootstrap, tmp_path / "p", HOSTS, sim_task_seconds=1.0, retry_max_s=2.0,
                     flush_timeout_s=5.0, **overrides)
@@ -90,11 +109,14 @@ def test_a_killed_broker_started_again_on_its_log_loses_nothing_and_runs_every_t
 
 def test_three_brokers_lose_one_then_all_and_every_job_runs_each_task_once(kafka_cluster, tmp_path) -> None:
     cluster = kafka_cluster(3)
-    p = pipeline_on(cluster, tmp_path)
+    # The default session: longer than a broker's failover, so losing the broker that
+    # coordinates a group does not also end its members' sessions (a 2 s one would: a rebalance)
+    p = pipeline_on(cluster, tmp_path, session_timeout_ms=Settings().session_timeout_ms)
     try:
         p.start_all()
         job = p.submit(JOB.format(name="three", count=2000))
         wait_until_done(p, job, 300)
+        killed_wall = time.time()
         cluster.kill(2, signal.SIGKILL)  # a follower or the leader of some partitions; a voter
         killed_at = time.monotonic()
         # The longest wait for the next finished task after the kill: the pause the job saw.
@@ -108,10 +130,13 @@ def test_three_brokers_lose_one_then_all_and_every_job_runs_each_task_once(kafka
             time.sleep(0.1)
         assert p.wait_job(job, timeout=30) == "SUCCEEDED"
         each_ran_once(p, job, 2000)
-        # A node that stops heartbeating is fenced after broker.session.timeout.ms (9 s), then its
-        # partitions' leadership moves: the job may wait that long, not much longer.
-        assert pause < 20, f"the job paused {pause:.1f}s after a broker was killed"
-        print(f"longest pause after losing a broker of three: {pause:.1f}s")
+        # A node that stops heartbeating is fenced after broker.session.timeout.ms (4 s here), and
+        # its partitions' leadership moves at once: the job waits that long, and the clients a
+        # moment more to find the new leaders and coordinators. Not bounded by the election yet:
+        # a stage's producer sometimes waits 10 s more (README, Delivery and failure).
+        election = election_seconds(cluster, killed_wall, dead=2)
+        assert pause < 20, f"the job paused {pause:.1f}s after a broker was killed; the election took {election:.1f}s"
+        print(f"longest pause after losing a broker of three: {pause:.1f}s; the election took {election:.1f}s")
         all_alive(p)
 
         accepted = p.submit(JOB.format(name="accepted", count=200))
