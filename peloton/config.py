@@ -155,16 +155,15 @@ class Settings:
         out = []
         beat, timeout = self.agent_heartbeat_s, self.agent_timeout_s
         lease, margin = self.agent_lease(), self.lease_margin()
+        the_lease = f"the agent lease ({lease:g}s: PELOTON_AGENT_LEASE_S, or PELOTON_AGENT_TIMEOUT_S less {margin:g}s)"
         if not beat > 0:
             out.append(f"PELOTON_AGENT_HEARTBEAT_S={beat:g} must be above 0")
         elif lease < MIN_AGENT_LEASE_S:
-            out.append(f"the agent lease ({lease:g}s: PELOTON_AGENT_LEASE_S, or PELOTON_AGENT_TIMEOUT_S less "
-                       f"{margin:g}s) must be at least {MIN_AGENT_LEASE_S:g}s: a broker hiccup must not make "
+            out.append(f"{the_lease} must be at least {MIN_AGENT_LEASE_S:g}s: a broker hiccup must not make "
                        f"agents kill healthy runs")
         elif lease < 3 * beat:
-            out.append(f"the agent lease ({lease:g}s: PELOTON_AGENT_LEASE_S, or PELOTON_AGENT_TIMEOUT_S less "
-                       f"{margin:g}s) must be at least 3 heartbeats (PELOTON_AGENT_HEARTBEAT_S="
-                       f"{beat:g}): two reports lost in a row must not make an agent kill its runs")
+            out.append(f"{the_lease} must be at least 3 heartbeats (PELOTON_AGENT_HEARTBEAT_S={beat:g}): two "
+                       f"reports lost in a row must not make an agent kill its runs")
         if timeout < lease + margin:
             out.append(f"PELOTON_AGENT_TIMEOUT_S={timeout:g} must be at least the agent lease "
                        f"(PELOTON_AGENT_LEASE_S={lease:g}) plus {margin:g}s: a silent host's runs may run "

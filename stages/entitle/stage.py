@@ -27,7 +27,7 @@ import logging
 import time
 
 from peloton import metrics
-from peloton.model.events import send_progress, task_kill, task_status
+from peloton.model.events import send_progress, split_task_id, task_kill, task_status
 from peloton.model.gang import gang_problem
 from peloton.model.pool import pool_resources
 from peloton.model.resources import ZERO, Resources
@@ -60,12 +60,6 @@ log = logging.getLogger("peloton.entitle")
 TOPIC = "task-demand"
 WAITING_SHOWN = 20  # gangs per pool whose reason for waiting is published
 PREEMPTED = "PREEMPTED"
-
-
-def split_task_id(task_id: str) -> tuple[str, int, int]:
-    """<job id>-<instance>-<run id> (job ids may hold dashes themselves)."""
-    job_id, instance, run_id = task_id.rsplit("-", 2)
-    return job_id, int(instance), int(run_id)
 
 
 class EntitleStage(Stage):

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from peloton import metrics
-from peloton.model.events import send_progress, send_statuses, task_status
+from peloton.model.events import send_progress, send_statuses, split_task_id, task_status
 from peloton.model.gang import task_problem
 from peloton.model.resources import Resources
 from peloton.model.states import LATE_END_REASONS, REASON_RECONCILIATION
@@ -214,8 +214,7 @@ class LaunchStage(Stage):
         manager, so that the task's history shows when its stale copy stopped, and why."""
         for u in self.remote.late:
             try:
-                job_id, instance, run_id = u.task_id.rsplit("-", 2)
-                instance_n, run_n = int(instance), int(run_id)
+                job_id, instance, run_id = split_task_id(u.task_id)
             except ValueError:
                 continue  # not a run id this scheduler made
             reason, message = u.reason, u.message
@@ -224,7 +223,7 @@ class LaunchStage(Stage):
                 message = (f"a copy of a run given up earlier (its host was DOWN) was still running on {u.host_id}: "
                            f"killed when its agent reported again ({u.message})")
             self.emit.emit("task-status", job_id, "peloton.TaskStatus", task_status(
-                job_id, instance_n, run_n, u.task_id, u.host_id, u.state, reason, message, u.exit_code, u.signal,
+                job_id, instance, run_id, u.task_id, u.host_id, u.state, reason, message, u.exit_code, u.signal,
                 u.timestamp_ms))
         self.remote.late = []
 

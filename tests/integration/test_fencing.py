@@ -17,16 +17,10 @@ import pytest
 
 from tests.integration.conftest import Pipeline
 from tests.integration.tcp_proxy import TcpProxy
+from tests.integration.test_host_agents import sleepers
 
 pytestmark = pytest.mark.integration
 
-SLEEPERS = """
-name: sleepers
-instancecount: {count}
-defaultconfig:
-  resource: {{cpulimit: 1, memlimitmb: 8, disklimitmb: 1}}
-  command: {{shell: true, value: 'sleep {seconds}'}}
-"""
 # lease = timeout - max(2 s, 2 heartbeats) = 4 s: the agent kills at 4 s, the host manager waits 6 s
 TIMEOUTS = {"agent_heartbeat_s": 0.5, "agent_timeout_s": 6.0}
 # the shortest the settings check allows: lease 3 s (MIN_AGENT_LEASE_S), DOWN after 5 s
@@ -79,7 +73,7 @@ def start(p: Pipeline, first_agent_env: dict[str, str] | None = None) -> str:
     p.start_agent("agent-0", extra_env=first_agent_env)
     for stage in ("admit", "entitle", "place", "launch"):
         p.wait_for(f"{stage} assigned", lambda s=stage: "assigned" in p.log(f"{s}-0").read_text(), 60)
-    job = p.submit(SLEEPERS.format(count=2, seconds=25))
+    job = p.submit(sleepers(2, 25, cpu=1))
     p.wait_for("both tasks RUNNING on agent-0", lambda: p.counts(job).get("RUNNING", 0) == 2, 60)
     assert {t.host_id for t in p.store.tasks_of_job(job)} == {"agent-0"}
     p.start_agent("agent-1")
@@ -163,7 +157,7 @@ def test_a_broker_stall_shorter_than_the_lease_kills_nothing_and_runs_nothing_tw
     p = Pipeline(cluster.bootstrap, tmp_path / "p", "agent:3:cpu=2,mem_mb=1024,disk_mb=1000", **timeouts)
     try:
         p.start_all()
-        job = p.submit(SLEEPERS.format(count=6, seconds=stall_s + 10))
+        job = p.submit(sleepers(6, stall_s + 10, cpu=1))
         p.wait_for("6 tasks RUNNING", lambda: p.counts(job).get("RUNNING", 0) == 6, 60)
         watch = Watch(job)
         broker = cluster.pid(1)

@@ -17,9 +17,14 @@ SLEEPERS = """
 name: sleepers
 instancecount: {count}
 defaultconfig:
-  resource: {{cpulimit: 0.1, memlimitmb: 8, disklimitmb: 1}}
+  resource: {{cpulimit: {cpu}, memlimitmb: 8, disklimitmb: 1}}
   command: {{shell: true, value: 'sleep {seconds}'}}
 """
+
+
+def sleepers(count: int, seconds: float, cpu: float = 0.1) -> str:
+    """A job of `count` tasks that each sleep `seconds`."""
+    return SLEEPERS.format(count=count, seconds=seconds, cpu=cpu)
 
 
 def wait_running(p, job_id: str, count: int, timeout: float = 40) -> None:
@@ -31,7 +36,7 @@ def test_a_killed_host_manager_leaves_every_task_running_on_its_first_run(pipeli
     p.start_all(instances=2)
     p.wait_for("both launch instances hold shards", lambda: all(
         "assigned [('placements'" in p.log(f"launch-{i}").read_text() for i in (0, 1)), 30)
-    job = p.submit(SLEEPERS.format(count=40, seconds=8))
+    job = p.submit(sleepers(40, 8))
     wait_running(p, job, 40)
     hosts_before = {t.instance: t.host_id for t in p.store.tasks_of_job(job)}
     # the instance serving the hosts that run the most tasks
@@ -56,7 +61,7 @@ def test_a_killed_agent_loses_its_runs_to_other_hosts_and_its_leftovers_are_kill
     p = pipeline_factory(hosts="agent:3:cpu=2,mem_mb=1024,disk_mb=1000", agent_timeout_s=5.0,
                          agent_heartbeat_s=0.5)
     p.start_all()
-    job = p.submit(SLEEPERS.format(count=9, seconds=10))
+    job = p.submit(sleepers(9, 10))
     wait_running(p, job, 9)
     victim = "agent-0"
     on_victim = {t.instance for t in p.store.tasks_of_job(job) if t.host_id == victim}
@@ -87,7 +92,7 @@ def test_a_killed_agent_loses_its_runs_to_other_hosts_and_its_leftovers_are_kill
 def test_an_agent_restarted_with_sigkill_adopts_its_running_tasks_and_the_job_succeeds(pipeline_factory) -> None:
     p = pipeline_factory(hosts="agent:1:cpu=4,mem_mb=1024,disk_mb=1000", agent_timeout_s=20.0)
     p.start_all()
-    job = p.submit(SLEEPERS.format(count=3, seconds=6))
+    job = p.submit(sleepers(3, 6))
     wait_running(p, job, 3)
     p.procs["agent-0"].send_signal(signal.SIGKILL)
     p.procs["agent-0"].wait()
@@ -108,7 +113,7 @@ def test_maintenance_drains_a_host_its_tasks_run_elsewhere_and_complete_brings_i
 
     p = pipeline_factory(hosts="agent:2:cpu=2,mem_mb=1024,disk_mb=1000")
     p.start_all()
-    job = p.submit(SLEEPERS.format(count=4, seconds=300))
+    job = p.submit(sleepers(4, 300))
     wait_running(p, job, 4)
     busy = p.store.tasks_of_job(job)[0].host_id
     drained = {t.instance for t in p.store.tasks_of_job(job) if t.host_id == busy}
@@ -141,7 +146,7 @@ def test_one_agent_process_serves_many_simulated_hosts_over_the_same_protocol(pi
     p = pipeline_factory(hosts="simagent:200:cpu=2,mem_mb=1024,disk_mb=1000", sim_task_seconds=0.2)
     p.start_all()
     assert [name for name in p.procs if name.startswith("agent")] == ["agent-simagent"]
-    job = p.submit(SLEEPERS.format(count=300, seconds=0).replace("cpulimit: 0.1", "cpulimit: 1"))
+    job = p.submit(sleepers(300, 0, cpu=1))
     assert p.wait_job(job, timeout=120) == "SUCCEEDED"
     hosts = {t.host_id for t in p.store.tasks_of_job(job)}
     assert len(hosts) > 10 and all(h.startswith("simagent-") for h in hosts)  # 2 cpu each: spread over many

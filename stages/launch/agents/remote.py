@@ -62,8 +62,7 @@ class RemoteDriver(AgentDriver):
         updates, self._updates = self._updates, []
         for u in updates:
             if u.terminal:
-                self.runs.pop(u.task_id, None)
-                self.unconfirmed.discard(u.task_id)
+                self._drop(u.task_id)
         return updates
 
     def active(self) -> set[str]:
@@ -83,6 +82,11 @@ class RemoteDriver(AgentDriver):
             self.runs[task_id] = (host_id, self._clock())
             self.unconfirmed.add(task_id)
 
+    def _drop(self, task_id: str) -> None:
+        """The run is no longer this host manager's to watch (ended, lost or forgotten)."""
+        self.runs.pop(task_id, None)
+        self.unconfirmed.discard(task_id)
+
     def on_host(self, host_id: str) -> list[str]:
         return [t for t, (h, _) in self.runs.items() if h == host_id]
 
@@ -90,8 +94,7 @@ class RemoteDriver(AgentDriver):
         """Drop the host's runs (another host manager owns its shard now); returns their ids."""
         gone = self.on_host(host_id)
         for task_id in gone:
-            del self.runs[task_id]
-            self.unconfirmed.discard(task_id)
+            self._drop(task_id)
         return gone
 
     def receive(self, report: dict, grace_s: float) -> list[str]:
@@ -114,8 +117,7 @@ class RemoteDriver(AgentDriver):
         now = self._clock()
         for task_id, (h, sent) in list(self.runs.items()):
             if h == host_id and task_id not in running and task_id not in ended and now - sent > grace_s:
-                del self.runs[task_id]
-                self.unconfirmed.discard(task_id)
+                self._drop(task_id)
                 self._updates.append(TaskUpdate(task_id, host_id, TASK_LOST, now_ms(), REASON_RECONCILIATION,
                                                 "its agent does not run it"))
         return sorted(t for t in running if self.runs.get(t, (None,))[0] != host_id)
@@ -123,8 +125,7 @@ class RemoteDriver(AgentDriver):
     def host_lost(self, host_id: str, message: str) -> None:
         """The host's agent stopped reporting: every run there is lost."""
         for task_id in self.on_host(host_id):
-            del self.runs[task_id]
-            self.unconfirmed.discard(task_id)
+            self._drop(task_id)
             self._updates.append(TaskUpdate(task_id, host_id, TASK_LOST, now_ms(), REASON_AGENT_DISCONNECTED, message))
 
 
