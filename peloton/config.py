@@ -108,6 +108,9 @@ class Settings:
     retry_min_s: float = 0.2
     retry_max_s: float = 5.0
     flush_timeout_s: float = 10.0
+    # librdkafka's debug contexts for a stage's producer and consumer (e.g. "eos,topic,broker"),
+    # written to the stage's log: for finding out why a stage waits on the broker.
+    kafka_debug: str = ""
     # How often a stage checks that every topic exists (a broker that restarted empty has none),
     # and how far back launch sends task ends again when the broker lost them.
     topic_check_s: float = 5.0

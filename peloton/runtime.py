@@ -77,6 +77,7 @@ def producer_config(settings: Settings, transactional_id: str | None = None) -> 
         # Topics come from topics.yaml only: one a client made would have the broker's default
         # partition count, and keys would land where no stage looks for them.
         "allow.auto.create.topics": False,
+        **_debug(settings),
     }
     if transactional_id:
         timeout_ms = int(settings.transaction_timeout_s * 1000)
@@ -93,6 +94,10 @@ def producer_config(settings: Settings, transactional_id: str | None = None) -> 
             "retry.backoff.max.ms": 100,
         })
     return config
+
+
+def _debug(settings: Settings) -> dict:
+    return {"debug": settings.kafka_debug} if settings.kafka_debug else {}
 
 
 # Room for the key, headers and batch framing on top of a record's value.
@@ -471,6 +476,7 @@ class StageRuntime:
                 "allow.auto.create.topics": False,  # see producer_config
                 # Notice topics made again (after a broker lost them) within seconds, not minutes.
                 "topic.metadata.refresh.interval.ms": int(settings.topic_check_s * 1000),
+                **_debug(settings),
             }
         )
         self.transaction: BatchTransaction | None = None

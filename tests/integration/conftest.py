@@ -87,6 +87,7 @@ class Pipeline:
     def __init__(self, bootstrap: str, home: Path, hosts: str, **overrides):
         overrides.setdefault("store", str(home / "peloton.db"))
         overrides.setdefault("session_timeout_ms", 2000)  # quick takeovers; not where brokers die
+        overrides.setdefault("kafka_debug", os.environ.get("PELOTON_KAFKA_DEBUG", ""))  # to find a wait
         self.settings = Settings(
             bootstrap=bootstrap,
             topic_prefix=f"t{next(_seq)}-{uuid.uuid4().hex[:6]}.",
