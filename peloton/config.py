@@ -42,10 +42,12 @@ class Settings:
     sim_task_seconds: float = 1.0
     # Consumer group timing (a classic group; Kafka's brokers refuse less than 6 s unless
     # group.min.session.timeout.ms says otherwise, as the dev stack's and tests' brokers do).
-    # Longer than a broker's failover (the dev stack's: ~6 s, broker.session.timeout.ms 4 s and
-    # the election): a member whose coordinator died keeps its session, no rebalance follows.
-    # A SIGKILLed instance's partitions move this long after its death.
-    session_timeout_ms: int = 10000
+    # Well above a broker's failover (the dev stack's: 4-7 s, broker.session.timeout.ms 4 s and
+    # the election, then the new coordinator loads the group): a member whose coordinator died
+    # keeps its session, and no rebalance follows. 10 s was not enough: a member that had last
+    # heard its coordinator 1.5 s before the kill lost its session (measured). A SIGKILLed
+    # instance's partitions move this long after its death (Kafka's own default is 45 s).
+    session_timeout_ms: int = 20000
     # A stage's output and its consumed offsets commit in one Kafka transaction per batch
     # (false: at least once, offsets committed after the output is flushed). A transaction left
     # open by a killed instance holds back its readers this long at most.

@@ -39,7 +39,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from peloton.config import Settings
 from peloton.readback import offsets_at
-from peloton.runtime import QUIET
+from peloton.runtime import QUIET, RECOVERY
 from peloton.topics import Catalogue
 
 STAGES = ("admit", "entitle", "place", "launch")  # in pipeline order
@@ -101,7 +101,7 @@ class LagMonitor:
         self.catalogue = Catalogue(settings.topic_prefix)
         self.stages = stages
         self.timeout_s = timeout_s
-        self.admin = AdminClient({"bootstrap.servers": settings.bootstrap, **QUIET})
+        self.admin = AdminClient({"bootstrap.servers": settings.bootstrap, **RECOVERY, **QUIET})
         self._windows: dict[tuple[str, str, int], deque[Sample]] = {}
         self._window = window
         self._queued = None  # the entitlements view, opened on first use

@@ -54,6 +54,22 @@ class Record:
     index: int = -1  # the item's place in its bundle (serde.BUNDLES); -1: the message was this record alone
 
 
+# For every client that lives as long as its process (a stage's, an agent's, a view's, the lag
+# sampler's): what brings it back after the brokers went away.
+RECOVERY = {
+    # Try a lost broker again at least every second (the Java client's default; librdkafka's is
+    # 10 s). librdkafka looks a coordinator up again only when its connection attempt fails: with
+    # the backoff doubling to 10 s, a stage whose transaction coordinator died learned its
+    # successor 3 s after the election (measured), and its batch waited that long.
+    "reconnect.backoff.max.ms": 1000,
+    # A broker in controlled shutdown can answer metadata with no brokers at all; librdkafka
+    # then forgets every broker it knew and, with the default (5 min), bootstraps again only
+    # after 5 minutes without metadata: after a whole-cluster restart, launch and place sat
+    # without partitions long after the brokers were back (seen in the three-broker test).
+    "metadata.recovery.rebootstrap.trigger.ms": 5000,
+}
+
+
 def producer_config(settings: Settings, transactional_id: str | None = None) -> dict:
     """A producer's settings. With a transactional id: the producer of a stage instance, whose
     output and consumed offsets commit together (peloton.transaction)."""
@@ -77,6 +93,7 @@ def producer_config(settings: Settings, transactional_id: str | None = None) -> 
         # Topics come from topics.yaml only: one a client made would have the broker's default
         # partition count, and keys would land where no stage looks for them.
         "allow.auto.create.topics": False,
+        **RECOVERY,
         **_debug(settings),
     }
     if transactional_id:
@@ -476,6 +493,7 @@ class StageRuntime:
                 "allow.auto.create.topics": False,  # see producer_config
                 # Notice topics made again (after a broker lost them) within seconds, not minutes.
                 "topic.metadata.refresh.interval.ms": int(settings.topic_check_s * 1000),
+                **RECOVERY,
                 **_debug(settings),
             }
         )
@@ -661,7 +679,7 @@ class StageRuntime:
         if self._admin is None:
             from confluent_kafka.admin import AdminClient
 
-            self._admin = AdminClient({"bootstrap.servers": self.settings.bootstrap})
+            self._admin = AdminClient({"bootstrap.servers": self.settings.bootstrap, **RECOVERY})
         return self._admin
 
     def _check_topics(self) -> None:
@@ -893,6 +911,7 @@ class CompactedView:
                 # A broker that restarted empty starts the topic again at 0: read it from there.
                 "auto.offset.reset": "earliest",
                 "fetch.wait.max.ms": VIEW_FETCH_WAIT_MS,
+                **RECOVERY,
                 **(QUIET if quiet else {}),
             }
         )

@@ -63,6 +63,7 @@ class BatchTransaction:
         self.open = False
         self.journal: list[tuple[str, bytes | None, bytes, int]] = []  # (topic, key, value, partition)
         self._broken = False  # an attempt failed mid-way: a new producer sends the journal again
+        self._spare: Producer | None = None  # the next producer, made when the broker faltered
         self.producer: Producer | None = None
         try:
             self.producer = self._new_producer()
@@ -76,7 +77,7 @@ class BatchTransaction:
         self._stuck: list[Producer] = []  # producers left inside a call that never returned
 
     def _new_producer(self) -> Producer:
-        producer = self.make_producer()
+        producer, self._spare = self._spare or self.make_producer(), None
         # Fences an earlier producer of the same id (a zombie of this instance) and aborts the
         # transaction it left open, so its messages never reach a reader.
         producer.init_transactions(self.timeout_s)
@@ -124,6 +125,7 @@ class BatchTransaction:
             # wait in send_offsets_to_transaction for ever).
             remaining = self.producer.flush(self.timeout_s)
             if remaining:
+                self._prepare_spare()
                 raise TransactionError(f"{remaining} messages of the transaction not delivered yet")
             if offsets and not self._offsets_sent:
                 self._guarded(self.producer.send_offsets_to_transaction, offsets, group_metadata(),
@@ -143,6 +145,7 @@ class BatchTransaction:
                     self.commit([], group_metadata)
                     return False
                 raise TransactionError(f"transaction failed ({err.name()}); its output goes again") from None
+            self._prepare_spare()
             raise TransactionError(f"transaction not committed yet: {exc}") from None
         self.open = False
         self._offsets_sent = False
@@ -168,6 +171,7 @@ class BatchTransaction:
         worker.start()
         worker.join(timeout + OFFSETS_GRACE_S)
         if not outcome:
+            self._prepare_spare()
             log.warning("transaction: %s is stuck past its timeout; a new producer takes over",
                         getattr(call, "__name__", "a call"))
             self._stuck.append(self.producer)  # kept so its thread never meets a freed client
@@ -176,6 +180,13 @@ class BatchTransaction:
             raise TransactionError("a transactional call got stuck; a new producer takes over")
         if outcome[0] is not None:
             raise outcome[0]
+
+    def _prepare_spare(self) -> None:
+        """The broker falters: make the next producer now, so that a renewal, if one follows, finds
+        its connections open. Not initialised yet, it fences nothing. A producer made at the
+        renewal waited 0.5 s for its first broker before it looked up its coordinator."""
+        if self._spare is None:
+            self._spare = self.make_producer()
 
     def _again(self) -> None:
         """Drop the failed attempt and produce what it held again in a new transaction, with a new
@@ -209,6 +220,7 @@ class BatchTransaction:
 
     def close(self, timeout: float = 10.0) -> None:
         """Leave: an open transaction is aborted (nothing of it was committed)."""
+        self._spare = None  # never initialised: nothing of it on the broker
         if self.producer is None:
             return
         if self.open:

@@ -97,7 +97,7 @@ class HostAgent:
     def __init__(self, settings: Settings, specs: list[AgentSpec], simulate: bool = False, name: str | None = None):
         from confluent_kafka import Consumer, Producer
 
-        from peloton.runtime import producer_config
+        from peloton.runtime import RECOVERY, producer_config
 
         self.settings = settings
         self.hosts = {spec.name: spec for spec in specs}
@@ -123,7 +123,7 @@ class HostAgent:
         self.consumer = Consumer({
             "bootstrap.servers": settings.bootstrap, "group.id": f"{self.catalogue.prefix}peloton.agent.{self.name}",
             "enable.auto.commit": False, "auto.offset.reset": "latest", "fetch.wait.max.ms": 100,
-            "allow.auto.create.topics": False,
+            "allow.auto.create.topics": False, **RECOVERY,
         })
         self._running = True
         self._next_report = 0.0

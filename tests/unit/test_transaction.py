@@ -176,3 +176,25 @@ def test_a_broker_not_ready_at_start_delays_the_first_commit_and_ends_nothing() 
     txn.produce("out", b"k", b"v1", 0, None)
     assert commit_until_done(txn)
     assert second.committed == [([("out", b"v1")], [("in", 0, 7)])]
+
+
+def test_a_broker_that_falters_gets_the_next_producer_made_before_it_is_needed() -> None:
+    first = Producer({"commit": [error(KafkaError._TIMED_OUT, retriable=True),
+                                 error(KafkaError._TIMED_OUT, abort=True)]})
+    made: list[Producer] = []
+
+    def make() -> Producer:
+        made.append(first if not made else Producer())
+        return made[-1]
+
+    txn = BatchTransaction(make, 5)
+    txn.produce("out", b"k", b"v1", 0, None)
+    with pytest.raises(TransactionError, match="not committed yet"):
+        txn.commit(OFFSETS, lambda: "group-metadata")
+    spare = made[-1]
+    assert len(made) == 2 and spare.calls == []  # made, not initialised: it fences nothing yet
+    with pytest.raises(TransactionError, match="goes again"):
+        txn.commit(OFFSETS, lambda: "group-metadata")
+    assert commit_until_done(txn)
+    assert len(made) == 2 and spare.calls[0] == "init"  # the renewal took the spare
+    assert spare.committed == [([("out", b"v1")], [("in", 0, 7)])]
