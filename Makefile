@@ -66,7 +66,7 @@ integration: $(STAMP) system jars
 # at once, beside a 4-hop relay of the same broker, then its latency at a steady 1,000 tasks/s.
 bench: $(STAMP) jars
 	$(BIN)/pelotonctl respool bench
-	$(BIN)/python -m stages.place.bench
+	$(BIN)/python -m pelotonctl.bench.placement
 	$(BIN)/pelotonctl bench
 	$(BIN)/pelotonctl bench --rate 1000 --relay 0
 

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from peloton.model.jobconfig import JobLimits
+from peloton.model.jobspec import JobLimits
 from peloton.model.safe_yaml import YamlLimits
 
 # The repository root holds topics.yaml and schemas/avro; an installed copy finds them the same way

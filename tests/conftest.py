@@ -22,8 +22,8 @@ def peloton_examples() -> Path:
 def postgres_server():
     """One throwaway PostgreSQL server for the session, started on first use. Not installed is
     an error, not a skip: `make test` installs it (Debian's postgresql package)."""
-    from peloton.devstack import free_port
-    from peloton.pgserver import PostgresUnavailable, start_postgres
+    from pelotonctl.dev.postgres import PostgresUnavailable, start_postgres
+    from pelotonctl.dev.stack import free_port
 
     try:
         server = start_postgres(free_port())

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from peloton.model.jobconfig import JobSpec, gang_instances
+from peloton.model.jobspec import JobSpec, gang_instances
 from peloton.model.pool import controller_limit, pool_limit, pool_resources
 from peloton.model.resources import Resources
 from peloton.serde import SchemaRegistry

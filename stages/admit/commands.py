@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from peloton.model.jobconfig import JobSpec
+from peloton.model.jobspec import JobSpec
 from peloton.model.states import JOB_TERMINAL, TASK_TERMINAL
 from peloton.store import JobRow, TaskRow
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from peloton.model.constraint import constraint_to_record
-from peloton.model.jobconfig import JobSpec, TaskSpec, gang_instances
+from peloton.model.jobspec import JobSpec, TaskSpec, gang_instances
 from peloton.store import JobRow, TaskRow
 
 

@@ -13,7 +13,8 @@ from collections import Counter
 
 from peloton import metrics
 from peloton.model.events import task_kill
-from peloton.model.jobconfig import JobConfigError, parse_job_config
+from peloton.model.jobconfig import parse_job_config
+from peloton.model.jobspec import JobConfigError
 from peloton.model.pool import leaf_pool_error
 from peloton.model.resources import Resources
 from peloton.model.states import (
@@ -25,8 +26,8 @@ from peloton.model.states import (
     TASK_TERMINAL,
 )
 from peloton.runtime import CompactedView, Record, Stage, now_ms
-from peloton.topics import partition_for
 from peloton.store import JobRow, JobStore, TaskRow
+from peloton.topics import partition_for
 from stages.admit.checks import distinct_capacities, fit_problems, job_id_problem, size_problems
 from stages.admit.commands import (
     ORPHAN,

@@ -31,8 +31,8 @@ from peloton.model.events import send_progress, split_task_id, task_kill, task_s
 from peloton.model.gang import gang_problem
 from peloton.model.pool import pool_resources
 from peloton.model.resources import ZERO, Resources
-from peloton.readback import committed_since
 from peloton.runtime import CompactedView, Record, Stage, now_ms
+from peloton.runtime.readback import committed_since
 from peloton.store import Allocation, AllocationStore, QueuedGang
 from peloton.topics import partition_for
 from stages.entitle.admission import (

@@ -15,13 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 from peloton.model.constraint import AndConstraint, Constraint, LabelConstraint, OrConstraint, evaluate
 from peloton.model.resources import EPS, ZERO, Resources
-
-if TYPE_CHECKING:
-    from stages.place.placement import HostView, TaskNeed
+from stages.place.host_view import HostView
+from stages.place.task_need import TaskNeed
 
 NOT_UP = "not UP"
 GPU_KEPT = "GPU host kept for GPU tasks"

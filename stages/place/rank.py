@@ -9,13 +9,11 @@ host whatever the strategy: it is taken only when nothing else fits.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from peloton.model.resources import Resources
-
-if TYPE_CHECKING:
-    from stages.place.checks import Tentative
-    from stages.place.placement import HostView, TaskNeed
+from stages.place.checks import Tentative
+from stages.place.host_view import HostView
+from stages.place.task_need import TaskNeed
 
 PACK = "PACK_HOST"
 SPREAD = "SPREAD_JOB"

@@ -13,22 +13,15 @@ import random
 from collections import deque
 from dataclasses import dataclass
 
+from peloton import metrics
 from peloton.model.constraint import ConstraintError
 from peloton.model.events import REASON_NO_HOST, new_id, send_progress, task_status
 from peloton.model.gang import gang_problem
 from peloton.model.resources import Resources
-from peloton import metrics
 from peloton.runtime import CompactedView, HeldOffsets, Record, Stage, is_transient, now_ms
-from stages.place.placement import (
-    HostRing,
-    HostView,
-    LaunchSpecError,
-    TaskNeed,
-    explain,
-    place_gang,
-    port_names,
-    refusal_counts,
-)
+from stages.place.host_view import HostView
+from stages.place.placement import HostRing, explain, place_gang, refusal_counts
+from stages.place.task_need import LaunchSpecError, TaskNeed, port_names
 
 log = logging.getLogger("peloton.place")
 

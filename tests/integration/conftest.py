@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from peloton.admin import create_pool, ensure_topics, submit_job
 from peloton.config import REPO_ROOT, Settings
-from peloton.kafkaserver import KafkaCluster
-from peloton.devstack import (
+from pelotonctl.admin import create_pool, ensure_topics, submit_job
+from pelotonctl.dev.kafka import KafkaCluster
+from pelotonctl.dev.stack import (
     agent_hosts,
     free_port,
     ready_line,
@@ -140,7 +140,7 @@ class Pipeline:
     def ctl(self, *args: str, timeout: float = 60, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         """pelotonctl against this pipeline, as a separate process."""
         env = {**os.environ, **self.settings.env(), "COLUMNS": "200", **(extra_env or {})}
-        return subprocess.run([sys.executable, "-m", "peloton.cli", *args], env=env, capture_output=True, text=True,
+        return subprocess.run([sys.executable, "-m", "pelotonctl", *args], env=env, capture_output=True, text=True,
                               timeout=timeout, cwd=str(REPO_ROOT))
 
     def submit(self, text: str, pool: str = "/test") -> str:

@@ -13,10 +13,10 @@ import pytest
 import yaml
 from confluent_kafka import Producer
 
-from peloton.admin import emitter, host_capacities
-from peloton.devstack import free_port
 from peloton.runtime import now_ms
 from peloton.topics import Catalogue
+from pelotonctl.admin import emitter, host_capacities
+from pelotonctl.dev.stack import free_port
 from tests.integration.conftest import pool_yaml
 
 pytestmark = pytest.mark.integration
@@ -129,7 +129,7 @@ def test_pool_changes_need_only_the_store_and_every_refusal_names_its_rule(pipel
     big.write_text(pool_yaml(cpu=8).replace("name: pool-8cpu", "name: big"))
     closed = free_port()  # nothing listens there: a pool is one row in the store, no broker needed
     env = {**os.environ, **p.settings.env(), "PELOTON_KAFKA_BOOTSTRAP": f"127.0.0.1:{closed}"}
-    made = subprocess.run([sys.executable, "-m", "peloton.cli", "respool", "create", "/later", str(parent)], env=env,
+    made = subprocess.run([sys.executable, "-m", "pelotonctl", "respool", "create", "/later", str(parent)], env=env,
                           capture_output=True, text=True, timeout=60)
     assert made.returncode == 0, made.stderr
     assert p.ctl("respool", "create", "/later", str(parent)).returncode == 0  # the same again: a no-op

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 def test_the_benchmark_prints_every_figure_it_promises(tmp_path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PELOTON_")}
     env.update(PELOTON_HOME=str(tmp_path), PELOTON_SESSION_TIMEOUT_MS="2000")
-    done = subprocess.run([sys.executable, "-m", "peloton.cli", "bench", "--hosts", "20", "--jobs", "3",
+    done = subprocess.run([sys.executable, "-m", "pelotonctl", "bench", "--hosts", "20", "--jobs", "3",
                            "--tasks-per-job", "40", "--pools", "2", "--relay", "2000", "--rate", "400",
                            "--json"],
                           env=env, cwd=str(REPO_ROOT), capture_output=True, text=True, timeout=240)
@@ -36,9 +36,9 @@ def test_the_benchmark_prints_every_figure_it_promises(tmp_path) -> None:
     assert all(r["records_per_s"] > 0 for r in figures["stages"][:4])
     assert "to RUNNING" in done.stderr  # the table goes to stderr with --json
     assert figures["offered_tasks_per_s"] == 400 and "offered load: 400 tasks/s" in done.stderr
-    bad = subprocess.run([sys.executable, "-m", "peloton.cli", "bench", "--jobs", "0"], env=env, cwd=str(REPO_ROOT),
+    bad = subprocess.run([sys.executable, "-m", "pelotonctl", "bench", "--jobs", "0"], env=env, cwd=str(REPO_ROOT),
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--jobs 0" in bad.stderr
-    bad = subprocess.run([sys.executable, "-m", "peloton.cli", "bench", "--rate", "-1"], env=env, cwd=str(REPO_ROOT),
+    bad = subprocess.run([sys.executable, "-m", "pelotonctl", "bench", "--rate", "-1"], env=env, cwd=str(REPO_ROOT),
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--rate -1" in bad.stderr

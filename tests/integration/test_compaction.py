@@ -19,10 +19,10 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, 
                                   ResourceType)
 
 from peloton.config import Settings
-from peloton.kafkaserver import KafkaCluster
 from peloton.runtime import CompactedView
 from peloton.serde import registry
 from peloton.topics import TOPICS_FILE, Catalogue, apply_topics
+from pelotonctl.dev.kafka import KafkaCluster
 
 pytestmark = pytest.mark.integration
 

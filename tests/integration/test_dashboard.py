@@ -16,8 +16,8 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from peloton.dashboard.server import Dashboard, start
-from peloton.dashboard.sources import Sources
+from pelotonctl.dashboard.server import Dashboard, start
+from pelotonctl.dashboard.sources import Sources
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from peloton.devstack import alive
+from pelotonctl.dev.stack import alive
 
 pytestmark = pytest.mark.integration
 
@@ -22,7 +22,7 @@ def test_dev_up_status_and_down(tmp_path) -> None:
     env.update(PELOTON_HOME=str(tmp_path), PELOTON_SESSION_TIMEOUT_MS="2000")
 
     def ctl(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "peloton.cli", *args], env=env, capture_output=True,
+        return subprocess.run([sys.executable, "-m", "pelotonctl", *args], env=env, capture_output=True,
                               text=True, timeout=120)
 
     up = ctl("dev", "up", "--hosts", "agent:1:cpu=2;sim:2:cpu=4")
@@ -87,7 +87,7 @@ def test_dev_up_status_and_down(tmp_path) -> None:
 def test_two_dev_up_at_once_start_one_stack_and_the_other_names_it(tmp_path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PELOTON_")}
     env.update(PELOTON_HOME=str(tmp_path), PELOTON_SESSION_TIMEOUT_MS="2000")
-    cmd = [sys.executable, "-m", "peloton.cli", "dev", "up", "--hosts", "sim:2:cpu=4"]
+    cmd = [sys.executable, "-m", "pelotonctl", "dev", "up", "--hosts", "sim:2:cpu=4"]
     both = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for _ in range(2)]
     results = [(p.wait(120), *p.communicate()) for p in both]
@@ -96,7 +96,7 @@ def test_two_dev_up_at_once_start_one_stack_and_the_other_names_it(tmp_path) -> 
         assert codes == [0, 5], results
         refused = next(err for code, _, err in results if code == 5)
         assert "starting a dev stack" in refused or "already running" in refused
-        rows = json.loads(subprocess.run([sys.executable, "-m", "peloton.cli", "dev", "status", "--json"], env=env,
+        rows = json.loads(subprocess.run([sys.executable, "-m", "pelotonctl", "dev", "status", "--json"], env=env,
                                          capture_output=True, text=True, timeout=60).stdout)
         assert [r["component"] for r in rows] == ["broker", "admit", "entitle", "place", "launch"]
         # one stack's processes and no others: every process of this home is in the state file
@@ -110,7 +110,7 @@ def test_two_dev_up_at_once_start_one_stack_and_the_other_names_it(tmp_path) -> 
                 mine.add(int(pid))
         assert mine == {r["pid"] for r in rows if r["component"] != "broker"}
     finally:
-        subprocess.run([sys.executable, "-m", "peloton.cli", "dev", "down"], env=env, capture_output=True, timeout=120)
+        subprocess.run([sys.executable, "-m", "pelotonctl", "dev", "down"], env=env, capture_output=True, timeout=120)
 
 
 BIG_POOL = """
@@ -135,7 +135,7 @@ def test_a_postgres_stack_with_two_instances_of_each_stage_loses_nothing_when_on
     env.update(PELOTON_HOME=str(tmp_path), PELOTON_SESSION_TIMEOUT_MS="2000", PELOTON_SIM_TASK_SECONDS="1.5")
 
     def ctl(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "peloton.cli", *args], env=env, capture_output=True,
+        return subprocess.run([sys.executable, "-m", "pelotonctl", *args], env=env, capture_output=True,
                               text=True, timeout=300)
 
     up = ctl("dev", "up", "--store", "postgres", "--instances", "2", "--hosts", "sim:10:cpu=8,mem_mb=65536")

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from peloton.devstack import free_port
-from peloton.pgserver import start_postgres
+from pelotonctl.dev.postgres import start_postgres
+from pelotonctl.dev.stack import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -12,10 +12,10 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from peloton.admin import emitter
 from peloton.runtime import now_ms
 from peloton.serde import registry
 from peloton.topics import Catalogue
+from pelotonctl.admin import emitter
 from tests.integration.test_bad_input import command
 
 pytestmark = pytest.mark.integration

@@ -150,7 +150,7 @@ def test_one_agent_process_serves_many_simulated_hosts_over_the_same_protocol(pi
     assert p.wait_job(job, timeout=120) == "SUCCEEDED"
     hosts = {t.host_id for t in p.store.tasks_of_job(job)}
     assert len(hosts) > 10 and all(h.startswith("simagent-") for h in hosts)  # 2 cpu each: spread over many
-    from peloton.admin import list_hosts
+    from pelotonctl.admin import list_hosts
 
     listed = list_hosts(p.settings)
     assert len(listed) == 200 and {h["state"] for h in listed} == {"UP"}  # every one joined by its reports

@@ -185,8 +185,8 @@ defaultconfig:
 
 
 def test_a_failing_job_ends_failed_after_exactly_4_runs_and_a_repeated_status_changes_nothing(pipeline_factory) -> None:
-    from peloton.admin import emitter
     from peloton.model.events import task_status
+    from pelotonctl.admin import emitter
 
     p = pipeline_factory(hosts="local:2:cpu=2,mem_mb=1024,disk_mb=1000")
     p.start_all()
@@ -238,7 +238,7 @@ controllerlimit: {maxpercent: 10}
 
 
 def test_a_controller_decides_its_job_and_a_second_waits_for_the_controller_limit(pipeline_factory) -> None:
-    from peloton.admin import create_pool
+    from pelotonctl.admin import create_pool
 
     p = pipeline_factory(hosts="local:2:cpu=4,mem_mb=4096,disk_mb=10000")
     create_pool(p.settings, p.store, "/ctl", CONTROLLER_POOL)

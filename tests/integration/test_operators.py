@@ -13,9 +13,9 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from peloton.admin import create_pool, emitter
-from peloton.devstack import free_port
-from peloton.lag import STAGES, LagMonitor
+from pelotonctl.admin import create_pool, emitter
+from pelotonctl.dev.stack import free_port
+from pelotonctl.lag import STAGES, LagMonitor
 from tests.integration.conftest import pool_yaml
 
 pytestmark = pytest.mark.integration
@@ -101,7 +101,7 @@ def kafka_consumer_groups(bootstrap: str, groups: list[str]) -> dict[tuple[str, 
     groups: (group, topic, partition) -> (current offset, log-end offset, lag), None for '-'."""
     import subprocess
 
-    from peloton.kafkaserver import java_command
+    from pelotonctl.dev.kafka import java_command
 
     args = ["--bootstrap-server", bootstrap, "--describe"]
     for g in groups:

@@ -95,7 +95,7 @@ def test_every_example_in_the_readme_runs_as_written(tmp_path) -> None:
             if produced and "dev down" not in body:
                 _check_produced_job(tmp_path / "home" / "peloton.db", produced[-1])
     finally:
-        subprocess.run([sys.executable, "-m", "peloton.cli", "dev", "down"], cwd=REPO_ROOT, env=env,
+        subprocess.run([sys.executable, "-m", "pelotonctl", "dev", "down"], cwd=REPO_ROOT, env=env,
                        capture_output=True, timeout=120)
     assert len(ran) >= 4, f"only {ran} ran"
     print(f"ran {ran}; the producer made job {produced[-1]}")

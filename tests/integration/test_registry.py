@@ -1,5 +1,5 @@
 """The ZooKeeper instance registry (peloton/registry.py) and `pelotonctl cluster status`, on a
-real ZooKeeper this module starts (peloton/zkserver.py). Every test works under its own chroot."""
+real ZooKeeper this module starts (pelotonctl/dev/zookeeper.py). Every test works under its own chroot."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from peloton.devstack import free_port
 from peloton.registry import LockNotAcquired, Registry, RegistryUnavailable
-from peloton.zkserver import ZooKeeperError, start_zookeeper, stop_zookeeper
+from pelotonctl.dev.stack import free_port
+from pelotonctl.dev.zookeeper import ZooKeeperError, start_zookeeper, stop_zookeeper
 from tests.integration.conftest import pool_yaml
 
 pytestmark = pytest.mark.integration
@@ -243,7 +243,7 @@ def pelotonctl(*args: str, zookeeper: str | None) -> subprocess.CompletedProcess
     if zookeeper is not None:
         env["PELOTON_ZOOKEEPER"] = zookeeper
     env["COLUMNS"] = "200"
-    return subprocess.run([sys.executable, "-m", "peloton.cli", *args], env=env, cwd=REPO, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "pelotonctl", *args], env=env, cwd=REPO, capture_output=True,
                           text=True, timeout=60, check=False)
 
 
@@ -284,7 +284,7 @@ def test_pool_tree_changes_wait_for_the_cluster_wide_lock(address, registry, pip
     env = {**os.environ, **p.settings.env(), "PELOTON_ZOOKEEPER": address, "PELOTON_FLUSH_TIMEOUT_S": "2"}
 
     def create(path: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "peloton.cli", "respool", "create", path, str(pool)], env=env,
+        return subprocess.run([sys.executable, "-m", "pelotonctl", "respool", "create", path, str(pool)], env=env,
                               capture_output=True, text=True, timeout=60)
 
     holder = registry()

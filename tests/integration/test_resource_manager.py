@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from peloton.admin import create_pool, emitter, submit_job
+from pelotonctl.admin import create_pool, emitter, submit_job
 from tests.integration.test_scaling import assigned_partitions, one_key_per_partition
 
 pytestmark = pytest.mark.integration

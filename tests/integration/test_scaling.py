@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from peloton.admin import create_pool, emitter, submit_job
 from peloton.topics import partition_for
+from pelotonctl.admin import create_pool, emitter, submit_job
 from tests.conftest import STORES
 from tests.integration.conftest import pool_yaml
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from peloton.bench import BENCH_HOST, BenchPlan, _percentile
+from pelotonctl.bench.pipeline import BENCH_HOST, BenchPlan, _percentile
 
 
 def test_a_number_of_hosts_is_that_many_simulated_hosts_and_an_inventory_is_kept() -> None:

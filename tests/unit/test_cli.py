@@ -6,7 +6,7 @@ from importlib.metadata import version
 
 from typer.testing import CliRunner
 
-from peloton.cli import app
+from pelotonctl.cli import app
 
 runner = CliRunner()
 
@@ -57,10 +57,10 @@ def test_help_is_plain_text_and_every_option_has_some() -> None:
 
 
 def test_figures_are_rounded_for_people_and_scripts() -> None:
-    from peloton.cli import _amount, _rounded
+    from pelotonctl.cli.common import amount, rounded
 
-    assert _rounded({"cpu": 0.1 + 0.2, "list": [1.0000001, "x"]}) == {"cpu": 0.3, "list": [1.0, "x"]}
-    assert [_amount(x) for x in (1024000.0, 0.1 + 0.2, 2.5, 8.0)] == ["1024000", "0.3", "2.5", "8"]
+    assert rounded({"cpu": 0.1 + 0.2, "list": [1.0000001, "x"]}) == {"cpu": 0.3, "list": [1.0, "x"]}
+    assert [amount(x) for x in (1024000.0, 0.1 + 0.2, 2.5, 8.0)] == ["1024000", "0.3", "2.5", "8"]
 
 
 def test_a_table_sent_to_a_pipe_keeps_its_full_width(tmp_path) -> None:

@@ -12,18 +12,18 @@ import urllib.request
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from peloton.admin import create_pool
 from peloton.config import Settings
-from peloton.dashboard.server import Dashboard, StageHistory, start
-from peloton.dashboard.sources import Sources, SourceUnavailable
 from peloton.runtime import StaticView
 from peloton.store import JobRow, TaskRow, open_store
+from pelotonctl.admin import create_pool
+from pelotonctl.dashboard.server import Dashboard, StageHistory, start
+from pelotonctl.dashboard.sources import Sources, SourceUnavailable
 
 ZERO = {"cpu": 0.0, "mem_mb": 0.0, "disk_mb": 0.0, "gpu": 0.0}
 
 
 def lag_sample(at_ms: int, offsets: dict[str, list[int | None]], lag: int = 0, held: int = 0) -> dict:
-    """peloton.lag's sample shape: per stage, its partitions' committed offsets."""
+    """pelotonctl.lag's sample shape: per stage, its partitions' committed offsets."""
     return {"sampled_ms": at_ms, "queued": [], "groups": [
         {"group": f"peloton.{stage}", "stage": stage, "status": "OK", "total_lag": lag, "max_lag_seconds": 0.0,
          "held": held, "partitions": [

@@ -10,16 +10,8 @@ import pytest
 import yaml
 
 from peloton.model.constraint import AndConstraint, LabelConstraint
-from peloton.model.jobconfig import (
-    CommandSpec,
-    JobConfigError,
-    JobLimits,
-    JobSpec,
-    PortSpec,
-    gang_instances,
-    job_spec_from_dict,
-    parse_job_config,
-)
+from peloton.model.jobconfig import job_spec_from_dict, parse_job_config
+from peloton.model.jobspec import CommandSpec, JobConfigError, JobLimits, JobSpec, PortSpec, gang_instances
 from peloton.model.resources import Resources
 from peloton.model.safe_yaml import YamlLimits
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from peloton.lag import STAGES, Sample, group_status, partition_status
 from peloton.topics import Catalogue
+from pelotonctl.lag import STAGES, Sample, group_status, partition_status
 
 
 def window(*points: tuple[int, int, int]) -> list[Sample]:
@@ -66,7 +66,7 @@ def test_the_lag_groups_read_what_the_stages_consume() -> None:
 
 def test_a_group_is_named_by_its_stage_or_its_group_name() -> None:
     from peloton.config import Settings
-    from peloton.lag import stage_of
+    from pelotonctl.lag import stage_of
 
     settings = Settings(topic_prefix="t1.")
     assert [stage_of(settings, n) for n in ("place", "t1.peloton.place", "peloton.place", "nope")] == [

@@ -1,7 +1,7 @@
 """Which drains `host maintenance start` refuses without --force."""
 
-from peloton.admin import maintenance_problem
 from peloton.config import Settings
+from pelotonctl.admin import maintenance_problem
 
 
 def hosts(*states: str) -> list[dict]:

@@ -14,7 +14,7 @@ from peloton.runtime import HeldOffsets
 from peloton.topics import murmur2, partition_for
 from stages.admit.expand import expand_job, gang_records, next_run
 from stages.launch.inventory import InventoryError, parse_inventory
-from stages.place.placement import TaskNeed
+from stages.place.task_need import TaskNeed
 
 
 @pytest.mark.parametrize("name", ["default_respool.yaml", "helloworld_pool.yaml"])

@@ -1,11 +1,11 @@
 """The placement benchmark runs and places every gang (small sizes: the figures come from
-running it by hand, see stages/place/bench.py)."""
+running it by hand, see pelotonctl/bench/placement.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from stages.place.bench import bench_placement
+from pelotonctl.bench.placement import bench_placement
 
 
 @pytest.mark.parametrize("strategy", ["PACK_HOST", "SPREAD_JOB"])

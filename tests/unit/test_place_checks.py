@@ -21,7 +21,9 @@ from stages.place.checks import (
     refusal,
     room_for_resources,
 )
-from stages.place.placement import HostView, TaskNeed, place_gang
+from stages.place.host_view import HostView
+from stages.place.placement import place_gang
+from stages.place.task_need import TaskNeed
 
 BIG = Resources(cpu=8, mem_mb=8000, disk_mb=8000)
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from peloton.model.constraint import LabelConstraint
 from peloton.model.resources import Resources
-from stages.place.placement import HostRing, HostView, TaskNeed, explain, refusal_counts
+from stages.place.host_view import HostView
+from stages.place.placement import HostRing, explain, refusal_counts
+from stages.place.task_need import TaskNeed
 
 RACK_A = LabelConstraint("HOST", "EQUAL", "rack", "a", 1)
 

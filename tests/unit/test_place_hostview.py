@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from peloton.model.resources import Resources
-from stages.place.placement import HostView
+from stages.place.host_view import HostView
 
 CAP = Resources(cpu=8, mem_mb=1000)
 

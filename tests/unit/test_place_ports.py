@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from peloton.model.resources import Resources
-from stages.place.placement import HostRing, HostView, TaskNeed, place_gang
+from stages.place.host_view import HostView
+from stages.place.placement import HostRing, place_gang
+from stages.place.task_need import TaskNeed
 
 
 def host(name: str = "a", ranges=((31000, 31004),), used=(), cpu: float = 16) -> HostView:

@@ -7,8 +7,10 @@ import random
 
 from peloton.model.constraint import LabelConstraint
 from peloton.model.resources import Resources
-from stages.place.placement import HostRing, HostView, TaskNeed, place_gang
+from stages.place.host_view import HostView
+from stages.place.placement import HostRing, place_gang
 from stages.place.rank import fewest_of_the_job_first, most_allocated_first, ranker_for, spreads
+from stages.place.task_need import TaskNeed
 
 
 def host(name: str, cpu: float = 8, used: float = 0, mem_mb: float = 1000, disk_mb: float = 0, **fields) -> HostView:

@@ -10,7 +10,9 @@ import pytest
 
 from peloton.model.constraint import AndConstraint, ConstraintError, LabelConstraint, OrConstraint, evaluate
 from peloton.model.resources import Resources
-from stages.place.placement import HostRing, HostView, LaunchSpecError, TaskNeed, place_gang
+from stages.place.host_view import HostView
+from stages.place.placement import HostRing, place_gang
+from stages.place.task_need import LaunchSpecError, TaskNeed
 
 
 def host(name: str, cpu: float = 4, **labels) -> HostView:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from peloton.transaction import BatchTransaction, TransactionError
+from peloton.runtime.transaction import BatchTransaction, TransactionError
 
 
 def error(code: int, *, fatal: bool = False, abort: bool = False, retriable: bool = False) -> KafkaException:

@@ -14,11 +14,11 @@ import uuid
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from peloton.admin import NotFound, UserError, validate_job
 from peloton.config import Settings
 from peloton.runtime import QUIET, producer_config
 from peloton.serde import DecodeError, registry
 from peloton.topics import Catalogue
+from pelotonctl.admin import NotFound, UserError, validate_job
 
 TOPIC = "dead-letters"
 

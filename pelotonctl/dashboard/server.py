@@ -25,9 +25,9 @@ from importlib import resources
 from typing import Self
 
 from peloton.config import Settings
-from peloton.dashboard.sources import Sources, SourceUnavailable
-from peloton.lag import STAGES  # in pipeline order: the page shows all four
 from peloton.store import QueryStore
+from pelotonctl.dashboard.sources import Sources, SourceUnavailable
+from pelotonctl.lag import STAGES  # in pipeline order: the page shows all four
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ SECURITY_HEADERS = {"Content-Security-Policy": "default-src 'self'; img-src 'sel
 
 
 def static_file(name: str) -> bytes:
-    return resources.files("peloton.dashboard").joinpath("static", name).read_bytes()
+    return resources.files("pelotonctl.dashboard").joinpath("static", name).read_bytes()
 
 
 class _Server(ThreadingHTTPServer):

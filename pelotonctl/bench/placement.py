@@ -1,7 +1,7 @@
 """How fast placement goes at Peloton's scale: 50,000 hosts, thousands of gangs. Pure: no Kafka.
 
-    .venv/bin/python -m stages.place.bench            # both scenarios, both strategies
-    .venv/bin/python -c 'from stages.place.bench import bench_placement; print(bench_placement())'
+    .venv/bin/python -m pelotonctl.bench.placement            # both scenarios, both strategies
+    .venv/bin/python -c 'from pelotonctl.bench.placement import bench_placement; print(bench_placement())'
 
 The hosts and gangs are built before the clock starts; the timed part is what the place stage
 does per gang: place_gang, then add_pending for every task placed, so each gang sees the ones
@@ -17,7 +17,9 @@ import time
 
 from peloton.model.constraint import LabelConstraint
 from peloton.model.resources import Resources
-from stages.place.placement import DEFAULT_CANDIDATES, HostRing, HostView, TaskNeed, place_gang
+from stages.place.host_view import HostView
+from stages.place.placement import DEFAULT_CANDIDATES, HostRing, place_gang
+from stages.place.task_need import TaskNeed
 
 HOST_CAPACITY = Resources(cpu=32, mem_mb=131_072, disk_mb=1_000_000)
 TASK = Resources(cpu=1, mem_mb=2_048, disk_mb=1_024)

@@ -38,8 +38,8 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from peloton.config import Settings
-from peloton.readback import offsets_at
 from peloton.runtime import QUIET, RECOVERY
+from peloton.runtime.readback import offsets_at
 from peloton.topics import Catalogue
 
 STAGES = ("admit", "entitle", "place", "launch")  # in pipeline order

@@ -17,8 +17,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from peloton.config import REPO_ROOT, Settings
-from peloton.kafkaserver import alive
 from peloton.store import sqlite_path
+from pelotonctl.dev.kafka import alive
 from stages.launch.inventory import AGENT, SIM_AGENT, HostSpec, parse_inventory
 
 STAGE_ORDER = ("admit", "entitle", "place", "launch")
@@ -70,7 +70,7 @@ def wait_for_port(host: str, port: int, timeout: float = 20.0) -> None:
 def start_stage(name: str, settings: Settings, log_path: Path, instance_id: str | None = None,
                 extra_env: dict[str, str] | None = None) -> subprocess.Popen:
     env = {**os.environ, **settings.env(), **(extra_env or {}), "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "peloton.cli", "stage", "run", name]
+    cmd = [sys.executable, "-m", "pelotonctl", "stage", "run", name]
     if instance_id:
         cmd += ["--instance-id", instance_id]
     log = open(log_path, "ab")
@@ -83,7 +83,7 @@ def start_agent(host: HostSpec, settings: Settings, log_path: Path, *options: st
     """A host agent process for one host of an `agent:` group of the inventory."""
     env = {**os.environ, **settings.env(), **(extra_env or {}), "PYTHONUNBUFFERED": "1"}
     r = host.capacity
-    cmd = [sys.executable, "-m", "peloton.cli", "agent", "run", "--name", host.host_id,
+    cmd = [sys.executable, "-m", "pelotonctl", "agent", "run", "--name", host.host_id,
            "--resources", f"cpu={r.cpu:g},mem_mb={r.mem_mb:g},disk_mb={r.disk_mb:g},gpu={r.gpu:g}", *options]
     log = open(log_path, "ab")
     return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -220,8 +220,8 @@ class DevStack:
         state = {"bootstrap": bootstrap, "store": settings.store, "zookeeper": settings.zookeeper, "hosts": settings.hosts,
                  "started": time.time(), "components": components}
         self._write(state)
-        from peloton.admin import create_pool, ensure_topics
         from peloton.store import open_store
+        from pelotonctl.admin import create_pool, ensure_topics
 
         report = ensure_topics(settings)
         progress(f"topics    {len(report)} ready")
@@ -299,7 +299,7 @@ class DevStack:
 
     def _start_kafka(self, components: list[dict], brokers: int, progress) -> str:
         """A new Kafka cluster of `brokers` nodes in dev/kafka; its bootstrap list."""
-        from peloton.kafkaserver import KafkaCluster, KafkaError
+        from pelotonctl.dev.kafka import KafkaCluster, KafkaError
 
         try:
             # Kafka's own port when it is free, so clients' defaults reach the dev broker.
@@ -337,7 +337,7 @@ class DevStack:
         brokers = [c for c in chosen if c["component"] == "broker"]
         self._stop(chosen, progress, timeout)
         if brokers:
-            from peloton.kafkaserver import KafkaCluster, KafkaError
+            from pelotonctl.dev.kafka import KafkaCluster, KafkaError
 
             cluster = KafkaCluster.open(self.dir / "kafka")
             for c in brokers:
@@ -370,8 +370,8 @@ class DevStack:
 
     def _start_servers(self, components: list[dict], logs: Path, progress) -> dict:
         """A PostgreSQL and a ZooKeeper of the stack's own; the settings that point at them."""
-        from peloton.pgserver import start_postgres
-        from peloton.zkserver import start_zookeeper
+        from pelotonctl.dev.postgres import start_postgres
+        from pelotonctl.dev.zookeeper import start_zookeeper
 
         pg = start_postgres(free_port())
         url = pg.create_database("peloton")

@@ -1,5 +1,5 @@
 """What the dashboard shows, read where pelotonctl reads it: the stage groups' lag from the broker
-(peloton.lag), pool usage and host state from the compacted topics, jobs and tasks from the store.
+(pelotonctl.lag), pool usage and host state from the compacted topics, jobs and tasks from the store.
 
 Every method returns plain JSON-able data, or raises SourceUnavailable naming the broker or the
 store that did not answer (the dashboard shows that beside the last data it had)."""
@@ -12,12 +12,12 @@ from collections import defaultdict
 
 from confluent_kafka import KafkaException, TopicPartition
 
-from peloton.admin import host_row
 from peloton.config import Settings
 from peloton.model.states import JOB_STATES, JOB_TERMINAL, UNPLACED
 from peloton.runtime import CompactedView
 from peloton.store import STORE_UNAVAILABLE, QueryStore
-from peloton.watch import unplaced as unplaced_tasks
+from pelotonctl.admin import host_row
+from pelotonctl.watch import unplaced as unplaced_tasks
 from stages.entitle.usage import pool_view, up_to_root
 
 NOT_TERMINAL = [s for s in JOB_STATES if s not in JOB_TERMINAL]
@@ -57,7 +57,7 @@ class Sources:
         self.settings = settings
         self.store = store
         self.wait_s = wait_s
-        self._lag = lag_monitor  # a peloton.lag.LagMonitor, made on first use unless given
+        self._lag = lag_monitor  # a pelotonctl.lag.LagMonitor, made on first use unless given
         self._views: dict[str, CompactedView] = {}
         self._last_read: dict[str, tuple[float, str | None]] = {}  # topic -> (monotonic time, problem)
 
@@ -69,9 +69,9 @@ class Sources:
     @_unavailable
     def lag(self) -> dict:
         """Per stage group: status word, lag, held messages, per partition offsets; and the
-        demand queued in each pool (peloton.lag's sample, as `pelotonctl lag --json` gives it)."""
+        demand queued in each pool (pelotonctl.lag's sample, as `pelotonctl lag --json` gives it)."""
         if self._lag is None:
-            from peloton.lag import LagMonitor
+            from pelotonctl.lag import LagMonitor
 
             self._lag = LagMonitor(self.settings)
         return self._lag.sample()

@@ -6,11 +6,11 @@ import time
 
 from rich.table import Table
 
-from peloton.admin import emitter, host_capacities, submit_job
 from peloton.config import REPO_ROOT, Settings
-from peloton.devstack import DEFAULT_POOL, DevStack
 from peloton.store import open_store
-from peloton.watch import job_seconds, wait_for_jobs
+from pelotonctl.admin import emitter, host_capacities, submit_job
+from pelotonctl.dev.stack import DEFAULT_POOL, DevStack
+from pelotonctl.watch import job_seconds, wait_for_jobs
 
 DEMO_JOBS = ["hello.yaml", "gang.yaml", "retry.yaml", "fanout.yaml"]
 

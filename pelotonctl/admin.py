@@ -11,7 +11,8 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from peloton.config import Settings
-from peloton.model.jobconfig import JobSpec, parse_job_config
+from peloton.model.jobconfig import parse_job_config
+from peloton.model.jobspec import JobSpec
 from peloton.model.pool import (
     PoolConfigError,
     delete_problems,
@@ -174,7 +175,7 @@ def pool_report(settings: Settings, store: QueryStore, path: str) -> dict:
 
 
 def validate_job(text: str, settings: Settings | None = None) -> JobSpec:
-    from peloton.model.jobconfig import JobConfigError
+    from peloton.model.jobspec import JobConfigError
 
     settings = settings or Settings()
     try:

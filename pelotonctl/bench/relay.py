@@ -3,7 +3,7 @@ doing what a stage does per batch (consume, produce, flush, commit) and nothing 
 of the pipeline's tasks per second to the relay's messages per second says how much of the time
 is ours rather than the broker's.
 
-    python -m peloton.relay hop BOOTSTRAP SOURCE TARGET COUNT   one hop (a process of its own)
+    python -m pelotonctl.bench.relay hop BOOTSTRAP SOURCE TARGET COUNT   one hop (a process of its own)
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def run_relay(bootstrap: str, count: int = 100_000, timeout: float = 300.0) -> d
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(t, 1, 1) for t in topics]).values():
         future.result(30)
-    hops = [subprocess.Popen([sys.executable, "-m", "peloton.relay", "hop", bootstrap, topics[i], topics[i + 1],
+    hops = [subprocess.Popen([sys.executable, "-m", "pelotonctl.bench.relay", "hop", bootstrap, topics[i], topics[i + 1],
                               str(count)], cwd=str(REPO_ROOT), stdout=subprocess.PIPE, text=True)
             for i in range(HOPS)]
     end = Consumer({"bootstrap.servers": bootstrap, "group.id": f"relay-end-{run}", "enable.auto.commit": False,

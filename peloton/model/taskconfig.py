@@ -1,0 +1,264 @@
+"""Task configs: defaultconfig and every instanceconfig entry, each read on its own into the
+top-level keys it sets (so a type error is reported once, where it was written), merged as
+Peloton merges them, checked per instance, and turned into one TaskSpec per instance."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+from peloton.model.constraint import parse_constraint
+from peloton.model.fields import describe as _describe
+from peloton.model.fields import join as _join
+from peloton.model.fields import mapping as _mapping
+from peloton.model.fields import text as _text
+from peloton.model.jobfields import (Problems, lower_keys_deep, read_amount, read_boolean, read_integer,
+                                    read_labels, read_list, read_mapping, read_named_pairs, read_string)
+from peloton.model.jobspec import (DEFAULT_CONFIG, DEFAULT_KILL_GRACE_SECONDS, MAX_AVRO_INT, MAX_KILL_GRACE_SECONDS,
+                                   MAX_PORT, MAX_TASK_FAILURES, CommandSpec, JobLimits, PortSpec, TaskSpec)
+from peloton.model.resources import Resources
+
+# The settings (environment variables) that raise the per-task caps.
+_CAP_SETTINGS = {"cpu": "PELOTON_MAX_TASK_CPU", "mem_mb": "PELOTON_MAX_TASK_MEM_MB",
+                 "disk_mb": "PELOTON_MAX_TASK_DISK_MB", "gpu": "PELOTON_MAX_TASK_GPU"}
+
+
+# Merge kinds of the top-level task-config keys (Peloton's job semantics): a zero/empty scalar
+# override keeps the default; booleans, lists and messages from the override win whenever present.
+_SCALAR_KEYS = ("name", "killgraceperiodseconds")
+
+
+def read_task_config(raw: Any, path: str, problems: Problems, limits: JobLimits) -> dict[str, Any]:
+    fields = _mapping(raw, path, problems)
+    if fields is None:
+        return {}
+    read = {key: reader(fields, path, problems) for key, reader in _TASK_READERS.items() if key in fields}
+    if "resource" in fields:  # the one reader that needs the per-task caps
+        read["resource"] = _read_resources(fields, path, problems, limits)
+    return read
+
+
+# Resources field -> the file's key under `resource`.
+_RESOURCE_KEYS = {"cpu": "cpulimit", "mem_mb": "memlimitmb", "disk_mb": "disklimitmb", "gpu": "gpulimit"}
+_NO_RESOURCES = "a task must ask for some resource (cpulimit, memlimitmb, disklimitmb or gpulimit above 0)"
+
+
+def _read_resources(fields: dict, path: str, problems: Problems, limits: JobLimits) -> Resources:
+    where = _join(path, "resource")
+    res = _mapping(fields["resource"], where, problems)
+    if res is None:
+        return Resources()
+    read_amount(res, "fdlimit", where, problems, limits.fd)  # checked, but nothing here limits descriptors
+    amounts = {name: read_amount(res, key, where, problems, getattr(limits, name), _CAP_SETTINGS[name])
+               for name, key in _RESOURCE_KEYS.items()}
+    # A task asking for nothing fits on every host at once: a mistake, and a way to flood hosts.
+    # A wrong amount (None) is reported already.
+    if all(a == 0.0 for a in amounts.values()):
+        problems.add(where, _NO_RESOURCES)
+    return Resources(**{name: a or 0.0 for name, a in amounts.items()})
+
+
+def _read_command(fields: dict, path: str, problems: Problems) -> CommandSpec:
+    """Mesos CommandInfo. Its environment holds command.environment only; docker env is added
+    after the merge, since container and command are separate top-level keys."""
+    where = _join(path, "command")
+    cmd = read_mapping(fields, "command", path, problems)
+    arguments = []
+    for i, arg in enumerate(read_list(cmd, "arguments", where, problems)):
+        text = _text(arg, f"{where}.arguments[{i}]", problems)
+        if text is not None:
+            arguments.append(text)
+    environment = _read_environment(cmd.get("environment"), _join(where, "environment"), problems)
+    user = read_string(cmd, "user", where, problems)
+    if user and not _USER_NAME.fullmatch(user):
+        problems.add(_join(where, "user"), f"{user!r} is not a user name (letters, digits, '_', '.', '-'; at most 32)")
+        user = ""
+    return CommandSpec(
+        value=read_string(cmd, "value", where, problems),
+        shell=read_boolean(cmd, "shell", where, problems, default=True),  # Mesos' default
+        arguments=tuple(arguments),
+        environment=environment,
+        user=user,
+    )
+
+
+# POSIX portable user names (useradd's rule, with upper case allowed as some directories do).
+_USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
+
+
+def _read_environment(raw: Any, path: str, problems: Problems) -> tuple[tuple[str, str], ...]:
+    """command.environment: Peloton's {variables: [{name, value}]} or a plain {NAME: value}."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        problems.add(path, f"expected a mapping, got {_describe(raw)}")
+        return ()
+    lowered = {k.lower(): v for k, v in raw.items() if isinstance(k, str)}
+    if "variables" in lowered and isinstance(lowered["variables"], (list, type(None))):
+        return _read_env_variables(lowered["variables"] or [], _join(path, "variables"), problems)
+    # A plain mapping: the names are user data, so they keep their case.
+    env: dict[str, str] = {}
+    for name, value in raw.items():
+        if not isinstance(name, str) or not name:
+            problems.add(path, f"expected variable names as strings, got {_describe(name)}")
+            continue
+        if value is not None:
+            text = _text(value, _join(path, name), problems)
+            if text is not None:
+                env[name] = text
+    return tuple(env.items())
+
+
+def _read_env_variables(items: list, path: str, problems: Problems) -> tuple[tuple[str, str], ...]:
+    # A later definition of a name wins, as in a shell environment.
+    pairs = read_named_pairs(items, path, "name", "value", "an environment variable", problems)
+    return tuple(dict(pairs).items())
+
+
+def _read_docker_env(fields: dict, path: str, problems: Problems) -> tuple[tuple[str, str], ...]:
+    """container.docker.parameters entries {key: env, value: NAME=VALUE} as (NAME, VALUE)."""
+    where = _join(path, "container")
+    container = read_mapping(fields, "container", path, problems)
+    docker = read_mapping(container, "docker", where, problems)
+    params_path = _join(where, "docker.parameters")
+    env = []
+    for i, item in enumerate(read_list(docker, "parameters", _join(where, "docker"), problems)):
+        param = _mapping(item, f"{params_path}[{i}]", problems)
+        if param is None or read_string(param, "key", f"{params_path}[{i}]", problems).lower() != "env":
+            continue
+        name, sep, value = read_string(param, "value", f"{params_path}[{i}]", problems).partition("=")
+        # A bare `NAME` asks docker to pass NAME through from the host; our processes inherit
+        # the host environment anyway, so there is nothing to add.
+        if sep and name:
+            env.append((name, value))
+    return tuple(env)
+
+
+def _read_raw_mapping(fields: dict, key: str, path: str, problems: Problems) -> dict | None:
+    """The health check is kept as written (keys lowercased): only `enabled` is read here."""
+    if _mapping(fields[key], _join(path, key), problems) is None:
+        return None
+    return lower_keys_deep(fields[key])
+
+
+def _read_ports(fields: dict, path: str, problems: Problems) -> tuple[PortSpec, ...]:
+    where = _join(path, "ports")
+    ports = []
+    for i, item in enumerate(read_list(fields, "ports", path, problems)):
+        at = f"{where}[{i}]"
+        port = _mapping(item, at, problems)
+        if port is None:
+            continue
+        name = read_string(port, "name", at, problems)
+        value = read_integer(port, "value", at, problems, maximum=MAX_PORT)
+        env_name = read_string(port, "envname", at, problems)
+        if not name:
+            problems.add(_join(at, "name"), "a port needs a name")
+        raw_value = port.get("value", 0)
+        dynamic = raw_value == 0 and not isinstance(raw_value, bool)  # not a mistyped value
+        if dynamic and not env_name:
+            problems.add(_join(at, "envname"), "a dynamic port (value 0) needs an envname")
+        ports.append(PortSpec(name=name, value=value, env_name=env_name))
+    return tuple(ports)
+
+
+def _read_max_failures(fields: dict, path: str, problems: Problems) -> int:
+    """restartPolicy.maxFailures; above Peloton's cap of 100 it is capped, as Peloton caps it."""
+    policy = read_mapping(fields, "restartpolicy", path, problems)
+    value = read_integer(policy, "maxfailures", _join(path, "restartpolicy"), problems, maximum=MAX_AVRO_INT)
+    return min(value, MAX_TASK_FAILURES) if isinstance(value, int) else value
+
+
+# Top-level task-config key -> reader(fields, path, problems) of its parsed value.
+_TASK_READERS = {
+    "name": lambda f, path, p: read_string(f, "name", path, p),
+    "labels": lambda f, path, p: read_labels(f, "labels", path, p),
+    "container": _read_docker_env,
+    "command": _read_command,
+    "healthcheck": lambda f, path, p: _read_raw_mapping(f, "healthcheck", path, p),
+    "ports": _read_ports,
+    "constraint": lambda f, path, p: parse_constraint(f["constraint"], _join(path, "constraint"), p),
+    "restartpolicy": _read_max_failures,
+    "killgraceperiodseconds": lambda f, path, p: read_integer(
+        f, "killgraceperiodseconds", path, p, maximum=MAX_KILL_GRACE_SECONDS),
+    "controller": lambda f, path, p: read_boolean(f, "controller", path, p),
+    "revocable": lambda f, path, p: read_boolean(f, "revocable", path, p),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Merge of an instanceconfig entry over defaultconfig (top-level keys only)
+
+# A merged config maps each top-level key to (value, path of the config it came from), so a
+# problem in the merged result can point at the place to fix.
+Merged = dict[str, tuple[Any, str]]
+
+
+def merge_over_default(default: Merged, override: dict[str, Any], override_path: str) -> Merged:
+    merged = dict(default)
+    for key, value in override.items():
+        if key in _SCALAR_KEYS and not value:
+            continue  # zero or empty: keep the default
+        merged[key] = (value, override_path)
+    return merged
+
+
+def check_instance(instance: int, merged: Merged, job_type: str, problems: Problems) -> None:
+    """Rules on the merged config of one instance."""
+
+    def add(origin: str, suffix: str, message: str) -> None:
+        # Problems inherited from defaultconfig are grouped and list the instances hit.
+        problems.add(f"{origin}.{suffix}", message, instance if origin == DEFAULT_CONFIG else None)
+
+    if "resource" not in merged:
+        add(DEFAULT_CONFIG, "resource", _NO_RESOURCES)
+
+    command = merged.get("command")
+    if command is None:
+        add(DEFAULT_CONFIG, "command", "every instance needs a command with a non-empty value")
+    elif not command[0].value.strip():
+        add(command[1], "command.value", "every instance needs a non-empty command value")
+
+    controller = merged.get("controller")
+    if controller and controller[0] and instance != 0:
+        add(controller[1], "controller", "only instance 0 may be the controller")
+
+    health = merged.get("healthcheck")
+    if job_type == "BATCH" and health and _health_check_enabled(health[0]):
+        add(health[1], "healthcheck", "BATCH tasks may not have an enabled health check")
+
+
+def _health_check_enabled(health_check: dict | None) -> bool:
+    """Peloton runs a health check only with `enabled: true`. Its example batch job
+    test_http_health.yaml carries health checks without it, so only enabled checks are
+    refused for BATCH jobs."""
+    return bool(health_check) and health_check.get("enabled") is True
+
+
+def task_spec(instance: int, merged: Merged) -> TaskSpec:
+    def get(key: str, default: Any = None) -> Any:
+        return merged[key][0] if key in merged else default
+
+    command: CommandSpec = get("command")
+    # Docker env parameters come after command.environment and win on a clash.
+    environment = dict(command.environment)
+    environment.update(get("container", ()))
+    return TaskSpec(
+        instance=instance,
+        name=get("name", ""),
+        resources=get("resource", Resources()),
+        ports=get("ports", ()),
+        command=dataclasses.replace(command, environment=tuple(environment.items())),
+        controller=get("controller", False),
+        max_failures=get("restartpolicy", 0),
+        kill_grace_seconds=get("killgraceperiodseconds") or DEFAULT_KILL_GRACE_SECONDS,
+        labels=get("labels", ()),
+        constraint=get("constraint"),
+        health_check=get("healthcheck"),
+        revocable=get("revocable", False),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The job

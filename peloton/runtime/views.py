@@ -1,0 +1,122 @@
+"""Views: the last value per key of a compacted topic, kept by every instance that reads it
+(faust's table, read-only), and a hand-fed one for unit tests."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+
+from peloton.config import Settings
+from peloton.runtime.clients import QUIET, RECOVERY, VIEW_FETCH_WAIT_MS
+from peloton.serde import DecodeError, registry
+from peloton.topics import Catalogue
+
+log = logging.getLogger("peloton.runtime")
+
+
+class CompactedView:
+    """Last value per key of a compacted topic, read in full by every instance (faust-table style).
+
+    It reads what compaction left (one record per key, plus the open segment) and keeps the latest
+    per key, as any reader of a compacted Kafka topic must."""
+
+    def __init__(self, settings: Settings, topic: str, catalogue: Catalogue | None = None, quiet: bool = False):
+        self.catalogue = catalogue or Catalogue(settings.topic_prefix)
+        self.spec = self.catalogue[topic]
+        self.serde = registry()
+        self.values: dict[str, dict] = {}
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": settings.bootstrap,
+                "group.id": f"{self.catalogue.prefix}peloton.view.{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                # A broker that restarted empty starts the topic again at 0: read it from there.
+                "auto.offset.reset": "earliest",
+                "fetch.wait.max.ms": VIEW_FETCH_WAIT_MS,
+                **RECOVERY,
+                **(QUIET if quiet else {}),
+            }
+        )
+        self.consumer.assign([TopicPartition(self.spec.name, p, OFFSET_BEGINNING) for p in range(self.spec.partitions)])
+
+    def poll(self, timeout: float = 0.0, max_messages: int = 5000) -> list[tuple[str, dict]]:
+        """Read what has arrived: every (key, value) in order; `values` keeps the latest per key."""
+        changes: list[tuple[str, dict]] = []
+        while True:
+            msgs = self.consumer.consume(max_messages, timeout)
+            if not msgs:
+                return changes
+            for m in msgs:
+                if m.error() is not None or m.key() is None:
+                    continue
+                try:
+                    _, value = self.serde.decode(m.value())
+                except DecodeError:
+                    log.warning("skipping undecodable record on %s@%d", self.spec.name, m.offset())
+                    continue
+                key = m.key().decode()
+                self.values[key] = value
+                changes.append((key, value))
+            timeout = 0.0
+
+    def catch_up(self, timeout: float = 5.0) -> bool:
+        """Read until every partition is at its high-water mark (False if timeout passed first).
+
+        The mark is taken from fetch responses (cached): no ListOffsets round trip per check."""
+        parts = [TopicPartition(self.spec.name, p) for p in range(self.spec.partitions)]
+        deadline = time.monotonic() + timeout
+        while True:
+            self.poll(timeout=0.05)
+            positions = {tp.partition: tp.offset for tp in self.consumer.position(parts)}
+            behind = False
+            for tp in parts:
+                try:
+                    _low, high = self.consumer.get_watermark_offsets(tp, cached=True)
+                except KafkaException:
+                    high = -1
+                if high < 0 or (high > 0 and positions.get(tp.partition, -1) < high):
+                    behind = True
+                    break
+            if not behind:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+
+    def rewind(self) -> None:
+        """Read the topic again from its start, keeping the values read so far (a broker that
+        restarted empty serves a new log from 0: a reader past its end would wait there for ever;
+        the writers publish every key again, so stale values are replaced)."""
+        self.consumer.assign([TopicPartition(self.spec.name, p, OFFSET_BEGINNING) for p in range(self.spec.partitions)])
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class StaticView:
+    """A CompactedView fed by hand, for unit tests of stages: put() what the topic would hold."""
+
+    def __init__(self, values: dict[str, dict] | None = None):
+        self.values: dict[str, dict] = {}
+        self._changes: list[tuple[str, dict]] = []
+        for key, value in (values or {}).items():
+            self.put(key, value)
+
+    def put(self, key: str, value: dict) -> None:
+        self.values[key] = value
+        self._changes.append((key, value))
+
+    def poll(self, timeout: float = 0.0, max_messages: int = 5000) -> list[tuple[str, dict]]:
+        changes, self._changes = self._changes, []
+        return changes
+
+    def catch_up(self, timeout: float = 5.0) -> bool:
+        return True
+
+    def rewind(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

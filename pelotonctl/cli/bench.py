@@ -1,0 +1,50 @@
+"""pelotonctl bench: the pipeline's throughput and latency on a throwaway stack."""
+
+from __future__ import annotations
+
+import typer
+
+from pelotonctl.cli.common import EXIT_FAILED, EXIT_INVALID, JSON_HELP, err, fail, out, print_json
+
+
+def bench(
+    hosts: str = typer.Option("10000", help="Simulated hosts: a number, or an inventory "
+                              "(sim:50:cpu=64,mem_mb=262144 or simagent:2000:...)."),
+    jobs: int = typer.Option(50, help="Batch jobs to submit."),
+    tasks_per_job: int = typer.Option(1000, help="Tasks in each job."),
+    pools: int = typer.Option(5, help="Resource pools the jobs are spread over (the cluster shared equally)."),
+    instances: int = typer.Option(1, help="Instances of each stage."),
+    task_seconds: float = typer.Option(0.0, help="How long each simulated task runs."),
+    store: str = typer.Option("sqlite", help="sqlite, or postgres (a throwaway PostgreSQL and ZooKeeper)."),
+    relay: int = typer.Option(100_000, help="Messages through the 4-hop relay baseline (0: none)."),
+    rate: float = typer.Option(0.0, help="Offered load in tasks/s: jobs are submitted at this pace, for the "
+                               "latency at a steady load (0: as fast as one producer can, for throughput)."),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Run JOBS jobs of TASKS_PER_JOB simulated tasks through a throwaway stack and print tasks per
+    second to RUNNING and to SUCCEEDED, latency percentiles, per-stage records, CPU and memory, and
+    the same broker's 4-hop relay rate for comparison. With --rate, the jobs arrive at that pace
+    instead of all at once, and the percentiles tell the latency at that load."""
+    from pelotonctl.bench.pipeline import BenchPlan, run_pipeline_bench
+
+    if store not in ("sqlite", "postgres"):
+        fail(f"--store: {store!r} is neither sqlite nor postgres", EXIT_INVALID)
+    for name, value in (("--jobs", jobs), ("--tasks-per-job", tasks_per_job), ("--pools", pools),
+                        ("--instances", instances)):
+        if value < 1:
+            fail(f"{name} {value}: must be at least 1", EXIT_INVALID)
+    if rate < 0:
+        fail(f"--rate {rate:g}: must be 0 or more", EXIT_INVALID)
+    plan = BenchPlan(hosts=hosts, jobs=jobs, tasks_per_job=tasks_per_job, pools=pools, instances=instances,
+                     task_seconds=task_seconds, store=store, relay_messages=relay, rate=rate)
+    from stages.launch.inventory import InventoryError, parse_inventory
+
+    try:
+        parse_inventory(plan.inventory, 4)
+    except InventoryError as exc:
+        fail(f"--hosts: {exc}", EXIT_INVALID)
+    figures = run_pipeline_bench(err if as_json else out, plan)
+    if as_json:
+        print_json(figures)
+    if set(figures["job_states"]) != {"SUCCEEDED"}:
+        raise typer.Exit(EXIT_FAILED)

@@ -1,0 +1,96 @@
+"""pelotonctl dev: the embedded dev stack on this machine."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from rich.table import Table
+import typer
+
+from pelotonctl.cli.common import (EXIT_INVALID, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, JSON_HELP, commands, fail,
+                                   load_settings, out, print_json)
+
+dev_app = commands("The embedded dev stack: broker, stages and hosts on this machine.")
+
+
+@dev_app.command("up")
+def dev_up(
+    hosts: Optional[str] = typer.Option(None, help="Host inventory, e.g. 'agent:2:cpu=8;sim:100:cpu=32' (agent: a host agent process each)."),
+    store: str = typer.Option("sqlite", help="sqlite (one file), or postgres: a local PostgreSQL and ZooKeeper "
+                                             "of the stack's own, as on several machines."),
+    instances: int = typer.Option(1, min=1, max=8, help="Instances of every stage."),
+    brokers: int = typer.Option(1, min=1, max=5, help="Apache Kafka nodes (3: replication factor 3, "
+                                                      "min.insync.replicas 2)."),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Start Apache Kafka (unless PELOTON_KAFKA_BOOTSTRAP is set), apply topics, create the default
+    pool and start one instance of each stage with its hosts."""
+    from dataclasses import replace
+
+    from pelotonctl.dev.stack import DevStack, StackError
+    from stages.launch.inventory import InventoryError, parse_inventory
+
+    settings = load_settings()
+    if store not in ("sqlite", "postgres"):
+        fail(f"--store: {store!r} is neither sqlite nor postgres", EXIT_INVALID)
+    try:
+        parse_inventory(hosts or settings.hosts, 1)
+    except InventoryError as exc:
+        fail(f"{'--hosts' if hosts else 'PELOTON_HOSTS'}: {exc}", EXIT_INVALID)
+    stack = DevStack(replace(settings, hosts=hosts) if hosts else settings)
+    try:
+        state = stack.up(progress=(lambda m: None) if as_json else (lambda m: out.print(m, highlight=False)),
+                         store=store, instances=instances, brokers=brokers)
+    except StackError as exc:
+        fail(str(exc), EXIT_UNAVAILABLE)
+    if as_json:
+        print_json(state)
+
+
+@dev_app.command("restart")
+def dev_restart(component: str = typer.Argument(..., help="What `dev status` lists: broker-1, admit-0, agent-0, "
+                                                           "or every one of a kind: broker, admit.")) -> None:
+    """Stop (if running) and start again a component of the dev stack on its existing data."""
+    from pelotonctl.dev.stack import DevStack, StackError
+
+    try:
+        DevStack(load_settings()).restart(component, progress=lambda m: out.print(m, highlight=False))
+    except StackError as exc:
+        fail(str(exc), EXIT_NOT_FOUND if "no component" in str(exc) else EXIT_UNAVAILABLE)
+
+
+@dev_app.command("status")
+def dev_status(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """What the dev stack runs: component, pid, address, running."""
+    from pelotonctl.dev.stack import DevStack
+
+    rows = DevStack(load_settings()).status()
+    if as_json:
+        print_json(rows)
+    else:
+        table = Table("component", "pid", "address", "running")
+        for r in rows:
+            table.add_row(r.get("instance") or r["component"], str(r["pid"]), r["address"],
+                          "yes" if r["running"] else "[red]no[/red]")
+        out.print(table if rows else "no dev stack is running")
+    if not rows or not all(r["running"] for r in rows):
+        raise typer.Exit(EXIT_UNAVAILABLE)
+
+
+@dev_app.command("down")
+def dev_down() -> None:
+    """Stop the stages (each finishes its batch and commits), then the broker."""
+    from pelotonctl.dev.stack import DevStack
+
+    DevStack(load_settings()).down(progress=lambda m: out.print(m, highlight=False))
+
+
+@dev_app.command("demo")
+def dev_demo(
+    keep: bool = typer.Option(False, help="Leave the stack running afterwards."),
+    timeout: float = typer.Option(300, help="Seconds to wait for the jobs."),
+) -> None:
+    """Start the stack, run the example jobs to completion with live progress, print a summary."""
+    from pelotonctl.dev.demo import run_demo
+
+    raise typer.Exit(run_demo(load_settings(), out, keep=keep, timeout=timeout))

@@ -1,0 +1,62 @@
+"""pelotonctl host: hosts and their maintenance."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from pelotonctl.cli.common import (EXIT_INVALID, EXIT_NOT_FOUND, JSON_HELP, amount, broker_call, commands, fail,
+                                   load_settings, print_json)
+
+host_app = commands("Hosts: list them, drain them for maintenance.")
+maintenance_app = commands("Host maintenance: drain a host, bring it back.")
+host_app.add_typer(maintenance_app, name="maintenance")
+
+
+@host_app.command("list")
+def host_list(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """Every host: state (UP, DRAINING, DRAINED, DOWN), free and total room, runs, labels. A host
+    whose agent is silent shows '?' for its runs and free room: what still runs there is unknown."""
+    from pelotonctl.admin import list_hosts
+
+    hosts = broker_call(list_hosts, load_settings())
+    if as_json:
+        print_json({"hosts": hosts})
+        return
+    sys.stdout.write(f"{'HOST':<16} {'STATE':<9} {'TASKS':>5} {'CPU FREE/TOTAL':>15} {'MEM_MB FREE/TOTAL':>19}  LABELS\n")
+    for h in hosts:
+        labels = ",".join(f"{k}={v}" for k, v in sorted(h["labels"].items()) if k != "hostname")
+        free = h["free"] or {}  # None: its agent is silent, its runs unknown ('?')
+        cpu = f"{amount(free.get('cpu'))}/{amount(h['total']['cpu'])}"
+        mem = f"{amount(free.get('mem_mb'))}/{amount(h['total']['mem_mb'])}"
+        tasks = "?" if h["tasks"] is None else h["tasks"]
+        sys.stdout.write(f"{h['host_id']:<16} {h['state']:<9} {tasks:>5} {cpu:>15} {mem:>19}  {labels}\n")
+
+
+def _maintenance(host_id: str, action: str, force: bool = False) -> None:
+    from pelotonctl.admin import NotFound, UserError, request_maintenance
+
+    try:
+        broker_call(request_maintenance, load_settings(), host_id, action, "", force)
+    except NotFound as exc:
+        fail(str(exc), EXIT_NOT_FOUND)
+    except UserError as exc:
+        fail(str(exc), EXIT_INVALID)
+
+
+@maintenance_app.command("start")
+def maintenance_start(host_id: str, force: bool = typer.Option(
+        False, "--force", help="Drain even the last UP host, or beyond PELOTON_MAX_DRAIN_SHARE of the hosts.")) -> None:
+    """Drain HOST: it takes no new placements, its tasks are killed and run elsewhere, then it is
+    DRAINED and DOWN (see `host list`). Refused for the last UP host, or when more than
+    PELOTON_MAX_DRAIN_SHARE (50%) of the hosts would be in maintenance at once, unless --force."""
+    _maintenance(host_id, "START", force)
+    sys.stdout.write(f"host {host_id}: maintenance started (DRAINING)\n")
+
+
+@maintenance_app.command("complete")
+def maintenance_complete(host_id: str) -> None:
+    """Bring HOST back UP after maintenance."""
+    _maintenance(host_id, "COMPLETE")
+    sys.stdout.write(f"host {host_id}: maintenance complete (UP)\n")

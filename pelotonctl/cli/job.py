@@ -1,0 +1,283 @@
+"""pelotonctl job: validate, submit, follow and control jobs."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Optional
+
+from rich.table import Table
+import typer
+
+from pelotonctl.cli.common import (EXIT_FAILED, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_TIMEOUT, JSON_HELP, admin_call,
+                                   amount, broker_call, commands, fail, key_values, load_settings, open_store, out,
+                                   print_json, read_text)
+
+job_app = commands("Jobs: validate, create, status, stop, start, delete, get, query, list.")
+
+
+@job_app.command("validate")
+def job_validate(config: Path, as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """Check a Peloton job file; print what it asks for, or every problem in it (exit 2)."""
+    from peloton.model.jobspec import gang_instances
+    from pelotonctl.admin import UserError, validate_job
+
+    try:
+        spec = validate_job(read_text(config), load_settings())
+    except UserError as exc:
+        fail(f"{config}: {exc}", EXIT_INVALID)
+    summary = {
+        "file": str(config), "valid": True, "name": spec.name, "type": spec.type,
+        "instances": spec.instance_count, "gangs": len(gang_instances(spec)), "priority": spec.priority,
+        "cpu": sum(t.resources.cpu for t in spec.tasks), "mem_mb": sum(t.resources.mem_mb for t in spec.tasks),
+    }
+    if as_json:
+        print_json(summary)
+    else:
+        out.print(f"{config}: valid {spec.type} job {spec.name!r}, {spec.instance_count} instances in "
+                  f"{summary['gangs']} gangs, {amount(summary['cpu'])} cpu and {amount(summary['mem_mb'])} MB in all", highlight=False)
+
+
+@job_app.command("create")
+def job_create(
+    pool: str = typer.Argument(..., help="Resource pool path, e.g. /DefaultResPool"),
+    config: Path = typer.Argument(..., help="Peloton job YAML"),
+    wait: bool = typer.Option(False, "--wait", help="Wait until the job ends, showing progress."),
+    timeout: float = typer.Option(600, help="Seconds to wait with --wait."),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Validate a job file and submit it to POOL; with --wait, follow it to the end."""
+    from pelotonctl.admin import UserError, submit_job
+
+    try:
+        job_id = broker_call(submit_job, load_settings(), open_store(), pool, read_text(config))
+    except UserError as exc:
+        fail(f"{config}: {exc}", EXIT_INVALID)
+    if not wait:
+        print_json({"job_id": job_id}) if as_json else out.print(job_id)
+        return
+    if not as_json:
+        out.print(f"job {job_id} submitted to {pool}", highlight=False)
+    _follow(job_id, timeout, as_json)
+
+
+def _follow(job_id: str, timeout: float, as_json: bool) -> None:
+    """Wait for a job to end with a progress bar; exit 0 SUCCEEDED, 1 other end, 4 timed out."""
+    from peloton.model.states import JOB_TERMINAL
+    from pelotonctl.watch import wait_for_jobs
+
+    results = wait_for_jobs(open_store(), [job_id], timeout, None if as_json else out)
+    state = results[job_id]["state"]
+    if as_json:
+        print_json(results[job_id])
+    else:
+        out.print(f"job {job_id} {state}", highlight=False)
+    if state not in JOB_TERMINAL:
+        raise typer.Exit(EXIT_TIMEOUT)
+    if state != "SUCCEEDED":
+        raise typer.Exit(EXIT_FAILED)
+
+
+@job_app.command("status")
+def job_status(
+    job_id: str,
+    wait: bool = typer.Option(False, "--wait", help="Follow the job to its end, showing progress."),
+    timeout: float = typer.Option(600, help="Seconds to wait with --wait."),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """A job's state, its tasks' states, and why it waits; with --wait, follow it to the end."""
+    from pelotonctl.watch import job_summary
+
+    store = open_store()
+    summary = job_summary(store, job_id, load_settings())
+    if summary is None:
+        fail(f"no job {job_id}", EXIT_NOT_FOUND)
+    if wait:
+        _follow(job_id, timeout, as_json)
+        return
+    if as_json:
+        print_json(summary)
+        return
+    out.print(f"job {summary['job_id']} ({summary['name']}) in {summary['pool']}: [bold]{summary['state']}[/bold]",
+              highlight=False)
+    out.print("tasks: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["tasks"].items())), highlight=False)
+    # Gangs of a job mostly wait for one reason: said once, with how many.
+    same: dict[str, list[dict]] = {}
+    for w in summary.get("waiting", []):
+        same.setdefault(re.sub(r" for \d+(\.\d+)?s\b", "", w["reason"]), []).append(w)
+    for reason, gangs in same.items():
+        tasks = sum(w["tasks"] for w in gangs)
+        which = f"gang {gangs[0]['gang_id']}" if len(gangs) == 1 else f"{len(gangs)} gangs from {gangs[0]['gang_id']}"
+        out.print(f"waiting: {which} ({tasks} tasks): {reason if len(gangs) > 1 else gangs[0]['reason']}",
+                  highlight=False)
+    for u in summary.get("unplaced", []):
+        out.print(f"instance {u['instance']} found no host: {u['message']}", highlight=False)
+    for f in summary.get("failures", []):
+        out.print(f"instance {f['instance']} run {f['run_id']} {f['state']}: {f['message'] or f['reason']}",
+                  highlight=False)
+
+
+def _control(kind: str, job_id: str, instances: str | None, batch_size: int = 0, config: str | None = None) -> dict:
+    from pelotonctl.admin import control_job
+
+    return broker_call(admin_call, control_job, kind, job_id, instances, batch_size, config)
+
+
+@job_app.command("stop")
+def job_stop(job_id: str, instances: Optional[str] = typer.Option(None, "--instances", help="Ranges, e.g. 0-3,7."),
+             wait: bool = typer.Option(False, "--wait", help="Wait until every stopped task has ended."),
+             timeout: float = typer.Option(120, help="Seconds to wait with --wait."),
+             as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """Stop a job (or some of its instances): their tasks are killed on their hosts, process and
+    children, and their resources released; the job ends KILLED when every task has ended."""
+    done = _control("STOP", job_id, instances)
+    if wait:
+        _wait_tasks(job_id, done["instances"], lambda t: t.state in ("KILLED", "SUCCEEDED", "FAILED", "LOST"),
+                    timeout)
+    if as_json:
+        print_json(done)
+    else:
+        out.print(f"job {job_id}: stopping {len(done['instances'])} tasks", highlight=False)
+
+
+@job_app.command("start")
+def job_start(job_id: str, instances: Optional[str] = typer.Option(None, "--instances", help="Ranges, e.g. 0-3,7."),
+              as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """Run stopped (KILLED) instances of a job again, each as a new run."""
+    done = _control("START", job_id, instances)
+    if as_json:
+        print_json(done)
+    else:
+        out.print(f"job {job_id}: starting {len(done['instances'])} tasks again", highlight=False)
+
+
+@job_app.command("restart")
+def job_restart(job_id: str, instances: Optional[str] = typer.Option(None, "--instances", help="Ranges, e.g. 0-3,7."),
+                batch_size: int = typer.Option(0, "--batch-size", help="Tasks replaced at a time (0: all at once)."),
+                as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """Replace running tasks with new runs, BATCH-SIZE at a time: the next batch goes once the
+    last one's new runs are running."""
+    done = _control("RESTART", job_id, instances, batch_size)
+    if as_json:
+        print_json(done)
+    else:
+        out.print(f"job {job_id}: restarting {len(done['instances'])} tasks", highlight=False)
+
+
+@job_app.command("update")
+def job_update(job_id: str, config: Path, batch_size: int = typer.Option(
+        0, "--batch-size", help="Tasks replaced at a time when their config changed (default: updateConfig.batchSize, "
+                                "else all at once)."),
+               as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """A new config version for a job: more instances start, and tasks whose config changed are
+    replaced by new runs in batches. name, type and pool cannot change; instanceCount only grows;
+    changeLog.version, when given, must be the job's current version."""
+    done = _control("UPDATE", job_id, None, batch_size, read_text(config))
+    if as_json:
+        print_json(done)
+    else:
+        added = done.get("added", [])
+        new = f"{len(added)} new instance{'' if len(added) == 1 else 's'}"
+        if added:
+            new += f" ({added[0]}-{added[-1]})" if len(added) > 1 else f" ({added[0]})"
+        out.print(f"job {job_id}: updating, {new}, {len(done['instances'])} tasks to replace", highlight=False)
+
+
+@job_app.command("delete")
+def job_delete(job_id: str) -> None:
+    """Delete a terminal job with its tasks and their events."""
+    _control("DELETE", job_id, None)
+    out.print(f"job {job_id}: deleted", highlight=False)
+
+
+def _wait_tasks(job_id: str, instances: list[int], done, timeout: float) -> None:
+    import time
+
+    store, wanted = open_store(), set(instances)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(done(t) for t in store.tasks_of_job(job_id) if t.instance in wanted):
+            return
+        time.sleep(0.2)
+    fail(f"job {job_id}: tasks still running after {timeout:g}s", EXIT_TIMEOUT)
+
+
+@job_app.command("get")
+def job_get(job_id: str, as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """A job's config (as submitted) and runtime: state, times, task counts."""
+    import yaml
+
+    store = open_store()
+    job = store.get_job(job_id)
+    if job is None:
+        fail(f"no job {job_id}", EXIT_NOT_FOUND)
+    counts = store.task_state_counts([job_id])[job_id]
+    runtime = {"state": job.state, "config_version": job.config_version, "rollout": job.rollout,
+               "created_ms": job.created_ms, "updated_ms": job.updated_ms,
+               "completed_ms": job.completed_ms, "tasks": counts}
+    info = {"job_id": job_id, "name": job.name, "pool": job.pool, "type": job.type, "owner": job.owner,
+            "instances": job.instance_count, "priority": job.priority, "preemptible": job.preemptible,
+            "revocable": job.revocable, "runtime": runtime}
+    try:
+        info["config"] = yaml.safe_load(job.config_text)
+    except yaml.YAMLError:
+        info["config"] = job.config_text
+    if as_json:
+        print_json(info)
+    else:
+        sys.stdout.write(yaml.safe_dump(info, sort_keys=False))
+
+
+@job_app.command("query")
+def job_query(state: list[str] = typer.Option([], "--state", help="A job state; repeat for several."),
+              pool: Optional[str] = typer.Option(None, "--pool", help="Only jobs of this pool, e.g. /team."),
+              owner: Optional[str] = typer.Option(None, "--owner", help="Only jobs of this owner (the config's owner)."),
+              name: Optional[str] = typer.Option(None, "--name", help="Only jobs with this name."),
+              label: list[str] = typer.Option([], "--label", help="KEY=VALUE; repeat for several (all must match)."),
+              limit: int = typer.Option(100, "--limit", help="At most this many jobs."), as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """Jobs by state, pool, owner, name and labels, the most recent first."""
+    from peloton.model.jobconfig import parse_job_config
+    from peloton.model.jobspec import JobConfigError
+    from peloton.model.states import JOB_STATES
+
+    states = [s.upper() for s in state]
+    unknown = [s for s in states if s not in JOB_STATES]
+    if unknown:
+        fail(f"--state {unknown[0]}: job states are {', '.join(JOB_STATES)}", EXIT_INVALID)
+    wanted = key_values(label, "--label")
+    store = open_store()
+    # Labels live in the job's config: filter on them after the store's own filters.
+    jobs = store.list_jobs(limit if not wanted else max(limit, 10_000), states=states or None, pool=pool,
+                           owner=owner, name=name)
+    if wanted:
+        def labels_of(text: str) -> dict:
+            try:
+                return dict(parse_job_config(text).labels)
+            except JobConfigError:
+                return {}
+        jobs = [j for j in jobs if wanted.items() <= labels_of(j.config_text).items()][:limit]
+    rows = [{"job_id": j.job_id, "name": j.name, "pool": j.pool, "owner": j.owner, "state": j.state,
+             "instances": j.instance_count, "created_ms": j.created_ms} for j in jobs]
+    if as_json:
+        print_json(rows)
+        return
+    table = Table("job", "name", "pool", "owner", "state", "instances")
+    for r in rows:
+        table.add_row(r["job_id"], r["name"], r["pool"], r["owner"], r["state"], str(r["instances"]))
+    out.print(table)
+
+
+@job_app.command("list")
+def job_list(limit: int = typer.Option(20, "--limit", help="At most this many jobs."), as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """The most recent jobs."""
+    jobs = open_store().list_jobs(limit)
+    rows = [{"job_id": j.job_id, "name": j.name, "pool": j.pool, "state": j.state, "instances": j.instance_count,
+             "created_ms": j.created_ms} for j in jobs]
+    if as_json:
+        print_json(rows)
+        return
+    table = Table("job", "name", "pool", "state", "instances")
+    for r in rows:
+        table.add_row(r["job_id"], r["name"], r["pool"], r["state"], str(r["instances"]))
+    out.print(table)

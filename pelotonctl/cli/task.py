@@ -1,0 +1,95 @@
+"""pelotonctl task: the tasks of a job, their events and logs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+from rich.table import Table
+import typer
+
+from pelotonctl.cli.common import EXIT_NOT_FOUND, JSON_HELP, commands, fail, load_settings, open_store, out, print_json
+
+task_app = commands("Tasks of a job.")
+
+
+@task_app.command("list")
+def task_list(job_id: str, as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """Every task of a job: instance, run, state, host, exit code, reason."""
+    tasks = open_store().tasks_of_job(job_id)
+    if not tasks:
+        fail(f"no job {job_id}", EXIT_NOT_FOUND)
+    rows = [{"instance": t.instance, "run_id": t.run_id, "task_id": t.task_id, "state": t.state, "host": t.host_id,
+             "exit_code": t.exit_code, "reason": t.reason, "message": t.message} for t in tasks]
+    if as_json:
+        print_json(rows)
+        return
+    table = Table("instance", "run", "state", "host", "exit", "message")
+    for r in rows:
+        table.add_row(str(r["instance"]), str(r["run_id"]), r["state"], r["host"],
+                      "" if r["exit_code"] is None else str(r["exit_code"]), r["message"])
+    out.print(table)
+
+
+@task_app.command("get")
+def task_get(job_id: str, instance: int, as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """One task: its current run, state, host, exit code, reason and message."""
+    task = next((t for t in open_store().tasks_of_job(job_id) if t.instance == instance), None)
+    if task is None:
+        fail(f"no instance {instance} of job {job_id}", EXIT_NOT_FOUND)
+    info = {"job_id": job_id, "instance": instance, "run_id": task.run_id, "task_id": task.task_id,
+            "state": task.state, "host": task.host_id, "exit_code": task.exit_code, "signal": task.signal,
+            "reason": task.reason, "message": task.message, "failures": task.failures,
+            "max_failures": task.max_failures, "resources": task.spec.get("resources", {})}
+    if as_json:
+        print_json(info)
+    else:
+        for key, value in info.items():
+            out.print(f"{key:12} {value}", highlight=False)
+
+
+@task_app.command("events")
+def task_events(job_id: str, instance: int, as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """Every state change of every run of one task: time, run, state, host, reason, message, exit code."""
+    import datetime
+
+    store = open_store()
+    if store.get_job(job_id) is None:
+        fail(f"no job {job_id}", EXIT_NOT_FOUND)
+    events = [e for e in store.task_events(job_id) if e["instance"] == instance]
+    if as_json:
+        print_json(events)
+        return
+    table = Table("time", "run", "state", "host", "reason", "exit", "message")
+    for e in events:
+        at = datetime.datetime.fromtimestamp(e["timestamp_ms"] / 1000).strftime("%H:%M:%S.%f")[:-3]
+        table.add_row(at, str(e["run_id"]), e["state"], e["host_id"] or "", e["reason"] or "",
+                      "" if e["exit_code"] is None else str(e["exit_code"]), e["message"] or "")
+    out.print(table)
+
+
+@task_app.command("logs")
+def task_logs(job_id: str, instance: int, run: Optional[int] = typer.Option(None, "--run", help="Run id (default: the current run)."),
+              stderr: bool = typer.Option(False, "--stderr", help="Standard error instead of standard output."),
+              tail: int = typer.Option(0, "--tail", help="Only the last N lines (0: all).")) -> None:
+    """A task run's standard output (or error), from its sandbox on this machine."""
+    from stages.launch.agents.local import sandbox_path
+
+    settings = load_settings()
+    task = next((t for t in open_store().tasks_of_job(job_id) if t.instance == instance), None)
+    if task is None:
+        fail(f"no instance {instance} of job {job_id}", EXIT_NOT_FOUND)
+    run_id = run or task.run_id
+    if not 1 <= run_id <= task.run_id:
+        fail(f"instance {instance} of job {job_id} has runs 1-{task.run_id}", EXIT_NOT_FOUND)
+    task_id = f"{job_id}-{instance}-{run_id}"
+    path = sandbox_path(Path(settings.home) / "sandboxes", task_id) / ("stderr" if stderr else "stdout")
+    if not path.exists():
+        where = f" (it ran on host {task.host_id})" if task.host_id and run_id == task.run_id else ""
+        fail(f"no {'stderr' if stderr else 'stdout'} of task {task_id} on this machine{where}: a task that has not "
+              "started, or ran on a simulated host or another machine, has none here", EXIT_NOT_FOUND)
+    data = path.read_bytes()
+    if tail > 0:
+        data = b"\n".join(data.rstrip(b"\n").split(b"\n")[-tail:]) + b"\n"
+    sys.stdout.buffer.write(data)

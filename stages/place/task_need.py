@@ -1,0 +1,87 @@
+"""What one task asks of a host, decoded once from its launch spec: resources, constraint, labels,
+job and ports. Pure: no Kafka. A spec no host could honour is refused here, as it is decoded."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from peloton.model.constraint import Constraint, constraint_from_json
+from peloton.model.resources import Resources
+
+MAX_PORT = 65535
+
+
+class LaunchSpecError(ValueError):
+    """A launch spec's ports that no host could honour (negative counts, ports out of range,
+    one static port twice): refused as the spec is decoded, not while placing."""
+
+
+
+@dataclass(slots=True)
+class TaskNeed:
+    """What one task asks of a host, decoded once from its launch spec."""
+
+    task_id: str
+    resources: Resources
+    constraint: Constraint | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    job_id: str = ""
+    dynamic_ports: int = 0
+    static_ports: tuple[int, ...] = ()
+
+    @staticmethod
+    def from_spec(spec: Mapping) -> TaskNeed:
+        """Raises ConstraintError for a constraint_json that is not a valid constraint and
+        LaunchSpecError for ports no host could give: any producer can write launch specs, and a
+        bad one must fail here, as it is decoded, not in the middle of placing a gang.
+
+        Ports: `ports` ([{name, value, env_name}], value 0 = dynamic) wins when present;
+        otherwise `dynamic_ports` counts the dynamic ones."""
+        c = spec.get("constraint_json")
+        dynamic, static = _ports_of(spec)
+        return TaskNeed(spec["task_id"], Resources.from_record(spec["resources"]),
+                        constraint_from_json(c) if c else None, dict(spec.get("labels") or {}),
+                        spec.get("job_id") or "", dynamic, static)
+
+    def same_needs(self, other: TaskNeed) -> bool:
+        """Whether a host that takes one takes the other alike (all but the task id equal)."""
+        return (self.resources == other.resources and self.constraint == other.constraint
+                and self.labels == other.labels and self.job_id == other.job_id
+                and self.dynamic_ports == other.dynamic_ports and self.static_ports == other.static_ports)
+
+
+def port_names(spec: Mapping, ports: tuple[int, ...]) -> dict[str, int]:
+    """Name -> port for the ports placement picked, in the order _ports_of reads them
+    and pick_ports gives them: static first, in the order the spec names them, then dynamic."""
+    named = spec.get("ports") or []
+    order = [p["name"] for p in named if p["value"]] + [p["name"] for p in named if not p["value"]]
+    order += [f"dynamic-{i}" for i in range(len(ports) - len(order))]
+    return dict(zip(order, ports))
+
+
+def _ports_of(spec: Mapping) -> tuple[int, tuple[int, ...]]:
+    ports = spec.get("ports")
+    if not ports:  # none named (or a spec from before they were): dynamic_ports counts them
+        dynamic = spec.get("dynamic_ports", 0) or 0
+        if not _is_int(dynamic) or not 0 <= dynamic <= MAX_PORT:
+            raise LaunchSpecError(f"dynamic_ports: expected 0 to {MAX_PORT}, got {dynamic!r}")
+        return dynamic, ()
+    if not isinstance(ports, list):
+        raise LaunchSpecError(f"ports: expected a list, got {type(ports).__name__}")
+    dynamic, static = 0, []
+    for i, port in enumerate(ports):
+        value = port.get("value", 0) if isinstance(port, Mapping) else None
+        if not _is_int(value) or not 0 <= value <= MAX_PORT:
+            raise LaunchSpecError(f"ports[{i}].value: expected 0 (dynamic) to {MAX_PORT}, got {value!r}")
+        if value == 0:
+            dynamic += 1
+        elif value in static:
+            raise LaunchSpecError(f"ports[{i}].value: port {value} is asked for twice")
+        else:
+            static.append(value)
+    return dynamic, tuple(static)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
