@@ -97,6 +97,12 @@ class Settings:
     # `host maintenance start` refuses (unless forced) to put more than this share of the hosts
     # in maintenance at once, or to drain the last UP host.
     max_drain_share: float = 0.5
+    # The API (`pelotonctl api`): groups whose members administer the cluster (comma-separated),
+    # besides holders of admin tokens.
+    admin_groups: str = ""
+    # Where the API is, and the bearer token to send it (a running dev stack's by default).
+    api_url: str = ""
+    token: str = ""
     # Prometheus metrics of each stage instance and agent: served on this port (0: any free port,
     # announced in the registry and the log; below 0: not served) and address (0.0.0.0 for all).
     metrics_port: int = 0
@@ -233,9 +239,10 @@ def _bool(raw: str) -> bool:
 
 
 def _dev_stack(home: Path) -> dict:
-    """What a running dev stack records (broker, store, ZooKeeper), so the CLI finds it without flags."""
+    """What a running dev stack records (broker, store, ZooKeeper, the API and its admin token), so
+    the CLI finds it without flags."""
     try:
         state = json.loads((home / "dev" / "stack.json").read_text())
     except (OSError, ValueError):
         return {}
-    return {k: state[k] for k in ("bootstrap", "store", "zookeeper") if state.get(k)}
+    return {k: state[k] for k in ("bootstrap", "store", "zookeeper", "api_url", "token") if state.get(k)}

@@ -58,6 +58,8 @@ PLACEMENT_REFUSALS = Counter("peloton_placement_refusals_total",
                              "that refused the most hosts", ["reason"])
 GANGS_WAITING_FOR_HOSTS = Gauge("peloton_place_waiting_gangs", "Gangs the placement engine holds, waiting for a host")
 LAUNCHES = Counter("peloton_launches_total", "Task runs the host manager started", ["driver"])
+API_DECISIONS = Counter("peloton_api_decisions_total", "The API's decisions on requests, by action and outcome",
+                        ["action", "outcome"])
 LAUNCH_REFUSALS = Counter("peloton_launch_refusals_total", "Placements the host manager refused", ["reason"])
 HOSTS = Gauge("peloton_hosts", "Hosts of this host manager's shards by state", ["state"])
 

@@ -270,7 +270,8 @@ def check_job(settings: Settings, store: QueryStore, pool: str, text: str, job_i
 
 
 def submit_job(settings: Settings, store: QueryStore, pool: str, text: str, job_id: str | None = None,
-               out: Emitter | None = None, hosts: list[Resources] | None = None) -> str:
+               out: Emitter | None = None, hosts: list[Resources] | None = None, requested_by: str = "pelotonctl",
+               command_id: str | None = None) -> str:
     """Check locally (clear errors, nothing sent), then publish a CREATE command.
 
     Pass `out` (and `hosts`) to submit many jobs through one producer (creating one costs about a
@@ -280,8 +281,8 @@ def submit_job(settings: Settings, store: QueryStore, pool: str, text: str, job_
     out = out or emitter(settings)
     try:
         out.emit("job-commands", job_id, "peloton.JobCommand", {
-            "command_id": uuid.uuid4().hex, "kind": "CREATE", "job_id": job_id, "pool": pool, "config": text,
-            "instances": None, "requested_by": "pelotonctl", "timestamp_ms": now_ms(),
+            "command_id": command_id or uuid.uuid4().hex, "kind": "CREATE", "job_id": job_id, "pool": pool,
+            "config": text, "instances": None, "requested_by": requested_by, "timestamp_ms": now_ms(),
         })
     except RecordTooLarge as exc:
         raise UserError(f"the job file is too large to submit: {exc}") from None
@@ -290,7 +291,8 @@ def submit_job(settings: Settings, store: QueryStore, pool: str, text: str, job_
 
 
 def control_job(settings: Settings, store: QueryStore, kind: str, job_id: str, instances: str | None = None,
-                batch_size: int = 0, config: str | None = None) -> dict:
+                batch_size: int = 0, config: str | None = None, out: Emitter | None = None,
+                requested_by: str | None = None) -> dict:
     """Check a STOP, START, RESTART, UPDATE or DELETE against the job as stored (the job manager
     checks it again the same way), then publish it. Returns what it will touch."""
     import getpass
@@ -332,17 +334,20 @@ def control_job(settings: Settings, store: QueryStore, kind: str, job_id: str, i
         added = list(range(old.instance_count, new.instance_count))  # instanceCount only grows
     else:
         touched = {"STOP": to_stop, "START": to_start, "RESTART": to_restart}.get(kind, lambda ts, _i: ts)(tasks, chosen)
-    out = emitter(settings)
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "pelotonctl"
+    out = out or emitter(settings)
+    user = requested_by
+    if user is None:
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):
+            user = "pelotonctl"
+    command_id = uuid.uuid4().hex
     out.emit("job-commands", job_id, "peloton.JobCommand", {
-        "command_id": uuid.uuid4().hex, "kind": kind, "job_id": job_id, "pool": job.pool, "config": config,
+        "command_id": command_id, "kind": kind, "job_id": job_id, "pool": job.pool, "config": config,
         "instances": instances or None, "batch_size": batch_size, "requested_by": user, "timestamp_ms": now_ms(),
     })
     _deliver(out, settings)
-    answer = {"job_id": job_id, "kind": kind, "instances": [t.instance for t in touched]}
+    answer = {"job_id": job_id, "kind": kind, "command_id": command_id, "instances": [t.instance for t in touched]}
     if kind == "UPDATE":
         answer["added"] = added
     return answer

@@ -111,6 +111,22 @@ def _name(fields: dict, key: str, errors: _Errors) -> str:
     return scalar_text(fields[key], key, errors) or ""
 
 
+def _names(fields: dict, key: str, errors: _Errors) -> list[str]:
+    """A list of names (ldapGroups): each a non-empty string."""
+    value = fields.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        errors.add(key, f"expected a list of group names, got {describe(value)}")
+        return []
+    names = []
+    for i, item in enumerate(value):
+        name = scalar_text(item, f"{key}[{i}]", errors)
+        if name:
+            names.append(name)
+    return list(dict.fromkeys(names))  # as written, each once
+
+
 def _parent_of(path: str) -> str:
     return path.rsplit("/", 1)[0] or "/"
 
@@ -156,6 +172,7 @@ def parse_pool_config(text: str, path: str, limits: YamlLimits = YamlLimits()) -
         errors.add("policy", f"only 1 (PriorityFIFO) exists, got {describe(policy)}")
     name = _name(fields, "name", errors)  # a display name; it may differ from the path's last part
     owning_team = _name(fields, "owningteam", errors)
+    ldap_groups = _names(fields, "ldapgroups", errors)  # who may use the pool, with owningTeam
     if errors:
         raise PoolConfigError(errors)
     parent = _parent_of(path)
@@ -164,6 +181,7 @@ def parse_pool_config(text: str, path: str, limits: YamlLimits = YamlLimits()) -
         "name": name or path.rsplit("/", 1)[1],
         "parent": parent,
         "owning_team": owning_team,
+        "ldap_groups": ldap_groups,
         "resources": [resources[k] for k in KIND_FIELDS],
         "policy": 1,
         "controller_limit_pct": controller,

@@ -10,6 +10,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from peloton.auth.tokens import TokenRow
+
 
 @dataclass(slots=True)
 class JobRow:
@@ -241,6 +243,20 @@ class StorageGateway(ABC):
     def launch_counts(self, job_id: str) -> dict[int, int]:
         """Launches per instance of a job (every run counted), for checking run-once."""
 
+    # -- tokens: the API's identities (peloton.auth.tokens), kept hashed --------------------
+    @abstractmethod
+    def add_token(self, row: TokenRow) -> None: ...
+
+    @abstractmethod
+    def get_token(self, token_id: str) -> TokenRow | None: ...
+
+    @abstractmethod
+    def revoke_token(self, token_id: str, at_ms: int) -> bool:
+        """Mark a token revoked; False when there is no such token (or it was revoked before)."""
+
+    @abstractmethod
+    def list_tokens(self) -> list[TokenRow]: ...
+
     @abstractmethod
     def close(self) -> None: ...
 
@@ -309,6 +325,15 @@ class QueryStore(Protocol):
     def lock_pool_tree(self) -> None: ...
     def pools_with_jobs(self) -> set[str]: ...
     def transaction(self) -> AbstractContextManager: ...
+
+
+class TokenStore(Protocol):
+    """the API: the tokens it issues and checks, which it alone writes."""
+
+    def add_token(self, row: TokenRow) -> None: ...
+    def get_token(self, token_id: str) -> TokenRow | None: ...
+    def revoke_token(self, token_id: str, at_ms: int) -> bool: ...
+    def list_tokens(self) -> list[TokenRow]: ...
 
 
 class LaunchStore(Protocol):

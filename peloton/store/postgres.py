@@ -26,7 +26,9 @@ from peloton.store.base import (
     StorageGateway,
     TaskRow,
 )
+from peloton.auth.tokens import TokenRow
 from peloton.store.rows import (
+    TOKEN_COLUMNS,
     ALLOCATION_COLS,
     EVENT_COLS,
     JOB_COLS,
@@ -51,6 +53,8 @@ from peloton.store.rows import (
     queued_params,
     task_from_row,
     task_params,
+    token_from_row,
+    token_params,
 )
 
 # Migrations in order; the list index + 1 is the schema version each one brings.
@@ -107,6 +111,12 @@ MIGRATIONS = [
     # of the pool sends again if the last one died between the store and the broker.
     """
     ALTER TABLE queued_gangs ADD COLUMN admitted_ms BIGINT;
+    """,
+    # 6: the API's tokens, their secrets hashed (peloton.auth.tokens).
+    """
+    CREATE TABLE tokens (
+        token_id TEXT PRIMARY KEY, secret_hash TEXT NOT NULL, user_name TEXT NOT NULL, groups TEXT NOT NULL,
+        admin BOOLEAN NOT NULL, created_ms BIGINT NOT NULL, revoked_ms BIGINT);
     """,
 ]
 _MIGRATION_LOCK = 0x70656C6F  # any constant shared by every process of the project
@@ -402,6 +412,21 @@ class PostgresStore(StorageGateway):
 
     def host_states(self) -> dict[str, str]:
         return dict(self._all("SELECT host_id, state FROM host_maintenance", ()))
+
+    def add_token(self, row: TokenRow) -> None:
+        self._many(f"INSERT INTO tokens ({TOKEN_COLUMNS}) VALUES ({_s(TOKEN_COLUMNS)})", [token_params(row)])
+
+    def get_token(self, token_id: str) -> TokenRow | None:
+        rows = self._all(f"SELECT {TOKEN_COLUMNS} FROM tokens WHERE token_id = %s", (token_id,))
+        return token_from_row(rows[0]) if rows else None
+
+    def revoke_token(self, token_id: str, at_ms: int) -> bool:
+        with self._conn() as conn:
+            return conn.execute("UPDATE tokens SET revoked_ms = %s WHERE token_id = %s AND revoked_ms IS NULL",
+                                (at_ms, token_id)).rowcount > 0
+
+    def list_tokens(self) -> list[TokenRow]:
+        return [token_from_row(r) for r in self._all(f"SELECT {TOKEN_COLUMNS} FROM tokens ORDER BY created_ms", ())]
 
     def active_launch_hosts(self) -> list[str]:
         return [r[0] for r in self._all("SELECT DISTINCT host_id FROM launches WHERE ended_ms IS NULL", ())]

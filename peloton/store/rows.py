@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import orjson
 
+from peloton.auth.tokens import TokenRow
 from peloton.store.base import Allocation, JobRow, Launch, QueuedGang, TaskRow
 
 
@@ -134,3 +135,15 @@ def job_filters(mark: str, states: list[str] | None = None, pool: str | None = N
             clauses.append(f"{column} = {mark}")
             params.append(value)
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
+
+
+TOKEN_COLUMNS = "token_id, secret_hash, user_name, groups, admin, created_ms, revoked_ms"
+
+
+def token_params(row: TokenRow) -> tuple:
+    return (row.token_id, row.secret_hash, row.user, json_text(list(row.groups)), bool(row.admin), row.created_ms,
+            row.revoked_ms)
+
+
+def token_from_row(row) -> TokenRow:
+    return TokenRow(row[0], row[1], row[2], tuple(orjson.loads(row[3])), bool(row[4]), row[5], row[6])

@@ -18,7 +18,9 @@ from peloton.store.base import (
     StorageGateway,
     TaskRow,
 )
+from peloton.auth.tokens import TokenRow
 from peloton.store.rows import (
+    TOKEN_COLUMNS,
     ALLOCATION_COLS,
     EVENT_COLS,
     JOB_COLS,
@@ -43,6 +45,8 @@ from peloton.store.rows import (
     queued_params,
     task_from_row,
     task_params,
+    token_from_row,
+    token_params,
 )
 
 SCHEMA = """
@@ -78,6 +82,9 @@ CREATE TABLE IF NOT EXISTS launches (
 CREATE INDEX IF NOT EXISTS launches_by_host ON launches (host_id, ended_ms);
 CREATE INDEX IF NOT EXISTS launches_by_job ON launches (job_id);
 CREATE TABLE IF NOT EXISTS host_maintenance (host_id TEXT PRIMARY KEY, state TEXT NOT NULL, updated_ms INTEGER);
+CREATE TABLE IF NOT EXISTS tokens (
+    token_id TEXT PRIMARY KEY, secret_hash TEXT NOT NULL, user_name TEXT NOT NULL, groups TEXT NOT NULL,
+    admin INTEGER NOT NULL, created_ms INTEGER NOT NULL, revoked_ms INTEGER);
 """
 
 # SQLite limits bound variables per statement; IN lists are chunked below this.
@@ -396,6 +403,22 @@ class SqliteStore(StorageGateway):
 
     def host_states(self) -> dict[str, str]:
         return dict(self.db.execute("SELECT host_id, state FROM host_maintenance"))
+
+    def add_token(self, row: TokenRow) -> None:
+        with self.transaction():
+            self.db.execute(f"INSERT INTO tokens ({TOKEN_COLUMNS}) VALUES ({_q(TOKEN_COLUMNS)})", token_params(row))
+
+    def get_token(self, token_id: str) -> TokenRow | None:
+        row = self.db.execute(f"SELECT {TOKEN_COLUMNS} FROM tokens WHERE token_id = ?", (token_id,)).fetchone()
+        return token_from_row(row) if row else None
+
+    def revoke_token(self, token_id: str, at_ms: int) -> bool:
+        with self.transaction():
+            return self.db.execute("UPDATE tokens SET revoked_ms = ? WHERE token_id = ? AND revoked_ms IS NULL",
+                                   (at_ms, token_id)).rowcount > 0
+
+    def list_tokens(self) -> list[TokenRow]:
+        return [token_from_row(r) for r in self.db.execute(f"SELECT {TOKEN_COLUMNS} FROM tokens ORDER BY created_ms")]
 
     def active_launch_hosts(self) -> list[str]:
         return [r[0] for r in self.db.execute("SELECT DISTINCT host_id FROM launches WHERE ended_ms IS NULL")]

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from rich.table import Table
 import typer
+from rich.table import Table
 
 from pelotonctl.cli.common import EXIT_UNAVAILABLE, commands, fail, load_settings, out, print_json
 

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from rich.table import Table
 import typer
+from rich.table import Table
 
 from pelotonctl.cli.common import (EXIT_INVALID, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, JSON_HELP, broker_call, commands,
                                    fail, key_values, load_settings, out, print_json, read_text)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
-from rich.table import Table
 import typer
+from rich.table import Table
 
 from pelotonctl.cli.common import (EXIT_INVALID, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, JSON_HELP, commands, fail,
                                    load_settings, out, print_json)
@@ -75,6 +76,21 @@ def dev_status(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) ->
         out.print(table if rows else "no dev stack is running")
     if not rows or not all(r["running"] for r in rows):
         raise typer.Exit(EXIT_UNAVAILABLE)
+
+
+@dev_app.command("env")
+def dev_env() -> None:
+    """The dev stack's API address and admin token as shell exports, for curl and other programs:
+    eval "$(pelotonctl dev env)"."""
+    import shlex
+
+    from pelotonctl.dev.stack import DevStack
+
+    state = DevStack(load_settings()).read() or {}
+    if not state.get("api_url"):
+        fail("no dev stack with an API is running here (`pelotonctl dev up` starts one)", EXIT_UNAVAILABLE)
+    sys.stdout.write(f"export PELOTON_API_URL={shlex.quote(state['api_url'])}\n"
+                     f"export PELOTON_TOKEN={shlex.quote(state['token'])}\n")
 
 
 @dev_app.command("down")

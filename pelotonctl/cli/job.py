@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from rich.table import Table
 import typer
+from rich.table import Table
 
 from pelotonctl.cli.common import (EXIT_FAILED, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_TIMEOUT, JSON_HELP, admin_call,
                                    amount, broker_call, commands, fail, key_values, load_settings, open_store, out,
@@ -208,21 +208,13 @@ def job_get(job_id: str, as_json: bool = typer.Option(False, "--json", help=JSON
     """A job's config (as submitted) and runtime: state, times, task counts."""
     import yaml
 
+    from pelotonctl.shapes import job_info
+
     store = open_store()
     job = store.get_job(job_id)
     if job is None:
         fail(f"no job {job_id}", EXIT_NOT_FOUND)
-    counts = store.task_state_counts([job_id])[job_id]
-    runtime = {"state": job.state, "config_version": job.config_version, "rollout": job.rollout,
-               "created_ms": job.created_ms, "updated_ms": job.updated_ms,
-               "completed_ms": job.completed_ms, "tasks": counts}
-    info = {"job_id": job_id, "name": job.name, "pool": job.pool, "type": job.type, "owner": job.owner,
-            "instances": job.instance_count, "priority": job.priority, "preemptible": job.preemptible,
-            "revocable": job.revocable, "runtime": runtime}
-    try:
-        info["config"] = yaml.safe_load(job.config_text)
-    except yaml.YAMLError:
-        info["config"] = job.config_text
+    info = job_info(store, job)
     if as_json:
         print_json(info)
     else:
@@ -257,8 +249,9 @@ def job_query(state: list[str] = typer.Option([], "--state", help="A job state; 
             except JobConfigError:
                 return {}
         jobs = [j for j in jobs if wanted.items() <= labels_of(j.config_text).items()][:limit]
-    rows = [{"job_id": j.job_id, "name": j.name, "pool": j.pool, "owner": j.owner, "state": j.state,
-             "instances": j.instance_count, "created_ms": j.created_ms} for j in jobs]
+    from pelotonctl.shapes import job_row
+
+    rows = [job_row(j) for j in jobs]
     if as_json:
         print_json(rows)
         return

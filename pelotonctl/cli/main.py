@@ -8,8 +8,8 @@ import sys
 import typer
 
 from peloton.config import Settings
-from pelotonctl.cli import (agent, bench, cluster, dashboard, deadletters, dev, host, job, lag, respool, stage, task,
-                            topics)
+from pelotonctl.cli import (agent, api, auth, bench, cluster, dashboard, deadletters, dev, host, job, lag, respool,
+                            stage, task, topics)
 from pelotonctl.cli.common import EXIT_UNAVAILABLE, commands, err, masked, out
 
 # add_completion gives --install-completion and --show-completion (bash, zsh, fish, PowerShell).
@@ -17,6 +17,7 @@ app = commands("Peloton-style cluster scheduler on Kafka.", add_completion=True)
 app.command("bench")(bench.bench)
 app.command("lag")(lag.lag)
 app.command("dashboard")(dashboard.dashboard)
+app.command("api")(api.api)
 app.add_typer(topics.topics_app, name="topics")
 app.add_typer(stage.stage_app, name="stage")
 app.add_typer(dev.dev_app, name="dev")
@@ -27,6 +28,7 @@ app.add_typer(cluster.cluster_app, name="cluster")
 app.add_typer(agent.agent_app, name="agent")
 app.add_typer(host.host_app, name="host")
 app.add_typer(deadletters.letters_app, name="dead-letters")
+app.add_typer(auth.auth_app, name="auth")
 
 
 def _version(value: bool) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from rich.table import Table
 import typer
+from rich.table import Table
 
 from pelotonctl.cli.common import (EXIT_INVALID, JSON_HELP, admin_call, amount, broker_call, commands, err, fail,
                                    open_store, out, print_json, read_text)

@@ -6,10 +6,11 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from rich.table import Table
 import typer
+from rich.table import Table
 
 from pelotonctl.cli.common import EXIT_NOT_FOUND, JSON_HELP, commands, fail, load_settings, open_store, out, print_json
+from pelotonctl.shapes import task_info, task_row
 
 task_app = commands("Tasks of a job.")
 
@@ -20,8 +21,7 @@ def task_list(job_id: str, as_json: bool = typer.Option(False, "--json", help=JS
     tasks = open_store().tasks_of_job(job_id)
     if not tasks:
         fail(f"no job {job_id}", EXIT_NOT_FOUND)
-    rows = [{"instance": t.instance, "run_id": t.run_id, "task_id": t.task_id, "state": t.state, "host": t.host_id,
-             "exit_code": t.exit_code, "reason": t.reason, "message": t.message} for t in tasks]
+    rows = [task_row(t) for t in tasks]
     if as_json:
         print_json(rows)
         return
@@ -38,10 +38,7 @@ def task_get(job_id: str, instance: int, as_json: bool = typer.Option(False, "--
     task = next((t for t in open_store().tasks_of_job(job_id) if t.instance == instance), None)
     if task is None:
         fail(f"no instance {instance} of job {job_id}", EXIT_NOT_FOUND)
-    info = {"job_id": job_id, "instance": instance, "run_id": task.run_id, "task_id": task.task_id,
-            "state": task.state, "host": task.host_id, "exit_code": task.exit_code, "signal": task.signal,
-            "reason": task.reason, "message": task.message, "failures": task.failures,
-            "max_failures": task.max_failures, "resources": task.spec.get("resources", {})}
+    info = task_info(job_id, task)
     if as_json:
         print_json(info)
     else:

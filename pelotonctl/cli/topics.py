@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rich.table import Table
 import typer
+from rich.table import Table
 
 from pelotonctl.cli.common import EXIT_INVALID, broker_call, commands, load_settings, out, print_json
 

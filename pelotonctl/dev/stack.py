@@ -90,6 +90,15 @@ def start_agent(host: HostSpec, settings: Settings, log_path: Path, *options: st
                             cwd=str(REPO_ROOT))
 
 
+def start_api(settings: Settings, log_path: Path, port: int, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+    """One API instance (`pelotonctl api`) on this port."""
+    env = {**os.environ, **settings.env(), **(extra_env or {}), "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "pelotonctl", "api", "--port", str(port)]
+    log = open(log_path, "ab")
+    return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            cwd=str(REPO_ROOT))
+
+
 def agent_hosts(settings: Settings) -> list[HostSpec]:
     """The hosts of the inventory's `agent:` groups: each one a process of its own."""
     return [h for h in _inventory(settings) if h.driver == AGENT]
@@ -242,6 +251,14 @@ class DevStack:
                                    "address": f"group {settings.topic_prefix}peloton.{name}", "log": str(log),
                                    "metrics": address})
                 self._write(state)
+        api_port = free_port()
+        log = logs / "api.log"
+        proc = start_api(settings, log, api_port)
+        state["api_url"] = f"http://127.0.0.1:{api_port}"
+        components.append({"component": "api", "instance": "api-0", "pid": proc.pid, "address": state["api_url"],
+                           "log": str(log), "port": api_port, "metrics": f"{state['api_url']}/metrics"})
+        state["token"] = self._admin_token(settings)
+        self._write(state)
         for host in agent_hosts(settings):
             log = logs / f"{host.host_id}.log"
             env, address = metrics_port(settings)
@@ -263,8 +280,24 @@ class DevStack:
             wait_for_log(log, ready_line(instance), 60, proc)
             progress(f"{instance if instances > 1 or instance.startswith('agent-') else instance.rsplit('-', 1)[0]:<9} "
                      f"running (pid {proc.pid})")
+        wait_for_port("127.0.0.1", api_port, 60)
+        progress(f"api       {state['api_url']} (OpenAPI at /openapi.json; an admin token is in {self.state_file})")
         progress(f"hosts     {settings.hosts}")
         return state
+
+    def _admin_token(self, settings: Settings) -> str:
+        """An admin token for the stack's owner, so the README's commands work on it at once."""
+        from peloton.auth.tokens import issue
+        from peloton.runtime import now_ms
+        from peloton.store import open_store
+
+        token, row = issue(os.environ.get("USER") or "dev", ["dev"], True, now_ms())
+        store = open_store(settings.store)
+        try:
+            store.add_token(row)
+        finally:
+            store.close()
+        return token
 
     def down(self, progress=print, timeout: float = 15.0) -> None:
         state = self.read()
@@ -354,6 +387,11 @@ class DevStack:
                 continue
             log = Path(c["log"])
             env = {"PELOTON_METRICS_PORT": c["metrics"].rsplit(":", 1)[1].split("/")[0]} if c.get("metrics") else {}
+            if c["component"] == "api":
+                c["pid"] = start_api(settings, log, c["port"]).pid
+                wait_for_port("127.0.0.1", c["port"], 60)
+                progress(f"{c['instance']:<9} running again (pid {c['pid']})")
+                continue
             if c["component"] in STAGE_ORDER:
                 proc = start_stage(c["component"], settings, log, instance_id=c["instance"], extra_env=env)
             elif c["instance"] == SIM_AGENT:
@@ -388,6 +426,7 @@ class DevStack:
 
     def _write(self, state: dict) -> None:
         tmp = self.state_file.with_suffix(".tmp")
+        tmp.touch(mode=0o600)  # it holds the stack's admin token: its owner's to read alone
         tmp.write_text(json.dumps(state, indent=2))
         tmp.replace(self.state_file)
 

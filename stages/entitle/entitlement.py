@@ -544,7 +544,7 @@ def benchmark_tree(levels: int = 3, fanout: int = 10) -> BenchmarkTree:
                 child_res = {k: v * 0.8 / fanout for k, v in res.items()}  # siblings fit their parent
                 child_lim = {k: v * 0.6 for k, v in lim.items()}
                 pools[child_path] = {
-                    "path": child_path, "name": name, "parent": path, "owning_team": "",
+                    "path": child_path, "name": name, "parent": path, "owning_team": "", "ldap_groups": [],
                     "resources": [
                         {"kind": kind, "reservation": child_res[kind], "limit": child_lim[kind],
                          "share": 1.0 + number % 3, "static": number % 7 == 0}

@@ -32,7 +32,7 @@ def test_dev_up_status_and_down(tmp_path) -> None:
         status = ctl("dev", "status", "--json")
         assert status.returncode == 0, status.stderr
         rows = json.loads(status.stdout)
-        assert [r["component"] for r in rows] == ["broker", "admit", "entitle", "place", "launch", "agent"]
+        assert [r["component"] for r in rows] == ["broker", "admit", "entitle", "place", "launch", "api", "agent"]
         assert all(r["running"] and r["pid"] > 0 for r in rows)
         assert rows[0]["address"].startswith("127.0.0.1:") and rows[-1]["address"] == "host agent-0"
         # --hosts reached the stack: its launch stage serves that inventory, an agent each agent host
@@ -50,7 +50,8 @@ def test_dev_up_status_and_down(tmp_path) -> None:
         for r in rows[1:]:
             with urllib.request.urlopen(r["metrics"], timeout=5) as answer:
                 text = answer.read().decode()
-            assert ("kafka_consumergroup_lag{" if r["component"] != "agent" else "peloton_agent_reports_total") in text
+            assert {"agent": "peloton_agent_reports_total", "api": "peloton_api_decisions_total"}.get(
+                r["component"], "kafka_consumergroup_lag{") in text
         targets = json.loads(ctl("cluster", "targets").stdout)
         assert sorted(t["targets"][0] for t in targets) == sorted(r["metrics"].split("/")[2] for r in rows[1:])
         again = ctl("dev", "up")
@@ -77,7 +78,7 @@ def test_dev_up_status_and_down(tmp_path) -> None:
     # SIGTERM is enough: every stage finished its batch, committed and left on its own.
     assert "killed" not in down.stdout
     assert [line.split()[0] for line in down.stdout.splitlines()] == [
-        "admit-0", "entitle-0", "place-0", "launch-0", "agent-0", "broker-1"]
+        "admit-0", "entitle-0", "place-0", "launch-0", "api-0", "agent-0", "broker-1"]
     assert not any(alive(r["pid"]) for r in rows)
     for stage in ("admit", "entitle", "place", "launch"):
         assert f"{stage}-0 stopped after" in (tmp_path / "dev" / "logs" / f"{stage}.log").read_text()
@@ -98,7 +99,7 @@ def test_two_dev_up_at_once_start_one_stack_and_the_other_names_it(tmp_path) -> 
         assert "starting a dev stack" in refused or "already running" in refused
         rows = json.loads(subprocess.run([sys.executable, "-m", "pelotonctl", "dev", "status", "--json"], env=env,
                                          capture_output=True, text=True, timeout=60).stdout)
-        assert [r["component"] for r in rows] == ["broker", "admit", "entitle", "place", "launch"]
+        assert [r["component"] for r in rows] == ["broker", "admit", "entitle", "place", "launch", "api"]
         # one stack's processes and no others: every process of this home is in the state file
         mine = set()
         for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -106,7 +107,8 @@ def test_two_dev_up_at_once_start_one_stack_and_the_other_names_it(tmp_path) -> 
                 environ = open(f"/proc/{pid}/environ", "rb").read()
             except OSError:
                 continue
-            if f"PELOTON_HOME={tmp_path}".encode() in environ and b"stage" in open(f"/proc/{pid}/cmdline", "rb").read():
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+            if f"PELOTON_HOME={tmp_path}".encode() in environ and (b"stage" in cmdline or b"api" in cmdline):
                 mine.add(int(pid))
         assert mine == {r["pid"] for r in rows if r["component"] != "broker"}
     finally:

@@ -39,7 +39,7 @@ def errors_of(text: str, path: str = "/a/b") -> list[str]:
 
 EXAMPLE_RECORDS = {
     "default_respool.yaml": {
-        "name": "DefaultResPool", "owning_team": "team6",
+        "name": "DefaultResPool", "owning_team": "team6", "ldap_groups": ["money", "team6", "otto"],
         "resources": [
             {"kind": "cpu", "reservation": 12.0, "limit": 12.0, "share": 1.0, "static": False},
             {"kind": "memory", "reservation": 6144.0, "limit": 6144.0, "share": 1.0, "static": False},
@@ -48,7 +48,7 @@ EXAMPLE_RECORDS = {
         ],
     },
     "helloworld_pool.yaml": {
-        "name": "HelloWorldPool", "owning_team": "MyTeam",
+        "name": "HelloWorldPool", "owning_team": "MyTeam", "ldap_groups": ["MyGroup"],
         "resources": [  # cpu gives no share: Peloton's default 1
             {"kind": "cpu", "reservation": 4.0, "limit": 8.0, "share": 1.0, "static": False},
             {"kind": "memory", "reservation": 2048.0, "limit": 4096.0, "share": 1.0, "static": False},

@@ -222,3 +222,18 @@ def test_pools_can_be_deleted_and_know_their_jobs(store) -> None:
     assert store.pools_with_jobs() == {"/p"}
     assert store.delete_pool("/p") and not store.delete_pool("/p")
     assert store.list_pools() == {}
+
+
+def test_tokens_are_kept_hashed_found_by_id_and_revoked_once(store) -> None:
+    from peloton.auth.tokens import TokenError, issue, token_id_of, verify
+
+    token, row = issue("alice", ["team-a", "ops"], False, now_ms=5)
+    store.add_token(row)
+    found = store.get_token(token_id_of(token))
+    assert found == row and token.split("_")[-1] not in found.secret_hash  # the secret is not kept
+    principal = verify(token, found)
+    assert (principal.user, principal.groups, principal.admin) == ("alice", frozenset({"team-a", "ops"}), False)
+    assert store.revoke_token(row.token_id, 9) and not store.revoke_token(row.token_id, 10)
+    with pytest.raises(TokenError, match="revoked"):
+        verify(token, store.get_token(row.token_id))
+    assert [t.token_id for t in store.list_tokens()] == [row.token_id] and store.get_token("0" * 12) is None

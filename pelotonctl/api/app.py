@@ -1,0 +1,360 @@
+"""The API's resources, as Peloton names them: jobs and their tasks, resource pools, hosts, and the
+tokens that say who is asking. Every request but /healthz and /metrics carries a bearer token;
+every decision on it (allowed or refused, with the reason) goes to the audit topic first.
+
+Answers: 200/201 with JSON; 400 for input the job manager would refuse (the message `job
+validate` gives); 401 without a valid token; 403 with the reason a permission was refused; 404
+for what does not exist; 503 when the broker or the store is away. Commands answer with their
+command id once the broker has them; their effect follows (poll the job, or wait=true)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+from typing import Annotated
+
+from confluent_kafka import KafkaException
+from fastapi import FastAPI, Query, Security
+from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, Field
+
+from peloton.auth.permissions import decide
+from peloton.auth.tokens import Principal, issue
+from peloton.config import Settings
+from peloton.model.states import JOB_STATES
+from peloton.runtime import BrokerUnavailable, CompactedView, DeliveryError, Emitter, now_ms
+from peloton.store import STORE_UNAVAILABLE
+from peloton.store.base import StorageGateway
+from pelotonctl import admin
+from pelotonctl.api.audit import Audit
+from pelotonctl.api.identity import Unauthenticated, principal_of
+from pelotonctl.shapes import job_info, job_row, task_info, task_row
+from pelotonctl.watch import job_summary
+
+_bearer = HTTPBearer(auto_error=False, description="A token from `pelotonctl auth issue`.")
+Creds = Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)]
+
+
+class JobCreate(BaseModel):
+    pool: str = Field(description="Resource pool path, e.g. /DefaultResPool")
+    config: str = Field(description="The job's Peloton YAML, as a file would hold it")
+    job_id: str | None = Field(None, description="An id of your own (a UUID is made otherwise)")
+
+
+class JobControl(BaseModel):
+    instances: str | None = Field(None, description="Ranges, e.g. 0-3,7 (default: every instance)")
+    batch_size: int = Field(0, ge=0, description="Tasks replaced at a time (restart); 0: all at once")
+
+
+class JobUpdate(BaseModel):
+    config: str = Field(description="The new config version (Peloton YAML)")
+    batch_size: int = Field(0, ge=0, description="Tasks replaced at a time; 0: updateConfig.batchSize or all")
+
+
+class PoolConfig(BaseModel):
+    config: str = Field(description="A Peloton respool YAML")
+    force: bool = Field(False, description="update: store it even if it breaks a rule of the tree")
+
+
+class Maintenance(BaseModel):
+    force: bool = Field(False, description="start: drain even the last UP host, or past PELOTON_MAX_DRAIN_SHARE")
+
+
+class TokenRequest(BaseModel):
+    user: str
+    groups: list[str] = []
+    admin: bool = False
+
+
+class Refused(Exception):
+    def __init__(self, status: int, reason: str):
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+class Door:
+    """What every request needs: who asks, whether they may, and one producer and one view of the
+    hosts shared by all requests (making either costs about a second)."""
+
+    def __init__(self, settings: Settings, store: StorageGateway, out: Emitter, audit: Audit, hosts_view=None):
+        self.settings, self.store, self.out, self.audit = settings, store, out, audit
+        self.admin_groups = frozenset(g.strip() for g in settings.admin_groups.split(",") if g.strip())
+        self._send = threading.Lock()
+        self._hosts_lock = threading.Lock()
+        self._hosts = hosts_view  # made on first use: a CompactedView of host-state (a StaticView in tests)
+
+    def who(self, creds: HTTPAuthorizationCredentials | None, action: str, obj: str) -> Principal:
+        header = f"{creds.scheme} {creds.credentials}" if creds else None
+        try:
+            return principal_of(header, self.store)
+        except Unauthenticated as exc:
+            self.audit.record(None, action, obj, None, False, str(exc))
+            raise
+
+    def allow(self, principal: Principal, action: str, obj: str, pool: str | None = None) -> None:
+        decision = decide(principal, action, pool, self.store.list_pools(), self.admin_groups)
+        self.audit.record(principal, action, obj, pool, decision.allowed, decision.reason)
+        if not decision.allowed:
+            raise Refused(403, f"{action} on {obj} refused: {decision.reason}")
+
+    def hosts(self) -> list[dict]:
+        """Every host-state record, from a view kept up to date across requests."""
+        with self._hosts_lock:
+            if self._hosts is None:
+                self._hosts = CompactedView(self.settings, "host-state", quiet=True)
+                self._hosts.catch_up(timeout=3.0)
+            else:
+                self._hosts.poll(0.0)
+            return list(self._hosts.values.values())
+
+    def send(self, fn, *args, **kwargs):
+        """An admin call that produces, through the shared producer, one at a time."""
+        with self._send:
+            return fn(*args, out=self.out, **kwargs)
+
+    def job(self, job_id: str):
+        job = self.store.get_job(job_id)
+        if job is None:
+            raise Refused(404, f"no job {job_id}")
+        return job
+
+    def close(self) -> None:
+        with self._hosts_lock:
+            if self._hosts is not None:
+                self._hosts.close()
+                self._hosts = None
+
+
+def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Audit, hosts_view=None) -> FastAPI:
+    from importlib.metadata import version
+
+    door = Door(settings, store, out, audit, hosts_view)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        yield
+        door.close()
+
+    app = FastAPI(title="Peloton on Kafka", version=version("peloton-kafka"), description=__doc__, lifespan=lifespan)
+    app.state.door = door
+
+    def unavailable(what: str):
+        return lambda _request, exc: JSONResponse({"detail": f"{what} is unavailable: {exc}"}, status_code=503)
+
+    @app.exception_handler(Unauthenticated)
+    def _unauthenticated(_request, exc: Unauthenticated):
+        return JSONResponse({"detail": str(exc)}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
+
+    @app.exception_handler(Refused)
+    def _refused(_request, exc: Refused):
+        return JSONResponse({"detail": exc.reason}, status_code=exc.status)
+
+    @app.exception_handler(admin.NotFound)
+    def _not_found(_request, exc):
+        return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    @app.exception_handler(admin.UserError)
+    def _user_error(_request, exc):
+        return JSONResponse({"detail": str(exc)}, status_code=400)
+
+    for kind in (KafkaException, DeliveryError, BrokerUnavailable):
+        app.add_exception_handler(kind, unavailable(f"the broker at {settings.bootstrap}"))
+    for kind in STORE_UNAVAILABLE:
+        app.add_exception_handler(kind, unavailable("the store"))
+
+    # -- open to anyone: probes ---------------------------------------------------------------
+    @app.get("/healthz", tags=["probes"], summary="Liveness: the process answers")
+    def healthz() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/metrics", tags=["probes"], summary="Prometheus metrics of this instance",
+             response_class=PlainTextResponse)
+    def metrics() -> str:
+        from prometheus_client import generate_latest
+
+        return generate_latest().decode()
+
+    # -- jobs ---------------------------------------------------------------------------------
+    @app.post("/v1/jobs", tags=["jobs"], status_code=201, summary="Validate a job and submit it to a pool")
+    def create_job(body: JobCreate, creds: Creds,
+                   wait: Annotated[bool, Query(description="Answer once the job manager has stored the job "
+                                                           "(up to 30 s), with its state")] = False) -> dict:
+        who = door.who(creds, "job.create", body.pool)
+        if body.pool not in store.list_pools():
+            raise Refused(404, f"no resource pool {body.pool}")
+        door.allow(who, "job.create", body.pool, body.pool)
+        command_id = _new_id()
+        hosts = admin.distinct_capacities(door.hosts())
+        job_id = door.send(admin.submit_job, settings, store, body.pool, body.config, body.job_id, hosts=hosts,
+                           requested_by=who.user, command_id=command_id)
+        answer = {"job_id": job_id, "command_id": command_id}
+        if wait:
+            deadline = time.monotonic() + 30
+            while (job := store.get_job(job_id)) is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            answer["state"] = job.state if job else None  # None: not stored yet (the job manager is behind)
+        return answer
+
+    @app.get("/v1/jobs", tags=["jobs"], summary="Jobs the caller may read, most recent first, a page at a time")
+    def query_jobs(creds: Creds, state: Annotated[list[str], Query()] = [], pool: str | None = None,
+                   owner: str | None = None, name: str | None = None,
+                   limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+                   offset: Annotated[int, Query(ge=0, le=100_000)] = 0) -> dict:
+        who = door.who(creds, "job.read", "jobs")
+        states = [s.upper() for s in state]
+        unknown = [s for s in states if s not in JOB_STATES]
+        if unknown:
+            raise Refused(400, f"state {unknown[0]}: job states are {', '.join(JOB_STATES)}")
+        pools = store.list_pools()
+        readable = {p for p in pools if decide(who, "job.read", p, pools, door.admin_groups).allowed}
+        # Jobs the caller may not read are skipped, not refused: a listing shows one's own.
+        jobs = [j for j in store.list_jobs(100_000 if not who.admin else offset + limit + 1, states=states or None,
+                                           pool=pool, owner=owner, name=name) if j.pool in readable]
+        page = jobs[offset:offset + limit]
+        more = len(jobs) > offset + limit
+        return {"jobs": [job_row(j) for j in page], "next_offset": offset + limit if more else None}
+
+    @app.get("/v1/jobs/{job_id}", tags=["jobs"], summary="A job's config and runtime")
+    def get_job(job_id: str, creds: Creds) -> dict:
+        who = door.who(creds, "job.read", job_id)
+        job = door.job(job_id)
+        door.allow(who, "job.read", job_id, job.pool)
+        return job_info(store, job)
+
+    @app.get("/v1/jobs/{job_id}/status", tags=["jobs"], summary="A job's state, task counts and why it waits")
+    def job_status(job_id: str, creds: Creds) -> dict:
+        who = door.who(creds, "job.read", job_id)
+        job = door.job(job_id)
+        door.allow(who, "job.read", job_id, job.pool)
+        return job_summary(store, job_id, settings)
+
+    def control(kind: str, job_id: str, creds, instances: str | None = None, batch_size: int = 0,
+                config: str | None = None) -> dict:
+        action = f"job.{kind.lower()}"
+        who = door.who(creds, action, job_id)
+        job = door.job(job_id)
+        door.allow(who, action, job_id, job.pool)
+        return door.send(admin.control_job, settings, store, kind, job_id, instances, batch_size, config,
+                         requested_by=who.user)
+
+    @app.post("/v1/jobs/{job_id}/stop", tags=["jobs"], summary="Stop a job, or some of its instances")
+    def stop_job(job_id: str, creds: Creds, body: JobControl = JobControl()) -> dict:
+        return control("STOP", job_id, creds, body.instances)
+
+    @app.post("/v1/jobs/{job_id}/start", tags=["jobs"], summary="Run stopped instances again")
+    def start_job(job_id: str, creds: Creds, body: JobControl = JobControl()) -> dict:
+        return control("START", job_id, creds, body.instances)
+
+    @app.post("/v1/jobs/{job_id}/restart", tags=["jobs"], summary="Replace running tasks with new runs")
+    def restart_job(job_id: str, creds: Creds, body: JobControl = JobControl()) -> dict:
+        return control("RESTART", job_id, creds, body.instances, body.batch_size)
+
+    @app.put("/v1/jobs/{job_id}", tags=["jobs"], summary="A new config version for a job")
+    def update_job(job_id: str, body: JobUpdate, creds: Creds) -> dict:
+        return control("UPDATE", job_id, creds, None, body.batch_size, body.config)
+
+    @app.delete("/v1/jobs/{job_id}", tags=["jobs"], summary="Delete a terminal job with its tasks and events")
+    def delete_job(job_id: str, creds: Creds) -> dict:
+        return control("DELETE", job_id, creds)
+
+    # -- tasks --------------------------------------------------------------------------------
+    def readable_job(job_id: str, creds):
+        who = door.who(creds, "job.read", job_id)
+        job = door.job(job_id)
+        door.allow(who, "job.read", job_id, job.pool)
+        return job
+
+    @app.get("/v1/jobs/{job_id}/tasks", tags=["tasks"], summary="Every task of a job")
+    def list_tasks(job_id: str, creds: Creds) -> dict:
+        readable_job(job_id, creds)
+        return {"tasks": [task_row(t) for t in store.tasks_of_job(job_id)]}
+
+    @app.get("/v1/jobs/{job_id}/tasks/{instance}", tags=["tasks"], summary="One task's current run")
+    def get_task(job_id: str, instance: int, creds: Creds) -> dict:
+        readable_job(job_id, creds)
+        task = next((t for t in store.tasks_of_job(job_id) if t.instance == instance), None)
+        if task is None:
+            raise Refused(404, f"no instance {instance} of job {job_id}")
+        return task_info(job_id, task)
+
+    @app.get("/v1/jobs/{job_id}/tasks/{instance}/events", tags=["tasks"], summary="Every state change of a task")
+    def task_events(job_id: str, instance: int, creds: Creds) -> dict:
+        readable_job(job_id, creds)
+        return {"events": [e for e in store.task_events(job_id) if e["instance"] == instance]}
+
+    # -- resource pools -----------------------------------------------------------------------
+    @app.get("/v1/respools", tags=["respools"], summary="The pool tree, every pool's config")
+    def list_pools(creds: Creds) -> dict:
+        door.allow(door.who(creds, "pool.read", "/"), "pool.read", "/")
+        from peloton.model.pool import pool_tree
+
+        return pool_tree(store.list_pools())
+
+    @app.get("/v1/respools/{path:path}", tags=["respools"], summary="A pool's shares and its usage now")
+    def get_pool(path: str, creds: Creds) -> dict:
+        path = "/" + path.strip("/")
+        door.allow(door.who(creds, "pool.read", path), "pool.read", path, path)
+        return admin.pool_report(settings, store, path)
+
+    @app.post("/v1/respools/{path:path}", tags=["respools"], status_code=201, summary="Create a pool (admins)")
+    def create_pool(path: str, body: PoolConfig, creds: Creds) -> dict:
+        path = "/" + path.strip("/")
+        door.allow(door.who(creds, "pool.create", path), "pool.create", path, path)
+        return admin.create_pool(settings, store, path, body.config)
+
+    @app.put("/v1/respools/{path:path}", tags=["respools"], summary="Replace a pool's config (admins)")
+    def update_pool(path: str, body: PoolConfig, creds: Creds) -> dict:
+        path = "/" + path.strip("/")
+        door.allow(door.who(creds, "pool.update", path), "pool.update", path, path)
+        return admin.update_pool(settings, store, path, body.config, body.force)
+
+    @app.delete("/v1/respools/{path:path}", tags=["respools"], summary="Delete a leaf pool with no job (admins)")
+    def delete_pool(path: str, creds: Creds) -> dict:
+        path = "/" + path.strip("/")
+        door.allow(door.who(creds, "pool.delete", path), "pool.delete", path, path)
+        admin.delete_pool(settings, store, path)
+        return {"deleted": path}
+
+    # -- hosts --------------------------------------------------------------------------------
+    @app.get("/v1/hosts", tags=["hosts"], summary="Every host: state, free and total room, runs, labels")
+    def list_hosts(creds: Creds) -> dict:
+        door.allow(door.who(creds, "host.read", "hosts"), "host.read", "hosts")
+        return {"hosts": [admin.host_row(h) for h in sorted(door.hosts(), key=lambda r: r["host_id"])]}
+
+    @app.post("/v1/hosts/{host_id}/maintenance/{action}", tags=["hosts"],
+              summary="Drain a host (start) or bring it back (complete) (admins)")
+    def maintenance(host_id: str, action: str, creds: Creds, body: Maintenance = Maintenance()) -> dict:
+        if action not in ("start", "complete"):
+            raise Refused(404, f"no maintenance action {action!r}: start or complete")
+        who = door.who(creds, "host.maintenance", host_id)
+        door.allow(who, "host.maintenance", host_id)
+        admin.request_maintenance(settings, host_id, action.upper(), who=who.user, force=body.force)
+        return {"host_id": host_id, "maintenance": action}
+
+    # -- tokens -------------------------------------------------------------------------------
+    @app.post("/v1/tokens", tags=["tokens"], status_code=201, summary="Issue a token (admins); shown only here")
+    def issue_token(body: TokenRequest, creds: Creds) -> dict:
+        door.allow(door.who(creds, "token.issue", body.user), "token.issue", body.user)
+        try:
+            token, row = issue(body.user, body.groups, body.admin, now_ms())
+        except ValueError as exc:
+            raise Refused(400, str(exc)) from None
+        store.add_token(row)
+        return {"token": token, "token_id": row.token_id, "user": row.user, "groups": list(row.groups),
+                "admin": row.admin}
+
+    @app.delete("/v1/tokens/{token_id}", tags=["tokens"], summary="Revoke a token (admins)")
+    def revoke_token(token_id: str, creds: Creds) -> dict:
+        door.allow(door.who(creds, "token.revoke", token_id), "token.revoke", token_id)
+        if not store.revoke_token(token_id, now_ms()):
+            raise Refused(404, f"no token {token_id} that is not revoked already")
+        return {"revoked": token_id}
+
+    return app
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex

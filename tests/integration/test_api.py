@@ -1,0 +1,75 @@
+"""The API as teams meet it: a real `pelotonctl api` process in front of a real pipeline. Alice
+(team-a) runs a job in her team's pool; she is refused in bob's pool, and bob cannot stop her
+job; the audit topic holds every decision."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+
+from pelotonctl.admin import create_pool
+from pelotonctl.dev.stack import free_port, start_api, wait_for_port
+
+pytestmark = pytest.mark.integration
+
+RESOURCES = """resources:
+- {kind: cpu, reservation: 4, limit: 4, share: 1}
+- {kind: memory, reservation: 4096, limit: 4096, share: 1}
+- {kind: disk, reservation: 10000, limit: 10000, share: 1}
+- {kind: gpu, reservation: 0, limit: 0, share: 1}
+"""
+JOB = """name: hello
+instanceCount: 2
+defaultConfig:
+  resource: {cpuLimit: 0.5, memLimitMb: 64, diskLimitMb: 10}
+  command: {value: "sleep 0.5"}
+"""
+
+
+def call(url: str, method: str = "GET", token: str | None = None, body: dict | None = None) -> tuple[int, dict]:
+    request = urllib.request.Request(url, method=method, data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json",
+                                              **({"Authorization": f"Bearer {token}"} if token else {})})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_teams_act_in_their_own_pools_only_and_every_decision_is_audited(pipeline_factory) -> None:
+    p = pipeline_factory()
+    create_pool(p.settings, p.store, "/a", "name: a\nowningTeam: team-a\n" + RESOURCES)
+    create_pool(p.settings, p.store, "/b", "name: b\nowningTeam: team-b\n" + RESOURCES)
+    p.start_all()
+    port = free_port()
+    p.procs["api-0"] = start_api(p.settings, p.log("api-0"), port)
+    wait_for_port("127.0.0.1", port, 60)
+    api = f"http://127.0.0.1:{port}"
+    tokens = {}
+    for user, group in (("alice", "team-a"), ("bob", "team-b")):
+        issued = p.ctl("auth", "issue", "--user", user, "--group", group)
+        assert issued.returncode == 0, issued.stderr
+        tokens[user] = issued.stdout.strip()
+
+    assert call(f"{api}/v1/jobs")[0] == 401
+    status, made = call(f"{api}/v1/jobs?wait=true", "POST", tokens["alice"], {"pool": "/a", "config": JOB})
+    assert status == 201 and made["state"], made
+    job_id = made["job_id"]
+    status, refused = call(f"{api}/v1/jobs", "POST", tokens["alice"], {"pool": "/b", "config": JOB})
+    assert status == 403 and "alice is in none of team-b" in refused["detail"]
+    status, refused = call(f"{api}/v1/jobs/{job_id}/stop", "POST", tokens["bob"], {})
+    assert status == 403 and "bob is in none of team-a" in refused["detail"]
+    assert p.wait_job(job_id) == "SUCCEEDED"
+    status, job = call(f"{api}/v1/jobs/{job_id}", token=tokens["alice"])
+    assert status == 200 and job["runtime"]["state"] == "SUCCEEDED" and job["pool"] == "/a"
+    assert [j["pool"] for j in call(f"{api}/v1/jobs", token=tokens["alice"])[1]["jobs"]] == ["/a"]  # nothing from /b
+
+    audit = p.read_topic("audit", expect=6)
+    decisions = [(e["user"], e["action"], e["pool"], e["allowed"]) for e in audit]
+    assert decisions[:4] == [("", "job.read", "", False), ("alice", "job.create", "/a", True),
+                             ("alice", "job.create", "/b", False), ("bob", "job.stop", "/a", False)], decisions
+    assert all(e["reason"] for e in audit)

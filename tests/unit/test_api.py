@@ -1,0 +1,131 @@
+"""The API without a broker: a real SQLite store, an emitter that records what would be sent, and
+a hand-fed view of the hosts. Who may do what, what each refusal says, and the audit trail."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from peloton.auth.tokens import issue
+from peloton.config import Settings
+from peloton.model.pool import parse_pool_config
+from peloton.runtime import RecordingEmitter, StaticView
+from peloton.store import open_store
+from pelotonctl.api.app import make_app
+from pelotonctl.api.audit import Audit
+
+RESOURCES = """resources:
+- {kind: cpu, reservation: 4, limit: 4, share: 1}
+- {kind: memory, reservation: 4096, limit: 4096, share: 1}
+- {kind: disk, reservation: 4096, limit: 4096, share: 1}
+"""
+JOB = """name: hello
+instanceCount: 2
+defaultConfig:
+  resource: {cpuLimit: 0.5, memLimitMb: 64, diskLimitMb: 64}
+  command: {value: "echo hello"}
+"""
+HOST = {"host_id": "h0", "shard": 0, "driver": "sim", "state": "UP",
+        "capacity": {"cpu": 8.0, "mem_mb": 65536.0, "disk_mb": 100000.0, "gpu": 0.0},
+        "allocated": {"cpu": 0.0, "mem_mb": 0.0, "disk_mb": 0.0, "gpu": 0.0}, "task_count": 0,
+        "labels": {"hostname": "h0"}, "applied_placements": [], "updated_ms": 1, "task_labels": [], "job_tasks": {},
+        "used_ports": [], "port_ranges": []}
+
+
+@pytest.fixture
+def api(tmp_path):
+    store = open_store(tmp_path / "peloton.db")
+    store.put_pool("/a", parse_pool_config("name: a\nowningTeam: team-a\n" + RESOURCES, "/a"))
+    store.put_pool("/b", parse_pool_config("name: b\nowningTeam: team-b\n" + RESOURCES, "/b"))
+    tokens = {}
+    for user, group, admin in (("alice", "team-a", False), ("bob", "team-b", False), ("root", "ops", True)):
+        token, row = issue(user, [group], admin, now_ms=1)
+        store.add_token(row)
+        tokens[user] = {"Authorization": f"Bearer {token}"}
+    out, trail = RecordingEmitter("api"), RecordingEmitter("api")
+    settings = Settings(home=tmp_path, store=str(tmp_path / "peloton.db"))
+    app = make_app(settings, store, out, Audit(trail, 1.0), StaticView({"h0": HOST}))
+    with TestClient(app) as client:
+        client.tokens, client.out, client.trail, client.store = tokens, out, trail, store
+        yield client
+    store.close()
+
+
+def decisions(api) -> list[tuple[str, str, str, bool]]:
+    return [(v["user"], v["action"], v["object"], v["allowed"]) for _t, _k, _s, v in api.trail.take("audit")]
+
+
+def test_nothing_but_probes_answers_without_a_token(api) -> None:
+    assert api.get("/healthz").json() == {"status": "ok"}
+    assert "python_info" in api.get("/metrics").text
+    assert "/v1/jobs" in api.get("/openapi.json").json()["paths"]
+    for method, path in (("get", "/v1/jobs"), ("post", "/v1/jobs"), ("get", "/v1/hosts"), ("get", "/v1/respools")):
+        answer = api.request(method, path, json={"pool": "/a", "config": JOB})
+        assert answer.status_code == 401 and answer.headers["www-authenticate"] == "Bearer", (path, answer.text)
+        assert "no token" in answer.json()["detail"]
+    bad = api.get("/v1/jobs", headers={"Authorization": "Bearer plt_000000000000_" + "x" * 43})
+    assert bad.status_code == 401 and bad.json()["detail"] == "unknown token"
+    assert all(not allowed and user == "" for user, _a, _o, allowed in decisions(api))
+
+
+def test_a_team_submits_to_its_pool_and_is_refused_elsewhere_with_the_reason(api) -> None:
+    made = api.post("/v1/jobs", json={"pool": "/a", "config": JOB}, headers=api.tokens["alice"])
+    assert made.status_code == 201, made.text
+    job_id, command_id = made.json()["job_id"], made.json()["command_id"]
+    [(_topic, key, schema, command)] = api.out.take("job-commands")
+    assert (key, schema, command["command_id"], command["requested_by"]) == (job_id, "peloton.JobCommand",
+                                                                             command_id, "alice")
+    refused = api.post("/v1/jobs", json={"pool": "/b", "config": JOB}, headers=api.tokens["alice"])
+    assert refused.status_code == 403
+    assert refused.json()["detail"] == "job.create on /b refused: alice is in none of team-b, the groups that own /b"
+    assert api.out.take("job-commands") == []  # nothing sent for a refusal
+    assert decisions(api) == [("alice", "job.create", "/a", True), ("alice", "job.create", "/b", False)]
+
+
+def test_invalid_jobs_and_unknown_pools_answer_at_once(api) -> None:
+    bad = api.post("/v1/jobs", json={"pool": "/a", "config": "name: x\ninstanceCount: -1\n"},
+                   headers=api.tokens["alice"])
+    assert bad.status_code == 400 and "invalid job config:" in bad.json()["detail"]
+    unknown = api.post("/v1/jobs", json={"pool": "/nowhere", "config": JOB}, headers=api.tokens["alice"])
+    assert unknown.status_code == 404 and unknown.json()["detail"] == "no resource pool /nowhere"
+    assert api.post("/v1/jobs", json={"pool": "/a"}, headers=api.tokens["alice"]).status_code == 422
+
+
+def test_only_the_owners_read_and_control_a_job(api) -> None:
+    from pelotonctl.admin import check_job  # noqa: F401 -- the same checks the API ran
+    from stages.admit.expand import expand_job
+    from peloton.model.jobconfig import parse_job_config
+
+    job, tasks = expand_job("j1", "/a", parse_job_config(JOB), JOB, 1)
+    api.store.create_jobs([job], tasks)
+    assert api.get("/v1/jobs/j1", headers=api.tokens["alice"]).json()["pool"] == "/a"
+    assert [t["instance"] for t in api.get("/v1/jobs/j1/tasks", headers=api.tokens["alice"]).json()["tasks"]] == [0, 1]
+    assert api.get("/v1/jobs/j1", headers=api.tokens["bob"]).status_code == 403
+    stop = api.post("/v1/jobs/j1/stop", json={}, headers=api.tokens["bob"])
+    assert stop.status_code == 403 and "bob is in none of team-a" in stop.json()["detail"]
+    assert api.out.take("job-commands") == []
+    stopped = api.post("/v1/jobs/j1/stop", json={"instances": "1"}, headers=api.tokens["alice"])
+    assert stopped.status_code == 200 and stopped.json()["instances"] == [1] and stopped.json()["command_id"]
+    assert api.get("/v1/jobs/nope", headers=api.tokens["alice"]).status_code == 404
+    # A listing shows what the caller may read, a page at a time.
+    assert [j["job_id"] for j in api.get("/v1/jobs", headers=api.tokens["alice"]).json()["jobs"]] == ["j1"]
+    assert api.get("/v1/jobs", headers=api.tokens["bob"]).json() == {"jobs": [], "next_offset": None}
+    page = api.get("/v1/jobs", params={"limit": 1, "offset": 1}, headers=api.tokens["root"]).json()
+    assert page == {"jobs": [], "next_offset": None}
+
+
+def test_pools_hosts_and_tokens_change_only_by_administrators(api) -> None:
+    team = "name: c\nowningTeam: team-c\n" + RESOURCES
+    refused = api.post("/v1/respools/c", json={"config": team}, headers=api.tokens["alice"])
+    assert refused.status_code == 403 and "is for administrators" in refused.json()["detail"]
+    assert api.post("/v1/respools/c", json={"config": team}, headers=api.tokens["root"]).status_code == 201
+    assert "/c" in api.store.list_pools()
+    assert api.get("/v1/hosts", headers=api.tokens["bob"]).json()["hosts"][0]["host_id"] == "h0"
+    assert api.post("/v1/hosts/h0/maintenance/start", json={}, headers=api.tokens["bob"]).status_code == 403
+    assert api.post("/v1/tokens", json={"user": "eve", "admin": True}, headers=api.tokens["alice"]).status_code == 403
+    issued = api.post("/v1/tokens", json={"user": "carol", "groups": ["team-c"]}, headers=api.tokens["root"]).json()
+    carol = {"Authorization": f"Bearer {issued['token']}"}
+    assert api.post("/v1/jobs", json={"pool": "/c", "config": JOB}, headers=carol).status_code == 201
+    assert api.delete(f"/v1/tokens/{issued['token_id']}", headers=api.tokens["root"]).status_code == 200
+    gone = api.get("/v1/jobs", headers=carol)
+    assert gone.status_code == 401 and "revoked" in gone.json()["detail"]
