@@ -68,8 +68,10 @@ def job_seconds(summary: dict) -> float:
     return (end - summary["created_ms"]) / 1000
 
 
-def wait_for_jobs(store: QueryStore, job_ids: list[str], timeout: float, console=None) -> dict[str, dict]:
-    """Poll the store until every job is terminal or the timeout passes; show a bar per job."""
+def wait_for_jobs(source, job_ids: list[str], timeout: float, console=None) -> dict[str, dict]:
+    """Poll until every job is terminal or the timeout passes; show a bar per job. `source` is a
+    store, or a function job id -> its summary (None while it is not stored), as the API answers."""
+    summary_of = source if callable(source) else (lambda job_id: job_summary(source, job_id))
     deadline = time.monotonic() + timeout
     summaries: dict[str, dict] = {}
     progress = None
@@ -83,7 +85,7 @@ def wait_for_jobs(store: QueryStore, job_ids: list[str], timeout: float, console
     try:
         while True:
             for job_id in job_ids:
-                s = job_summary(store, job_id) or {"job_id": job_id, "name": "?", "state": None, "instances": 0, "tasks": {}}
+                s = summary_of(job_id) or {"job_id": job_id, "name": "?", "state": None, "instances": 0, "tasks": {}}
                 summaries[job_id] = s
                 if progress is not None:
                     done = sum(s["tasks"].get(k, 0) for k in ("SUCCEEDED", "FAILED", "KILLED", "LOST"))

@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 from peloton.auth.permissions import decide
 from peloton.auth.tokens import Principal, issue
 from peloton.config import Settings
-from peloton.model.states import JOB_STATES
+from peloton.model.pool import leaf_pool_error
 from peloton.runtime import BrokerUnavailable, CompactedView, DeliveryError, Emitter, now_ms
 from peloton.store import STORE_UNAVAILABLE
 from peloton.store.base import StorageGateway
@@ -183,8 +183,9 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
                    wait: Annotated[bool, Query(description="Answer once the job manager has stored the job "
                                                            "(up to 30 s), with its state")] = False) -> dict:
         who = door.who(creds, "job.create", body.pool)
-        if body.pool not in store.list_pools():
-            raise Refused(404, f"no resource pool {body.pool}")
+        pools = store.list_pools()
+        if body.pool not in pools:  # refused as the job manager refuses it, before any permission
+            raise Refused(400, leaf_pool_error(pools, body.pool))
         door.allow(who, "job.create", body.pool, body.pool)
         command_id = _new_id()
         hosts = admin.distinct_capacities(door.hosts())
@@ -201,21 +202,24 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
     @app.get("/v1/jobs", tags=["jobs"], summary="Jobs the caller may read, most recent first, a page at a time")
     def query_jobs(creds: Creds, state: Annotated[list[str], Query()] = [], pool: str | None = None,
                    owner: str | None = None, name: str | None = None,
+                   label: Annotated[list[str], Query(description="KEY=VALUE; all must match")] = [],
                    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
                    offset: Annotated[int, Query(ge=0, le=100_000)] = 0) -> dict:
         who = door.who(creds, "job.read", "jobs")
-        states = [s.upper() for s in state]
-        unknown = [s for s in states if s not in JOB_STATES]
-        if unknown:
-            raise Refused(400, f"state {unknown[0]}: job states are {', '.join(JOB_STATES)}")
+        labels = {}
+        for item in label:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise Refused(400, f"label {item!r}: expected KEY=VALUE")
+            labels[key] = value
         pools = store.list_pools()
-        readable = {p for p in pools if decide(who, "job.read", p, pools, door.admin_groups).allowed}
-        # Jobs the caller may not read are skipped, not refused: a listing shows one's own.
-        jobs = [j for j in store.list_jobs(100_000 if not who.admin else offset + limit + 1, states=states or None,
-                                           pool=pool, owner=owner, name=name) if j.pool in readable]
+
+        def readable(pool_path: str) -> bool:  # jobs the caller may not read are skipped, not refused
+            return decide(who, "job.read", pool_path, pools, door.admin_groups).allowed
+        jobs = admin.query_jobs(store, [s.upper() for s in state], pool, owner, name, labels, offset + limit + 1,
+                                readable)
         page = jobs[offset:offset + limit]
-        more = len(jobs) > offset + limit
-        return {"jobs": [job_row(j) for j in page], "next_offset": offset + limit if more else None}
+        return {"jobs": [job_row(j) for j in page], "next_offset": offset + limit if len(jobs) > offset + limit else None}
 
     @app.get("/v1/jobs/{job_id}", tags=["jobs"], summary="A job's config and runtime")
     def get_job(job_id: str, creds: Creds) -> dict:
@@ -225,11 +229,12 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
         return job_info(store, job)
 
     @app.get("/v1/jobs/{job_id}/status", tags=["jobs"], summary="A job's state, task counts and why it waits")
-    def job_status(job_id: str, creds: Creds) -> dict:
+    def job_status(job_id: str, creds: Creds,
+                   why: Annotated[bool, Query(description="Also why its gangs wait and its failed runs")] = True) -> dict:
         who = door.who(creds, "job.read", job_id)
         job = door.job(job_id)
         door.allow(who, "job.read", job_id, job.pool)
-        return job_summary(store, job_id, settings)
+        return job_summary(store, job_id, settings if why else None)
 
     def control(kind: str, job_id: str, creds, instances: str | None = None, batch_size: int = 0,
                 config: str | None = None) -> dict:

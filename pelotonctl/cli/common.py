@@ -2,7 +2,8 @@
 terminal, JSON for scripts) and how it fails (one line on stderr and an exit code).
 
 Exit codes: 0 success; 1 the job ended but did not succeed; 2 invalid input (bad file, unknown
-pool, bad arguments); 3 not found; 4 timed out waiting; 5 the broker or stack is unavailable.
+pool, bad arguments); 3 not found; 4 timed out waiting; 5 the broker, the store or the API is
+unavailable; 6 not permitted (no valid token, or the token's user may not do it).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def commands(help: str, **options) -> typer.Typer:
 out = Console(soft_wrap=True, emoji=False, width=None if sys.stdout.isatty() else 400)
 err = Console(stderr=True, emoji=False)
 
-EXIT_FAILED, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_TIMEOUT, EXIT_UNAVAILABLE = 1, 2, 3, 4, 5
+EXIT_FAILED, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_TIMEOUT, EXIT_UNAVAILABLE, EXIT_NOT_PERMITTED = 1, 2, 3, 4, 5, 6
 
 
 def fail(message: str, code: int) -> None:
@@ -116,17 +117,32 @@ def broker_call(fn, *args):
               f"PELOTON_KAFKA_BOOTSTRAP set?): {exc}", EXIT_UNAVAILABLE)
 
 
-def admin_call(fn, *args) -> dict | None:
-    from pelotonctl.admin import NotFound, UserError
-
-    try:
-        return fn(load_settings(), open_store(), *args)
-    except NotFound as exc:
-        fail(str(exc), EXIT_NOT_FOUND)
-    except UserError as exc:
-        fail(str(exc), EXIT_INVALID)
-
-
 def masked(url: str) -> str:
     """A store URL without its password, for messages."""
     return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+def client():
+    """The cluster as this command reaches it: through the API when one is configured, else directly
+    (pelotonctl.client)."""
+    from pelotonctl.client import connect
+
+    return connect(load_settings())
+
+
+def cluster_call(fn, *args, invalid: str = "", **kwargs):
+    """Call the cluster (either way) and turn what it refuses into one line and an exit code;
+    `invalid` goes before the message of invalid input (the file it came from)."""
+    from pelotonctl.admin import NotFound, UserError
+    from pelotonctl.client import ApiUnavailable, NotPermitted
+
+    try:
+        return broker_call(lambda: fn(*args, **kwargs))
+    except NotFound as exc:
+        fail(str(exc), EXIT_NOT_FOUND)
+    except UserError as exc:
+        fail(f"{invalid}{exc}", EXIT_INVALID)
+    except NotPermitted as exc:
+        fail(f"not permitted: {exc}", EXIT_NOT_PERMITTED)
+    except ApiUnavailable as exc:
+        fail(str(exc), EXIT_UNAVAILABLE)

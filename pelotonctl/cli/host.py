@@ -6,8 +6,7 @@ import sys
 
 import typer
 
-from pelotonctl.cli.common import (EXIT_INVALID, EXIT_NOT_FOUND, JSON_HELP, amount, broker_call, commands, fail,
-                                   load_settings, print_json)
+from pelotonctl.cli.common import JSON_HELP, amount, client, cluster_call, commands, print_json
 
 host_app = commands("Hosts: list them, drain them for maintenance.")
 maintenance_app = commands("Host maintenance: drain a host, bring it back.")
@@ -18,9 +17,7 @@ host_app.add_typer(maintenance_app, name="maintenance")
 def host_list(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Every host: state (UP, DRAINING, DRAINED, DOWN), free and total room, runs, labels. A host
     whose agent is silent shows '?' for its runs and free room: what still runs there is unknown."""
-    from pelotonctl.admin import list_hosts
-
-    hosts = broker_call(list_hosts, load_settings())
+    hosts = cluster_call(client().hosts)
     if as_json:
         print_json({"hosts": hosts})
         return
@@ -35,14 +32,7 @@ def host_list(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> 
 
 
 def _maintenance(host_id: str, action: str, force: bool = False) -> None:
-    from pelotonctl.admin import NotFound, UserError, request_maintenance
-
-    try:
-        broker_call(request_maintenance, load_settings(), host_id, action, "", force)
-    except NotFound as exc:
-        fail(str(exc), EXIT_NOT_FOUND)
-    except UserError as exc:
-        fail(str(exc), EXIT_INVALID)
+    cluster_call(client().maintenance, host_id, action, force)
 
 
 @maintenance_app.command("start")

@@ -10,9 +10,8 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from pelotonctl.cli.common import (EXIT_FAILED, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_TIMEOUT, JSON_HELP, admin_call,
-                                   amount, broker_call, commands, fail, key_values, load_settings, open_store, out,
-                                   print_json, read_text)
+from pelotonctl.cli.common import (EXIT_FAILED, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_TIMEOUT, JSON_HELP, amount, client,
+                                   cluster_call, commands, fail, key_values, load_settings, out, print_json, read_text)
 
 job_app = commands("Jobs: validate, create, status, stop, start, delete, get, query, list.")
 
@@ -48,12 +47,7 @@ def job_create(
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Validate a job file and submit it to POOL; with --wait, follow it to the end."""
-    from pelotonctl.admin import UserError, submit_job
-
-    try:
-        job_id = broker_call(submit_job, load_settings(), open_store(), pool, read_text(config))
-    except UserError as exc:
-        fail(f"{config}: {exc}", EXIT_INVALID)
+    job_id = cluster_call(client().submit_job, pool, read_text(config), invalid=f"{config}: ")
     if not wait:
         print_json({"job_id": job_id}) if as_json else out.print(job_id)
         return
@@ -67,7 +61,9 @@ def _follow(job_id: str, timeout: float, as_json: bool) -> None:
     from peloton.model.states import JOB_TERMINAL
     from pelotonctl.watch import wait_for_jobs
 
-    results = wait_for_jobs(open_store(), [job_id], timeout, None if as_json else out)
+    cluster = client()
+    results = wait_for_jobs(lambda j: cluster_call(cluster.job_summary, j, why=False), [job_id], timeout,
+                            None if as_json else out)
     state = results[job_id]["state"]
     if as_json:
         print_json(results[job_id])
@@ -87,10 +83,7 @@ def job_status(
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """A job's state, its tasks' states, and why it waits; with --wait, follow it to the end."""
-    from pelotonctl.watch import job_summary
-
-    store = open_store()
-    summary = job_summary(store, job_id, load_settings())
+    summary = cluster_call(client().job_summary, job_id)
     if summary is None:
         fail(f"no job {job_id}", EXIT_NOT_FOUND)
     if wait:
@@ -119,9 +112,7 @@ def job_status(
 
 
 def _control(kind: str, job_id: str, instances: str | None, batch_size: int = 0, config: str | None = None) -> dict:
-    from pelotonctl.admin import control_job
-
-    return broker_call(admin_call, control_job, kind, job_id, instances, batch_size, config)
+    return cluster_call(client().control_job, kind, job_id, instances, batch_size, config)
 
 
 @job_app.command("stop")
@@ -133,7 +124,7 @@ def job_stop(job_id: str, instances: Optional[str] = typer.Option(None, "--insta
     children, and their resources released; the job ends KILLED when every task has ended."""
     done = _control("STOP", job_id, instances)
     if wait:
-        _wait_tasks(job_id, done["instances"], lambda t: t.state in ("KILLED", "SUCCEEDED", "FAILED", "LOST"),
+        _wait_tasks(job_id, done["instances"], lambda t: t["state"] in ("KILLED", "SUCCEEDED", "FAILED", "LOST"),
                     timeout)
     if as_json:
         print_json(done)
@@ -194,10 +185,10 @@ def job_delete(job_id: str) -> None:
 def _wait_tasks(job_id: str, instances: list[int], done, timeout: float) -> None:
     import time
 
-    store, wanted = open_store(), set(instances)
+    cluster, wanted = client(), set(instances)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if all(done(t) for t in store.tasks_of_job(job_id) if t.instance in wanted):
+        if all(done(t) for t in cluster_call(cluster.tasks, job_id) or () if t["instance"] in wanted):
             return
         time.sleep(0.2)
     fail(f"job {job_id}: tasks still running after {timeout:g}s", EXIT_TIMEOUT)
@@ -208,13 +199,9 @@ def job_get(job_id: str, as_json: bool = typer.Option(False, "--json", help=JSON
     """A job's config (as submitted) and runtime: state, times, task counts."""
     import yaml
 
-    from pelotonctl.shapes import job_info
-
-    store = open_store()
-    job = store.get_job(job_id)
-    if job is None:
+    info = cluster_call(client().job, job_id)
+    if info is None:
         fail(f"no job {job_id}", EXIT_NOT_FOUND)
-    info = job_info(store, job)
     if as_json:
         print_json(info)
     else:
@@ -229,29 +216,13 @@ def job_query(state: list[str] = typer.Option([], "--state", help="A job state; 
               label: list[str] = typer.Option([], "--label", help="KEY=VALUE; repeat for several (all must match)."),
               limit: int = typer.Option(100, "--limit", help="At most this many jobs."), as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Jobs by state, pool, owner, name and labels, the most recent first."""
-    from peloton.model.jobconfig import parse_job_config
-    from peloton.model.jobspec import JobConfigError
     from peloton.model.states import JOB_STATES
 
     states = [s.upper() for s in state]
     unknown = [s for s in states if s not in JOB_STATES]
     if unknown:
         fail(f"--state {unknown[0]}: job states are {', '.join(JOB_STATES)}", EXIT_INVALID)
-    wanted = key_values(label, "--label")
-    store = open_store()
-    # Labels live in the job's config: filter on them after the store's own filters.
-    jobs = store.list_jobs(limit if not wanted else max(limit, 10_000), states=states or None, pool=pool,
-                           owner=owner, name=name)
-    if wanted:
-        def labels_of(text: str) -> dict:
-            try:
-                return dict(parse_job_config(text).labels)
-            except JobConfigError:
-                return {}
-        jobs = [j for j in jobs if wanted.items() <= labels_of(j.config_text).items()][:limit]
-    from pelotonctl.shapes import job_row
-
-    rows = [job_row(j) for j in jobs]
+    rows = cluster_call(client().query_jobs, states or None, pool, owner, name, key_values(label, "--label"), limit)
     if as_json:
         print_json(rows)
         return
@@ -264,9 +235,7 @@ def job_query(state: list[str] = typer.Option([], "--state", help="A job state; 
 @job_app.command("list")
 def job_list(limit: int = typer.Option(20, "--limit", help="At most this many jobs."), as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """The most recent jobs."""
-    jobs = open_store().list_jobs(limit)
-    rows = [{"job_id": j.job_id, "name": j.name, "pool": j.pool, "state": j.state, "instances": j.instance_count,
-             "created_ms": j.created_ms} for j in jobs]
+    rows = cluster_call(client().query_jobs, limit=limit)
     if as_json:
         print_json(rows)
         return

@@ -8,8 +8,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from pelotonctl.cli.common import (EXIT_INVALID, JSON_HELP, admin_call, amount, broker_call, commands, err, fail,
-                                   open_store, out, print_json, read_text)
+from pelotonctl.cli.common import (EXIT_INVALID, JSON_HELP, amount, client, cluster_call, commands, err, fail, out,
+                                   print_json, read_text)
 
 pool_app = commands("Resource pools.")
 
@@ -17,9 +17,7 @@ pool_app = commands("Resource pools.")
 @pool_app.command("create")
 def respool_create(path: str, config: Path, as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Create a resource pool at PATH (e.g. /team/batch) from a Peloton respool YAML."""
-    from pelotonctl.admin import create_pool
-
-    pool = broker_call(admin_call, create_pool, path, read_text(config))  # the ZooKeeper lock may be away
+    pool = cluster_call(client().create_pool, path, read_text(config))
     if as_json:
         print_json(pool)
     else:
@@ -31,9 +29,7 @@ def respool_update(path: str, config: Path, force: bool = typer.Option(
         False, "--force", help="Store it even if it breaks a rule of the tree (Peloton's --force)."),
         as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Replace the config of the resource pool at PATH."""
-    from pelotonctl.admin import update_pool
-
-    pool = broker_call(admin_call, update_pool, path, read_text(config), force)
+    pool = cluster_call(client().update_pool, path, read_text(config), force)
     if as_json:
         print_json(pool)
     else:
@@ -43,9 +39,7 @@ def respool_update(path: str, config: Path, force: bool = typer.Option(
 @pool_app.command("delete")
 def respool_delete(path: str) -> None:
     """Delete a leaf resource pool with no job left to run."""
-    from pelotonctl.admin import delete_pool
-
-    broker_call(admin_call, delete_pool, path)
+    cluster_call(client().delete_pool, path)
     out.print(f"deleted resource pool {path}")
 
 
@@ -55,9 +49,7 @@ KIND_NAMES = ("cpu", "gpu", "memory", "disk")
 @pool_app.command("get")
 def respool_get(path: str, as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """A pool's reservation, limit and share, and its entitlement, allocation and demand now."""
-    from pelotonctl.admin import pool_report
-
-    report = broker_call(admin_call, pool_report, path)
+    report = cluster_call(client().pool_report, path)
     if as_json:
         print_json(report)
         return
@@ -76,9 +68,7 @@ def respool_dump(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) 
     """The pool tree with every pool's config (YAML; --json for JSON)."""
     import yaml
 
-    from peloton.model.pool import pool_tree
-
-    tree = pool_tree(open_store().list_pools())
+    tree = cluster_call(client().pool_tree)
     if as_json:
         print_json(tree)
     else:

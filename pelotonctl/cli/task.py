@@ -9,8 +9,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from pelotonctl.cli.common import EXIT_NOT_FOUND, JSON_HELP, commands, fail, load_settings, open_store, out, print_json
-from pelotonctl.shapes import task_info, task_row
+from pelotonctl.cli.common import EXIT_NOT_FOUND, JSON_HELP, client, cluster_call, commands, fail, load_settings, out, print_json
 
 task_app = commands("Tasks of a job.")
 
@@ -18,10 +17,9 @@ task_app = commands("Tasks of a job.")
 @task_app.command("list")
 def task_list(job_id: str, as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Every task of a job: instance, run, state, host, exit code, reason."""
-    tasks = open_store().tasks_of_job(job_id)
-    if not tasks:
+    rows = cluster_call(client().tasks, job_id)
+    if not rows:
         fail(f"no job {job_id}", EXIT_NOT_FOUND)
-    rows = [task_row(t) for t in tasks]
     if as_json:
         print_json(rows)
         return
@@ -35,10 +33,9 @@ def task_list(job_id: str, as_json: bool = typer.Option(False, "--json", help=JS
 @task_app.command("get")
 def task_get(job_id: str, instance: int, as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """One task: its current run, state, host, exit code, reason and message."""
-    task = next((t for t in open_store().tasks_of_job(job_id) if t.instance == instance), None)
-    if task is None:
+    info = cluster_call(client().task, job_id, instance)
+    if info is None:
         fail(f"no instance {instance} of job {job_id}", EXIT_NOT_FOUND)
-    info = task_info(job_id, task)
     if as_json:
         print_json(info)
     else:
@@ -51,10 +48,9 @@ def task_events(job_id: str, instance: int, as_json: bool = typer.Option(False, 
     """Every state change of every run of one task: time, run, state, host, reason, message, exit code."""
     import datetime
 
-    store = open_store()
-    if store.get_job(job_id) is None:
+    events = cluster_call(client().task_events, job_id, instance)
+    if events is None:
         fail(f"no job {job_id}", EXIT_NOT_FOUND)
-    events = [e for e in store.task_events(job_id) if e["instance"] == instance]
     if as_json:
         print_json(events)
         return
@@ -74,16 +70,16 @@ def task_logs(job_id: str, instance: int, run: Optional[int] = typer.Option(None
     from stages.launch.agents.local import sandbox_path
 
     settings = load_settings()
-    task = next((t for t in open_store().tasks_of_job(job_id) if t.instance == instance), None)
+    task = cluster_call(client().task, job_id, instance)
     if task is None:
         fail(f"no instance {instance} of job {job_id}", EXIT_NOT_FOUND)
-    run_id = run or task.run_id
-    if not 1 <= run_id <= task.run_id:
-        fail(f"instance {instance} of job {job_id} has runs 1-{task.run_id}", EXIT_NOT_FOUND)
+    run_id = run or task["run_id"]
+    if not 1 <= run_id <= task["run_id"]:
+        fail(f"instance {instance} of job {job_id} has runs 1-{task['run_id']}", EXIT_NOT_FOUND)
     task_id = f"{job_id}-{instance}-{run_id}"
     path = sandbox_path(Path(settings.home) / "sandboxes", task_id) / ("stderr" if stderr else "stdout")
     if not path.exists():
-        where = f" (it ran on host {task.host_id})" if task.host_id and run_id == task.run_id else ""
+        where = f" (it ran on host {task['host']})" if task["host"] and run_id == task["run_id"] else ""
         fail(f"no {'stderr' if stderr else 'stdout'} of task {task_id} on this machine{where}: a task that has not "
               "started, or ran on a simulated host or another machine, has none here", EXIT_NOT_FOUND)
     data = path.read_bytes()

@@ -87,7 +87,7 @@ def test_invalid_jobs_and_unknown_pools_answer_at_once(api) -> None:
                    headers=api.tokens["alice"])
     assert bad.status_code == 400 and "invalid job config:" in bad.json()["detail"]
     unknown = api.post("/v1/jobs", json={"pool": "/nowhere", "config": JOB}, headers=api.tokens["alice"])
-    assert unknown.status_code == 404 and unknown.json()["detail"] == "no resource pool /nowhere"
+    assert unknown.status_code == 400 and unknown.json()["detail"].startswith("unknown resource pool '/nowhere'")
     assert api.post("/v1/jobs", json={"pool": "/a"}, headers=api.tokens["alice"]).status_code == 422
 
 

@@ -1,0 +1,79 @@
+"""The cluster reached directly: the store read, commands published to Kafka, by this process."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from peloton.config import Settings
+from pelotonctl import admin
+from pelotonctl.shapes import job_info, job_row, task_info, task_row
+from pelotonctl.watch import job_summary
+
+
+class DirectClient:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+
+    @cached_property
+    def store(self):
+        from peloton.store import open_store
+
+        return open_store(self.settings.store)
+
+    # -- jobs ---------------------------------------------------------------------------------
+    def submit_job(self, pool: str, text: str) -> str:
+        return admin.submit_job(self.settings, self.store, pool, text)
+
+    def control_job(self, kind: str, job_id: str, instances: str | None = None, batch_size: int = 0,
+                    config: str | None = None) -> dict:
+        return admin.control_job(self.settings, self.store, kind, job_id, instances, batch_size, config)
+
+    def job(self, job_id: str) -> dict | None:
+        job = self.store.get_job(job_id)
+        return job_info(self.store, job) if job else None
+
+    def job_summary(self, job_id: str, why: bool = True) -> dict | None:
+        return job_summary(self.store, job_id, self.settings if why else None)
+
+    def query_jobs(self, states: list[str] | None = None, pool: str | None = None, owner: str | None = None,
+                   name: str | None = None, labels: dict[str, str] | None = None, limit: int = 100) -> list[dict]:
+        return [job_row(j) for j in admin.query_jobs(self.store, states, pool, owner, name, labels, limit)]
+
+    # -- tasks --------------------------------------------------------------------------------
+    def tasks(self, job_id: str) -> list[dict] | None:
+        """None: no such job."""
+        tasks = self.store.tasks_of_job(job_id)
+        return [task_row(t) for t in tasks] if tasks else None
+
+    def task(self, job_id: str, instance: int) -> dict | None:
+        task = next((t for t in self.store.tasks_of_job(job_id) if t.instance == instance), None)
+        return task_info(job_id, task) if task else None
+
+    def task_events(self, job_id: str, instance: int) -> list[dict] | None:
+        if self.store.get_job(job_id) is None:
+            return None
+        return [e for e in self.store.task_events(job_id) if e["instance"] == instance]
+
+    # -- pools and hosts ----------------------------------------------------------------------
+    def create_pool(self, path: str, text: str) -> dict:
+        return admin.create_pool(self.settings, self.store, path, text)
+
+    def update_pool(self, path: str, text: str, force: bool = False) -> dict:
+        return admin.update_pool(self.settings, self.store, path, text, force)
+
+    def delete_pool(self, path: str) -> None:
+        admin.delete_pool(self.settings, self.store, path)
+
+    def pool_report(self, path: str) -> dict:
+        return admin.pool_report(self.settings, self.store, path)
+
+    def pool_tree(self) -> dict:
+        from peloton.model.pool import pool_tree
+
+        return pool_tree(self.store.list_pools())
+
+    def hosts(self) -> list[dict]:
+        return admin.list_hosts(self.settings)
+
+    def maintenance(self, host_id: str, action: str, force: bool = False) -> None:
+        admin.request_maintenance(self.settings, host_id, action, "", force)

@@ -1,0 +1,128 @@
+"""The cluster reached through the API, as the user the token names. The API's answers map to the
+errors the direct client raises (400: UserError, 404: NotFound), and two of its own: NotPermitted
+(401, 403) and ApiUnavailable (no answer, or 503)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from pelotonctl.admin import NotFound, UserError
+
+
+class NotPermitted(Exception):
+    """The API refused the caller: no valid token (401), or no permission (403)."""
+
+
+class ApiUnavailable(Exception):
+    """The API does not answer, or answers that what is behind it is away (503)."""
+
+
+class ApiClient:
+    def __init__(self, url: str, token: str, timeout: float = 60.0):
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    def call(self, method: str, path: str, body: dict | None = None, query: dict | None = None,
+             missing_ok: bool = False):
+        """The answer's JSON; None for a 404 when missing_ok."""
+        url = self.url + urllib.parse.quote(path)
+        if query:
+            url += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None}, doseq=True)
+        headers = {"Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(url, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+                return json.loads(answer.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            detail = _detail(exc)
+            if exc.code == 404 and missing_ok:
+                return None
+            if exc.code in (401, 403):
+                raise NotPermitted(f"{detail} (the API at {self.url}, as PELOTON_TOKEN's user)") from None
+            if exc.code == 404:
+                raise NotFound(detail) from None
+            if exc.code in (400, 409, 422):
+                raise UserError(detail) from None
+            raise ApiUnavailable(f"the API at {self.url} answered {exc.code}: {detail}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ApiUnavailable(f"the API at {self.url} does not answer ({reason}): is `pelotonctl api` running, "
+                                 f"or PELOTON_API_URL right?") from None
+
+    # -- jobs ---------------------------------------------------------------------------------
+    def submit_job(self, pool: str, text: str) -> str:
+        return self.call("POST", "/v1/jobs", {"pool": pool, "config": text})["job_id"]
+
+    def control_job(self, kind: str, job_id: str, instances: str | None = None, batch_size: int = 0,
+                    config: str | None = None) -> dict:
+        if kind == "UPDATE":
+            return self.call("PUT", f"/v1/jobs/{job_id}", {"config": config or "", "batch_size": batch_size})
+        if kind == "DELETE":
+            return self.call("DELETE", f"/v1/jobs/{job_id}")
+        return self.call("POST", f"/v1/jobs/{job_id}/{kind.lower()}", {"instances": instances, "batch_size": batch_size})
+
+    def job(self, job_id: str) -> dict | None:
+        return self.call("GET", f"/v1/jobs/{job_id}", missing_ok=True)
+
+    def job_summary(self, job_id: str, why: bool = True) -> dict | None:
+        return self.call("GET", f"/v1/jobs/{job_id}/status", query={"why": str(why).lower()}, missing_ok=True)
+
+    def query_jobs(self, states: list[str] | None = None, pool: str | None = None, owner: str | None = None,
+                   name: str | None = None, labels: dict[str, str] | None = None, limit: int = 100) -> list[dict]:
+        query = {"state": states or None, "pool": pool, "owner": owner, "name": name, "limit": limit,
+                 "label": [f"{k}={v}" for k, v in (labels or {}).items()] or None}
+        return self.call("GET", "/v1/jobs", query=query)["jobs"]
+
+    # -- tasks --------------------------------------------------------------------------------
+    def tasks(self, job_id: str) -> list[dict] | None:
+        answer = self.call("GET", f"/v1/jobs/{job_id}/tasks", missing_ok=True)
+        return answer["tasks"] if answer and answer["tasks"] else None
+
+    def task(self, job_id: str, instance: int) -> dict | None:
+        return self.call("GET", f"/v1/jobs/{job_id}/tasks/{instance}", missing_ok=True)
+
+    def task_events(self, job_id: str, instance: int) -> list[dict] | None:
+        answer = self.call("GET", f"/v1/jobs/{job_id}/tasks/{instance}/events", missing_ok=True)
+        return None if answer is None else answer["events"]
+
+    # -- pools and hosts ----------------------------------------------------------------------
+    def create_pool(self, path: str, text: str) -> dict:
+        return self.call("POST", f"/v1/respools{path}", {"config": text})
+
+    def update_pool(self, path: str, text: str, force: bool = False) -> dict:
+        return self.call("PUT", f"/v1/respools{path}", {"config": text, "force": force})
+
+    def delete_pool(self, path: str) -> None:
+        self.call("DELETE", f"/v1/respools{path}")
+
+    def pool_report(self, path: str) -> dict:
+        return self.call("GET", f"/v1/respools{path}")
+
+    def pool_tree(self) -> dict:
+        return self.call("GET", "/v1/respools")
+
+    def hosts(self) -> list[dict]:
+        return self.call("GET", "/v1/hosts")["hosts"]
+
+    def maintenance(self, host_id: str, action: str, force: bool = False) -> None:
+        self.call("POST", f"/v1/hosts/{host_id}/maintenance/{action.lower()}", {"force": force})
+
+
+def _detail(exc: urllib.error.HTTPError) -> str:
+    try:
+        detail = json.loads(exc.read()).get("detail")
+    except (ValueError, AttributeError, OSError):
+        return exc.reason or f"HTTP {exc.code}"
+    if isinstance(detail, list):  # a request the API's schema refused (422): each problem's place and message
+        return "; ".join(f"{'.'.join(str(p) for p in d.get('loc', []))}: {d.get('msg')}" for d in detail)
+    return str(detail)

@@ -1,0 +1,110 @@
+"""pelotonctl through the API: a real HTTP server (uvicorn, in a thread) before a real SQLite
+store, with no broker (commands are recorded). The same commands, outputs and exit codes as
+directly, plus exit 6 for what the token's user may not do."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+import uvicorn
+from typer.testing import CliRunner
+
+from peloton.auth.tokens import issue
+from peloton.config import Settings
+from peloton.model.jobconfig import parse_job_config
+from peloton.model.pool import parse_pool_config
+from peloton.runtime import RecordingEmitter, StaticView
+from peloton.store import open_store
+from pelotonctl.api.app import make_app
+from pelotonctl.api.audit import Audit
+from pelotonctl.cli import app
+from stages.admit.expand import expand_job
+from tests.unit.test_api import HOST, JOB, RESOURCES
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def served(tmp_path):
+    store = open_store(tmp_path / "peloton.db")
+    store.put_pool("/a", parse_pool_config("name: a\nowningTeam: team-a\n" + RESOURCES, "/a"))
+    store.put_pool("/b", parse_pool_config("name: b\nowningTeam: team-b\n" + RESOURCES, "/b"))
+    job, tasks = expand_job("j1", "/a", parse_job_config(JOB), JOB, 1)
+    store.create_jobs([job], tasks)
+    tokens = {}
+    for user, group in (("alice", "team-a"), ("bob", "team-b")):
+        tokens[user], row = issue(user, [group], False, now_ms=1)
+        store.add_token(row)
+    out = RecordingEmitter("api")
+    settings = Settings(home=tmp_path, store=str(tmp_path / "peloton.db"))
+    api = make_app(settings, store, out, Audit(RecordingEmitter("api"), 1.0), StaticView({"h0": HOST}))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(api, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    (tmp_path / "hello.yaml").write_text(JOB)
+
+    def ctl(user: str | None, *args: str):
+        env = {"PELOTON_HOME": str(tmp_path / "elsewhere"), "PELOTON_API_URL": f"http://127.0.0.1:{port}",
+               "PELOTON_TOKEN": tokens.get(user, "")}
+        return runner.invoke(app, list(args), env=env)
+
+    ctl.out, ctl.file, ctl.port = out, str(tmp_path / "hello.yaml"), port
+    yield ctl
+    server.should_exit = True
+    thread.join(10)
+    store.close()
+
+
+def test_commands_go_through_the_api_as_the_tokens_user(served) -> None:
+    made = served("alice", "job", "create", "/a", served.file)
+    assert made.exit_code == 0, made.output
+    [(_t, key, _s, command)] = served.out.take("job-commands")
+    assert key == made.output.strip() and command["requested_by"] == "alice"
+    got = served("alice", "job", "get", "j1", "--json")
+    assert got.exit_code == 0 and '"pool": "/a"' in got.output
+    listed = served("alice", "task", "list", "j1", "--json")
+    assert listed.exit_code == 0 and listed.output.count('"instance"') == 2
+    assert served("alice", "job", "query", "--json").output.count('"job_id"') == 1
+    assert served("alice", "host", "list", "--json").exit_code == 0
+    stopped = served("alice", "job", "stop", "j1", "--instances", "1")
+    assert stopped.exit_code == 0 and "stopping 1 tasks" in stopped.output
+
+
+def test_what_the_user_may_not_do_exits_6_with_the_reason_and_sends_nothing(served) -> None:
+    refused = served("alice", "job", "create", "/b", served.file)
+    assert refused.exit_code == 6
+    assert "not permitted: job.create on /b refused: alice is in none of team-b" in refused.output
+    stop = served("bob", "job", "stop", "j1")
+    assert stop.exit_code == 6 and "bob is in none of team-a" in stop.output
+    assert served("bob", "job", "get", "j1").exit_code == 6
+    pool = served("alice", "respool", "delete", "/a")
+    assert pool.exit_code == 6 and "pool.delete on /a refused" in pool.output
+    nobody = served(None, "job", "list")
+    assert nobody.exit_code == 6 and "no token" in nobody.output
+    assert served.out.take("job-commands") == []
+
+
+def test_invalid_input_and_unknown_things_keep_their_exit_codes(served) -> None:
+    bad = served("alice", "job", "create", "/nowhere", served.file)
+    assert bad.exit_code == 2 and f"{served.file}: unknown resource pool '/nowhere'" in bad.output
+    assert served("alice", "job", "status", "nope").exit_code == 3
+    assert served("alice", "task", "get", "j1", "7").exit_code == 3
+
+
+def test_an_api_that_does_not_answer_exits_5(tmp_path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = runner.invoke(app, ["job", "list"], env={"PELOTON_HOME": str(tmp_path),
+                                                      "PELOTON_API_URL": f"http://127.0.0.1:{port}",
+                                                      "PELOTON_TOKEN": "x"})
+    assert result.exit_code == 5 and f"the API at http://127.0.0.1:{port} does not answer" in result.output
