@@ -16,8 +16,9 @@ import uuid
 from typing import Annotated
 
 from confluent_kafka import KafkaException
-from fastapi import FastAPI, Query, Security
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi import FastAPI, Header, Query, Request, Security
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
@@ -31,6 +32,7 @@ from peloton.store.base import StorageGateway
 from pelotonctl import admin
 from pelotonctl.api.audit import Audit
 from pelotonctl.api.identity import Unauthenticated, principal_of
+from pelotonctl.api import stream
 from pelotonctl.shapes import job_info, job_row, task_info, task_row
 from pelotonctl.watch import job_summary
 
@@ -290,6 +292,60 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
         readable_job(job_id, creds)
         return {"events": [e for e in store.task_events(job_id) if e["instance"] == instance]}
 
+    # -- task events as they happen ---------------------------------------------------------
+    def event_stream(request: Request, lines) -> StreamingResponse:
+        """Lines of a task_events generator as SSE, read in a worker thread, until the client goes."""
+        async def sse():
+            try:
+                while True:
+                    chunk = await run_in_threadpool(next, lines, None)
+                    if chunk is None:
+                        return
+                    if chunk:
+                        yield chunk
+                    elif await request.is_disconnected():
+                        return
+            finally:
+                with contextlib.suppress(ValueError):  # still running in its thread: it ends on its own
+                    lines.close()
+        return StreamingResponse(sse(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @app.get("/v1/jobs/{job_id}/events", tags=["tasks"],
+             summary="The job's task events as Server-Sent Events, from its creation on; resumable with Last-Event-ID")
+    def job_events(job_id: str, request: Request, creds: Creds,
+                   follow: Annotated[bool, Query(description="Go on as events come (false: stop at the end)")] = True,
+                   last_event_id: Annotated[str | None, Header()] = None) -> StreamingResponse:
+        job = readable_job(job_id, creds)
+        lines = stream.task_events(settings, lambda j: j == job_id, job_id=job_id,
+                                   since_ms=job.created_ms - 60_000, resume=stream.Position.parse(last_event_id),
+                                   follow=follow)
+        return event_stream(request, lines)
+
+    @app.get("/v1/events", tags=["tasks"],
+             summary="Task events of every job in a pool (and the pools below it) that the caller may read, "
+                     "as Server-Sent Events, from now (or since_ms) on; resumable with Last-Event-ID")
+    def pool_events(pool: str, request: Request, creds: Creds, since_ms: int | None = None,
+                    follow: bool = True, last_event_id: Annotated[str | None, Header()] = None) -> StreamingResponse:
+        who = door.who(creds, "job.read", pool)
+        pools = store.list_pools()
+        if pool not in pools:
+            raise Refused(404, f"no resource pool {pool}")
+        door.allow(who, "job.read", pool, pool)
+        pool_of: dict[str, str | None] = {}
+
+        def wanted(job_id: str) -> bool:  # the job's pool, looked up once per job
+            if job_id not in pool_of:
+                job = store.get_job(job_id)
+                p = job.pool if job else None
+                readable = p is not None and decide(who, "job.read", p, pools, door.admin_groups).allowed
+                pool_of[job_id] = p if readable else None
+            p = pool_of[job_id]
+            return p is not None and (p == pool or p.startswith(pool.rstrip("/") + "/"))
+        lines = stream.task_events(settings, wanted, since_ms=since_ms, resume=stream.Position.parse(last_event_id),
+                                   follow=follow)
+        return event_stream(request, lines)
+
     # -- resource pools -----------------------------------------------------------------------
     @app.get("/v1/respools", tags=["respools"], summary="The pool tree, every pool's config")
     def list_pools(creds: Creds) -> dict:
@@ -332,10 +388,10 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
     @app.post("/v1/hosts/{host_id}/maintenance/{action}", tags=["hosts"],
               summary="Drain a host (start) or bring it back (complete) (admins)")
     def maintenance(host_id: str, action: str, creds: Creds, body: Maintenance = Maintenance()) -> dict:
-        if action not in ("start", "complete"):
-            raise Refused(404, f"no maintenance action {action!r}: start or complete")
         who = door.who(creds, "host.maintenance", host_id)
         door.allow(who, "host.maintenance", host_id)
+        if action not in ("start", "complete"):
+            raise Refused(404, f"no maintenance action {action!r}: start or complete")
         admin.request_maintenance(settings, host_id, action.upper(), who=who.user, force=body.force)
         return {"host_id": host_id, "maintenance": action}
 

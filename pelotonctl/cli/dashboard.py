@@ -14,14 +14,17 @@ def dashboard(
 ) -> None:
     """A web page of the cluster: per-stage lag and throughput over time, pools' entitlement against
     allocation and demand, jobs and their tasks by state, hosts, and why pending tasks wait.
-    It reads what the other commands read (the broker and the store). Ctrl-C stops it."""
+    It reads what the other commands read (the broker and the store). It asks for one of the API's
+    tokens (`pelotonctl auth issue`) and shows each user the jobs of the pools they may read.
+    Ctrl-C stops it."""
     from pelotonctl.dashboard.server import serve
 
     try:
         running = serve(load_settings(), open_store(), port=port, host=host, sample_every_s=every)
     except OSError as exc:
         fail(f"cannot serve on {host}:{port}: {exc.strerror or exc}", EXIT_UNAVAILABLE)
-    out.print(f"dashboard at {running.url} (Ctrl-C stops it)", highlight=False)
+    out.print(f"dashboard at {running.url}: sign in with a token from `pelotonctl auth issue` (Ctrl-C stops it)",
+              highlight=False)
     try:
         running.wait()
     except KeyboardInterrupt:

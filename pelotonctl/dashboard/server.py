@@ -5,8 +5,10 @@ held messages and throughput over time; the web server answers from the last sam
 a page (or many) polling every two seconds costs the broker and the store nothing more.
 
 Routes: `/` the page (static/), `/api/state` the last sample with the history as one JSON
-document, `/healthz` whether the sampler lives. The standard library's ThreadingHTTPServer, no
-framework: the page is plain JS with no build step and loads nothing from the network.
+document, `/healthz` whether the sampler lives, `/login` and `/logout`. With a Gate (as
+`pelotonctl dashboard` serves it) everything but /healthz and /login needs one of the API's
+tokens, and each user sees only the jobs of the pools they may read (gate.py). The standard
+library's ThreadingHTTPServer, no framework: the page is plain JS with no build step and loads nothing from the network.
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Self
+from urllib.parse import parse_qs
 
 from peloton.config import Settings
 from peloton.store import QueryStore
+from pelotonctl.dashboard.gate import Gate, session_cookie
 from pelotonctl.dashboard.sources import Sources, SourceUnavailable
 from pelotonctl.lag import STAGES  # in pipeline order: the page shows all four
 
@@ -123,9 +127,17 @@ class Dashboard:
         with self._lock:
             self._state = encoded
 
-    def state_json(self) -> bytes:
+    def state_json(self, keep_pool=None) -> bytes:
+        """The last sample; with keep_pool(pool) -> bool, without the jobs of the other pools."""
         with self._lock:
-            return self._state
+            state = self._state
+        if keep_pool is None:
+            return state
+        decoded = json.loads(state)
+        for section in ("jobs", "pending"):
+            if decoded.get(section):
+                decoded[section] = [j for j in decoded[section] if keep_pool(j["pool"])]
+        return json.dumps(decoded, separators=(",", ":")).encode()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -156,7 +168,7 @@ STATIC = {"/": ("index.html", "text/html; charset=utf-8"),
 
 # The page loads nothing but its own files and talks to nothing but this server.
 SECURITY_HEADERS = {"Content-Security-Policy": "default-src 'self'; img-src 'self' data:; base-uri 'none'; "
-                                               "form-action 'none'; frame-ancestors 'none'",
+                                               "form-action 'self'; frame-ancestors 'none'",
                     "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
 
 
@@ -167,6 +179,7 @@ def static_file(name: str) -> bytes:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True  # a browser's open keep-alive connection must not hold up shutdown
     dashboard: Dashboard
+    gate: Gate | None = None
 
     def handle_error(self, request, client_address) -> None:
         # A browser that closed its tab in the middle of an answer is not worth a traceback.
@@ -184,8 +197,23 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # the standard library's name for it
         path = self.path.split("?", 1)[0]
+        gate = self.server.gate
+        if path == "/login" and gate is not None:
+            self._send(HTTPStatus.OK, "text/html; charset=utf-8", static_file("login.html"))
+            return
+        if path == "/logout" and gate is not None:
+            self._redirect("login", session_cookie("", max_age=0))
+            return
+        who = gate.principal(self.headers) if gate is not None and path != "/healthz" else None
+        if gate is not None and path != "/healthz" and who is None:
+            if path == "/api/state":
+                self._send(HTTPStatus.UNAUTHORIZED, "application/json", b'{"detail": "sign in: no valid token"}')
+            else:
+                self._redirect("login")
+            return
         if path == "/api/state":
-            self._send(HTTPStatus.OK, "application/json", self.server.dashboard.state_json())
+            self._send(HTTPStatus.OK, "application/json",
+                       self.server.dashboard.state_json(gate.readable(who) if who is not None else None))
         elif path == "/healthz":
             ok = self.server.dashboard.alive()
             self._send(HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE, "text/plain; charset=utf-8",
@@ -195,6 +223,28 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.OK, kind, static_file(name))
         else:
             self._send(HTTPStatus.NOT_FOUND, "text/plain; charset=utf-8", b"not found\n")
+
+    def do_POST(self) -> None:  # the standard library's name for it
+        gate = self.server.gate
+        if self.path.split("?", 1)[0] != "/login" or gate is None:
+            self._send(HTTPStatus.NOT_FOUND, "text/plain; charset=utf-8", b"not found\n")
+            return
+        size = min(int(self.headers.get("Content-Length") or 0), 4096)
+        token = (parse_qs(self.rfile.read(size).decode("utf-8", "replace")).get("token") or [""])[0].strip()
+        if gate.check(token) is None:
+            page = static_file("login.html").replace(b"<!--REFUSED-->", b"That token is not valid (unknown, "
+                                                     b"revoked, or mistyped).")
+            self._send(HTTPStatus.UNAUTHORIZED, "text/html; charset=utf-8", page)
+            return
+        self._redirect("./", session_cookie(token))
+
+    def _redirect(self, to: str, cookie: str | None = None) -> None:
+        self.send_response(HTTPStatus.SEE_OTHER)
+        self.send_header("Location", to)
+        if cookie is not None:
+            self.send_header("Set-Cookie", cookie)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
 
     def _send(self, status: HTTPStatus, kind: str, body: bytes) -> None:
         self.send_response(status)
@@ -249,11 +299,13 @@ class Running:
         self.close()
 
 
-def start(dashboard: Dashboard, port: int = 8080, host: str = "127.0.0.1") -> Running:
-    """Serve `dashboard` on host:port (port 0: any free port) and start its sampler."""
+def start(dashboard: Dashboard, port: int = 8080, host: str = "127.0.0.1", gate: Gate | None = None) -> Running:
+    """Serve `dashboard` on host:port (port 0: any free port) and start its sampler; behind `gate`'s
+    tokens when one is given."""
     # Bound first: a port in use fails before the sampler starts.
     httpd = (_Server6 if ":" in host else _Server)((host, port), _Handler)
     httpd.dashboard = dashboard
+    httpd.gate = gate
     dashboard.start()
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.2},
                               name="dashboard-http", daemon=True)
@@ -265,4 +317,5 @@ def serve(settings: Settings, store: QueryStore, port: int = 8080, host: str = "
           sample_every_s: float = 2.0, history: int = 300) -> Running:
     """The dashboard of the cluster `settings` name, served on host:port (see `start`).
     `history` samples are kept: 300 at every 2 s shows the last ten minutes."""
-    return start(Dashboard(Sources(settings, store), sample_every_s, history), port, host)
+    admins = frozenset(g.strip() for g in settings.admin_groups.split(",") if g.strip())
+    return start(Dashboard(Sources(settings, store), sample_every_s, history), port, host, Gate(store, store, admins))

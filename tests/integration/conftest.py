@@ -21,7 +21,6 @@ from pelotonctl.admin import create_pool, ensure_topics, submit_job
 from pelotonctl.dev.kafka import KafkaCluster
 from pelotonctl.dev.stack import (
     agent_hosts,
-    free_port,
     ready_line,
     sim_agent_hosts,
     start_agent,

@@ -40,15 +40,20 @@ def call(url: str, method: str = "GET", token: str | None = None, body: dict | N
         return exc.code, json.loads(exc.read())
 
 
+def serve_api(p) -> str:
+    """Start an API process beside the pipeline's stages; its address."""
+    port = free_port()
+    p.procs["api-0"] = start_api(p.settings, p.log("api-0"), port)
+    wait_for_port("127.0.0.1", port, 60)
+    return f"http://127.0.0.1:{port}"
+
+
 def test_teams_act_in_their_own_pools_only_and_every_decision_is_audited(pipeline_factory) -> None:
     p = pipeline_factory()
     create_pool(p.settings, p.store, "/a", "name: a\nowningTeam: team-a\n" + RESOURCES)
     create_pool(p.settings, p.store, "/b", "name: b\nowningTeam: team-b\n" + RESOURCES)
     p.start_all()
-    port = free_port()
-    p.procs["api-0"] = start_api(p.settings, p.log("api-0"), port)
-    wait_for_port("127.0.0.1", port, 60)
-    api = f"http://127.0.0.1:{port}"
+    api = serve_api(p)
     tokens = {}
     for user, group in (("alice", "team-a"), ("bob", "team-b")):
         issued = p.ctl("auth", "issue", "--user", user, "--group", group)
@@ -73,3 +78,46 @@ def test_teams_act_in_their_own_pools_only_and_every_decision_is_audited(pipelin
     assert decisions[:4] == [("", "job.read", "", False), ("alice", "job.create", "/a", True),
                              ("alice", "job.create", "/b", False), ("bob", "job.stop", "/a", False)], decisions
     assert all(e["reason"] for e in audit)
+
+
+def events(url: str, token: str, last_event_id: str | None = None) -> list[tuple[str, dict]]:
+    """(id, event) of a stream read to its end (follow=false)."""
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}",
+                                                   **({"Last-Event-ID": last_event_id} if last_event_id else {})})
+    found, event_id = [], None
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        assert answer.headers["Content-Type"].startswith("text/event-stream")
+        for raw in answer:
+            line = raw.decode().rstrip("\n")
+            if line.startswith("id: "):
+                event_id = line[4:]
+            elif line.startswith("data: "):
+                found.append((event_id, json.loads(line[6:])))
+    return found
+
+
+def test_a_jobs_task_events_stream_from_its_creation_and_resume_where_the_client_left(pipeline_factory) -> None:
+    p = pipeline_factory()
+    create_pool(p.settings, p.store, "/a", "name: a\nowningTeam: team-a\n" + RESOURCES)
+    p.start_all()
+    api = serve_api(p)
+    alice = p.ctl("auth", "issue", "--user", "alice", "--group", "team-a").stdout.strip()
+    bob = p.ctl("auth", "issue", "--user", "bob", "--group", "team-b").stdout.strip()
+    status, made = call(f"{api}/v1/jobs?wait=true", "POST", alice, {"pool": "/a", "config": JOB})
+    assert status == 201, made
+    job_id = made["job_id"]
+    assert p.wait_job(job_id) == "SUCCEEDED"
+
+    seen = events(f"{api}/v1/jobs/{job_id}/events?follow=false", alice)
+    runs = {(e["instance"], e["state"]) for _id, e in seen}
+    assert {(0, "RUNNING"), (0, "SUCCEEDED"), (1, "RUNNING"), (1, "SUCCEEDED")} <= runs, seen
+    assert {(0, "READY"), (1, "LAUNCHING")} <= runs  # the steps before launch too
+    assert all(e["job_id"] == job_id for _id, e in seen)
+    # From the middle: exactly what came after that event, nothing twice.
+    middle = len(seen) // 2
+    assert events(f"{api}/v1/jobs/{job_id}/events?follow=false", alice, seen[middle - 1][0]) == seen[middle:]
+    assert events(f"{api}/v1/jobs/{job_id}/events?follow=false", alice, seen[-1][0]) == []
+    assert call(f"{api}/v1/jobs/{job_id}/events", token=bob)[0] == 403
+    # A pool's stream: from a time on, every job of the pool.
+    pool = events(f"{api}/v1/events?pool=/a&follow=false&since_ms=0", alice)
+    assert [e for _id, e in pool] == [e for _id, e in seen]

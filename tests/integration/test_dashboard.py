@@ -16,6 +16,8 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
+from peloton.auth.tokens import issue
+from pelotonctl.dashboard.gate import Gate
 from pelotonctl.dashboard.server import Dashboard, start
 from pelotonctl.dashboard.sources import Sources
 
@@ -95,9 +97,18 @@ def test_the_dashboard_shows_stages_pools_jobs_hosts_and_why_tasks_wait(pipeline
     p = pipeline_factory(hosts="sim:2:cpu=8,mem_mb=16384,disk_mb=100000", sim_task_seconds=0.1,
                          placement_attempts=2, placement_backoff_s=0.2)
     p.start_all()
-    with start(Dashboard(Sources(p.settings, p.store), sample_every_s=1.0), port=0) as running:
-        browser.get(running.url)
-        assert browser.title == "Peloton dashboard"
+    token, row = issue("ops", ["ops"], True, now_ms=1)
+    p.store.add_token(row)
+    with start(Dashboard(Sources(p.settings, p.store), sample_every_s=1.0), port=0,
+               gate=Gate(p.store, p.store)) as running:
+        browser.get(running.url)  # signed out: the sign-in form
+        assert browser.title == "Peloton dashboard: sign in"
+        browser.find_element(By.ID, "token").send_keys("plt_000000000000_" + "x" * 43)
+        browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        assert "not valid" in seen(browser, "#refused", lambda t: bool(t))
+        browser.find_element(By.ID, "token").send_keys(token)
+        browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        WebDriverWait(browser, 10).until(lambda d: d.title == "Peloton dashboard")
         # Submitted while the page watches, so its charts show the job going through.
         done = p.submit(HELLO)
         pinned = p.submit(PINNED)

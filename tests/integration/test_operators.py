@@ -11,7 +11,6 @@ import urllib.request
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
 
 from pelotonctl.admin import create_pool, emitter
 from pelotonctl.dev.stack import free_port

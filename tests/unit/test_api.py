@@ -129,3 +129,12 @@ def test_pools_hosts_and_tokens_change_only_by_administrators(api) -> None:
     assert api.delete(f"/v1/tokens/{issued['token_id']}", headers=api.tokens["root"]).status_code == 200
     gone = api.get("/v1/jobs", headers=carol)
     assert gone.status_code == 401 and "revoked" in gone.json()["detail"]
+
+
+def test_a_stream_position_names_every_partition_and_what_it_passed() -> None:
+    from pelotonctl.api.stream import Position
+
+    at = Position.parse("0:41.2;3:7.-1")
+    assert str(at) == "0:41.2;3:7.-1"
+    assert at.passed(0, 41, 2) and at.passed(0, 40, 9) and not at.passed(0, 41, 3) and not at.passed(1, 0, -1)
+    assert Position.parse("garbage") is None and Position.parse(None) is None

@@ -315,3 +315,64 @@ def test_routes_serve_the_page_the_state_and_health_on_a_free_port() -> None:
     assert not running.thread.is_alive() and not running.dashboard.alive() and sources.closed
     with pytest.raises(OSError):
         urllib.request.urlopen(running.url, timeout=1)
+
+
+def test_the_dashboard_wants_a_token_and_shows_each_user_only_their_pools_jobs(tmp_path) -> None:
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    from peloton.auth.tokens import issue
+    from peloton.model.pool import parse_pool_config
+    from peloton.store import open_store
+    from pelotonctl.dashboard.gate import Gate
+    from pelotonctl.dashboard.server import Dashboard, start
+
+    store = open_store(tmp_path / "peloton.db")
+    resources = "resources:\n- {kind: cpu, reservation: 1, limit: 1, share: 1}\n"
+    store.put_pool("/a", parse_pool_config("name: a\nowningTeam: team-a\n" + resources, "/a"))
+    store.put_pool("/b", parse_pool_config("name: b\nowningTeam: team-b\n" + resources, "/b"))
+    alice, row = issue("alice", ["team-a"], False, now_ms=1)
+    store.add_token(row)
+
+    class Two(FakeSources):
+        def jobs(self):
+            return [{"job_id": "ja", "pool": "/a"}, {"job_id": "jb", "pool": "/b"}]
+
+    class NoRedirects(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None
+    opener = urllib.request.build_opener(NoRedirects)
+
+    def get(url: str, **headers):
+        try:
+            with opener.open(urllib.request.Request(url, headers=headers), timeout=10) as answer:
+                return answer.status, answer.headers, answer.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.headers, exc.read()
+
+    dashboard = Dashboard(Two(), sample_every_s=60)
+    dashboard.sample()
+    with start(dashboard, port=0, gate=Gate(store, store)) as running:
+        assert get(running.url + "api/state")[0] == 401
+        status, headers, _ = get(running.url)
+        assert status == 303 and headers["Location"] == "login"
+        assert get(running.url + "healthz")[0] == 200
+        form = urllib.parse.urlencode({"token": "plt_000000000000_" + "x" * 43}).encode()
+        try:
+            opener.open(urllib.request.Request(running.url + "login", data=form), timeout=10)
+            raise AssertionError("a wrong token signed in")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 401 and b"not valid" in exc.read()
+        try:
+            opener.open(urllib.request.Request(running.url + "login",
+                                               data=urllib.parse.urlencode({"token": alice}).encode()), timeout=10)
+            raise AssertionError("no redirect after signing in")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 303 and "HttpOnly" in exc.headers["Set-Cookie"]
+            cookie = exc.headers["Set-Cookie"].split(";")[0]
+        status, _, body = get(running.url + "api/state", Cookie=cookie)
+        assert status == 200 and [j["job_id"] for j in json.loads(body)["jobs"]] == ["ja"]
+        status, _, body = get(running.url + "api/state", Authorization=f"Bearer {alice}")
+        assert status == 200 and [j["job_id"] for j in json.loads(body)["jobs"]] == ["ja"]
+    store.close()

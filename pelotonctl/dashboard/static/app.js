@@ -370,6 +370,7 @@ function render(state) {
 async function poll() {
   try {
     const response = await fetch("api/state", { cache: "no-store" });
+    if (response.status === 401) { window.location.assign("login"); return; }  // signed out, or revoked
     if (!response.ok) throw new Error(`HTTP ${response.status}`);
     last = await response.json();
     lastOk = Date.now();
