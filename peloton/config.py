@@ -29,6 +29,11 @@ def home_dir() -> Path:
 @dataclass(frozen=True)
 class Settings:
     bootstrap: str = "127.0.0.1:9092"
+    # Who this process is to Kafka (SASL SCRAM-SHA-512 over TLS, checked against kafka_ca, a PEM
+    # file; empty: the system's CAs). No user: plaintext, no name (a broker without security).
+    kafka_user: str = ""
+    kafka_password: str = ""
+    kafka_ca: str = ""
     topic_prefix: str = ""
     # The store: `postgresql://user@host:port/db` (several machines), or `sqlite:///path` or a
     # plain path (the embedded default, one machine).
@@ -103,6 +108,20 @@ class Settings:
     # Where the API is, and the bearer token to send it (a running dev stack's by default).
     api_url: str = ""
     token: str = ""
+    # Identities from an OIDC issuer besides our own tokens (peloton.auth.oidc): the issuer every
+    # JWT must name, the audience (this cluster's client id there), and the claims that carry the
+    # user and the groups. The keys' address is discovered from the issuer unless given.
+    # Job commands carry their sender's signature (peloton.auth.signing): required, admit refuses
+    # an unsigned or badly signed command, and one whose signer may not act on its pool.
+    # command_token: the token this process signs its commands with (the API's service token,
+    # a team's producer).
+    signed_commands: bool = False
+    command_token: str = ""
+    oidc_issuer: str = ""
+    oidc_audience: str = ""
+    oidc_jwks_url: str = ""
+    oidc_user_claim: str = "preferred_username"
+    oidc_groups_claim: str = "groups"
     # Prometheus metrics of each stage instance and agent: served on this port (0: any free port,
     # announced in the registry and the log; below 0: not served) and address (0.0.0.0 for all).
     metrics_port: int = 0
@@ -239,10 +258,12 @@ def _bool(raw: str) -> bool:
 
 
 def _dev_stack(home: Path) -> dict:
-    """What a running dev stack records (broker, store, ZooKeeper, the API and its admin token), so
-    the CLI finds it without flags."""
+    """What a running dev stack records (broker and its admin user, store, ZooKeeper, the API and
+    its admin token), so the CLI finds it without flags."""
     try:
         state = json.loads((home / "dev" / "stack.json").read_text())
     except (OSError, ValueError):
         return {}
-    return {k: state[k] for k in ("bootstrap", "store", "zookeeper", "api_url", "token") if state.get(k)}
+    keys = ("bootstrap", "store", "zookeeper", "api_url", "token", "kafka_user", "kafka_password", "kafka_ca",
+            "signed_commands", "command_token")
+    return {k: state[k] for k in keys if state.get(k)}

@@ -23,6 +23,8 @@ class TopicSpec:
     cleanup_policy: str
     value_schemas: tuple[str, ...]
     read_by: tuple[str, ...] = ()  # the stages (consumer groups) and other readers of the topic
+    written_by: tuple[str, ...] = ()  # who produces to it (the Kafka ACLs follow this and read_by)
+    read_back_by: tuple[str, ...] = ()  # who reads back what it wrote there, outside its group
     config: tuple[tuple[str, str], ...] = ()  # Kafka topic settings (retention, segments, compaction)
 
     def kafka_config(self) -> dict[str, str]:
@@ -44,6 +46,8 @@ class Catalogue:
                 cleanup_policy=t["cleanup_policy"],
                 value_schemas=tuple(t["value_schemas"]),
                 read_by=tuple(t.get("read_by", ())),
+                written_by=tuple(t.get("written_by", ())),
+                read_back_by=tuple(t.get("read_back_by", ())),
                 config=tuple((str(k), str(v)) for k, v in (t.get("config") or {}).items()),
             )
         self.by_name = {t.name: t for t in self.by_id.values()}

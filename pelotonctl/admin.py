@@ -10,6 +10,8 @@ from contextlib import contextmanager
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
+from peloton.auth.signing import HEADER as SIGNATURE
+from peloton.auth.signing import signature
 from peloton.config import Settings
 from peloton.model.jobconfig import parse_job_config
 from peloton.model.jobspec import JobSpec
@@ -24,6 +26,7 @@ from peloton.model.pool import (
 from peloton.model.resources import Resources
 from peloton.runtime import (
     QUIET,
+    kafka_access,
     BrokerUnavailable,
     CompactedView,
     DeliveryError,
@@ -56,7 +59,7 @@ class NotFound(UserError):
 
 
 def admin_client(settings: Settings) -> AdminClient:
-    return AdminClient({"bootstrap.servers": settings.bootstrap, "socket.timeout.ms": 10000, **QUIET})
+    return AdminClient({**kafka_access(settings), "socket.timeout.ms": 10000, **QUIET})
 
 
 def ensure_topics(settings: Settings) -> list[dict]:
@@ -67,7 +70,12 @@ def emitter(settings: Settings, who: str = "pelotonctl") -> Emitter:
     # A command line waits for the broker a bounded time, and what it reports must be what
     # happened: messages not delivered by then are given up (purged), not sent later.
     config = {**producer_config(settings), **QUIET, "message.timeout.ms": int(settings.flush_timeout_s * 1000)}
-    return Emitter(Producer(config), Catalogue(settings.topic_prefix), registry(), who, settings.max_message_bytes)
+    catalogue = Catalogue(settings.topic_prefix)
+    out = Emitter(Producer(config), catalogue, registry(), who, settings.max_message_bytes)
+    if settings.command_token:  # job commands go signed (peloton.auth.signing)
+        commands, token = catalogue["job-commands"].name, settings.command_token
+        out.headers_for = lambda topic, value: [(SIGNATURE, signature(token, value))] if topic == commands else None
+    return out
 
 
 def _deliver(out: Emitter, settings: Settings) -> None:

@@ -15,7 +15,7 @@ import uuid
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from peloton.config import Settings
-from peloton.runtime import QUIET, producer_config
+from peloton.runtime import QUIET, kafka_access, producer_config
 from peloton.serde import DecodeError, registry
 from peloton.topics import Catalogue
 from pelotonctl.admin import NotFound, UserError, validate_job
@@ -29,7 +29,7 @@ def read_letters(settings: Settings, timeout: float = 5.0) -> list[dict]:
     spec = catalogue[TOPIC]
     serde = registry()
     reader = Consumer({
-        "bootstrap.servers": settings.bootstrap,
+        **kafka_access(settings),
         "group.id": f"{catalogue.prefix}peloton.dead-letter-reader.{uuid.uuid4().hex[:8]}",
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",

@@ -38,7 +38,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from peloton.config import Settings
-from peloton.runtime import QUIET, RECOVERY
+from peloton.runtime import QUIET, RECOVERY, kafka_access
 from peloton.runtime.readback import offsets_at
 from peloton.topics import Catalogue
 
@@ -101,7 +101,7 @@ class LagMonitor:
         self.catalogue = Catalogue(settings.topic_prefix)
         self.stages = stages
         self.timeout_s = timeout_s
-        self.admin = AdminClient({"bootstrap.servers": settings.bootstrap, **RECOVERY, **QUIET})
+        self.admin = AdminClient({**kafka_access(settings), **RECOVERY, **QUIET})
         self._windows: dict[tuple[str, str, int], deque[Sample]] = {}
         self._window = window
         self._queued = None  # the entitlements view, opened on first use
@@ -144,7 +144,7 @@ class LagMonitor:
         if not starts:
             return {}
         reader = Consumer({
-            "bootstrap.servers": self.settings.bootstrap,
+            **kafka_access(self.settings),
             "group.id": f"{self.catalogue.prefix}peloton.lag-reader.{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",

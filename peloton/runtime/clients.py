@@ -21,11 +21,24 @@ RECOVERY = {
 }
 
 
+def kafka_access(settings: Settings) -> dict:
+    """Where the brokers are and who this client is: every client the project makes starts from
+    this. With a user, SASL SCRAM-SHA-512 over TLS (the broker's certificate checked against
+    kafka_ca, its address against the certificate)."""
+    config = {"bootstrap.servers": settings.bootstrap}
+    if settings.kafka_user:
+        config.update({"security.protocol": "SASL_SSL", "sasl.mechanisms": "SCRAM-SHA-512",
+                       "sasl.username": settings.kafka_user, "sasl.password": settings.kafka_password})
+        if settings.kafka_ca:
+            config["ssl.ca.location"] = settings.kafka_ca
+    return config
+
+
 def producer_config(settings: Settings, transactional_id: str | None = None) -> dict:
     """A producer's settings. With a transactional id: the producer of a stage instance, whose
     output and consumed offsets commit together (peloton.runtime.transaction)."""
     config = {
-        "bootstrap.servers": settings.bootstrap,
+        **kafka_access(settings),
         # Every in-sync replica has a message before it counts as sent (min.insync.replicas of the
         # topic decides how many must be in sync), and retries never write it twice.
         "acks": "all",

@@ -60,6 +60,9 @@ class Emitter:
         self._kept: list[tuple[str, bytes | None, bytes, int] | _Bundle] = []  # (topic name, key, value, partition)
         self._open: dict[tuple[str, int], _Bundle] = {}  # (topic name, partition) -> its last kept bundle
         self._errors: list[str] = []
+        # (topic name, value) -> the message's headers or None: a job command's signature (see
+        # peloton.auth.signing), for emitters outside a stage (the API's, a CLI's).
+        self.headers_for = None
 
     def _on_delivery(self, err, msg) -> None:
         if err is not None:
@@ -127,6 +130,7 @@ class Emitter:
             while True:
                 try:
                     self.producer.produce(topic, value=value, key=key, partition=partition,
+                                          headers=self.headers_for(topic, value) if self.headers_for else None,
                                           on_delivery=self._on_delivery)
                     break
                 except BufferError:  # local queue full: let librdkafka drain, then retry

@@ -16,7 +16,7 @@ from confluent_kafka.admin import OffsetSpec
 
 from peloton import metrics
 from peloton.config import Settings
-from peloton.runtime.clients import FETCH_WAIT_MS, RECOVERY, debug_config, producer_config
+from peloton.runtime.clients import FETCH_WAIT_MS, RECOVERY, debug_config, kafka_access, producer_config
 from peloton.runtime.emitter import Emitter
 from peloton.runtime.errors import is_transient
 from peloton.runtime.record import Record, WrongSchema, decode_message
@@ -38,7 +38,7 @@ class StageRuntime:
         self._running = True
         self.consumer = Consumer(
             {
-                "bootstrap.servers": settings.bootstrap,
+                **kafka_access(settings),
                 "group.id": self.catalogue.group(stage.name),
                 "client.id": self.instance_id,
                 "enable.auto.commit": False,
@@ -242,7 +242,7 @@ class StageRuntime:
         if self._admin is None:
             from confluent_kafka.admin import AdminClient
 
-            self._admin = AdminClient({"bootstrap.servers": self.settings.bootstrap, **RECOVERY})
+            self._admin = AdminClient({**kafka_access(self.settings), **RECOVERY})
         return self._admin
 
     def _check_topics(self) -> None:
@@ -373,7 +373,8 @@ class StageRuntime:
                 self._read_times.setdefault(tp, deque(maxlen=64)).append((m.offset(), m.timestamp()[1]))
             positions[tp] = m.offset() + 1
             try:
-                records.extend(decode_message(self.serde, spec, m.partition(), m.offset(), m.key(), m.value()))
+                records.extend(decode_message(self.serde, spec, m.partition(), m.offset(), m.key(), m.value(),
+                                               m.headers()))
             except DecodeError as exc:
                 self.emitter.dead_letter(m, f"undecodable: {exc}", "undecodable")
             except WrongSchema as exc:

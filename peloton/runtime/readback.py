@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from peloton.config import Settings
+from peloton.runtime.clients import kafka_access
 from peloton.serde import DecodeError, registry, unbundle
 from peloton.topics import Catalogue
 
@@ -55,7 +56,7 @@ def committed_since(settings: Settings, catalogue: Catalogue, topic: str, partit
         return []
     name = catalogue[topic].name
     deadline = time.monotonic() + timeout_s
-    admin = AdminClient({"bootstrap.servers": settings.bootstrap})
+    admin = AdminClient({**kafka_access(settings)})
     parts = [(name, p) for p in partitions]
     ask = max(1.0, timeout_s / 2)
     ends = {p: o for (_, p), o in offsets_at(admin, parts, OffsetSpec.latest(), ask).items()}
@@ -69,7 +70,7 @@ def committed_since(settings: Settings, catalogue: Catalogue, topic: str, partit
     wanted = {p for p in partitions if starts[p] < ends[p]}
     if not wanted:
         return []
-    consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": f"{catalogue.prefix}peloton.readback."
+    consumer = Consumer({**kafka_access(settings), "group.id": f"{catalogue.prefix}peloton.readback."
                          f"{uuid.uuid4().hex[:8]}", "enable.auto.commit": False, "isolation.level": "read_committed",
                          "enable.partition.eof": True})
     serde = registry()

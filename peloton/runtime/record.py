@@ -26,6 +26,7 @@ class Record:
     raw_key: bytes | None
     raw_value: bytes | None  # for an item of a bundle, the whole bundle
     index: int = -1  # the item's place in its bundle (serde.BUNDLES); -1: the message was this record alone
+    headers: tuple = ()  # the message's Kafka headers, (name, bytes) pairs (a job command's signature)
 
 
 class WrongSchema(ValueError):
@@ -33,7 +34,7 @@ class WrongSchema(ValueError):
 
 
 def decode_message(serde: SchemaRegistry, spec, partition: int, offset: int, raw_key: bytes | None,
-                   raw_value: bytes | None) -> list[Record]:
+                   raw_value: bytes | None, headers=None) -> list[Record]:
     """The records of one message: itself, or each record of a bundle as if it came alone.
     Raises DecodeError or WrongSchema."""
     schema, value = serde.decode(raw_value)
@@ -42,5 +43,6 @@ def decode_message(serde: SchemaRegistry, spec, partition: int, offset: int, raw
     key = raw_key.decode("utf-8", "replace") if raw_key is not None else None
     item, values = unbundle(schema, value)
     if item == schema:
-        return [Record(spec.id, partition, offset, key, schema, value, raw_key, raw_value)]
-    return [Record(spec.id, partition, offset, key, item, v, raw_key, raw_value, i) for i, v in enumerate(values)]
+        return [Record(spec.id, partition, offset, key, schema, value, raw_key, raw_value, -1, tuple(headers or ()))]
+    return [Record(spec.id, partition, offset, key, item, v, raw_key, raw_value, i, tuple(headers or ()))
+            for i, v in enumerate(values)]

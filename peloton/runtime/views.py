@@ -7,14 +7,15 @@ import logging
 import time
 import uuid
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from peloton.config import Settings
-from peloton.runtime.clients import QUIET, RECOVERY, VIEW_FETCH_WAIT_MS
+from peloton.runtime.clients import QUIET, RECOVERY, VIEW_FETCH_WAIT_MS, kafka_access
 from peloton.serde import DecodeError, registry
 from peloton.topics import Catalogue
 
 log = logging.getLogger("peloton.runtime")
+_REFUSED = {KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED}
 
 
 class CompactedView:
@@ -28,9 +29,10 @@ class CompactedView:
         self.spec = self.catalogue[topic]
         self.serde = registry()
         self.values: dict[str, dict] = {}
+        self._said_refused = False
         self.consumer = Consumer(
             {
-                "bootstrap.servers": settings.bootstrap,
+                **kafka_access(settings),
                 "group.id": f"{self.catalogue.prefix}peloton.view.{uuid.uuid4().hex[:8]}",
                 "enable.auto.commit": False,
                 # A broker that restarted empty starts the topic again at 0: read it from there.
@@ -50,7 +52,10 @@ class CompactedView:
             if not msgs:
                 return changes
             for m in msgs:
-                if m.error() is not None or m.key() is None:
+                if m.error() is not None:
+                    self._refused(m.error())
+                    continue
+                if m.key() is None:
                     continue
                 try:
                     _, value = self.serde.decode(m.value())
@@ -61,6 +66,14 @@ class CompactedView:
                 self.values[key] = value
                 changes.append((key, value))
             timeout = 0.0
+
+    def _refused(self, err: KafkaError) -> None:
+        """Said once, loudly: a view its user may not read stays empty, and what depends on it
+        waits (a missing ACL looks like an idle cluster otherwise)."""
+        if err.code() in _REFUSED and not self._said_refused:
+            self._said_refused = True
+            log.error("cannot read %s: %s; this process's Kafka user (PELOTON_KAFKA_USER) needs READ on it "
+                      "(`pelotonctl topics acls` lists what each component needs)", self.spec.name, err.str())
 
     def catch_up(self, timeout: float = 5.0) -> bool:
         """Read until every partition is at its high-water mark (False if timeout passed first).

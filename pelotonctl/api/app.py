@@ -30,6 +30,7 @@ from peloton.runtime import BrokerUnavailable, CompactedView, DeliveryError, Emi
 from peloton.store import STORE_UNAVAILABLE
 from peloton.store.base import StorageGateway
 from pelotonctl import admin
+from peloton.auth.identities import Identities
 from pelotonctl.api.audit import Audit
 from pelotonctl.api.identity import Unauthenticated, principal_of
 from pelotonctl.api import stream
@@ -87,11 +88,12 @@ class Door:
         self._send = threading.Lock()
         self._hosts_lock = threading.Lock()
         self._hosts = hosts_view  # made on first use: a CompactedView of host-state (a StaticView in tests)
+        self.identities = Identities.from_settings(settings, store)
 
     def who(self, creds: HTTPAuthorizationCredentials | None, action: str, obj: str) -> Principal:
         header = f"{creds.scheme} {creds.credentials}" if creds else None
         try:
-            return principal_of(header, self.store)
+            return principal_of(header, self.identities)
         except Unauthenticated as exc:
             self.audit.record(None, action, obj, None, False, str(exc))
             raise

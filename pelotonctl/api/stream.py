@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from peloton.config import Settings
 from peloton.model.states import MESOS_TO_TASK
-from peloton.runtime import QUIET, RECOVERY
+from peloton.runtime import QUIET, RECOVERY, kafka_access
 from peloton.serde import DecodeError, registry, unbundle
 from peloton.topics import Catalogue, partition_for
 
@@ -60,7 +60,7 @@ def task_events(settings: Settings, wanted: Callable[[str], bool], job_id: str |
     catalogue = Catalogue(settings.topic_prefix)
     spec = catalogue["task-status"]
     partitions = [partition_for(job_id, spec.partitions)] if job_id else list(range(spec.partitions))
-    consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": f"{catalogue.prefix}peloton.api-stream."
+    consumer = Consumer({**kafka_access(settings), "group.id": f"{catalogue.prefix}peloton.api-stream."
                          f"{uuid.uuid4().hex[:8]}", "enable.auto.commit": False, "fetch.wait.max.ms": 250,
                          **RECOVERY, **QUIET})
     serde = registry()

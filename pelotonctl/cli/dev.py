@@ -79,7 +79,9 @@ def dev_status(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) ->
 
 
 @dev_app.command("env")
-def dev_env() -> None:
+def dev_env(kafka_user: str = typer.Option("", "--kafka-user", help="Also the broker and the credentials of "
+                                           "this component's Kafka user (producer: for your own producer, with the token "
+                                           "that signs its commands).")) -> None:
     """The dev stack's API address and admin token as shell exports, for curl and other programs:
     eval "$(pelotonctl dev env)"."""
     import shlex
@@ -89,8 +91,16 @@ def dev_env() -> None:
     state = DevStack(load_settings()).read() or {}
     if not state.get("api_url"):
         fail("no dev stack with an API is running here (`pelotonctl dev up` starts one)", EXIT_UNAVAILABLE)
-    sys.stdout.write(f"export PELOTON_API_URL={shlex.quote(state['api_url'])}\n"
-                     f"export PELOTON_TOKEN={shlex.quote(state['token'])}\n")
+    exports = {"PELOTON_API_URL": state["api_url"], "PELOTON_TOKEN": state["token"]}
+    if kafka_user:
+        users = state.get("kafka_users") or {}
+        if kafka_user not in users:
+            fail(f"the dev stack's Kafka has no user {kafka_user!r}; it has: {', '.join(users) or 'none'}", EXIT_INVALID)
+        exports.update({"PELOTON_KAFKA_BOOTSTRAP": state["bootstrap"], "PELOTON_KAFKA_USER": kafka_user,
+                        "PELOTON_KAFKA_PASSWORD": users[kafka_user], "PELOTON_KAFKA_CA": state.get("kafka_ca", "")})
+        if kafka_user in (state.get("command_tokens") or {}):  # the token its job commands are signed with
+            exports["PELOTON_COMMAND_TOKEN"] = state["command_tokens"][kafka_user]
+    sys.stdout.write("".join(f"export {k}={shlex.quote(v)}\n" for k, v in exports.items()))
 
 
 @dev_app.command("down")

@@ -6,16 +6,17 @@ from __future__ import annotations
 
 from http.cookies import SimpleCookie
 
+from peloton.auth.identities import Identities
 from peloton.auth.permissions import decide
-from peloton.auth.tokens import Principal, TokenError, token_id_of, verify
-from peloton.store.base import QueryStore, TokenStore
+from peloton.auth.tokens import Principal, TokenError
+from peloton.store.base import QueryStore
 
 COOKIE = "peloton_token"
 
 
 class Gate:
-    def __init__(self, tokens: TokenStore, pools: QueryStore, admin_groups: frozenset[str] = frozenset()):
-        self.tokens, self.pools, self.admin_groups = tokens, pools, admin_groups
+    def __init__(self, identities: Identities, pools: QueryStore, admin_groups: frozenset[str] = frozenset()):
+        self.identities, self.pools, self.admin_groups = identities, pools, admin_groups
 
     def principal(self, headers) -> Principal | None:
         """The user a request's cookie or Authorization header names, or None."""
@@ -30,7 +31,7 @@ class Gate:
 
     def check(self, token: str) -> Principal | None:
         try:
-            return verify(token, self.tokens.get_token(token_id_of(token)))
+            return self.identities.principal(token)
         except TokenError:
             return None
 

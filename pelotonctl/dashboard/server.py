@@ -29,6 +29,7 @@ from urllib.parse import parse_qs
 
 from peloton.config import Settings
 from peloton.store import QueryStore
+from peloton.auth.identities import Identities
 from pelotonctl.dashboard.gate import Gate, session_cookie
 from pelotonctl.dashboard.sources import Sources, SourceUnavailable
 from pelotonctl.lag import STAGES  # in pipeline order: the page shows all four
@@ -318,4 +319,4 @@ def serve(settings: Settings, store: QueryStore, port: int = 8080, host: str = "
     """The dashboard of the cluster `settings` name, served on host:port (see `start`).
     `history` samples are kept: 300 at every 2 s shows the last ten minutes."""
     admins = frozenset(g.strip() for g in settings.admin_groups.split(",") if g.strip())
-    return start(Dashboard(Sources(settings, store), sample_every_s, history), port, host, Gate(store, store, admins))
+    return start(Dashboard(Sources(settings, store), sample_every_s, history), port, host, Gate(Identities.from_settings(settings, store), store, admins))

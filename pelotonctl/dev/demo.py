@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from rich.table import Table
 
@@ -20,7 +21,8 @@ def run_demo(settings: Settings, console, keep: bool = False, timeout: float = 3
     console.rule("starting the dev stack")
     stack.up(progress=lambda m: console.print(m, highlight=False))
     try:
-        settings = stack.settings
+        # The demo sends its jobs straight to Kafka, signed with the stack's admin token.
+        settings = replace(stack.settings, command_token=(stack.read() or {}).get("command_token", ""))
         store = open_store(settings.store)
         console.rule(f"submitting {len(DEMO_JOBS)} example jobs to {DEFAULT_POOL}")
         out = emitter(settings)

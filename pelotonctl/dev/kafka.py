@@ -7,6 +7,11 @@
     cluster.kill(2); cluster.start_node(2)                    # the node keeps its log
     cluster.stop()
 
+With secure=True the clients' listener is SASL_SSL (SCRAM-SHA-512 over TLS) and the broker
+authorizes every request (StandardAuthorizer, nothing allowed without an ACL): only the `admin`
+user (and the brokers themselves) may do anything until pelotonctl.kafka_access gives each
+component its user and ACLs. Its secrets and CA stay in the cluster's folder (access.json).
+
 The jars come from Maven Central through jvm/kafka/pom.xml into .jars/kafka (`make jars`, or
 `ensure_jars()` on first use). A cluster's layout (ports, cluster id) is kept in its folder, so
 a cluster started again from the same folder finds its own log.
@@ -17,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -26,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from peloton.config import REPO_ROOT
+from pelotonctl.dev.tls import make_certificates
 
 JARS = REPO_ROOT / ".jars" / "kafka"
 POM = REPO_ROOT / "jvm" / "kafka" / "pom.xml"
@@ -103,6 +110,8 @@ class Node:
     # node only through whatever listens on proxy_port (a test's TCP proxy, which can cut them off).
     proxied_port: int = 0
     proxy_port: int = 0
+    # A secure cluster's brokers talk to each other here (SASL PLAIN, as the `broker` user).
+    internal_port: int = 0
 
     @property
     def address(self) -> str:
@@ -117,7 +126,26 @@ class Node:
         return self.dir / "pid"
 
 
-def node_properties(node: Node, voters: str, size: int) -> str:
+@dataclass
+class Access:
+    """A secure cluster's secrets: the SCRAM password of its `admin` user, the brokers' own
+    (PLAIN, between brokers and to the controllers), the CA clients trust and the broker's PEM."""
+    admin_password: str
+    broker_password: str
+    ca: Path
+    keystore: Path
+
+    @classmethod
+    def make(cls, dir: Path) -> Access:
+        ca, keystore = make_certificates(dir / "tls")
+        return cls(secrets.token_hex(16), secrets.token_hex(16), ca, keystore)
+
+
+ADMIN = "admin"  # the secure cluster's super user, made when its log is formatted
+BROKER = "broker"
+
+
+def node_properties(node: Node, voters: str, size: int, access: Access | None = None) -> str:
     """server.properties of one node: KRaft, combined roles, everything on 127.0.0.1."""
     replicas = min(3, size)
     isr = 2 if replicas >= 3 else 1
@@ -126,15 +154,21 @@ def node_properties(node: Node, voters: str, size: int) -> str:
         proxied = f",PROXIED://127.0.0.1:{node.proxied_port}"
         advertised = f",PROXIED://127.0.0.1:{node.proxy_port}"
         mapped = ",PROXIED:PLAINTEXT"
+    if access is None:
+        listeners = [
+            f"listeners=PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}{proxied}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{node.port}{advertised}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            f"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT{mapped}",
+        ]
+    else:
+        listeners = secure_listeners(node, access)
     return "\n".join([
         "process.roles=broker,controller",
         f"node.id={node.node_id}",
         f"controller.quorum.voters={voters}",
-        f"listeners=PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}{proxied}",
-        f"advertised.listeners=PLAINTEXT://127.0.0.1:{node.port}{advertised}",
-        "controller.listener.names=CONTROLLER",
-        "inter.broker.listener.name=PLAINTEXT",
-        f"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT{mapped}",
+        *listeners,
         f"log.dirs={node.dir / 'data'}",
         # Replication: what the topics and Kafka's internal topics get.
         f"default.replication.factor={replicas}",
@@ -172,14 +206,53 @@ def node_properties(node: Node, voters: str, size: int) -> str:
     ])
 
 
+def secure_listeners(node: Node, access: Access) -> list[str]:
+    """Clients on SASL_SSL with SCRAM (users live in the cluster's metadata, added through the
+    Admin API); brokers and controllers among themselves on SASL PLAIN, because a controller
+    must authenticate brokers before it has any metadata (KRaft's controller listener takes no
+    SCRAM). Every request is authorized: no ACL, no access."""
+    plain = (f'org.apache.kafka.common.security.plain.PlainLoginModule required username="{BROKER}" '
+             f'password="{access.broker_password}" user_{BROKER}="{access.broker_password}";')
+    return [
+        f"listeners=CLIENT://127.0.0.1:{node.port},INTERNAL://127.0.0.1:{node.internal_port},"
+        f"CONTROLLER://127.0.0.1:{node.controller_port}",
+        f"advertised.listeners=CLIENT://127.0.0.1:{node.port},INTERNAL://127.0.0.1:{node.internal_port}",
+        "controller.listener.names=CONTROLLER",
+        "inter.broker.listener.name=INTERNAL",
+        "listener.security.protocol.map=CLIENT:SASL_SSL,INTERNAL:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+        "sasl.mechanism.inter.broker.protocol=PLAIN",
+        "sasl.mechanism.controller.protocol=PLAIN",
+        "listener.name.internal.sasl.enabled.mechanisms=PLAIN",
+        f"listener.name.internal.plain.sasl.jaas.config={plain}",
+        "listener.name.controller.sasl.enabled.mechanisms=PLAIN",
+        f"listener.name.controller.plain.sasl.jaas.config={plain}",
+        "listener.name.client.sasl.enabled.mechanisms=SCRAM-SHA-512",
+        "listener.name.client.scram-sha-512.sasl.jaas.config="
+        "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+        "listener.name.client.ssl.keystore.type=PEM",
+        f"listener.name.client.ssl.keystore.location={access.keystore}",
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        f"super.users=User:{BROKER};User:{ADMIN}",
+        "allow.everyone.if.no.acl.found=false",
+    ]
+
+
 class KafkaCluster:
     """Kafka nodes on this machine, each with its log in `dir`/node-N."""
 
-    def __init__(self, dir: Path, nodes: list[Node], cluster_id: str):
+    def __init__(self, dir: Path, nodes: list[Node], cluster_id: str, access: Access | None = None):
         self.dir = dir
         self.nodes = nodes
         self.cluster_id = cluster_id
+        self.access = access
         self._procs: dict[int, subprocess.Popen] = {}
+
+    def client_settings(self) -> dict:
+        """Settings (peloton.config) that reach this cluster as its super user."""
+        if self.access is None:
+            return {"bootstrap": self.bootstrap}
+        return {"bootstrap": self.bootstrap, "kafka_user": ADMIN, "kafka_password": self.access.admin_password,
+                "kafka_ca": str(self.access.ca)}
 
     @property
     def bootstrap(self) -> str:
@@ -190,10 +263,12 @@ class KafkaCluster:
         return HEAP_MB.get(len(self.nodes), 512)
 
     @classmethod
-    def create(cls, dir: Path, nodes: int = 1, first_port: int | None = None, proxied: bool = False) -> KafkaCluster:
+    def create(cls, dir: Path, nodes: int = 1, first_port: int | None = None, proxied: bool = False,
+               secure: bool = False) -> KafkaCluster:
         """A new cluster in `dir` (emptied first): ports chosen, every node's log formatted with
         one cluster id. `first_port`, when given and free, is the first node's client port;
-        `proxied`: each node also has a listener reached through a proxy port (see Node)."""
+        `proxied`: each node also has a listener reached through a proxy port (see Node);
+        `secure`: SASL_SSL for clients and ACLs (see the module's docstring)."""
         dir = Path(dir).resolve()
         shutil.rmtree(dir, ignore_errors=True)
         dir.mkdir(parents=True)
@@ -201,25 +276,36 @@ class KafkaCluster:
         for i in range(1, nodes + 1):
             port = first_port if (i == 1 and first_port) else _free_port()
             members.append(Node(i, port, _free_port(), dir / f"node-{i}",
-                                *((_free_port(), _free_port()) if proxied else (0, 0))))
+                                *((_free_port(), _free_port()) if proxied else (0, 0)),
+                                internal_port=_free_port() if secure else 0))
         cluster_id = subprocess.run(java_command("kafka.tools.StorageTool", "random-uuid", heap_mb=64),
                                     capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
-        cluster = cls(dir, members, cluster_id)
+        access = Access.make(dir) if secure else None
+        cluster = cls(dir, members, cluster_id, access)
+        # The admin user's SCRAM credential goes into the metadata log when it is formatted.
+        scram = ["--add-scram", f"SCRAM-SHA-512=[name={ADMIN},password={access.admin_password}]"] if access else []
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in members)
         (dir / "log4j2.properties").write_text(LOG4J)
         for n in members:
             n.dir.mkdir()
-            (n.dir / "server.properties").write_text(node_properties(n, voters, nodes))
+            (n.dir / "server.properties").write_text(node_properties(n, voters, nodes, access))
             done = subprocess.run(java_command("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c",
-                                               str(n.dir / "server.properties"), heap_mb=128),
+                                               str(n.dir / "server.properties"), *scram, heap_mb=128),
                                   capture_output=True, text=True)
             if done.returncode != 0:
                 raise KafkaError(f"formatting node {n.node_id} failed: {(done.stdout + done.stderr)[-2000:]}")
         (dir / "cluster.json").write_text(json.dumps({
             "cluster_id": cluster_id,
             "nodes": [{"node_id": n.node_id, "port": n.port, "controller_port": n.controller_port,
-                       "proxied_port": n.proxied_port, "proxy_port": n.proxy_port} for n in members]},
+                       "proxied_port": n.proxied_port, "proxy_port": n.proxy_port,
+                       "internal_port": n.internal_port} for n in members]},
             indent=2))
+        if access is not None:
+            secret = dir / "access.json"
+            secret.touch(mode=0o600)
+            secret.write_text(json.dumps({"admin_password": access.admin_password,
+                                          "broker_password": access.broker_password,
+                                          "ca": str(access.ca), "keystore": str(access.keystore)}, indent=2))
         return cluster
 
     @classmethod
@@ -228,8 +314,13 @@ class KafkaCluster:
         dir = Path(dir).resolve()
         doc = json.loads((dir / "cluster.json").read_text())
         nodes = [Node(n["node_id"], n["port"], n["controller_port"], dir / f"node-{n['node_id']}",
-                      n.get("proxied_port", 0), n.get("proxy_port", 0)) for n in doc["nodes"]]
-        return cls(dir, nodes, doc["cluster_id"])
+                      n.get("proxied_port", 0), n.get("proxy_port", 0), n.get("internal_port", 0))
+                 for n in doc["nodes"]]
+        access = None
+        if (dir / "access.json").exists():
+            a = json.loads((dir / "access.json").read_text())
+            access = Access(a["admin_password"], a["broker_password"], Path(a["ca"]), Path(a["keystore"]))
+        return cls(dir, nodes, doc["cluster_id"], access)
 
     def node(self, node_id: int) -> Node:
         return next(n for n in self.nodes if n.node_id == node_id)
@@ -346,3 +437,16 @@ def _tail(path: Path, lines: int = 20) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
+
+
+def client_properties(settings) -> str:
+    """A client.properties for Kafka's own tools (kafka-consumer-groups and the like:
+    --command-config), as the user `settings` name (peloton.config.Settings)."""
+    if not settings.kafka_user:
+        return ""
+    lines = ["security.protocol=SASL_SSL", "sasl.mechanism=SCRAM-SHA-512",
+             "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+             f'username="{settings.kafka_user}" password="{settings.kafka_password}";']
+    if settings.kafka_ca:
+        lines += ["ssl.truststore.type=PEM", f"ssl.truststore.location={settings.kafka_ca}"]
+    return "\n".join(lines) + "\n"

@@ -202,8 +202,9 @@ class DevStack:
         logs.mkdir(exist_ok=True)
         components = []
         external = os.environ.get("PELOTON_KAFKA_BOOTSTRAP")
+        passwords: dict[str, str] = {}  # each component's Kafka user (none on an external broker)
         if external:
-            bootstrap = external
+            kafka = {"bootstrap": external}
             components.append({"component": "broker", "pid": 0, "address": external, "log": "", "external": True})
         else:
             # A new stack is a new Kafka cluster, so the store and the agents start empty too:
@@ -213,7 +214,7 @@ class DevStack:
                 for suffix in ("", "-wal", "-shm"):
                     Path(f"{path}{suffix}").unlink(missing_ok=True)
             shutil.rmtree(Path(self.settings.home) / "agents", ignore_errors=True)
-            bootstrap = self._start_kafka(components, brokers, progress)
+            kafka = self._start_kafka(components, brokers, progress)
         if store_kind == "postgres":
             try:
                 self.settings = replace(self.settings, **self._start_servers(components, logs, progress))
@@ -225,15 +226,25 @@ class DevStack:
                      f"({settings_store(self.settings)}) start empty, and keep what they get across "
                      "`dev restart`")
         # Everything started from here on talks to this broker and store.
-        self.settings = settings = replace(self.settings, bootstrap=bootstrap)
-        state = {"bootstrap": bootstrap, "store": settings.store, "zookeeper": settings.zookeeper, "hosts": settings.hosts,
+        # (as the cluster's admin user: the CLI's direct commands, `dev`, `topics`, `lag`)
+        # Job commands must be signed: the API with its service token, a team's producer with the
+        # team's token, the CLI's direct commands (the demo) with the stack's admin token.
+        self.settings = settings = replace(self.settings, **kafka, signed_commands=True)
+        state = {**kafka, "signed_commands": True, "store": settings.store, "zookeeper": settings.zookeeper, "hosts": settings.hosts,
                  "started": time.time(), "components": components}
         self._write(state)
         from peloton.store import open_store
+        from pelotonctl import principals
         from pelotonctl.admin import create_pool, ensure_topics
 
         report = ensure_topics(settings)
         progress(f"topics    {len(report)} ready")
+        if settings.kafka_user:
+            passwords = state["kafka_users"] = principals.new_passwords()
+            self._write(state)
+            acls = principals.apply(settings, passwords)
+            progress(f"kafka     users {', '.join(passwords)} made, {acls} ACLs: each component may do only "
+                     "its part (`pelotonctl topics acls`)")
         store = open_store(settings.store)
         if store.get_pool(DEFAULT_POOL) is None:
             create_pool(settings, store, DEFAULT_POOL, DEFAULT_POOL_FILE.read_text())
@@ -245,24 +256,29 @@ class DevStack:
                 instance = f"{name}-{i}"
                 log = logs / f"{instance if instances > 1 else name}.log"
                 env, address = metrics_port(settings)
-                proc = start_stage(name, settings, log, instance_id=instance, extra_env=env)
+                proc = start_stage(name, settings, log, instance_id=instance,
+                                   extra_env={**env, **principals.as_user(name, passwords)})
                 procs[instance] = (proc, log)
                 components.append({"component": name, "instance": instance, "pid": proc.pid,
                                    "address": f"group {settings.topic_prefix}peloton.{name}", "log": str(log),
                                    "metrics": address})
                 self._write(state)
+        state["token"] = state["command_token"] = self._issue(settings, os.environ.get("USER") or "dev", ["dev"], True)
+        state["command_tokens"] = {"api": self._issue(settings, "api", [], True),
+                                   "producer": self._issue(settings, "producer", ["dev"], False)}
+        self._write(state)
         api_port = free_port()
         log = logs / "api.log"
-        proc = start_api(settings, log, api_port)
+        proc = start_api(settings, log, api_port, extra_env={**principals.as_user("api", passwords),
+                                                              "PELOTON_COMMAND_TOKEN": state["command_tokens"]["api"]})
         state["api_url"] = f"http://127.0.0.1:{api_port}"
         components.append({"component": "api", "instance": "api-0", "pid": proc.pid, "address": state["api_url"],
                            "log": str(log), "port": api_port, "metrics": f"{state['api_url']}/metrics"})
-        state["token"] = self._admin_token(settings)
         self._write(state)
         for host in agent_hosts(settings):
             log = logs / f"{host.host_id}.log"
             env, address = metrics_port(settings)
-            proc = start_agent(host, settings, log, extra_env=env)
+            proc = start_agent(host, settings, log, extra_env={**env, **principals.as_user("agent", passwords)})
             procs[host.host_id] = (proc, log)
             components.append({"component": "agent", "instance": host.host_id, "pid": proc.pid,
                                "address": f"host {host.host_id}", "log": str(log), "metrics": address})
@@ -271,7 +287,7 @@ class DevStack:
         if simulated:
             log = logs / f"{SIM_AGENT}.log"
             env, address = metrics_port(settings)
-            proc = start_sim_agent(simulated, settings, log, extra_env=env)
+            proc = start_sim_agent(simulated, settings, log, extra_env={**env, **principals.as_user("agent", passwords)})
             procs[f"agent-{SIM_AGENT}"] = (proc, log)
             components.append({"component": "agent", "instance": SIM_AGENT, "pid": proc.pid,
                                "address": f"{len(simulated)} simulated hosts", "log": str(log), "metrics": address})
@@ -285,13 +301,14 @@ class DevStack:
         progress(f"hosts     {settings.hosts}")
         return state
 
-    def _admin_token(self, settings: Settings) -> str:
-        """An admin token for the stack's owner, so the README's commands work on it at once."""
+    def _issue(self, settings: Settings, user: str, groups: list[str], admin: bool) -> str:
+        """A token of the stack's: the owner's admin token (so the README's commands work at once),
+        the API's for signing the commands it sends, the dev team's producer's."""
         from peloton.auth.tokens import issue
         from peloton.runtime import now_ms
         from peloton.store import open_store
 
-        token, row = issue(os.environ.get("USER") or "dev", ["dev"], True, now_ms())
+        token, row = issue(user, groups, admin, now_ms())
         store = open_store(settings.store)
         try:
             store.add_token(row)
@@ -330,24 +347,26 @@ class DevStack:
             if c.get("dir"):  # a server's throwaway data directory
                 shutil.rmtree(c["dir"], ignore_errors=True)
 
-    def _start_kafka(self, components: list[dict], brokers: int, progress) -> str:
-        """A new Kafka cluster of `brokers` nodes in dev/kafka; its bootstrap list."""
+    def _start_kafka(self, components: list[dict], brokers: int, progress) -> dict:
+        """A new Kafka cluster of `brokers` nodes in dev/kafka, clients on SASL_SSL and every
+        request authorized; the settings that reach it as its admin user."""
         from pelotonctl.dev.kafka import KafkaCluster, KafkaError
 
         try:
             # Kafka's own port when it is free, so clients' defaults reach the dev broker.
-            cluster = KafkaCluster.create(self.dir / "kafka", brokers, KAFKA_PORT if port_is_free(KAFKA_PORT) else None)
+            cluster = KafkaCluster.create(self.dir / "kafka", brokers, KAFKA_PORT if port_is_free(KAFKA_PORT) else None,
+                                          secure=True)
             cluster.start()
         except KafkaError as exc:
             raise StackError(str(exc)) from None
         for n in cluster.nodes:
             components.append({"component": "broker", "instance": f"broker-{n.node_id}", "node_id": n.node_id,
                                "pid": cluster.pid(n.node_id), "address": n.address, "log": str(n.log)})
-            progress(f"broker-{n.node_id:<2} Apache Kafka (KRaft) on {n.address} (pid {cluster.pid(n.node_id)})")
+            progress(f"broker-{n.node_id:<2} Apache Kafka (KRaft) on {n.address}, SASL_SSL (pid {cluster.pid(n.node_id)})")
         if cluster.nodes[0].port != KAFKA_PORT:
             progress(f"          {KAFKA_PORT} is taken: producers outside pelotonctl need "
                      f"PELOTON_KAFKA_BOOTSTRAP={cluster.bootstrap}")
-        return cluster.bootstrap
+        return cluster.client_settings()
 
     def restart(self, name: str, progress=print, timeout: float = 15.0) -> list[dict]:
         """Stop (if running) and start again the components `dev status` lists by `name`: an
@@ -366,7 +385,12 @@ class DevStack:
             raise StackError(f"{name}: the stack did not start it on data of its own (an external broker, or a "
                              "throwaway server), so it cannot be restarted here")
         settings = replace(self.settings, bootstrap=state["bootstrap"], store=state["store"],
-                           zookeeper=state.get("zookeeper") or "", hosts=state["hosts"])
+                           zookeeper=state.get("zookeeper") or "", hosts=state["hosts"],
+                           signed_commands=bool(state.get("signed_commands")),
+                           **{k: state[k] for k in ("kafka_user", "kafka_password", "kafka_ca") if state.get(k)})
+        from pelotonctl.principals import as_user
+
+        passwords = state.get("kafka_users")
         brokers = [c for c in chosen if c["component"] == "broker"]
         self._stop(chosen, progress, timeout)
         if brokers:
@@ -387,8 +411,10 @@ class DevStack:
                 continue
             log = Path(c["log"])
             env = {"PELOTON_METRICS_PORT": c["metrics"].rsplit(":", 1)[1].split("/")[0]} if c.get("metrics") else {}
+            env.update(as_user(c["component"], passwords))
             if c["component"] == "api":
-                c["pid"] = start_api(settings, log, c["port"]).pid
+                env["PELOTON_COMMAND_TOKEN"] = (state.get("command_tokens") or {}).get("api", "")
+                c["pid"] = start_api(settings, log, c["port"], extra_env=env).pid
                 wait_for_port("127.0.0.1", c["port"], 60)
                 progress(f"{c['instance']:<9} running again (pid {c['pid']})")
                 continue

@@ -46,6 +46,7 @@ from stages.admit.commands import (
     update_fields,
     update_problems,
 )
+from stages.admit.senders import sender_problem
 from stages.admit.expand import expand_job, gang_records, launch_spec, next_run, requeued_gang_id, task_id_of
 from stages.admit.lifecycle import (
     DEADLINE_EXCEEDED,
@@ -189,12 +190,32 @@ class AdmitStage(Stage):
 
     # -- job commands -----------------------------------------------------------------------
     def _commands(self, records: list[Record], out: list) -> None:
+        if self.settings.signed_commands:
+            records = self._signed(records)
         creates = [r for r in records if r.value["kind"] == "CREATE"]
         control = [r for r in records if r.value["kind"] != "CREATE"]
         if creates:
             self._creates(creates, out)
         if control:
             self._control(control, out)
+
+    def _signed(self, records: list[Record]) -> list[Record]:
+        """The commands whose signer may do what they ask; the others go to the dead letters."""
+        pools = self.store.list_pools()
+        jobs = self.store.get_jobs([r.value["job_id"] for r in records if r.value["kind"] != "CREATE"])
+        admins = frozenset(g.strip() for g in self.settings.admin_groups.split(",") if g.strip())
+        kept = []
+        for r in records:
+            cmd = r.value
+            job = jobs.get(cmd["job_id"])
+            pool = cmd["pool"] if cmd["kind"] == "CREATE" else (job.pool if job else None)
+            problem = sender_problem(cmd["kind"], pool, r.headers, r.raw_value or b"", self.store.get_token, pools,
+                                     admins)
+            if problem:
+                self.emit.dead_letter(r, problem)
+            else:
+                kept.append(r)
+        return kept
 
     def _creates(self, records: list[Record], out: list) -> None:
         now = now_ms()

@@ -97,7 +97,7 @@ class HostAgent:
     def __init__(self, settings: Settings, specs: list[AgentSpec], simulate: bool = False, name: str | None = None):
         from confluent_kafka import Consumer, Producer
 
-        from peloton.runtime import RECOVERY, producer_config
+        from peloton.runtime import RECOVERY, kafka_access, producer_config
 
         self.settings = settings
         self.hosts = {spec.name: spec for spec in specs}
@@ -121,7 +121,7 @@ class HostAgent:
         self.report_partition = {h: partition_for(h, shards) for h in self.hosts}
         self.producer = Producer(producer_config(settings))
         self.consumer = Consumer({
-            "bootstrap.servers": settings.bootstrap, "group.id": f"{self.catalogue.prefix}peloton.agent.{self.name}",
+            **kafka_access(settings), "group.id": f"{self.catalogue.prefix}peloton.agent.{self.name}",
             "enable.auto.commit": False, "auto.offset.reset": "latest", "fetch.wait.max.ms": 100,
             "allow.auto.create.topics": False, **RECOVERY,
         })

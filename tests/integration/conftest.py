@@ -1,6 +1,7 @@
-"""Integration fixtures: a real Apache Kafka node (KRaft) for the session, and per test an isolated
-pipeline (own topic prefix, store file and home) whose stages run as real processes. Tests that
-stop or kill brokers start clusters of their own (`kafka_cluster`)."""
+"""Integration fixtures: a real Apache Kafka node (KRaft) for the session, secure as the dev
+stack's (SASL_SSL, ACLs), and per test an isolated pipeline (own topic prefix, store file and
+home) whose stages run as real processes, each as its component's Kafka user with only its ACLs.
+Tests that stop or kill brokers start clusters of their own (`kafka_cluster`, plaintext)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from peloton.config import REPO_ROOT, Settings
 from pelotonctl.admin import create_pool, ensure_topics, submit_job
+from pelotonctl import principals
 from pelotonctl.dev.kafka import KafkaCluster
 from pelotonctl.dev.stack import (
     agent_hosts,
@@ -29,6 +31,7 @@ from pelotonctl.dev.stack import (
     wait_for_log,
 )
 from peloton.model.states import JOB_TERMINAL
+from peloton.runtime import kafka_access
 from peloton.serde import registry
 from peloton.store import open_store
 from peloton.topics import Catalogue
@@ -49,15 +52,20 @@ resources:
 
 
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory) -> str:
+def broker(tmp_path_factory) -> dict:
+    """Settings that reach the session's broker as its admin user."""
     external = os.environ.get("PELOTON_KAFKA_BOOTSTRAP")
     if external:
-        yield external
+        yield {"bootstrap": external}
         return
-    cluster = KafkaCluster.create(tmp_path_factory.mktemp("kafka"), nodes=1)
+    cluster = KafkaCluster.create(tmp_path_factory.mktemp("kafka"), nodes=1, secure=True)
     cluster.start()
-    yield cluster.bootstrap
+    yield cluster.client_settings()
     cluster.stop()
+
+
+# The components' Kafka users, made on the session's broker by the first pipeline.
+PASSWORDS = principals.new_passwords()
 
 
 @pytest.fixture
@@ -83,12 +91,15 @@ _seq = itertools.count()
 class Pipeline:
     """One isolated pipeline on the shared broker; stages are real child processes."""
 
-    def __init__(self, bootstrap: str, home: Path, hosts: str, **overrides):
+    def __init__(self, kafka: str | dict, home: Path, hosts: str, **overrides):
+        """kafka: a plaintext broker's bootstrap list, or settings with its admin user (then the
+        stages and agents run as their own users, with only their ACLs)."""
+        kafka = {"bootstrap": kafka} if isinstance(kafka, str) else kafka
         overrides.setdefault("store", str(home / "peloton.db"))
         overrides.setdefault("session_timeout_ms", 2000)  # quick takeovers; not where brokers die
         overrides.setdefault("kafka_debug", os.environ.get("PELOTON_KAFKA_DEBUG", ""))  # to find a wait
         self.settings = Settings(
-            bootstrap=bootstrap,
+            **kafka,
             topic_prefix=f"t{next(_seq)}-{uuid.uuid4().hex[:6]}.",
             home=home,
             hosts=hosts,
@@ -98,7 +109,14 @@ class Pipeline:
         self.store = open_store(self.settings.store)
         self.procs: dict[str, subprocess.Popen] = {}
         ensure_topics(self.settings)
+        self.passwords = PASSWORDS if self.settings.kafka_user else None
+        if self.passwords:
+            principals.apply(self.settings, self.passwords)
         create_pool(self.settings, self.store, "/test", pool_yaml(cpu=64))
+
+    def as_user(self, component: str) -> dict[str, str]:
+        """The variables that start a process as the component's Kafka user."""
+        return principals.as_user(component, self.passwords)
 
     def log(self, instance: str) -> Path:
         return self.home / f"{instance}.log"
@@ -106,7 +124,8 @@ class Pipeline:
     def start(self, stage: str, instance: str | None = None, wait: bool = True,
               extra_env: dict[str, str] | None = None) -> subprocess.Popen:
         instance = instance or f"{stage}-{len([k for k in self.procs if k.startswith(stage)])}"
-        proc = start_stage(stage, self.settings, self.log(instance), instance_id=instance, extra_env=extra_env)
+        proc = start_stage(stage, self.settings, self.log(instance), instance_id=instance,
+                           extra_env={**self.as_user(stage), **(extra_env or {})})
         self.procs[instance] = proc
         if wait:
             wait_for_log(self.log(instance), "assigned", 60, proc)
@@ -118,7 +137,7 @@ class Pipeline:
         [host] = [h for h in agent_hosts(self.settings) if h.host_id == host_id]
         log = self.log(host_id)
         starts = log.read_text().count(" up: ") if log.exists() else 0
-        proc = start_agent(host, self.settings, log, *options, extra_env=extra_env)
+        proc = start_agent(host, self.settings, log, *options, extra_env={**self.as_user("agent"), **(extra_env or {})})
         self.procs[host_id] = proc
         if wait:  # this start's line, not an earlier one of the same host
             self.wait_for(f"agent {host_id} up", lambda: proc.poll() is None and log.read_text().count(" up: ") > starts, 60)
@@ -132,7 +151,8 @@ class Pipeline:
             self.start_agent(host.host_id, wait=False)
         simulated = sim_agent_hosts(self.settings)
         if simulated:
-            self.procs["agent-simagent"] = start_sim_agent(simulated, self.settings, self.log("agent-simagent"))
+            self.procs["agent-simagent"] = start_sim_agent(simulated, self.settings, self.log("agent-simagent"),
+                                                           extra_env=self.as_user("agent"))
         for instance, proc in self.procs.items():
             wait_for_log(self.log(instance), ready_line(instance), 60, proc)
 
@@ -171,7 +191,7 @@ class Pipeline:
     def read_topic(self, topic: str, expect: int, timeout: float = 20) -> list[dict]:
         """Decoded values of a topic, waiting until at least `expect` arrived."""
         spec = Catalogue(self.settings.topic_prefix)[topic]
-        consumer = Consumer({"bootstrap.servers": self.settings.bootstrap, "group.id": f"reader-{uuid.uuid4().hex}",
+        consumer = Consumer({**kafka_access(self.settings), "group.id": f"reader-{uuid.uuid4().hex}",
                              "enable.auto.commit": False})
         consumer.assign([TopicPartition(spec.name, p, 0) for p in range(spec.partitions)])
         values: list[dict] = []

@@ -43,7 +43,7 @@ def call(url: str, method: str = "GET", token: str | None = None, body: dict | N
 def serve_api(p) -> str:
     """Start an API process beside the pipeline's stages; its address."""
     port = free_port()
-    p.procs["api-0"] = start_api(p.settings, p.log("api-0"), port)
+    p.procs["api-0"] = start_api(p.settings, p.log("api-0"), port, extra_env=p.as_user("api"))
     wait_for_port("127.0.0.1", port, 60)
     return f"http://127.0.0.1:{port}"
 

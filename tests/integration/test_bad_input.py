@@ -13,7 +13,7 @@ import pytest
 import yaml
 from confluent_kafka import Producer
 
-from peloton.runtime import now_ms
+from peloton.runtime import kafka_access, now_ms
 from peloton.topics import Catalogue
 from pelotonctl.admin import emitter, host_capacities
 from pelotonctl.dev.stack import free_port
@@ -39,7 +39,7 @@ def test_malformed_messages_land_on_the_dead_letter_topic_and_the_stage_goes_on(
     p = pipeline_factory()
     p.start_all()
     topic = Catalogue(p.settings.topic_prefix)["job-commands"].name
-    raw = Producer({"bootstrap.servers": p.settings.bootstrap})
+    raw = Producer(kafka_access(p.settings))
     raw.produce(topic, key=b"junk", value=b"this is not avro")
     raw.flush()
     out = emitter(p.settings, "test")

@@ -17,6 +17,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from peloton.auth.tokens import issue
+from peloton.auth.identities import Identities
 from pelotonctl.dashboard.gate import Gate
 from pelotonctl.dashboard.server import Dashboard, start
 from pelotonctl.dashboard.sources import Sources
@@ -100,7 +101,7 @@ def test_the_dashboard_shows_stages_pools_jobs_hosts_and_why_tasks_wait(pipeline
     token, row = issue("ops", ["ops"], True, now_ms=1)
     p.store.add_token(row)
     with start(Dashboard(Sources(p.settings, p.store), sample_every_s=1.0), port=0,
-               gate=Gate(p.store, p.store)) as running:
+               gate=Gate(Identities(p.store), p.store)) as running:
         browser.get(running.url)  # signed out: the sign-in form
         assert browser.title == "Peloton dashboard: sign in"
         browser.find_element(By.ID, "token").send_keys("plt_000000000000_" + "x" * 43)

@@ -12,7 +12,7 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from peloton.runtime import now_ms
+from peloton.runtime import kafka_access, now_ms
 from peloton.serde import registry
 from peloton.topics import Catalogue
 from pelotonctl.admin import emitter
@@ -99,7 +99,7 @@ def test_hostile_input_is_dead_lettered_and_every_valid_job_runs_once(pipeline_f
     assert len(p.read_topic("host-state", expect=8, timeout=30)) >= 8
     cat = Catalogue(p.settings.topic_prefix)
     reg = registry()
-    raw = Producer({"bootstrap.servers": p.settings.bootstrap, "message.max.bytes": 8_000_000,
+    raw = Producer({**kafka_access(p.settings), "message.max.bytes": 8_000_000,
                     "partitioner": "murmur2_random", "linger.ms": 5})
     out = emitter(p.settings, "fuzz")
     bad_keys: set[bytes] = set()

@@ -11,7 +11,11 @@ import subprocess
 import pytest
 import yaml
 
+from peloton.auth.tokens import issue
 from peloton.config import REPO_ROOT
+from peloton.runtime import now_ms
+from pelotonctl.admin import create_pool
+from tests.integration.conftest import pool_yaml
 
 pytestmark = pytest.mark.integration
 
@@ -57,15 +61,30 @@ def java(classpath: str, main: str, *args: str, env: dict[str, str], timeout: fl
 def test_the_readmes_java_producer_submits_a_job_that_succeeds_and_watch_status_prints_its_runs(
         classpath, pipeline_factory) -> None:
     instances = yaml.safe_load((REPO_ROOT / JOB_FILE).read_text())["instancecount"]
-    p = pipeline_factory()
+    p = pipeline_factory(signed_commands=True)
+    create_pool(p.settings, p.store, "/team-a", pool_yaml(cpu=8).replace("name: pool-8cpu", "name: team-a\nowningTeam: team-a"))
     p.start_all()
-    # The stages' own variables: the prefix puts the command on this pipeline's topic.
-    env = {**os.environ, "PELOTON_TOPIC_PREFIX": p.settings.topic_prefix}
-    out = java(classpath, "SubmitJob", p.settings.bootstrap, "/test", JOB_FILE, "schemas/avro/JobCommand.avsc",
-               env=env)
+    token, row = issue("team-a-bot", ["team-a"], False, now_ms())
+    p.store.add_token(row)
+    # The stages' own variables: the prefix puts the command on this pipeline's topic. The
+    # producer's Kafka user writes job-commands and nothing else; WatchStatus reads as the admin.
+    env = {**os.environ, "PELOTON_TOPIC_PREFIX": p.settings.topic_prefix, "PELOTON_KAFKA_CA": p.settings.kafka_ca,
+           "PELOTON_KAFKA_USER": p.settings.kafka_user, "PELOTON_KAFKA_PASSWORD": p.settings.kafka_password}
+    producer = {**env, **p.as_user("producer"), "PELOTON_COMMAND_TOKEN": token}
+    out = java(classpath, "SubmitJob", p.settings.bootstrap, "/team-a", JOB_FILE, "schemas/avro/JobCommand.avsc",
+               env=producer)
     [job_id] = out.split()
     assert p.wait_job(job_id) == "SUCCEEDED"
     assert p.counts(job_id) == {"SUCCEEDED": instances}
+    # The same producer in a pool its team does not own, and a command without a signature: refused.
+    [elsewhere] = java(classpath, "SubmitJob", p.settings.bootstrap, "/test", JOB_FILE,
+                       "schemas/avro/JobCommand.avsc", env=producer).split()
+    [unsigned] = java(classpath, "SubmitJob", p.settings.bootstrap, "/team-a", JOB_FILE,
+                      "schemas/avro/JobCommand.avsc", env={**producer, "PELOTON_COMMAND_TOKEN": ""}).split()
+    letters = {v["key"].decode(): v["reason"] for v in p.read_topic("dead-letters", expect=2)}
+    assert "only administrators act there" in letters[elsewhere], letters
+    assert "unsigned" in letters[unsigned], letters
+    assert p.store.get_job(elsewhere) is None and p.store.get_job(unsigned) is None
 
     out = java(classpath, "WatchStatus", p.settings.bootstrap, "schemas/avro", env=env)
     lines = [line.split() for line in out.splitlines()]

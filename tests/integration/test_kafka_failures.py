@@ -21,6 +21,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from peloton.config import Settings
+from peloton.runtime import kafka_access
 from peloton.serde import registry, unbundle
 from peloton.topics import Catalogue
 from tests.integration.conftest import Pipeline
@@ -170,7 +171,7 @@ IDENTITY = {
 def identities(p: Pipeline, topics: list[str]) -> list[tuple]:
     """Every committed record of the topics (read_committed, as the stages read them), by identity."""
     catalogue = Catalogue(p.settings.topic_prefix)
-    consumer = Consumer({"bootstrap.servers": p.settings.bootstrap, "group.id": f"audit-{uuid.uuid4().hex}",
+    consumer = Consumer({**kafka_access(p.settings), "group.id": f"audit-{uuid.uuid4().hex}",
                          "enable.auto.commit": False, "isolation.level": "read_committed",
                          "enable.partition.eof": True})
     parts = [TopicPartition(catalogue[t].name, i, 0) for t in topics for i in range(catalogue[t].partitions)]

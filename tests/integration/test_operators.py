@@ -95,14 +95,16 @@ def test_lag_shows_every_stage_behind_under_a_20000_task_job_then_0_and_ok(pipel
     p.wait_for("launch's group STOP with lag", launch_stopped, 30)
 
 
-def kafka_consumer_groups(bootstrap: str, groups: list[str]) -> dict[tuple[str, str, int], tuple]:
+def kafka_consumer_groups(settings, groups: list[str]) -> dict[tuple[str, str, int], tuple]:
     """What Kafka's own kafka-consumer-groups (ConsumerGroupCommand, kafka-tools) prints for the
     groups: (group, topic, partition) -> (current offset, log-end offset, lag), None for '-'."""
     import subprocess
 
-    from pelotonctl.dev.kafka import java_command
+    from pelotonctl.dev.kafka import client_properties, java_command
 
-    args = ["--bootstrap-server", bootstrap, "--describe"]
+    config = settings.home / "client.properties"
+    config.write_text(client_properties(settings))
+    args = ["--bootstrap-server", settings.bootstrap, "--command-config", str(config), "--describe"]
     for g in groups:
         args += ["--group", g]
     done = subprocess.run(java_command("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand", *args),
@@ -133,7 +135,7 @@ def test_lag_reports_what_kafkas_own_consumer_groups_tool_reports(pipeline_facto
         monitor.close()
     ours = {(g["group"], r["topic"], r["partition"]): (r["current_offset"], r["log_end_offset"], r["lag"])
             for g in report["groups"] for r in g["partitions"]}
-    theirs = kafka_consumer_groups(p.settings.bootstrap, [g["group"] for g in report["groups"]])
+    theirs = kafka_consumer_groups(p.settings, [g["group"] for g in report["groups"]])
     assert theirs, "kafka-consumer-groups printed no rows"
     for key, (current, end, lag) in theirs.items():
         assert key in ours, f"{key} is in kafka-consumer-groups but not in pelotonctl lag"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -83,8 +84,13 @@ def test_every_example_in_the_readme_runs_as_written(tmp_path) -> None:
             elif kind == "python":
                 path = tmp_path / f"readme_{line}.py"
                 path.write_text(body)
-                result = subprocess.run([sys.executable, str(path)], cwd=REPO_ROOT, env=env, capture_output=True,
-                                        text=True, timeout=120)
+                # What the README has the reader export first: the dev stack's producer.
+                exports = subprocess.run([sys.executable, "-m", "pelotonctl", "dev", "env", "--kafka-user", "producer"],
+                                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60)
+                assert exports.returncode == 0, exports.stderr
+                producer = dict(shlex.split(row)[1].split("=", 1) for row in exports.stdout.splitlines())
+                result = subprocess.run([sys.executable, str(path)], cwd=REPO_ROOT, env={**env, **producer},
+                                        capture_output=True, text=True, timeout=120)
                 produced.extend(result.stdout.split())
             else:
                 continue

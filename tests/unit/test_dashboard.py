@@ -325,6 +325,7 @@ def test_the_dashboard_wants_a_token_and_shows_each_user_only_their_pools_jobs(t
     from peloton.auth.tokens import issue
     from peloton.model.pool import parse_pool_config
     from peloton.store import open_store
+    from peloton.auth.identities import Identities
     from pelotonctl.dashboard.gate import Gate
     from pelotonctl.dashboard.server import Dashboard, start
 
@@ -353,7 +354,7 @@ def test_the_dashboard_wants_a_token_and_shows_each_user_only_their_pools_jobs(t
 
     dashboard = Dashboard(Two(), sample_every_s=60)
     dashboard.sample()
-    with start(dashboard, port=0, gate=Gate(store, store)) as running:
+    with start(dashboard, port=0, gate=Gate(Identities(store), store)) as running:
         assert get(running.url + "api/state")[0] == 401
         status, headers, _ = get(running.url)
         assert status == 303 and headers["Location"] == "login"

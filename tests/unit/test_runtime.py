@@ -38,6 +38,9 @@ class Message:
     def value(self):
         return self._value
 
+    def headers(self):
+        return None  # as confluent-kafka gives a message without headers
+
     def timestamp(self):
         return (1, 1_700_000_000_000 + self._offset)  # (create time, ms)
 

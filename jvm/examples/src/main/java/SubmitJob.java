@@ -1,10 +1,16 @@
 import java.io.ByteArrayOutputStream;
 import java.io.File;
 import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.security.MessageDigest;
+import java.util.HexFormat;
 import java.util.Properties;
 import java.util.UUID;
+
+import javax.crypto.Mac;
+import javax.crypto.spec.SecretKeySpec;
 
 import org.apache.avro.Schema;
 import org.apache.avro.generic.GenericDatumWriter;
@@ -51,6 +57,19 @@ public final class SubmitJob {
         props.put("key.serializer", "org.apache.kafka.common.serialization.StringSerializer");
         props.put("value.serializer", "org.apache.kafka.common.serialization.ByteArraySerializer");
         props.put("acks", "all");
+        // Who this client is to a secure Kafka (SASL SCRAM over TLS); the dev stack's users:
+        // eval "$(pelotonctl dev env --kafka-user producer)". No user: a plaintext broker.
+        String user = System.getenv("PELOTON_KAFKA_USER"), ca = System.getenv("PELOTON_KAFKA_CA");
+        if (user != null && !user.isEmpty()) {
+            props.put("security.protocol", "SASL_SSL");
+            props.put("sasl.mechanism", "SCRAM-SHA-512");
+            props.put("sasl.jaas.config", "org.apache.kafka.common.security.scram.ScramLoginModule required username=\""
+                + user + "\" password=\"" + System.getenv("PELOTON_KAFKA_PASSWORD") + "\";");
+            if (ca != null && !ca.isEmpty()) {
+                props.put("ssl.truststore.type", "PEM");
+                props.put("ssl.truststore.location", ca);
+            }
+        }
 
         Schema schema = new Schema.Parser().parse(new File(schemaFile));
         GenericRecord command = new GenericRecordBuilder(schema)  // fields not set take their defaults
@@ -70,8 +89,20 @@ public final class SubmitJob {
         new GenericDatumWriter<GenericRecord>(schema).write(command, encoder);
         encoder.flush();
 
+        ProducerRecord<String, byte[]> record = new ProducerRecord<>(topic, jobId, value.toByteArray());
+        // Signed with your token (PELOTON_COMMAND_TOKEN, plt_<id>_<secret>): "<id>:<hex HMAC-SHA256 of the
+        // value>", keyed with SHA-256 of the secret; the job manager checks it, then the pool's permissions.
+        String token = System.getenv("PELOTON_COMMAND_TOKEN");
+        if (token != null && !token.isEmpty()) {
+            String[] parts = token.split("_", 3);
+            Mac mac = Mac.getInstance("HmacSHA256");
+            mac.init(new SecretKeySpec(MessageDigest.getInstance("SHA-256").digest(
+                parts[2].getBytes(StandardCharsets.UTF_8)), "HmacSHA256"));
+            String signature = parts[1] + ":" + HexFormat.of().formatHex(mac.doFinal(record.value()));
+            record.headers().add("peloton-signature", signature.getBytes(StandardCharsets.UTF_8));
+        }
         try (Producer<String, byte[]> producer = new KafkaProducer<>(props)) {
-            producer.send(new ProducerRecord<>(topic, jobId, value.toByteArray())).get();
+            producer.send(record).get();
         }
         System.out.println(jobId);  // then: .venv/bin/pelotonctl job status <this id> --wait
     }

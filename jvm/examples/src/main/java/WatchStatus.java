@@ -64,6 +64,19 @@ public final class WatchStatus {
         props.put("key.deserializer", "org.apache.kafka.common.serialization.StringDeserializer");
         props.put("value.deserializer", "org.apache.kafka.common.serialization.ByteArrayDeserializer");
         props.put("isolation.level", "read_committed");  // what the stages' transactions committed
+        // Who this client is to a secure Kafka (SASL SCRAM over TLS); the dev stack's users:
+        // eval "$(pelotonctl dev env --kafka-user admin)". No user: a plaintext broker.
+        String user = System.getenv("PELOTON_KAFKA_USER"), ca = System.getenv("PELOTON_KAFKA_CA");
+        if (user != null && !user.isEmpty()) {
+            props.put("security.protocol", "SASL_SSL");
+            props.put("sasl.mechanism", "SCRAM-SHA-512");
+            props.put("sasl.jaas.config", "org.apache.kafka.common.security.scram.ScramLoginModule required username=\""
+                + user + "\" password=\"" + System.getenv("PELOTON_KAFKA_PASSWORD") + "\";");
+            if (ca != null && !ca.isEmpty()) {
+                props.put("ssl.truststore.type", "PEM");
+                props.put("ssl.truststore.location", ca);
+            }
+        }
 
         try (KafkaConsumer<String, byte[]> consumer = new KafkaConsumer<>(props)) {
             List<PartitionInfo> infos = consumer.partitionsFor(topic, Duration.ofSeconds(30));
