@@ -117,6 +117,8 @@ class Settings:
     # a team's producer).
     signed_commands: bool = False
     command_token: str = ""
+    # How long the API waits for the job manager to act on a command when asked to (wait=true).
+    command_wait_s: float = 30.0
     oidc_issuer: str = ""
     oidc_audience: str = ""
     oidc_jwks_url: str = ""

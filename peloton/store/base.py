@@ -175,6 +175,14 @@ class StorageGateway(ABC):
     @abstractmethod
     def claim_commands(self, command_ids: list[str], job_ids: list[str], at_ms: int) -> set[str]:
         """Record job commands not seen before; returns the ids that are new (act on these)."""
+    @abstractmethod
+    def refuse_command(self, command_id: str, job_id: str, pool: str, kind: str, reason: str, at_ms: int) -> None:
+        """Keep why the job manager refused a command, for whoever sent it to ask."""
+    @abstractmethod
+    def command_outcome(self, command_id: str) -> dict | None:
+        """What the job manager did with a command: {state: refused, job_id, pool, kind, reason,
+        at_ms}, or {state: applied, job_id, at_ms} for a control command it acted on; None for one
+        it has not handled (or a CREATE: its job's existence says it was applied)."""
 
     # allocations (entitle): a task run admitted is held until it ends; an ended run is kept as
     # released, so a redelivered demand for it is recognised without asking the job manager.
@@ -286,6 +294,8 @@ class JobStore(Protocol):
     def tasks_of_job(self, job_id: str) -> list[TaskRow]: ...
     def delete_job(self, job_id: str) -> bool: ...
     def claim_commands(self, command_ids: list[str], job_ids: list[str], at_ms: int) -> set[str]: ...
+    def refuse_command(self, command_id: str, job_id: str, pool: str, kind: str, reason: str, at_ms: int) -> None: ...
+    def get_token(self, token_id: str) -> TokenRow | None: ...  # the signer of a signed command
 
 
 class AllocationStore(Protocol):

@@ -118,6 +118,11 @@ MIGRATIONS = [
         token_id TEXT PRIMARY KEY, secret_hash TEXT NOT NULL, user_name TEXT NOT NULL, groups TEXT NOT NULL,
         admin BOOLEAN NOT NULL, created_ms BIGINT NOT NULL, revoked_ms BIGINT);
     """,
+    # 7: why the job manager refused a command, for the caller to ask (the API's command status).
+    """
+    CREATE TABLE refused_commands (
+        command_id TEXT PRIMARY KEY, job_id TEXT, pool TEXT, kind TEXT, reason TEXT, at_ms BIGINT);
+    """,
 ]
 _MIGRATION_LOCK = 0x70656C6F  # any constant shared by every process of the project
 _POOL_TREE_LOCK = 0x706F6F6C
@@ -308,6 +313,19 @@ class PostgresStore(StorageGateway):
             self._all("DELETE FROM task_events WHERE job_id = %s RETURNING seq", (job_id,))
             self._all("DELETE FROM tasks WHERE job_id = %s RETURNING instance", (job_id,))
             return bool(self._all("DELETE FROM jobs WHERE job_id = %s RETURNING job_id", (job_id,)))
+
+    def refuse_command(self, command_id: str, job_id: str, pool: str, kind: str, reason: str, at_ms: int) -> None:
+        self._all("INSERT INTO refused_commands (command_id, job_id, pool, kind, reason, at_ms) "
+                  "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING command_id",
+                  (command_id, job_id, pool, kind, reason, at_ms))
+
+    def command_outcome(self, command_id: str) -> dict | None:
+        rows = self._all("SELECT job_id, pool, kind, reason, at_ms FROM refused_commands WHERE command_id = %s",
+                         (command_id,))
+        if rows:
+            return {"state": "refused", **dict(zip(("job_id", "pool", "kind", "reason", "at_ms"), rows[0], strict=True))}
+        rows = self._all("SELECT job_id, at_ms FROM job_commands WHERE command_id = %s", (command_id,))
+        return {"state": "applied", "job_id": rows[0][0], "at_ms": rows[0][1]} if rows else None
 
     def claim_commands(self, command_ids: list[str], job_ids: list[str], at_ms: int) -> set[str]:
         if not command_ids:

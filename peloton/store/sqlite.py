@@ -68,6 +68,8 @@ CREATE TABLE IF NOT EXISTS task_events (
     task_id TEXT, job_id TEXT, instance INTEGER, run_id INTEGER, state TEXT, reason TEXT,
     exit_code INTEGER, timestamp_ms INTEGER, host_id TEXT, message TEXT);
 CREATE TABLE IF NOT EXISTS job_commands (command_id TEXT PRIMARY KEY, job_id TEXT, at_ms INTEGER);
+CREATE TABLE IF NOT EXISTS refused_commands (
+    command_id TEXT PRIMARY KEY, job_id TEXT, pool TEXT, kind TEXT, reason TEXT, at_ms INTEGER);
 CREATE INDEX IF NOT EXISTS task_events_by_job ON task_events (job_id);
 CREATE TABLE IF NOT EXISTS allocations (
     task_id TEXT PRIMARY KEY, pool TEXT, gang_id TEXT, cpu REAL, mem_mb REAL, disk_mb REAL,
@@ -298,6 +300,18 @@ class SqliteStore(StorageGateway):
             return {c for c, j in zip(command_ids, job_ids, strict=True) if self.db.execute(
                 "INSERT OR IGNORE INTO job_commands (command_id, job_id, at_ms) VALUES (?, ?, ?)",
                 (c, j, at_ms)).rowcount}
+
+    def refuse_command(self, command_id: str, job_id: str, pool: str, kind: str, reason: str, at_ms: int) -> None:
+        self.db.execute("INSERT OR IGNORE INTO refused_commands (command_id, job_id, pool, kind, reason, at_ms) "
+                        "VALUES (?, ?, ?, ?, ?, ?)", (command_id, job_id, pool, kind, reason, at_ms))
+
+    def command_outcome(self, command_id: str) -> dict | None:
+        row = self.db.execute("SELECT job_id, pool, kind, reason, at_ms FROM refused_commands WHERE command_id = ?",
+                              (command_id,)).fetchone()
+        if row:
+            return {"state": "refused", **dict(zip(("job_id", "pool", "kind", "reason", "at_ms"), row, strict=True))}
+        row = self.db.execute("SELECT job_id, at_ms FROM job_commands WHERE command_id = ?", (command_id,)).fetchone()
+        return {"state": "applied", "job_id": row[0], "at_ms": row[1]} if row else None
 
     # -- allocations ------------------------------------------------------------------------
     def allocations(self) -> list[Allocation]:

@@ -39,6 +39,9 @@ from pelotonctl.watch import job_summary
 
 _bearer = HTTPBearer(auto_error=False, description="A token from `pelotonctl auth issue`.")
 Creds = Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)]
+# ?wait=true on a job command: answer once the job manager acted on it, or refused it (400).
+Wait = Annotated[bool, Query(description="Answer once the job manager has acted on the command (up to 30 s); "
+                                         "400 with its reason if it refused")]
 
 
 class JobCreate(BaseModel):
@@ -185,7 +188,8 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
     @app.post("/v1/jobs", tags=["jobs"], status_code=201, summary="Validate a job and submit it to a pool")
     def create_job(body: JobCreate, creds: Creds,
                    wait: Annotated[bool, Query(description="Answer once the job manager has stored the job "
-                                                           "(up to 30 s), with its state")] = False) -> dict:
+                                                           "(up to 30 s), with its state; 400 with its reason if "
+                                                           "it refused")] = False) -> dict:
         who = door.who(creds, "job.create", body.pool)
         pools = store.list_pools()
         if body.pool not in pools:  # refused as the job manager refuses it, before any permission
@@ -197,11 +201,20 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
                            requested_by=who.user, command_id=command_id)
         answer = {"job_id": job_id, "command_id": command_id}
         if wait:
-            deadline = time.monotonic() + 30
-            while (job := store.get_job(job_id)) is None and time.monotonic() < deadline:
-                time.sleep(0.05)
+            settle(answer)
+            job = store.get_job(job_id)
             answer["state"] = job.state if job else None  # None: not stored yet (the job manager is behind)
         return answer
+
+    def settle(answer: dict) -> None:
+        """Wait until the job manager has handled the command: its outcome goes into `answer`; a
+        refusal is a 400 with the job manager's reason (nothing was done)."""
+        deadline = time.monotonic() + settings.command_wait_s
+        while (outcome := store.command_outcome(answer["command_id"])) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        answer["outcome"] = outcome["state"] if outcome else "pending"  # pending: the job manager is behind
+        if outcome and outcome["state"] == "refused":
+            raise Refused(400, f"refused by the job manager: {outcome['reason']}")
 
     @app.get("/v1/jobs", tags=["jobs"], summary="Jobs the caller may read, most recent first, a page at a time")
     def query_jobs(creds: Creds, state: Annotated[list[str], Query()] = [], pool: str | None = None,
@@ -241,33 +254,49 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
         return job_summary(store, job_id, settings if why else None)
 
     def control(kind: str, job_id: str, creds, instances: str | None = None, batch_size: int = 0,
-                config: str | None = None) -> dict:
+                config: str | None = None, wait: bool = False) -> dict:
         action = f"job.{kind.lower()}"
         who = door.who(creds, action, job_id)
         job = door.job(job_id)
         door.allow(who, action, job_id, job.pool)
-        return door.send(admin.control_job, settings, store, kind, job_id, instances, batch_size, config,
-                         requested_by=who.user)
+        answer = door.send(admin.control_job, settings, store, kind, job_id, instances, batch_size, config,
+                           requested_by=who.user)
+        if wait:
+            settle(answer)
+        return answer
 
     @app.post("/v1/jobs/{job_id}/stop", tags=["jobs"], summary="Stop a job, or some of its instances")
-    def stop_job(job_id: str, creds: Creds, body: JobControl = JobControl()) -> dict:
-        return control("STOP", job_id, creds, body.instances)
+    def stop_job(job_id: str, creds: Creds, body: JobControl = JobControl(), wait: Wait = False) -> dict:
+        return control("STOP", job_id, creds, body.instances, wait=wait)
 
     @app.post("/v1/jobs/{job_id}/start", tags=["jobs"], summary="Run stopped instances again")
-    def start_job(job_id: str, creds: Creds, body: JobControl = JobControl()) -> dict:
-        return control("START", job_id, creds, body.instances)
+    def start_job(job_id: str, creds: Creds, body: JobControl = JobControl(), wait: Wait = False) -> dict:
+        return control("START", job_id, creds, body.instances, wait=wait)
 
     @app.post("/v1/jobs/{job_id}/restart", tags=["jobs"], summary="Replace running tasks with new runs")
-    def restart_job(job_id: str, creds: Creds, body: JobControl = JobControl()) -> dict:
-        return control("RESTART", job_id, creds, body.instances, body.batch_size)
+    def restart_job(job_id: str, creds: Creds, body: JobControl = JobControl(), wait: Wait = False) -> dict:
+        return control("RESTART", job_id, creds, body.instances, body.batch_size, wait=wait)
 
     @app.put("/v1/jobs/{job_id}", tags=["jobs"], summary="A new config version for a job")
-    def update_job(job_id: str, body: JobUpdate, creds: Creds) -> dict:
-        return control("UPDATE", job_id, creds, None, body.batch_size, body.config)
+    def update_job(job_id: str, body: JobUpdate, creds: Creds, wait: Wait = False) -> dict:
+        return control("UPDATE", job_id, creds, None, body.batch_size, body.config, wait=wait)
 
     @app.delete("/v1/jobs/{job_id}", tags=["jobs"], summary="Delete a terminal job with its tasks and events")
-    def delete_job(job_id: str, creds: Creds) -> dict:
-        return control("DELETE", job_id, creds)
+    def delete_job(job_id: str, creds: Creds, wait: Wait = False) -> dict:
+        return control("DELETE", job_id, creds, wait=wait)
+
+    @app.get("/v1/jobs/{job_id}/commands/{command_id}", tags=["jobs"],
+             summary="What the job manager did with a command: applied, refused (with its reason) or pending")
+    def command_status(job_id: str, command_id: str, creds: Creds) -> dict:
+        who = door.who(creds, "job.read", job_id)
+        outcome = store.command_outcome(command_id)
+        job = store.get_job(job_id)
+        pool = job.pool if job else (outcome or {}).get("pool")
+        if pool is None or (outcome is not None and outcome["job_id"] != job_id):
+            # A create the job manager has not handled yet looks the same: nothing is known of it.
+            raise Refused(404, f"no job {job_id} with a command {command_id} handled (yet)")
+        door.allow(who, "job.read", job_id, pool)
+        return {"command_id": command_id, "job_id": job_id, "state": "pending", **(outcome or {})}
 
     # -- tasks --------------------------------------------------------------------------------
     def readable_job(job_id: str, creds):

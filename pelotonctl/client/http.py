@@ -60,16 +60,21 @@ class ApiClient:
                                  f"or PELOTON_API_URL right?") from None
 
     # -- jobs ---------------------------------------------------------------------------------
+    # Commands answer once the job manager acted on them (wait=true), so the next command finds
+    # what this one did, and a refusal by the job manager is this command's error (exit 2).
+    WAIT = {"wait": "true"}
+
     def submit_job(self, pool: str, text: str) -> str:
-        return self.call("POST", "/v1/jobs", {"pool": pool, "config": text})["job_id"]
+        return self.call("POST", "/v1/jobs", {"pool": pool, "config": text}, self.WAIT)["job_id"]
 
     def control_job(self, kind: str, job_id: str, instances: str | None = None, batch_size: int = 0,
                     config: str | None = None) -> dict:
         if kind == "UPDATE":
-            return self.call("PUT", f"/v1/jobs/{job_id}", {"config": config or "", "batch_size": batch_size})
+            return self.call("PUT", f"/v1/jobs/{job_id}", {"config": config or "", "batch_size": batch_size}, self.WAIT)
         if kind == "DELETE":
-            return self.call("DELETE", f"/v1/jobs/{job_id}")
-        return self.call("POST", f"/v1/jobs/{job_id}/{kind.lower()}", {"instances": instances, "batch_size": batch_size})
+            return self.call("DELETE", f"/v1/jobs/{job_id}", query=self.WAIT)
+        return self.call("POST", f"/v1/jobs/{job_id}/{kind.lower()}", {"instances": instances, "batch_size": batch_size},
+                         self.WAIT)
 
     def job(self, job_id: str) -> dict | None:
         return self.call("GET", f"/v1/jobs/{job_id}", missing_ok=True)

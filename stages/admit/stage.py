@@ -199,6 +199,13 @@ class AdmitStage(Stage):
         if control:
             self._control(control, out)
 
+    def _refuse(self, r: Record, reason: str) -> None:
+        """A command the job manager will not act on: a dead letter for operators, and a row the
+        sender's command status reads (the API answers with the reason)."""
+        self.emit.dead_letter(r, reason)
+        cmd = r.value
+        self.store.refuse_command(cmd["command_id"], cmd["job_id"], cmd["pool"] or "", cmd["kind"], reason, now_ms())
+
     def _signed(self, records: list[Record]) -> list[Record]:
         """The commands whose signer may do what they ask; the others go to the dead letters."""
         pools = self.store.list_pools()
@@ -212,7 +219,7 @@ class AdmitStage(Stage):
             problem = sender_problem(cmd["kind"], pool, r.headers, r.raw_value or b"", self.store.get_token, pools,
                                      admins)
             if problem:
-                self.emit.dead_letter(r, problem)
+                self._refuse(r, problem)
             else:
                 kept.append(r)
         return kept
@@ -229,11 +236,11 @@ class AdmitStage(Stage):
         for r in records:
             cmd = r.value
             if not cmd["config"]:
-                self.emit.dead_letter(r, "CREATE command without a job config")
+                self._refuse(r, "CREATE command without a job config")
                 continue
             problem = job_id_problem(cmd["job_id"])
             if problem:
-                self.emit.dead_letter(r, problem)
+                self._refuse(r, problem)
                 continue
             if cmd["job_id"] in known:
                 repeats.add(cmd["job_id"])  # handled below, without judging the config again
@@ -242,12 +249,12 @@ class AdmitStage(Stage):
                 continue  # created earlier in this batch: a repeat
             problem = leaf_pool_error(pools, cmd["pool"])
             if problem:
-                self.emit.dead_letter(r, problem)
+                self._refuse(r, problem)
                 continue
             try:
                 spec = parse_job_config(cmd["config"], self.settings.job_limits(), self.settings.yaml_limits())
             except JobConfigError as exc:
-                self.emit.dead_letter(r, str(exc))
+                self._refuse(r, str(exc))
                 continue
             if hosts is None:
                 hosts = self.host_capacities()
@@ -255,13 +262,17 @@ class AdmitStage(Stage):
             problems = fit_problems(spec, cmd["pool"], pools[cmd["pool"]], hosts) or size_problems(
                 spec, job, job_tasks, self.emit.serde, self.settings.max_message_bytes)
             if problems:
-                self.emit.dead_letter(r, "job refused: " + "; ".join(problems))
+                self._refuse(r, "job refused: " + "; ".join(problems))
                 continue
             seen.add(job.job_id)
             jobs.append(job)
             tasks.extend(job_tasks)
             self._slas[job.job_id] = (spec.max_running_instances, spec.max_running_time_s)  # not parsed again
         created = self.store.create_jobs(jobs, tasks)
+        # Each create acted on (or found its job made already) is applied: what its sender's
+        # command status reads, as for the other commands.
+        applied = [r.value for r in records if r.value["job_id"] in created or r.value["job_id"] in repeats]
+        self.store.claim_commands([c["command_id"] for c in applied], [c["job_id"] for c in applied], now)
         by_job: dict[str, list[TaskRow]] = {}
         for t in tasks:
             by_job.setdefault(t.job_id, []).append(t)
@@ -298,7 +309,7 @@ class AdmitStage(Stage):
                 except CommandError as exc:
                     problem = str(exc)
             if problem:
-                self.emit.dead_letter(r, problem)
+                self._refuse(r, problem)
                 continue
             if cmd["kind"] == "DELETE":
                 self.store.delete_job(job.job_id)
@@ -317,7 +328,7 @@ class AdmitStage(Stage):
             else:
                 problem = self._update(job, tasks, cmd, who, now, out)
                 if problem:
-                    self.emit.dead_letter(r, problem)
+                    self._refuse(r, problem)
 
     def _stop(self, job: JobRow, tasks: list[TaskRow], instances: list[int] | None, who: str, now: int) -> None:
         """Every run not ended yet goes KILLING and is killed wherever it is, through the same

@@ -40,10 +40,12 @@ def call(url: str, method: str = "GET", token: str | None = None, body: dict | N
         return exc.code, json.loads(exc.read())
 
 
-def serve_api(p) -> str:
-    """Start an API process beside the pipeline's stages; its address."""
+def serve_api(p, command_token: str = "") -> str:
+    """Start an API process beside the pipeline's stages (signing its commands with
+    `command_token`); its address."""
     port = free_port()
-    p.procs["api-0"] = start_api(p.settings, p.log("api-0"), port, extra_env=p.as_user("api"))
+    p.procs["api-0"] = start_api(p.settings, p.log("api-0"), port,
+                                 extra_env={**p.as_user("api"), "PELOTON_COMMAND_TOKEN": command_token})
     wait_for_port("127.0.0.1", port, 60)
     return f"http://127.0.0.1:{port}"
 
@@ -121,3 +123,42 @@ def test_a_jobs_task_events_stream_from_its_creation_and_resume_where_the_client
     # A pool's stream: from a time on, every job of the pool.
     pool = events(f"{api}/v1/events?pool=/a&follow=false&since_ms=0", alice)
     assert [e for _id, e in pool] == [e for _id, e in seen]
+
+
+def test_a_command_the_job_manager_refuses_is_the_callers_error_with_its_reason(pipeline_factory) -> None:
+    # The API signs with a service token whose user owns nothing: it lets alice create in /a, and
+    # the job manager, checking the signer, refuses. She hears why, not "submitted".
+    p = pipeline_factory(signed_commands=True)
+    create_pool(p.settings, p.store, "/a", "name: a\nowningTeam: team-a\n" + RESOURCES)
+    p.start_all()
+    bot = p.ctl("auth", "issue", "--user", "api-bot", "--group", "ops").stdout.strip()
+    api = serve_api(p, command_token=bot)
+    alice = p.ctl("auth", "issue", "--user", "alice", "--group", "team-a").stdout.strip()
+    (p.home / "hello.yaml").write_text(JOB)
+    as_alice = {"PELOTON_API_URL": api, "PELOTON_TOKEN": alice}
+    made = p.ctl("job", "create", "/a", str(p.home / "hello.yaml"), extra_env=as_alice)
+    assert made.returncode == 2, (made.stdout, made.stderr)
+    assert "refused by the job manager: command refused: job.create on /a: api-bot is in none of team-a" in made.stderr
+    status, answer = call(f"{api}/v1/jobs?wait=true", "POST", alice, {"pool": "/a", "config": JOB})
+    assert status == 400 and "api-bot is in none of team-a" in answer["detail"]
+    [letter, _] = p.read_topic("dead-letters", expect=2)
+    assert "api-bot is in none of team-a" in letter["reason"]
+    assert call(f"{api}/v1/jobs", token=alice)[1]["jobs"] == []  # nothing was made
+
+
+def test_a_command_answers_once_the_job_manager_acted_so_the_next_one_finds_its_effect(pipeline_factory) -> None:
+    p = pipeline_factory(signed_commands=True)
+    create_pool(p.settings, p.store, "/a", "name: a\nowningTeam: team-a\n" + RESOURCES)
+    p.start_all()
+    service = p.ctl("auth", "issue", "--user", "api", "--admin").stdout.strip()
+    api = serve_api(p, command_token=service)
+    alice = p.ctl("auth", "issue", "--user", "alice", "--group", "team-a").stdout.strip()
+    (p.home / "sleep.yaml").write_text(JOB.replace("sleep 0.5", "sleep 60"))
+    as_alice = {"PELOTON_API_URL": api, "PELOTON_TOKEN": alice}
+    job_id = p.ctl("job", "create", "/a", str(p.home / "sleep.yaml"), extra_env=as_alice).stdout.strip()
+    stop = p.ctl("job", "stop", job_id, "--instances", "0", "--wait", extra_env=as_alice)  # at once: it is stored
+    assert stop.returncode == 0, stop.stderr
+    status, answer = call(f"{api}/v1/jobs/{job_id}/stop?wait=true", "POST", alice, {})
+    assert status == 200 and answer["outcome"] == "applied", answer
+    status, outcome = call(f"{api}/v1/jobs/{job_id}/commands/{answer['command_id']}", token=alice)
+    assert status == 200 and outcome["state"] == "applied", outcome

@@ -43,7 +43,7 @@ def api(tmp_path):
         store.add_token(row)
         tokens[user] = {"Authorization": f"Bearer {token}"}
     out, trail = RecordingEmitter("api"), RecordingEmitter("api")
-    settings = Settings(home=tmp_path, store=str(tmp_path / "peloton.db"))
+    settings = Settings(home=tmp_path, store=str(tmp_path / "peloton.db"), command_wait_s=0.05)
     app = make_app(settings, store, out, Audit(trail, 1.0), StaticView({"h0": HOST}))
     with TestClient(app) as client:
         client.tokens, client.out, client.trail, client.store = tokens, out, trail, store
@@ -138,3 +138,24 @@ def test_a_stream_position_names_every_partition_and_what_it_passed() -> None:
     assert str(at) == "0:41.2;3:7.-1"
     assert at.passed(0, 41, 2) and at.passed(0, 40, 9) and not at.passed(0, 41, 3) and not at.passed(1, 0, -1)
     assert Position.parse("garbage") is None and Position.parse(None) is None
+
+
+def test_a_commands_status_says_what_the_job_manager_did_and_only_to_who_may_read_the_job(api) -> None:
+    made = api.post("/v1/jobs", json={"pool": "/a", "config": JOB}, headers=api.tokens["alice"]).json()
+    job_id, command_id = made["job_id"], made["command_id"]
+    status = f"/v1/jobs/{job_id}/commands/{command_id}"
+    assert api.get(status, headers=api.tokens["alice"]).status_code == 404  # nothing known of it yet
+    api.store.refuse_command(command_id, job_id, "/a", "CREATE", "job refused: no host has 64 cpu", 5)
+    answer = api.get(status, headers=api.tokens["alice"]).json()
+    assert (answer["state"], answer["reason"]) == ("refused", "job refused: no host has 64 cpu")
+    assert api.get(status, headers=api.tokens["bob"]).status_code == 403  # /a is team-a's
+    assert api.get(f"/v1/jobs/{job_id}/commands/other", headers=api.tokens["alice"]).status_code == 404
+    # A command of a stored job the job manager has not handled yet is pending.
+    from peloton.model.jobconfig import parse_job_config
+    from stages.admit.expand import expand_job
+
+    job, tasks = expand_job("j1", "/a", parse_job_config(JOB), JOB, 1)
+    api.store.create_jobs([job], tasks)
+    stop = api.post("/v1/jobs/j1/stop", json={}, headers=api.tokens["alice"]).json()
+    pending = api.get(f"/v1/jobs/j1/commands/{stop['command_id']}", headers=api.tokens["alice"]).json()
+    assert pending["state"] == "pending"

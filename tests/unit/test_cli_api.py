@@ -39,7 +39,8 @@ def served(tmp_path):
         tokens[user], row = issue(user, [group], False, now_ms=1)
         store.add_token(row)
     out = RecordingEmitter("api")
-    settings = Settings(home=tmp_path, store=str(tmp_path / "peloton.db"))
+    # No job manager here: a command's wait ends at once, pending.
+    settings = Settings(home=tmp_path, store=str(tmp_path / "peloton.db"), command_wait_s=0.05)
     api = make_app(settings, store, out, Audit(RecordingEmitter("api"), 1.0), StaticView({"h0": HOST}))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
