@@ -11,7 +11,7 @@ import shutil
 import tempfile
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from peloton.config import Settings
@@ -80,7 +80,8 @@ def run_pipeline_bench(console, plan: BenchPlan) -> dict:
                                        sim_task_seconds=plan.task_seconds))
     stack.up(progress=lambda m: console.print(m, highlight=False), store=plan.store, instances=plan.instances)
     try:
-        settings = stack.settings
+        # The jobs go straight to Kafka, signed with the stack's admin token.
+        settings = replace(stack.settings, command_token=(stack.read() or {}).get("command_token", ""))
         store = open_store(settings.store)
         expected = len(parse_inventory(plan.inventory, 4))
         hosts = _wait_for_hosts(settings, expected, console)
@@ -88,7 +89,7 @@ def run_pipeline_bench(console, plan: BenchPlan) -> dict:
         if plan.relay_messages:
             console.print(f"relay baseline: {plan.relay_messages:,} messages of 200 bytes through {HOPS} hops ...",
                           highlight=False)
-            relay = run_relay(settings.bootstrap, plan.relay_messages)
+            relay = run_relay(settings, plan.relay_messages)
         cluster = sum((h for h in hosts), Resources())
         for i in range(plan.pools):  # the cluster shared equally: every pool can use its share at once
             create_pool(settings, store, f"/bench-{i}", BENCH_POOL.format(
