@@ -119,6 +119,12 @@ class Settings:
     command_token: str = ""
     # How long the API waits for the job manager to act on a command when asked to (wait=true).
     command_wait_s: float = 30.0
+    # Agents serve their sandboxes' stdout and stderr to the API, which presents this secret
+    # (empty: agents serve nothing, and task logs are read on the CLI's own machine), on this
+    # address (0.0.0.0: every interface, advertised by host name) and port (0: any free one).
+    agent_logs_secret: str = ""
+    agent_logs_host: str = "127.0.0.1"
+    agent_logs_port: int = 0
     oidc_issuer: str = ""
     oidc_audience: str = ""
     oidc_jwks_url: str = ""

@@ -33,7 +33,7 @@ from pelotonctl import admin
 from peloton.auth.identities import Identities
 from pelotonctl.api.audit import Audit
 from pelotonctl.api.identity import Unauthenticated, principal_of
-from pelotonctl.api import stream
+from pelotonctl.api import logs, stream
 from pelotonctl.shapes import job_info, job_row, task_info, task_row
 from pelotonctl.watch import job_summary
 
@@ -167,6 +167,12 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
     def _user_error(_request, exc):
         return JSONResponse({"detail": str(exc)}, status_code=400)
 
+    @app.exception_handler(logs.NoLogs)
+    def _no_logs(_request, exc):
+        return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    app.add_exception_handler(logs.LogsUnavailable, lambda _request, exc: JSONResponse({"detail": str(exc)},
+                                                                                       status_code=503))
     for kind in (KafkaException, DeliveryError, BrokerUnavailable):
         app.add_exception_handler(kind, unavailable(f"the broker at {settings.bootstrap}"))
     for kind in STORE_UNAVAILABLE:
@@ -322,6 +328,33 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
     def task_events(job_id: str, instance: int, creds: Creds) -> dict:
         readable_job(job_id, creds)
         return {"events": [e for e in store.task_events(job_id) if e["instance"] == instance]}
+
+    @app.get("/v1/jobs/{job_id}/tasks/{instance}/logs", tags=["tasks"], response_class=PlainTextResponse,
+             summary="A run's stdout or stderr, from the host that ran it (its agent serves it to the API)")
+    def task_logs(job_id: str, instance: int, creds: Creds, run: Annotated[int | None, Query(ge=1)] = None,
+                  file: Annotated[str, Query(pattern="^(stdout|stderr)$")] = "stdout",
+                  offset: Annotated[int, Query(ge=0)] = 0,
+                  limit: Annotated[int, Query(ge=0, le=4 * 1024 * 1024)] = 4 * 1024 * 1024) -> PlainTextResponse:
+        readable_job(job_id, creds)
+        task = next((t for t in store.tasks_of_job(job_id) if t.instance == instance), None)
+        if task is None:
+            raise Refused(404, f"no instance {instance} of job {job_id}")
+        run_id = run or task.run_id
+        if run_id > task.run_id:
+            raise Refused(404, f"instance {instance} of job {job_id} has runs 1-{task.run_id}")
+        host_id = task.host_id if run_id == task.run_id else next(
+            (e["host_id"] for e in reversed(store.task_events(job_id))
+             if e["instance"] == instance and e["run_id"] == run_id and e["host_id"]), "")
+        if not host_id:
+            raise Refused(404, f"run {run_id} of instance {instance} of job {job_id} has not been on a host")
+        host = next((h for h in door.hosts() if h["host_id"] == host_id), None)
+        url = (host or {}).get("log_url") or ""
+        if not url or not settings.agent_logs_secret:
+            raise Refused(404, f"host {host_id} serves no task logs (a simulated host, an agent without "
+                               "PELOTON_AGENT_LOGS_SECRET, or one not heard from)")
+        data, size = logs.fetch(url, settings.agent_logs_secret, f"{job_id}-{instance}-{run_id}", file, offset,
+                                limit)
+        return PlainTextResponse(data, headers={"X-File-Size": str(size)})
 
     # -- task events as they happen ---------------------------------------------------------
     def event_stream(request: Request, lines) -> StreamingResponse:

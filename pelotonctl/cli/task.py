@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.table import Table
 
-from pelotonctl.cli.common import EXIT_NOT_FOUND, JSON_HELP, client, cluster_call, commands, fail, load_settings, out, print_json
+from pelotonctl.cli.common import EXIT_NOT_FOUND, JSON_HELP, client, cluster_call, commands, fail, out, print_json
 
 task_app = commands("Tasks of a job.")
 
@@ -66,23 +65,9 @@ def task_events(job_id: str, instance: int, as_json: bool = typer.Option(False, 
 def task_logs(job_id: str, instance: int, run: Optional[int] = typer.Option(None, "--run", help="Run id (default: the current run)."),
               stderr: bool = typer.Option(False, "--stderr", help="Standard error instead of standard output."),
               tail: int = typer.Option(0, "--tail", help="Only the last N lines (0: all).")) -> None:
-    """A task run's standard output (or error), from its sandbox on this machine."""
-    from stages.launch.agents.local import sandbox_path
-
-    settings = load_settings()
-    task = cluster_call(client().task, job_id, instance)
-    if task is None:
-        fail(f"no instance {instance} of job {job_id}", EXIT_NOT_FOUND)
-    run_id = run or task["run_id"]
-    if not 1 <= run_id <= task["run_id"]:
-        fail(f"instance {instance} of job {job_id} has runs 1-{task['run_id']}", EXIT_NOT_FOUND)
-    task_id = f"{job_id}-{instance}-{run_id}"
-    path = sandbox_path(Path(settings.home) / "sandboxes", task_id) / ("stderr" if stderr else "stdout")
-    if not path.exists():
-        where = f" (it ran on host {task['host']})" if task["host"] and run_id == task["run_id"] else ""
-        fail(f"no {'stderr' if stderr else 'stdout'} of task {task_id} on this machine{where}: a task that has not "
-              "started, or ran on a simulated host or another machine, has none here", EXIT_NOT_FOUND)
-    data = path.read_bytes()
+    """A task run's standard output (or error): through the API from the host that ran it, or
+    without an API from its sandbox on this machine."""
+    data = cluster_call(client().task_log, job_id, instance, run, stderr)
     if tail > 0:
         data = b"\n".join(data.rstrip(b"\n").split(b"\n")[-tail:]) + b"\n"
     sys.stdout.buffer.write(data)

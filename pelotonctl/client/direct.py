@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import cached_property
+from pathlib import Path
 
 from peloton.config import Settings
 from pelotonctl import admin
@@ -53,6 +54,25 @@ class DirectClient:
         if self.store.get_job(job_id) is None:
             return None
         return [e for e in self.store.task_events(job_id) if e["instance"] == instance]
+
+    def task_log(self, job_id: str, instance: int, run: int | None = None, stderr: bool = False) -> bytes:
+        """A run's stdout (or stderr) from its sandbox on this machine (no API: nothing else to ask)."""
+        from stages.launch.agents.local import sandbox_path
+
+        task = self.task(job_id, instance)
+        if task is None:
+            raise admin.NotFound(f"no instance {instance} of job {job_id}")
+        run_id = run or task["run_id"]
+        if not 1 <= run_id <= task["run_id"]:
+            raise admin.NotFound(f"instance {instance} of job {job_id} has runs 1-{task['run_id']}")
+        task_id = f"{job_id}-{instance}-{run_id}"
+        path = sandbox_path(Path(self.settings.home) / "sandboxes", task_id) / ("stderr" if stderr else "stdout")
+        if not path.exists():
+            where = f" (it ran on host {task['host']})" if task["host"] and run_id == task["run_id"] else ""
+            raise admin.NotFound(f"no {'stderr' if stderr else 'stdout'} of task {task_id} on this machine{where}: a "
+                                 "task that has not started, or ran on a simulated host or another machine, has none "
+                                 "here (through the API, agents serve their hosts' logs)")
+        return path.read_bytes()
 
     # -- pools and hosts ----------------------------------------------------------------------
     def create_pool(self, path: str, text: str) -> dict:

@@ -27,8 +27,8 @@ class ApiClient:
         self.timeout = timeout
 
     def call(self, method: str, path: str, body: dict | None = None, query: dict | None = None,
-             missing_ok: bool = False):
-        """The answer's JSON; None for a 404 when missing_ok."""
+             missing_ok: bool = False, raw: bool = False):
+        """The answer's JSON (its bytes when raw); None for a 404 when missing_ok."""
         url = self.url + urllib.parse.quote(path)
         if query:
             url += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None}, doseq=True)
@@ -42,7 +42,7 @@ class ApiClient:
         request = urllib.request.Request(url, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as answer:
-                return json.loads(answer.read() or b"null")
+                return answer.read() if raw else json.loads(answer.read() or b"null")
         except urllib.error.HTTPError as exc:
             detail = _detail(exc)
             if exc.code == 404 and missing_ok:
@@ -99,6 +99,11 @@ class ApiClient:
     def task_events(self, job_id: str, instance: int) -> list[dict] | None:
         answer = self.call("GET", f"/v1/jobs/{job_id}/tasks/{instance}/events", missing_ok=True)
         return None if answer is None else answer["events"]
+
+    def task_log(self, job_id: str, instance: int, run: int | None = None, stderr: bool = False) -> bytes:
+        """A run's stdout (or stderr), from the host that ran it, through the API."""
+        return self.call("GET", f"/v1/jobs/{job_id}/tasks/{instance}/logs",
+                         query={"run": run, "file": "stderr" if stderr else "stdout"}, raw=True)
 
     # -- pools and hosts ----------------------------------------------------------------------
     def create_pool(self, path: str, text: str) -> dict:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -266,10 +267,13 @@ class DevStack:
         state["token"] = state["command_token"] = self._issue(settings, os.environ.get("USER") or "dev", ["dev"], True)
         state["command_tokens"] = {"api": self._issue(settings, "api", [], True),
                                    "producer": self._issue(settings, "producer", ["dev"], False)}
+        # Agents serve their sandboxes to the API alone, which presents this secret.
+        state["agent_logs_secret"] = secrets.token_hex(16)
+        serving = {"PELOTON_AGENT_LOGS_SECRET": state["agent_logs_secret"]}
         self._write(state)
         api_port = free_port()
         log = logs / "api.log"
-        proc = start_api(settings, log, api_port, extra_env={**principals.as_user("api", passwords),
+        proc = start_api(settings, log, api_port, extra_env={**principals.as_user("api", passwords), **serving,
                                                               "PELOTON_COMMAND_TOKEN": state["command_tokens"]["api"]})
         state["api_url"] = f"http://127.0.0.1:{api_port}"
         components.append({"component": "api", "instance": "api-0", "pid": proc.pid, "address": state["api_url"],
@@ -278,7 +282,7 @@ class DevStack:
         for host in agent_hosts(settings):
             log = logs / f"{host.host_id}.log"
             env, address = metrics_port(settings)
-            proc = start_agent(host, settings, log, extra_env={**env, **principals.as_user("agent", passwords)})
+            proc = start_agent(host, settings, log, extra_env={**env, **principals.as_user("agent", passwords), **serving})
             procs[host.host_id] = (proc, log)
             components.append({"component": "agent", "instance": host.host_id, "pid": proc.pid,
                                "address": f"host {host.host_id}", "log": str(log), "metrics": address})
@@ -412,6 +416,8 @@ class DevStack:
             log = Path(c["log"])
             env = {"PELOTON_METRICS_PORT": c["metrics"].rsplit(":", 1)[1].split("/")[0]} if c.get("metrics") else {}
             env.update(as_user(c["component"], passwords))
+            if c["component"] in ("api", "agent"):
+                env["PELOTON_AGENT_LOGS_SECRET"] = state.get("agent_logs_secret", "")
             if c["component"] == "api":
                 env["PELOTON_COMMAND_TOKEN"] = (state.get("command_tokens") or {}).get("api", "")
                 c["pid"] = start_api(settings, log, c["port"], extra_env=env).pid

@@ -125,6 +125,14 @@ class HostAgent:
             "enable.auto.commit": False, "auto.offset.reset": "latest", "fetch.wait.max.ms": 100,
             "allow.auto.create.topics": False, **RECOVERY,
         })
+        # The sandboxes' files, served to the API (with the cluster's agent-logs secret): a user
+        # reads a run's output through the API from wherever the run was.
+        self.logs = None
+        if settings.agent_logs_secret and not simulate:
+            from stages.agent.logs import LogServer
+
+            self.logs = LogServer(self.sandbox_root, settings.agent_logs_secret, settings.agent_logs_host,
+                                  settings.agent_logs_port).start()
         self._running = True
         self._next_report = 0.0
         self.fresh_since_ms = 0
@@ -352,7 +360,8 @@ class HostAgent:
             record = {"host_id": host_id, "agent_id": self.agent_id, "capacity": spec.capacity.to_record(),
                       "labels": spec.labels, "running": sorted(running.get(host_id, ())),
                       "port_ranges": [{"low": low, "high": high} for low, high in spec.port_ranges],
-                      "updates": updates.get(host_id, []), "sent_ms": _now_ms()}
+                      "updates": updates.get(host_id, []), "sent_ms": _now_ms(),
+                      "log_url": self.logs.url if self.logs else ""}
             value = self.serde.encode("peloton.AgentReport", record)
             while True:
                 try:
@@ -419,6 +428,8 @@ class HostAgent:
             self.runs = {}
             self._save("runs.json", self.runs)
             self.consumer.close()
+            if self.logs is not None:
+                self.logs.close()
 
 
 @dataclass(slots=True)

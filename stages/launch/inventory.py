@@ -38,6 +38,7 @@ class HostSpec:
     shard: int
     labels: dict[str, str] = field(default_factory=dict)
     port_ranges: tuple[tuple[int, int], ...] = ()  # the ports it gives tasks; () = placement's default
+    log_url: str = ""  # where its agent serves the sandboxes' files to the API ("": nowhere)
 
 
 def parse_inventory(spec: str, shards: int) -> list[HostSpec]:

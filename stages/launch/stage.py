@@ -272,9 +272,11 @@ class LaunchStage(Stage):
         labels = {**report["labels"], "hostname": host_id}
         ports = tuple((r["low"], r["high"]) for r in report["port_ranges"])
         known = self.inventory.get(host_id)
-        if known is not None and (known.capacity, known.labels, known.port_ranges) == (capacity, labels, ports):
+        log_url = report.get("log_url") or ""
+        if known is not None and (known.capacity, known.labels, known.port_ranges, known.log_url) == (
+                capacity, labels, ports, log_url):
             return
-        self.inventory[host_id] = HostSpec(host_id, AGENT, capacity, shard, labels, ports)
+        self.inventory[host_id] = HostSpec(host_id, AGENT, capacity, shard, labels, ports, log_url)
         ledger = self.ledgers[host_id] = HostLedger(host_id, capacity)
         for task_id in self.remote.on_host(host_id):  # adopted runs, or ours before a change
             spec = self.running.get(task_id, ({}, ""))[0]
@@ -542,7 +544,7 @@ class LaunchStage(Stage):
                 "task_labels": [{"key": k, "value": v, "count": n} for (k, v), n in labels.items()],
                 "job_tasks": jobs, "used_ports": ports,
                 "port_ranges": [{"low": low, "high": high} for low, high in spec.port_ranges],
-                "updated_ms": now,
+                "updated_ms": now, "log_url": spec.log_url,
             })
         self.changed_hosts = {}
 

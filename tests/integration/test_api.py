@@ -162,3 +162,33 @@ def test_a_command_answers_once_the_job_manager_acted_so_the_next_one_finds_its_
     assert status == 200 and answer["outcome"] == "applied", answer
     status, outcome = call(f"{api}/v1/jobs/{job_id}/commands/{answer['command_id']}", token=alice)
     assert status == 200 and outcome["state"] == "applied", outcome
+
+
+def test_task_logs_come_through_the_api_from_the_agent_that_ran_the_task(pipeline_factory, tmp_path) -> None:
+    # The agent serves its sandboxes to the API alone; pelotonctl, on a "machine" without them
+    # (another home), reads a run's output through the API as a reader of the job's pool.
+    p = pipeline_factory(hosts="agent:1:cpu=2,mem_mb=1024,disk_mb=1000")
+    create_pool(p.settings, p.store, "/a", "name: a\nowningTeam: team-a\n" + RESOURCES)
+    secret = {"PELOTON_AGENT_LOGS_SECRET": "agents-and-the-api-only"}
+    for stage in ("admit", "entitle", "place", "launch"):
+        p.start(stage, wait=False)
+    p.start_agent("agent-0", extra_env=secret)
+    port = free_port()
+    p.procs["api-0"] = start_api(p.settings, p.log("api-0"), port, extra_env={**p.as_user("api"), **secret})
+    wait_for_port("127.0.0.1", port, 60)
+    api = f"http://127.0.0.1:{port}"
+    alice = p.ctl("auth", "issue", "--user", "alice", "--group", "team-a").stdout.strip()
+    bob = p.ctl("auth", "issue", "--user", "bob", "--group", "team-b").stdout.strip()
+    status, made = call(f"{api}/v1/jobs?wait=true", "POST", alice,
+                        {"pool": "/a", "config": JOB.replace("sleep 0.5", "echo hello from $PELOTON_INSTANCE_ID; echo oops >&2")})
+    assert status == 201, made
+    assert p.wait_job(made["job_id"]) == "SUCCEEDED"
+    elsewhere = {"PELOTON_HOME": str(tmp_path / "elsewhere"), "PELOTON_API_URL": api, "PELOTON_TOKEN": alice}
+    out = p.ctl("task", "logs", made["job_id"], "1", extra_env=elsewhere)
+    assert out.returncode == 0 and out.stdout == "hello from 1\n", (out.stdout, out.stderr)
+    err = p.ctl("task", "logs", made["job_id"], "0", "--stderr", extra_env=elsewhere)
+    assert err.returncode == 0 and err.stdout == "oops\n", err.stderr
+    refused = p.ctl("task", "logs", made["job_id"], "0", extra_env={**elsewhere, "PELOTON_TOKEN": bob})
+    assert refused.returncode == 6 and "bob is in none of team-a" in refused.stderr
+    missing = p.ctl("task", "logs", made["job_id"], "0", "--run", "5", extra_env=elsewhere)
+    assert missing.returncode == 3 and "has runs 1-1" in missing.stderr

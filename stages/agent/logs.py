@@ -1,0 +1,95 @@
+"""An agent serves its sandboxes' output files to the API, and to nobody else: every request must
+carry the cluster's agent-logs secret (PELOTON_AGENT_LOGS_SECRET), which the API holds and users
+never see; users reach logs through the API, which checks who may read the job. Read-only, a
+byte range at a time, only a run's stdout and stderr (no path a request can steer elsewhere).
+
+    GET /v1/sandboxes/<task id>/<stdout|stderr>?offset=N&limit=M   -> the bytes, X-File-Size: total
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import socket
+import threading
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+from stages.launch.agents.local import sandbox_path
+
+log = logging.getLogger("peloton.agent")
+
+FILES = ("stdout", "stderr")
+MAX_CHUNK = 4 * 1024 * 1024  # per request: a client pages through a large file
+
+
+class LogServer:
+    def __init__(self, sandbox_root: Path, secret: str, host: str = "127.0.0.1", port: int = 0):
+        self.sandbox_root, self.secret = sandbox_root, secret
+        handler = type("Handler", (_Handler,), {"server_logs": self})
+        self.httpd = ThreadingHTTPServer((host, port), handler)
+        self.httpd.daemon_threads = True
+        advertised = socket.getfqdn() if host in ("0.0.0.0", "") else host
+        self.url = f"http://{advertised}:{self.httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.5},
+                                        name="agent-logs", daemon=True)
+
+    def start(self) -> LogServer:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def read(self, task_id: str, name: str, offset: int, limit: int) -> tuple[bytes, int]:
+        """(the bytes, the file's size); FileNotFoundError for a run or file not here."""
+        path = sandbox_path(self.sandbox_root, task_id) / name  # ValueError for a name no sandbox has
+        # Not through a link: a task may replace its stdout with one to a file only the agent reads.
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
+            size = f.seek(0, 2)
+            f.seek(min(max(offset, 0), size))
+            return f.read(min(max(limit, 0), MAX_CHUNK)), size
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_logs: LogServer
+
+    def do_GET(self) -> None:  # the standard library's name for it
+        logs = self.server_logs
+        given = self.headers.get("Authorization") or ""
+        if not hmac.compare_digest(given.encode(), f"Bearer {logs.secret}".encode()):
+            self._answer(HTTPStatus.UNAUTHORIZED, b"the agent serves its sandboxes to the API only\n")
+            return
+        url = urlsplit(self.path)
+        parts = url.path.strip("/").split("/")
+        if len(parts) != 4 or parts[:2] != ["v1", "sandboxes"] or parts[3] not in FILES:
+            self._answer(HTTPStatus.NOT_FOUND, b"GET /v1/sandboxes/<task id>/<stdout|stderr>\n")
+            return
+        query = parse_qs(url.query)
+        try:
+            offset = int((query.get("offset") or ["0"])[0])
+            limit = int((query.get("limit") or [str(MAX_CHUNK)])[0])
+            data, size = logs.read(parts[2], parts[3], offset, limit)
+        except ValueError:
+            self._answer(HTTPStatus.BAD_REQUEST, b"offset and limit are whole numbers; a task id is a run's id\n")
+            return
+        except OSError:
+            self._answer(HTTPStatus.NOT_FOUND, f"no {parts[3]} of run {parts[2]} on this host\n".encode())
+            return
+        self._answer(HTTPStatus.OK, data, {"X-File-Size": str(size)})
+
+    def _answer(self, status: HTTPStatus, body: bytes, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/octet-stream" if status == HTTPStatus.OK else "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, fmt, *args) -> None:  # requests are the API's; not worth a line each
+        pass
