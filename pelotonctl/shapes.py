@@ -42,3 +42,9 @@ def task_info(job_id: str, task: TaskRow) -> dict:
             "state": task.state, "host": task.host_id, "exit_code": task.exit_code, "signal": task.signal,
             "reason": task.reason, "message": task.message, "failures": task.failures,
             "max_failures": task.max_failures, "resources": task.spec.get("resources", {})}
+
+
+def token_row(t) -> dict:
+    """A token as listed: never the token itself (the store has only its hash)."""
+    return {"token_id": t.token_id, "user": t.user, "groups": list(t.groups), "admin": t.admin,
+            "created_ms": t.created_ms, "revoked_ms": t.revoked_ms}

@@ -34,7 +34,7 @@ from peloton.auth.identities import Identities
 from pelotonctl.api.audit import Audit
 from pelotonctl.api.identity import Unauthenticated, principal_of
 from pelotonctl.api import logs, stream
-from pelotonctl.shapes import job_info, job_row, task_info, task_row
+from pelotonctl.shapes import job_info, job_row, task_info, task_row, token_row
 from pelotonctl.watch import job_summary
 
 _bearer = HTTPBearer(auto_error=False, description="A token from `pelotonctl auth issue`.")
@@ -470,6 +470,11 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
         store.add_token(row)
         return {"token": token, "token_id": row.token_id, "user": row.user, "groups": list(row.groups),
                 "admin": row.admin}
+
+    @app.get("/v1/tokens", tags=["tokens"], summary="Every token: id, user, groups, admin, issued, revoked (admins)")
+    def list_tokens(creds: Creds) -> dict:
+        door.allow(door.who(creds, "token.list", "tokens"), "token.list", "tokens")
+        return {"tokens": [token_row(t) for t in store.list_tokens()]}
 
     @app.delete("/v1/tokens/{token_id}", tags=["tokens"], summary="Revoke a token (admins)")
     def revoke_token(token_id: str, creds: Creds) -> dict:

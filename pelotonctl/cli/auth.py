@@ -1,5 +1,5 @@
-"""pelotonctl auth: the API's tokens, issued and revoked in the store (the operator's way in,
-before any token exists)."""
+"""pelotonctl auth: the API's tokens. Through the API when one is configured (an admin's token);
+otherwise in the store itself, the operator's way in before any token exists."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import typer
 from rich.table import Table
 
-from pelotonctl.cli.common import EXIT_INVALID, EXIT_NOT_FOUND, JSON_HELP, commands, fail, open_store, out, print_json
+from pelotonctl.cli.common import JSON_HELP, client, cluster_call, commands, out, print_json
 
 auth_app = commands("The API's identities: bearer tokens for users and their groups.")
 
@@ -23,41 +23,30 @@ def auth_issue(
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Issue a token and print it, once: the store keeps only its hash."""
-    from peloton.auth.tokens import issue
-    from peloton.runtime import now_ms
-
-    try:
-        token, row = issue(user, group, admin, now_ms())
-    except ValueError as exc:
-        fail(str(exc), EXIT_INVALID)
-    open_store().add_token(row)
+    made = cluster_call(client().issue_token, user, group, admin)
     if as_json:
-        print_json({"token": token, "token_id": row.token_id, "user": row.user, "groups": list(row.groups),
-                    "admin": row.admin})
+        print_json({k: made[k] for k in ("token", "token_id", "user", "groups", "admin")})
     else:
-        sys.stdout.write(token + "\n")
+        sys.stdout.write(made["token"] + "\n")
 
 
 @auth_app.command("revoke")
 def auth_revoke(token_id: str = typer.Argument(..., help="The token's id (`auth list`), or the token itself.")) -> None:
     """Revoke a token: the API refuses it from now on."""
     from peloton.auth.tokens import TokenError, token_id_of
-    from peloton.runtime import now_ms
 
     try:
         token_id = token_id_of(token_id)
     except TokenError:
         pass  # an id, not a whole token
-    if not open_store().revoke_token(token_id, now_ms()):
-        fail(f"no token {token_id} that is not revoked already (see `pelotonctl auth list`)", EXIT_NOT_FOUND)
+    cluster_call(client().revoke_token, token_id)
     out.print(f"token {token_id} revoked", highlight=False)
 
 
 @auth_app.command("list")
 def auth_list(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Every token: id, user, groups, admin, when issued and revoked (never the token itself)."""
-    rows = [{"token_id": t.token_id, "user": t.user, "groups": list(t.groups), "admin": t.admin,
-             "created_ms": t.created_ms, "revoked_ms": t.revoked_ms} for t in open_store().list_tokens()]
+    rows = cluster_call(client().list_tokens)
     if as_json:
         print_json(rows)
         return

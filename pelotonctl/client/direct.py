@@ -7,7 +7,8 @@ from pathlib import Path
 
 from peloton.config import Settings
 from pelotonctl import admin
-from pelotonctl.shapes import job_info, job_row, task_info, task_row
+from pelotonctl.admin import NotFound, UserError
+from pelotonctl.shapes import job_info, job_row, task_info, task_row, token_row
 from pelotonctl.watch import job_summary
 
 
@@ -73,6 +74,27 @@ class DirectClient:
                                  "task that has not started, or ran on a simulated host or another machine, has none "
                                  "here (through the API, agents serve their hosts' logs)")
         return path.read_bytes()
+
+    # -- tokens (in the store: the operator's way in, before any token exists) -----------------
+    def issue_token(self, user: str, groups: list[str], admin: bool) -> dict:
+        from peloton.auth.tokens import issue
+        from peloton.runtime import now_ms
+
+        try:
+            token, row = issue(user, groups, admin, now_ms())
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        self.store.add_token(row)
+        return {"token": token, **token_row(row)}
+
+    def revoke_token(self, token_id: str) -> None:
+        from peloton.runtime import now_ms
+
+        if not self.store.revoke_token(token_id, now_ms()):
+            raise NotFound(f"no token {token_id} that is not revoked already")
+
+    def list_tokens(self) -> list[dict]:
+        return [token_row(t) for t in self.store.list_tokens()]
 
     # -- pools and hosts ----------------------------------------------------------------------
     def create_pool(self, path: str, text: str) -> dict:

@@ -105,6 +105,16 @@ class ApiClient:
         return self.call("GET", f"/v1/jobs/{job_id}/tasks/{instance}/logs",
                          query={"run": run, "file": "stderr" if stderr else "stdout"}, raw=True)
 
+    # -- tokens -------------------------------------------------------------------------------
+    def issue_token(self, user: str, groups: list[str], admin: bool) -> dict:
+        return self.call("POST", "/v1/tokens", {"user": user, "groups": groups, "admin": admin})
+
+    def revoke_token(self, token_id: str) -> None:
+        self.call("DELETE", f"/v1/tokens/{token_id}")
+
+    def list_tokens(self) -> list[dict]:
+        return self.call("GET", "/v1/tokens")["tokens"]
+
     # -- pools and hosts ----------------------------------------------------------------------
     def create_pool(self, path: str, text: str) -> dict:
         return self.call("POST", f"/v1/respools{path}", {"config": text})

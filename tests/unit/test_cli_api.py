@@ -4,6 +4,7 @@ directly, plus exit 6 for what the token's user may not do."""
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -109,3 +110,19 @@ def test_an_api_that_does_not_answer_exits_5(tmp_path) -> None:
                                                       "PELOTON_API_URL": f"http://127.0.0.1:{port}",
                                                       "PELOTON_TOKEN": "x"})
     assert result.exit_code == 5 and f"the API at http://127.0.0.1:{port} does not answer" in result.output
+
+
+def test_tokens_are_an_admins_through_the_api_and_the_operators_in_the_store(served, tmp_path) -> None:
+    refused = served("alice", "auth", "issue", "--user", "eve", "--group", "team-a")
+    assert refused.exit_code == 6 and "token.issue on eve refused" in refused.output
+    assert served("alice", "auth", "list").exit_code == 6
+    # Without an API: the store itself (the way in before any token exists).
+    direct = {"PELOTON_HOME": str(tmp_path / "operator"), "PELOTON_STORE": str(tmp_path / "operator.db")}
+    made = runner.invoke(app, ["auth", "issue", "--user", "root", "--admin", "--json"], env=direct)
+    assert made.exit_code == 0, made.output
+    token_id = json.loads(made.output)["token_id"]
+    listed = json.loads(runner.invoke(app, ["auth", "list", "--json"], env=direct).output)
+    assert [(t["token_id"], t["user"], t["admin"]) for t in listed] == [(token_id, "root", True)]
+    assert runner.invoke(app, ["auth", "revoke", token_id], env=direct).exit_code == 0
+    again = runner.invoke(app, ["auth", "revoke", token_id], env=direct)
+    assert again.exit_code == 3 and "not revoked already" in again.output
