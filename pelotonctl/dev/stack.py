@@ -226,10 +226,9 @@ class DevStack:
             progress(f"          a new cluster: its log ({self.dir / 'kafka'}) and the store "
                      f"({settings_store(self.settings)}) start empty, and keep what they get across "
                      "`dev restart`")
-        # Everything started from here on talks to this broker and store.
-        # (as the cluster's admin user: the CLI's direct commands, `dev`, `topics`, `lag`)
-        # Job commands must be signed: the API with its service token, a team's producer with the
-        # team's token, the CLI's direct commands (the demo) with the stack's admin token.
+        # Everything started from here on talks to this broker (as the cluster's admin user, unless
+        # started as a component's) and store. Job commands must be signed: the API with its
+        # service token, a team's producer with the team's, the demo with the stack's admin token.
         self.settings = settings = replace(self.settings, **kafka, signed_commands=True)
         state = {**kafka, "signed_commands": True, "store": settings.store, "zookeeper": settings.zookeeper, "hosts": settings.hosts,
                  "started": time.time(), "components": components}

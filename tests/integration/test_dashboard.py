@@ -125,7 +125,8 @@ def test_the_dashboard_shows_stages_pools_jobs_hosts_and_why_tasks_wait(pipeline
         # The finished job's row: its state and every instance counted SUCCEEDED.
         row = f'tr[data-job-id="{done}"]'
         assert "dashboard-hello" in seen(browser, row)
-        assert seen(browser, f'{row} [data-field="state"]') == "SUCCEEDED"
+        # (the page shows the last sample, taken each second: it may still say RUNNING a moment)
+        assert seen(browser, f'{row} [data-field="state"]', lambda t: t == "SUCCEEDED") == "SUCCEEDED"
         assert seen(browser, f'{row} [data-state-count="SUCCEEDED"]', lambda t: t == "4") == "4"
 
         # The cluster's pool: its cpu entitlement drawn as a bar (two hosts of 8 cpu), the test
