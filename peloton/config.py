@@ -108,9 +108,6 @@ class Settings:
     # Where the API is, and the bearer token to send it (a running dev stack's by default).
     api_url: str = ""
     token: str = ""
-    # Identities from an OIDC issuer besides our own tokens (peloton.auth.oidc): the issuer every
-    # JWT must name, the audience (this cluster's client id there), and the claims that carry the
-    # user and the groups. The keys' address is discovered from the issuer unless given.
     # Job commands carry their sender's signature (peloton.auth.signing): required, admit refuses
     # an unsigned or badly signed command, and one whose signer may not act on its pool.
     # command_token: the token this process signs its commands with (the API's service token,
@@ -125,6 +122,9 @@ class Settings:
     agent_logs_secret: str = ""
     agent_logs_host: str = "127.0.0.1"
     agent_logs_port: int = 0
+    # Identities from an OIDC issuer besides our own tokens (peloton.auth.oidc): the issuer every
+    # JWT must name, the audience (this cluster's client id there), and the claims that carry the
+    # user and the groups. The keys' address is discovered from the issuer unless given.
     oidc_issuer: str = ""
     oidc_audience: str = ""
     oidc_jwks_url: str = ""
@@ -179,6 +179,10 @@ class Settings:
                     raise SettingsError(f"{name}={raw!r}: expected {kind}") from None
         values.update(overrides)
         return cls(**values).check()
+
+    def admin_group_set(self) -> frozenset[str]:
+        """admin_groups as a set of group names."""
+        return frozenset(g.strip() for g in self.admin_groups.split(",") if g.strip())
 
     def lease_margin(self) -> float:
         """How much longer than an agent's lease the host manager waits before it calls the

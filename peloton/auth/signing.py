@@ -19,21 +19,20 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-from peloton.auth.tokens import Principal, TokenError, TokenRow, token_id_of
+from peloton.auth.tokens import Principal, TokenError, TokenRow, hash_secret, parts
 
 HEADER = "peloton-signature"
 
 
 def signing_key(token: str) -> bytes:
-    """The HMAC key of a token: SHA-256 of its secret, raw."""
-    token_id_of(token)  # its shape, or TokenError
-    return hashlib.sha256(token.strip().split("_", 2)[2].encode()).digest()  # plt_<id>_<secret>
+    """The HMAC key of a token: SHA-256 of its secret, raw (the store keeps it as hex)."""
+    return bytes.fromhex(hash_secret(parts(token)[1]))
 
 
 def signature(token: str, value: bytes) -> bytes:
     """The header's value for a message `value` sent by the holder of `token`."""
     mac = hmac.new(signing_key(token), value, hashlib.sha256).hexdigest()
-    return f"{token_id_of(token)}:{mac}".encode()
+    return f"{parts(token)[0]}:{mac}".encode()
 
 
 def signer_of(header: bytes | None, value: bytes, find_token) -> Principal:
@@ -47,9 +46,10 @@ def signer_of(header: bytes | None, value: bytes, find_token) -> Principal:
     expected = hmac.new(bytes.fromhex(row.secret_hash), value, hashlib.sha256).hexdigest()
     if not hmac.compare_digest(expected, mac):
         raise TokenError(f"the signature does not match the command (token {token_id})")
-    if row.revoked_ms is not None:
-        raise TokenError(f"signed with token {token_id}, which was revoked")
-    return Principal(row.user, frozenset(row.groups), row.admin, row.token_id)
+    try:
+        return row.principal()
+    except TokenError:
+        raise TokenError(f"signed with token {token_id}, which was revoked") from None
 
 
 def header_of(headers, name: str = HEADER) -> bytes | None:

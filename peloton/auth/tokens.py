@@ -46,6 +46,12 @@ class TokenRow:
     created_ms: int
     revoked_ms: int | None = None
 
+    def principal(self) -> Principal:
+        """Who holding this token makes a caller (the caller's proof checked by whoever asks)."""
+        if self.revoked_ms is not None:
+            raise TokenError(f"token {self.token_id} was revoked")
+        return Principal(self.user, frozenset(self.groups), self.admin, self.token_id)
+
 
 def issue(user: str, groups: list[str], admin: bool, now_ms: int) -> tuple[str, TokenRow]:
     """A new token (shown once) and the row to store. Raises ValueError for a bad name."""
@@ -54,29 +60,31 @@ def issue(user: str, groups: list[str], admin: bool, now_ms: int) -> tuple[str, 
             raise ValueError(f"{name!r}: a user or group name is letters, digits, '.', '_', '@' and '-' (at most 64)")
     token_id = secrets.token_hex(6)
     secret = secrets.token_urlsafe(32)
-    row = TokenRow(token_id, _hash(secret), user, tuple(sorted(set(groups))), admin, now_ms)
+    row = TokenRow(token_id, hash_secret(secret), user, tuple(sorted(set(groups))), admin, now_ms)
     return f"{PREFIX}{token_id}_{secret}", row
+
+
+def parts(token: str) -> tuple[str, str]:
+    """(id, secret) of a token; raises TokenError for anything that is not one."""
+    m = _SHAPE.fullmatch(token.strip())
+    if m is None:
+        raise TokenError("not a Peloton token (expected plt_<id>_<secret>, as `pelotonctl auth issue` prints)")
+    return m.group(1), m.group(2)
 
 
 def token_id_of(token: str) -> str:
     """The id part of a token (to find its row); raises TokenError for anything else."""
-    m = _SHAPE.fullmatch(token.strip())
-    if m is None:
-        raise TokenError("not a Peloton token (expected plt_<id>_<secret>, as `pelotonctl auth issue` prints)")
-    return m.group(1)
+    return parts(token)[0]
 
 
 def verify(token: str, row: TokenRow | None) -> Principal:
     """The principal a presented token stands for, given the row stored under its id."""
-    m = _SHAPE.fullmatch(token.strip())
-    if m is None:
-        raise TokenError("not a Peloton token (expected plt_<id>_<secret>, as `pelotonctl auth issue` prints)")
-    if row is None or not hmac.compare_digest(row.secret_hash, _hash(m.group(2))):
+    _, secret = parts(token)
+    if row is None or not hmac.compare_digest(row.secret_hash, hash_secret(secret)):
         raise TokenError("unknown token")
-    if row.revoked_ms is not None:
-        raise TokenError(f"token {row.token_id} was revoked")
-    return Principal(row.user, frozenset(row.groups), row.admin, row.token_id)
+    return row.principal()
 
 
-def _hash(secret: str) -> str:
+def hash_secret(secret: str) -> str:
+    """What the store keeps of a secret: its SHA-256, hex."""
     return hashlib.sha256(secret.encode()).hexdigest()

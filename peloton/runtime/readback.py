@@ -56,7 +56,7 @@ def committed_since(settings: Settings, catalogue: Catalogue, topic: str, partit
         return []
     name = catalogue[topic].name
     deadline = time.monotonic() + timeout_s
-    admin = AdminClient({**kafka_access(settings)})
+    admin = AdminClient(kafka_access(settings))
     parts = [(name, p) for p in partitions]
     ask = max(1.0, timeout_s / 2)
     ends = {p: o for (_, p), o in offsets_at(admin, parts, OffsetSpec.latest(), ask).items()}

@@ -42,7 +42,8 @@ def decode_message(serde: SchemaRegistry, spec, partition: int, offset: int, raw
         raise WrongSchema(f"schema {schema} is not allowed on {spec.id} (allowed: {', '.join(spec.value_schemas)})")
     key = raw_key.decode("utf-8", "replace") if raw_key is not None else None
     item, values = unbundle(schema, value)
+    headers = tuple(headers or ())
     if item == schema:
-        return [Record(spec.id, partition, offset, key, schema, value, raw_key, raw_value, -1, tuple(headers or ()))]
-    return [Record(spec.id, partition, offset, key, item, v, raw_key, raw_value, i, tuple(headers or ()))
+        return [Record(spec.id, partition, offset, key, schema, value, raw_key, raw_value, -1, headers)]
+    return [Record(spec.id, partition, offset, key, item, v, raw_key, raw_value, i, headers)
             for i, v in enumerate(values)]

@@ -87,7 +87,7 @@ class Door:
 
     def __init__(self, settings: Settings, store: StorageGateway, out: Emitter, audit: Audit, hosts_view=None):
         self.settings, self.store, self.out, self.audit = settings, store, out, audit
-        self.admin_groups = frozenset(g.strip() for g in settings.admin_groups.split(",") if g.strip())
+        self.admin_groups = settings.admin_group_set()
         self._send = threading.Lock()
         self._hosts_lock = threading.Lock()
         self._hosts = hosts_view  # made on first use: a CompactedView of host-state (a StaticView in tests)
@@ -244,19 +244,20 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
         page = jobs[offset:offset + limit]
         return {"jobs": [job_row(j) for j in page], "next_offset": offset + limit if len(jobs) > offset + limit else None}
 
-    @app.get("/v1/jobs/{job_id}", tags=["jobs"], summary="A job's config and runtime")
-    def get_job(job_id: str, creds: Creds) -> dict:
+    def readable_job(job_id: str, creds):
         who = door.who(creds, "job.read", job_id)
         job = door.job(job_id)
         door.allow(who, "job.read", job_id, job.pool)
-        return job_info(store, job)
+        return job
+
+    @app.get("/v1/jobs/{job_id}", tags=["jobs"], summary="A job's config and runtime")
+    def get_job(job_id: str, creds: Creds) -> dict:
+        return job_info(store, readable_job(job_id, creds))
 
     @app.get("/v1/jobs/{job_id}/status", tags=["jobs"], summary="A job's state, task counts and why it waits")
     def job_status(job_id: str, creds: Creds,
                    why: Annotated[bool, Query(description="Also why its gangs wait and its failed runs")] = True) -> dict:
-        who = door.who(creds, "job.read", job_id)
-        job = door.job(job_id)
-        door.allow(who, "job.read", job_id, job.pool)
+        readable_job(job_id, creds)
         return job_summary(store, job_id, settings if why else None)
 
     def control(kind: str, job_id: str, creds, instances: str | None = None, batch_size: int = 0,
@@ -305,11 +306,11 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
         return {"command_id": command_id, "job_id": job_id, "state": "pending", **(outcome or {})}
 
     # -- tasks --------------------------------------------------------------------------------
-    def readable_job(job_id: str, creds):
-        who = door.who(creds, "job.read", job_id)
-        job = door.job(job_id)
-        door.allow(who, "job.read", job_id, job.pool)
-        return job
+    def task_of(job_id: str, instance: int):
+        task = next((t for t in store.tasks_of_job(job_id) if t.instance == instance), None)
+        if task is None:
+            raise Refused(404, f"no instance {instance} of job {job_id}")
+        return task
 
     @app.get("/v1/jobs/{job_id}/tasks", tags=["tasks"], summary="Every task of a job")
     def list_tasks(job_id: str, creds: Creds) -> dict:
@@ -319,10 +320,7 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
     @app.get("/v1/jobs/{job_id}/tasks/{instance}", tags=["tasks"], summary="One task's current run")
     def get_task(job_id: str, instance: int, creds: Creds) -> dict:
         readable_job(job_id, creds)
-        task = next((t for t in store.tasks_of_job(job_id) if t.instance == instance), None)
-        if task is None:
-            raise Refused(404, f"no instance {instance} of job {job_id}")
-        return task_info(job_id, task)
+        return task_info(job_id, task_of(job_id, instance))
 
     @app.get("/v1/jobs/{job_id}/tasks/{instance}/events", tags=["tasks"], summary="Every state change of a task")
     def task_events(job_id: str, instance: int, creds: Creds) -> dict:
@@ -336,9 +334,7 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
                   offset: Annotated[int, Query(ge=0)] = 0,
                   limit: Annotated[int, Query(ge=0, le=4 * 1024 * 1024)] = 4 * 1024 * 1024) -> PlainTextResponse:
         readable_job(job_id, creds)
-        task = next((t for t in store.tasks_of_job(job_id) if t.instance == instance), None)
-        if task is None:
-            raise Refused(404, f"no instance {instance} of job {job_id}")
+        task = task_of(job_id, instance)
         run_id = run or task.run_id
         if run_id > task.run_id:
             raise Refused(404, f"instance {instance} of job {job_id} has runs 1-{task.run_id}")

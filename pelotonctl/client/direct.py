@@ -62,15 +62,15 @@ class DirectClient:
 
         task = self.task(job_id, instance)
         if task is None:
-            raise admin.NotFound(f"no instance {instance} of job {job_id}")
+            raise NotFound(f"no instance {instance} of job {job_id}")
         run_id = run or task["run_id"]
         if not 1 <= run_id <= task["run_id"]:
-            raise admin.NotFound(f"instance {instance} of job {job_id} has runs 1-{task['run_id']}")
+            raise NotFound(f"instance {instance} of job {job_id} has runs 1-{task['run_id']}")
         task_id = f"{job_id}-{instance}-{run_id}"
         path = sandbox_path(Path(self.settings.home) / "sandboxes", task_id) / ("stderr" if stderr else "stdout")
         if not path.exists():
             where = f" (it ran on host {task['host']})" if task["host"] and run_id == task["run_id"] else ""
-            raise admin.NotFound(f"no {'stderr' if stderr else 'stdout'} of task {task_id} on this machine{where}: a "
+            raise NotFound(f"no {'stderr' if stderr else 'stdout'} of task {task_id} on this machine{where}: a "
                                  "task that has not started, or ran on a simulated host or another machine, has none "
                                  "here (through the API, agents serve their hosts' logs)")
         return path.read_bytes()

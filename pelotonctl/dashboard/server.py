@@ -318,5 +318,5 @@ def serve(settings: Settings, store: QueryStore, port: int = 8080, host: str = "
           sample_every_s: float = 2.0, history: int = 300) -> Running:
     """The dashboard of the cluster `settings` name, served on host:port (see `start`).
     `history` samples are kept: 300 at every 2 s shows the last ten minutes."""
-    admins = frozenset(g.strip() for g in settings.admin_groups.split(",") if g.strip())
-    return start(Dashboard(Sources(settings, store), sample_every_s, history), port, host, Gate(Identities.from_settings(settings, store), store, admins))
+    gate = Gate(Identities.from_settings(settings, store), store, settings.admin_group_set())
+    return start(Dashboard(Sources(settings, store), sample_every_s, history), port, host, gate)

@@ -210,7 +210,7 @@ class AdmitStage(Stage):
         """The commands whose signer may do what they ask; the others go to the dead letters."""
         pools = self.store.list_pools()
         jobs = self.store.get_jobs([r.value["job_id"] for r in records if r.value["kind"] != "CREATE"])
-        admins = frozenset(g.strip() for g in self.settings.admin_groups.split(",") if g.strip())
+        admins = self.settings.admin_group_set()
         kept = []
         for r in records:
             cmd = r.value
