@@ -6,6 +6,7 @@ import os
 import time
 import uuid
 from contextlib import contextmanager
+from dataclasses import asdict
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
@@ -46,6 +47,7 @@ from stages.admit.checks import (
     size_problems,
 )
 from stages.admit.expand import expand_job
+from stages.admit.workflow import UpdateOptions, options_problem, steer
 
 
 class UserError(Exception):
@@ -299,13 +301,23 @@ def submit_job(settings: Settings, store: QueryStore, pool: str, text: str, job_
     return job_id
 
 
-def control_job(settings: Settings, store: QueryStore, kind: str, job_id: str, instances: str | None = None,
-                batch_size: int = 0, config: str | None = None, out: Emitter | None = None,
-                requested_by: str | None = None) -> dict:
-    """Check a STOP, START, RESTART, UPDATE or DELETE against the job as stored (the job manager
-    checks it again the same way), then publish it. Returns what it will touch."""
+def _user(requested_by: str | None) -> str:
     import getpass
 
+    if requested_by is not None:
+        return requested_by
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "pelotonctl"
+
+
+def control_job(settings: Settings, store: QueryStore, kind: str, job_id: str, instances: str | None = None,
+                batch_size: int = 0, config: str | None = None, out: Emitter | None = None,
+                requested_by: str | None = None, options: UpdateOptions | None = None) -> dict:
+    """Check a STOP, START, RESTART, UPDATE or DELETE against the job as stored (the job manager
+    checks it again the same way), then publish it. Returns what it will touch; a RESTART or an
+    UPDATE is an update workflow whose id is its command id."""
     from stages.admit.commands import (
         CommandError,
         changed_instances,
@@ -328,8 +340,10 @@ def control_job(settings: Settings, store: QueryStore, kind: str, job_id: str, i
             chosen = instance_ranges(instances, job.instance_count)
         except CommandError as exc:
             raise UserError(str(exc)) from None
-    if batch_size < 0:
-        raise UserError(f"--batch-size {batch_size}: must be 0 (all at once) or more")
+    options = options or UpdateOptions(batch_size=batch_size)
+    problem = options_problem(options)
+    if problem:
+        raise UserError(problem)
     tasks = store.tasks_of_job(job_id)
     if kind == "UPDATE":
         new = validate_job(config or "", settings)
@@ -344,22 +358,42 @@ def control_job(settings: Settings, store: QueryStore, kind: str, job_id: str, i
     else:
         touched = {"STOP": to_stop, "START": to_start, "RESTART": to_restart}.get(kind, lambda ts, _i: ts)(tasks, chosen)
     out = out or emitter(settings)
-    user = requested_by
-    if user is None:
-        try:
-            user = getpass.getuser()
-        except (KeyError, OSError):
-            user = "pelotonctl"
     command_id = uuid.uuid4().hex
     out.emit("job-commands", job_id, "peloton.JobCommand", {
         "command_id": command_id, "kind": kind, "job_id": job_id, "pool": job.pool, "config": config,
-        "instances": instances or None, "batch_size": batch_size, "requested_by": user, "timestamp_ms": now_ms(),
+        "instances": instances or None, "requested_by": _user(requested_by), "timestamp_ms": now_ms(),
+        **asdict(options),
     })
     _deliver(out, settings)
     answer = {"job_id": job_id, "kind": kind, "command_id": command_id, "instances": [t.instance for t in touched]}
+    if kind in ("RESTART", "UPDATE"):
+        answer["update_id"] = command_id
     if kind == "UPDATE":
         answer["added"] = added
     return answer
+
+
+def steer_update(settings: Settings, store: QueryStore, update_id: str, action: str, out: Emitter | None = None,
+                 requested_by: str | None = None) -> dict:
+    """PAUSE, RESUME, ABORT or ROLLBACK an update workflow: checked against it as stored (the job
+    manager checks it again), then published."""
+    wf = store.get_update(update_id)
+    if wf is None:
+        raise NotFound(f"no update {update_id}")
+    user = _user(requested_by)
+    _, problem = steer(wf, action, user, now_ms())
+    if problem:
+        raise UserError(problem)
+    job = store.get_job(wf["job_id"])
+    if job is None:
+        raise NotFound(f"no job {wf['job_id']} (update {update_id})")
+    out = out or emitter(settings)
+    command_id = uuid.uuid4().hex
+    out.emit("job-commands", job.job_id, "peloton.JobCommand", {
+        "command_id": command_id, "kind": action, "job_id": job.job_id, "pool": job.pool, "update_id": update_id,
+        "requested_by": user, "timestamp_ms": now_ms()})
+    _deliver(out, settings)
+    return {"update_id": update_id, "job_id": job.job_id, "action": action, "command_id": command_id}
 
 
 def query_jobs(store: QueryStore, states: list[str] | None = None, pool: str | None = None, owner: str | None = None,

@@ -8,20 +8,37 @@ import yaml
 from peloton.store.base import JobRow, QueryStore, TaskRow
 
 
-def job_info(store: QueryStore, job: JobRow) -> dict:
-    """A job's config (as submitted) and runtime: state, times, task counts."""
+def job_info(store: QueryStore, job: JobRow, version: int | None = None) -> dict:
+    """A job's config (as submitted; of `version`, when given) and runtime: state, times, task
+    counts, the update in progress. NotFound for a version the job never had."""
+    from pelotonctl.admin import NotFound
+
+    text = job.config_text
+    if version is not None and version != job.config_version:
+        text = store.job_config(job.job_id, version)
+        if text is None:
+            raise NotFound(f"job {job.job_id} has no config version {version} (its current one is "
+                           f"{job.config_version})")
     counts = store.task_state_counts([job.job_id])[job.job_id]
-    runtime = {"state": job.state, "config_version": job.config_version, "rollout": job.rollout,
+    active = job.rollout and {k: job.rollout.get(k) for k in ("update_id", "kind", "state")}
+    runtime = {"state": job.state, "config_version": job.config_version, "update": active or None,
                "created_ms": job.created_ms, "updated_ms": job.updated_ms,
                "completed_ms": job.completed_ms, "tasks": counts}
     info = {"job_id": job.job_id, "name": job.name, "pool": job.pool, "type": job.type, "owner": job.owner,
             "instances": job.instance_count, "priority": job.priority, "preemptible": job.preemptible,
-            "revocable": job.revocable, "runtime": runtime}
+            "revocable": job.revocable, "runtime": runtime, "config_version": version or job.config_version}
     try:
-        info["config"] = yaml.safe_load(job.config_text)
+        info["config"] = yaml.safe_load(text)
     except yaml.YAMLError:
-        info["config"] = job.config_text
+        info["config"] = text
     return info
+
+
+def update_info(wf: dict) -> dict:
+    """An update workflow as `update get` and the API show it."""
+    from stages.admit.workflow import summary
+
+    return summary(wf)
 
 
 def job_row(job: JobRow) -> dict:

@@ -31,7 +31,7 @@ class JobRow:
     completed_ms: int | None = None
     revocable: bool = False
     config_version: int = 1
-    rollout: dict | None = None  # a restart or update in progress: {reason, batch, in_flight, remaining}
+    rollout: dict | None = None  # the update workflow in progress (stages/admit/workflow.py), None when none
 
 
 @dataclass(slots=True)
@@ -251,6 +251,26 @@ class StorageGateway(ABC):
     def launch_counts(self, job_id: str) -> dict[int, int]:
         """Launches per instance of a job (every run counted), for checking run-once."""
 
+    # -- update workflows and config versions (the job manager writes them) ------------------
+    @abstractmethod
+    def save_updates(self, updates: list[dict]) -> None:
+        """Store update workflows (stages/admit/workflow.py) whole, by their update_id."""
+
+    @abstractmethod
+    def get_update(self, update_id: str) -> dict | None: ...
+
+    @abstractmethod
+    def updates_of_job(self, job_id: str) -> list[dict]:
+        """A job's update workflows, the newest first."""
+
+    @abstractmethod
+    def save_job_configs(self, rows: list[tuple[str, int, str, int]]) -> None:
+        """(job id, version, config text, at ms) of accepted configs; a version stored stays as it was."""
+
+    @abstractmethod
+    def job_config(self, job_id: str, version: int) -> str | None:
+        """The config text of one version of a job (the current one is in its row too)."""
+
     # -- tokens: the API's identities (peloton.auth.tokens), kept hashed --------------------
     @abstractmethod
     def add_token(self, row: TokenRow) -> None: ...
@@ -296,6 +316,10 @@ class JobStore(Protocol):
     def claim_commands(self, command_ids: list[str], job_ids: list[str], at_ms: int) -> set[str]: ...
     def refuse_command(self, command_id: str, job_id: str, pool: str, kind: str, reason: str, at_ms: int) -> None: ...
     def get_token(self, token_id: str) -> TokenRow | None: ...  # the signer of a signed command
+    def save_updates(self, updates: list[dict]) -> None: ...
+    def get_update(self, update_id: str) -> dict | None: ...
+    def save_job_configs(self, rows: list[tuple[str, int, str, int]]) -> None: ...
+    def job_config(self, job_id: str, version: int) -> str | None: ...
 
 
 class AllocationStore(Protocol):
@@ -328,6 +352,9 @@ class QueryStore(Protocol):
     def task_state_counts(self, job_ids: list[str]) -> dict[str, dict[str, int]]: ...
     def task_events(self, job_id: str) -> list[dict]: ...
     def launch_counts(self, job_id: str) -> dict[int, int]: ...
+    def get_update(self, update_id: str) -> dict | None: ...
+    def updates_of_job(self, job_id: str) -> list[dict]: ...
+    def job_config(self, job_id: str, version: int) -> str | None: ...
     def list_pools(self) -> dict[str, dict]: ...
     def get_pool(self, path: str) -> dict | None: ...
     def put_pool(self, path: str, config: dict) -> None: ...

@@ -14,6 +14,7 @@ import threading
 import time
 from contextlib import contextmanager
 
+import orjson
 import psycopg
 from psycopg_pool import ConnectionPool
 
@@ -55,6 +56,7 @@ from peloton.store.rows import (
     task_params,
     token_from_row,
     token_params,
+    update_params,
 )
 
 # Migrations in order; the list index + 1 is the schema version each one brings.
@@ -122,6 +124,15 @@ MIGRATIONS = [
     """
     CREATE TABLE refused_commands (
         command_id TEXT PRIMARY KEY, job_id TEXT, pool TEXT, kind TEXT, reason TEXT, at_ms BIGINT);
+    """,
+    # 8: update workflows, whole, and every config version a job accepted.
+    """
+    CREATE TABLE updates (
+        update_id TEXT PRIMARY KEY, job_id TEXT NOT NULL, state TEXT, body TEXT NOT NULL, created_ms BIGINT);
+    CREATE INDEX updates_by_job ON updates (job_id, created_ms);
+    CREATE TABLE job_configs (
+        job_id TEXT NOT NULL, version INTEGER NOT NULL, config_text TEXT NOT NULL, created_ms BIGINT,
+        PRIMARY KEY (job_id, version));
     """,
 ]
 _MIGRATION_LOCK = 0x70656C6F  # any constant shared by every process of the project
@@ -312,6 +323,8 @@ class PostgresStore(StorageGateway):
         with self.transaction():
             self._all("DELETE FROM task_events WHERE job_id = %s RETURNING seq", (job_id,))
             self._all("DELETE FROM tasks WHERE job_id = %s RETURNING instance", (job_id,))
+            self._all("DELETE FROM updates WHERE job_id = %s RETURNING update_id", (job_id,))
+            self._all("DELETE FROM job_configs WHERE job_id = %s RETURNING version", (job_id,))
             return bool(self._all("DELETE FROM jobs WHERE job_id = %s RETURNING job_id", (job_id,)))
 
     def refuse_command(self, command_id: str, job_id: str, pool: str, kind: str, reason: str, at_ms: int) -> None:
@@ -326,6 +339,27 @@ class PostgresStore(StorageGateway):
             return {"state": "refused", **dict(zip(("job_id", "pool", "kind", "reason", "at_ms"), rows[0], strict=True))}
         rows = self._all("SELECT job_id, at_ms FROM job_commands WHERE command_id = %s", (command_id,))
         return {"state": "applied", "job_id": rows[0][0], "at_ms": rows[0][1]} if rows else None
+
+    def save_updates(self, updates: list[dict]) -> None:
+        self._many("INSERT INTO updates (update_id, job_id, state, body, created_ms) VALUES (%s, %s, %s, %s, %s) "
+                   "ON CONFLICT (update_id) DO UPDATE SET state = EXCLUDED.state, body = EXCLUDED.body",
+                   [update_params(u) for u in updates])
+
+    def get_update(self, update_id: str) -> dict | None:
+        rows = self._all("SELECT body FROM updates WHERE update_id = %s", (update_id,))
+        return orjson.loads(rows[0][0]) if rows else None
+
+    def updates_of_job(self, job_id: str) -> list[dict]:
+        return [orjson.loads(r[0]) for r in self._all(
+            "SELECT body FROM updates WHERE job_id = %s ORDER BY created_ms DESC, update_id", (job_id,))]
+
+    def save_job_configs(self, rows: list[tuple[str, int, str, int]]) -> None:
+        self._many("INSERT INTO job_configs (job_id, version, config_text, created_ms) VALUES (%s, %s, %s, %s) "
+                   "ON CONFLICT DO NOTHING", rows)
+
+    def job_config(self, job_id: str, version: int) -> str | None:
+        rows = self._all("SELECT config_text FROM job_configs WHERE job_id = %s AND version = %s", (job_id, version))
+        return rows[0][0] if rows else None
 
     def claim_commands(self, command_ids: list[str], job_ids: list[str], at_ms: int) -> set[str]:
         if not command_ids:

@@ -147,3 +147,8 @@ def token_params(row: TokenRow) -> tuple:
 
 def token_from_row(row) -> TokenRow:
     return TokenRow(row[0], row[1], row[2], tuple(orjson.loads(row[3])), bool(row[4]), row[5], row[6])
+
+
+def update_params(u: dict) -> tuple:
+    """An update workflow's row: its keys as columns, the whole of it as JSON."""
+    return (u["update_id"], u["job_id"], u["state"], json_text(u), u["created_ms"])

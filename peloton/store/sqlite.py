@@ -9,6 +9,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+import orjson
+
 from peloton.model.states import UNLAUNCHED
 from peloton.store.base import (
     Allocation,
@@ -47,6 +49,7 @@ from peloton.store.rows import (
     task_params,
     token_from_row,
     token_params,
+    update_params,
 )
 
 SCHEMA = """
@@ -83,6 +86,12 @@ CREATE TABLE IF NOT EXISTS launches (
     final_status TEXT);
 CREATE INDEX IF NOT EXISTS launches_by_host ON launches (host_id, ended_ms);
 CREATE INDEX IF NOT EXISTS launches_by_job ON launches (job_id);
+CREATE TABLE IF NOT EXISTS updates (
+    update_id TEXT PRIMARY KEY, job_id TEXT NOT NULL, state TEXT, body TEXT NOT NULL, created_ms INTEGER);
+CREATE INDEX IF NOT EXISTS updates_by_job ON updates (job_id, created_ms);
+CREATE TABLE IF NOT EXISTS job_configs (
+    job_id TEXT NOT NULL, version INTEGER NOT NULL, config_text TEXT NOT NULL, created_ms INTEGER,
+    PRIMARY KEY (job_id, version));
 CREATE TABLE IF NOT EXISTS host_maintenance (host_id TEXT PRIMARY KEY, state TEXT NOT NULL, updated_ms INTEGER);
 CREATE TABLE IF NOT EXISTS tokens (
     token_id TEXT PRIMARY KEY, secret_hash TEXT NOT NULL, user_name TEXT NOT NULL, groups TEXT NOT NULL,
@@ -293,7 +302,30 @@ class SqliteStore(StorageGateway):
         with self.transaction():
             self.db.execute("DELETE FROM task_events WHERE job_id = ?", (job_id,))
             self.db.execute("DELETE FROM tasks WHERE job_id = ?", (job_id,))
+            self.db.execute("DELETE FROM updates WHERE job_id = ?", (job_id,))
+            self.db.execute("DELETE FROM job_configs WHERE job_id = ?", (job_id,))
             return self.db.execute("DELETE FROM jobs WHERE job_id = ?", (job_id,)).rowcount > 0
+
+    def save_updates(self, updates: list[dict]) -> None:
+        self.db.executemany("INSERT OR REPLACE INTO updates (update_id, job_id, state, body, created_ms) "
+                            "VALUES (?, ?, ?, ?, ?)", [update_params(u) for u in updates])
+
+    def get_update(self, update_id: str) -> dict | None:
+        row = self.db.execute("SELECT body FROM updates WHERE update_id = ?", (update_id,)).fetchone()
+        return orjson.loads(row[0]) if row else None
+
+    def updates_of_job(self, job_id: str) -> list[dict]:
+        return [orjson.loads(r[0]) for r in self.db.execute(
+            "SELECT body FROM updates WHERE job_id = ? ORDER BY created_ms DESC, update_id", (job_id,))]
+
+    def save_job_configs(self, rows: list[tuple[str, int, str, int]]) -> None:
+        self.db.executemany("INSERT OR IGNORE INTO job_configs (job_id, version, config_text, created_ms) "
+                            "VALUES (?, ?, ?, ?)", rows)
+
+    def job_config(self, job_id: str, version: int) -> str | None:
+        row = self.db.execute("SELECT config_text FROM job_configs WHERE job_id = ? AND version = ?",
+                              (job_id, version)).fetchone()
+        return row[0] if row else None
 
     def claim_commands(self, command_ids: list[str], job_ids: list[str], at_ms: int) -> set[str]:
         with self.transaction():

@@ -34,7 +34,8 @@ from peloton.auth.identities import Identities
 from pelotonctl.api.audit import Audit
 from pelotonctl.api.identity import Unauthenticated, principal_of
 from pelotonctl.api import logs, stream
-from pelotonctl.shapes import job_info, job_row, task_info, task_row, token_row
+from pelotonctl.shapes import job_info, job_row, task_info, task_row, token_row, update_info
+from stages.admit.workflow import ACTIONS, UpdateOptions
 from pelotonctl.watch import job_summary
 
 _bearer = HTTPBearer(auto_error=False, description="A token from `pelotonctl auth issue`.")
@@ -52,12 +53,24 @@ class JobCreate(BaseModel):
 
 class JobControl(BaseModel):
     instances: str | None = Field(None, description="Ranges, e.g. 0-3,7 (default: every instance)")
-    batch_size: int = Field(0, ge=0, description="Tasks replaced at a time (restart); 0: all at once")
+    batch_size: int = Field(0, ge=0, le=1_000_000, description="Tasks replaced at a time (restart); 0: all at once")
+    start_paused: bool = Field(False, description="restart: the workflow waits for a resume before its first batch")
 
 
 class JobUpdate(BaseModel):
     config: str = Field(description="The new config version (Peloton YAML)")
-    batch_size: int = Field(0, ge=0, description="Tasks replaced at a time; 0: updateConfig.batchSize or all")
+    batch_size: int = Field(0, ge=0, le=1_000_000, description="Tasks replaced at a time; 0: updateConfig.batchSize "
+                                                               "or all")
+    max_instance_retries: int = Field(0, ge=0, le=1_000_000, description="Failed new runs before an instance counts "
+                                                                         "as failed; 0: never")
+    max_failure_instances: int = Field(0, ge=0, le=1_000_000, description="Failed instances before the update fails; "
+                                                                          "0: never")
+    rollback_on_failure: bool = Field(False, description="A failed update restores the previous config")
+    start_paused: bool = Field(False, description="The workflow waits for a resume before its first batch")
+
+    def options(self) -> UpdateOptions:
+        return UpdateOptions(self.batch_size, self.max_instance_retries, self.max_failure_instances,
+                             self.rollback_on_failure, self.start_paused)
 
 
 class PoolConfig(BaseModel):
@@ -250,9 +263,10 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
         door.allow(who, "job.read", job_id, job.pool)
         return job
 
-    @app.get("/v1/jobs/{job_id}", tags=["jobs"], summary="A job's config and runtime")
-    def get_job(job_id: str, creds: Creds) -> dict:
-        return job_info(store, readable_job(job_id, creds))
+    @app.get("/v1/jobs/{job_id}", tags=["jobs"], summary="A job's config (the current one, or a version's) and runtime")
+    def get_job(job_id: str, creds: Creds,
+                version: Annotated[int | None, Query(ge=1, le=2**31 - 1, description="A config version")] = None) -> dict:
+        return job_info(store, readable_job(job_id, creds), version)
 
     @app.get("/v1/jobs/{job_id}/status", tags=["jobs"], summary="A job's state, task counts and why it waits")
     def job_status(job_id: str, creds: Creds,
@@ -260,14 +274,14 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
         readable_job(job_id, creds)
         return job_summary(store, job_id, settings if why else None)
 
-    def control(kind: str, job_id: str, creds, instances: str | None = None, batch_size: int = 0,
+    def control(kind: str, job_id: str, creds, instances: str | None = None, options: UpdateOptions | None = None,
                 config: str | None = None, wait: bool = False) -> dict:
         action = f"job.{kind.lower()}"
         who = door.who(creds, action, job_id)
         job = door.job(job_id)
         door.allow(who, action, job_id, job.pool)
-        answer = door.send(admin.control_job, settings, store, kind, job_id, instances, batch_size, config,
-                           requested_by=who.user)
+        answer = door.send(admin.control_job, settings, store, kind, job_id, instances, config=config,
+                           requested_by=who.user, options=options)
         if wait:
             settle(answer)
         return answer
@@ -282,11 +296,12 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
 
     @app.post("/v1/jobs/{job_id}/restart", tags=["jobs"], summary="Replace running tasks with new runs")
     def restart_job(job_id: str, creds: Creds, body: JobControl = JobControl(), wait: Wait = False) -> dict:
-        return control("RESTART", job_id, creds, body.instances, body.batch_size, wait=wait)
+        return control("RESTART", job_id, creds, body.instances,
+                       UpdateOptions(batch_size=body.batch_size, start_paused=body.start_paused), wait=wait)
 
     @app.put("/v1/jobs/{job_id}", tags=["jobs"], summary="A new config version for a job")
     def update_job(job_id: str, body: JobUpdate, creds: Creds, wait: Wait = False) -> dict:
-        return control("UPDATE", job_id, creds, None, body.batch_size, body.config, wait=wait)
+        return control("UPDATE", job_id, creds, None, body.options(), body.config, wait=wait)
 
     @app.delete("/v1/jobs/{job_id}", tags=["jobs"], summary="Delete a terminal job with its tasks and events")
     def delete_job(job_id: str, creds: Creds, wait: Wait = False) -> dict:
@@ -304,6 +319,39 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
             raise Refused(404, f"no job {job_id} with a command {command_id} handled (yet)")
         door.allow(who, "job.read", job_id, pool)
         return {"command_id": command_id, "job_id": job_id, "state": "pending", **(outcome or {})}
+
+    # -- updates: every restart and update is a workflow with an id -----------------------------
+    @app.get("/v1/jobs/{job_id}/updates", tags=["updates"], summary="A job's updates and restarts, newest first")
+    def list_updates(job_id: str, creds: Creds) -> dict:
+        readable_job(job_id, creds)
+        return {"updates": [update_info(u) for u in store.updates_of_job(job_id)]}
+
+    def update_of(update_id: str, creds, action: str):
+        who = door.who(creds, action, update_id)
+        wf = store.get_update(update_id)
+        if wf is None:
+            raise Refused(404, f"no update {update_id}")
+        job = door.job(wf["job_id"])
+        door.allow(who, action, update_id, job.pool)
+        return who, wf
+
+    @app.get("/v1/updates/{update_id}", tags=["updates"],
+             summary="An update's state, its instances done, failed and in flight, and why it is where it is")
+    def get_update(update_id: str, creds: Creds) -> dict:
+        return update_info(update_of(update_id, creds, "job.read")[1])
+
+    @app.post("/v1/updates/{update_id}/{action}", tags=["updates"],
+              summary="pause, resume, abort or rollback an update in progress")
+    def steer_update(update_id: str, action: str, creds: Creds, wait: Wait = False) -> dict:
+        kind = action.upper()
+        if kind not in ACTIONS:
+            raise Refused(404, f"no action {action!r} on an update (pause, resume, abort, rollback)")
+        who, _ = update_of(update_id, creds, f"update.{action.lower()}")
+        answer = door.send(admin.steer_update, settings, store, update_id, kind, requested_by=who.user)
+        if wait:
+            settle(answer)
+            answer["state"] = (store.get_update(update_id) or {}).get("state")
+        return answer
 
     # -- tasks --------------------------------------------------------------------------------
     def task_of(job_id: str, instance: int):

@@ -111,8 +111,9 @@ def job_status(
                   highlight=False)
 
 
-def _control(kind: str, job_id: str, instances: str | None, batch_size: int = 0, config: str | None = None) -> dict:
-    return cluster_call(client().control_job, kind, job_id, instances, batch_size, config)
+def _control(kind: str, job_id: str, instances: str | None, batch_size: int = 0, config: str | None = None,
+             options=None) -> dict:
+    return cluster_call(client().control_job, kind, job_id, instances, batch_size, config, options=options)
 
 
 @job_app.command("stop")
@@ -146,33 +147,61 @@ def job_start(job_id: str, instances: Optional[str] = typer.Option(None, "--inst
 @job_app.command("restart")
 def job_restart(job_id: str, instances: Optional[str] = typer.Option(None, "--instances", help="Ranges, e.g. 0-3,7."),
                 batch_size: int = typer.Option(0, "--batch-size", help="Tasks replaced at a time (0: all at once)."),
+                start_paused: bool = typer.Option(False, "--start-paused", help="Wait for `update resume` before "
+                                                                                 "the first batch."),
+                quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the update's id."),
                 as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Replace running tasks with new runs, BATCH-SIZE at a time: the next batch goes once the
-    last one's new runs are running."""
-    done = _control("RESTART", job_id, instances, batch_size)
-    if as_json:
+    last one's new runs are running. The restart is an update workflow (`pelotonctl update`)."""
+    from stages.admit.workflow import UpdateOptions
+
+    done = _control("RESTART", job_id, instances, options=UpdateOptions(batch_size=batch_size,
+                                                                         start_paused=start_paused))
+    if quiet:
+        out.print(done["update_id"])
+    elif as_json:
         print_json(done)
     else:
-        out.print(f"job {job_id}: restarting {len(done['instances'])} tasks", highlight=False)
+        out.print(f"job {job_id}: restarting {len(done['instances'])} tasks (update {done['update_id']})",
+                  highlight=False)
 
 
 @job_app.command("update")
 def job_update(job_id: str, config: Path, batch_size: int = typer.Option(
         0, "--batch-size", help="Tasks replaced at a time when their config changed (default: updateConfig.batchSize, "
                                 "else all at once)."),
+               max_instance_retries: int = typer.Option(
+                   0, "--max-instance-retries", help="Failed new runs before an instance counts as failed "
+                                                     "(default: updateConfig.maxInstanceAttempts, else never)."),
+               max_failure_instances: int = typer.Option(
+                   0, "--max-failure-instances", help="Failed instances before the update fails (default: "
+                                                      "updateConfig.maxFailureInstances, else never)."),
+               rollback_on_failure: bool = typer.Option(
+                   False, "--rollback-on-failure", help="A failed update puts the previous config back."),
+               start_paused: bool = typer.Option(False, "--start-paused", help="Wait for `update resume` before "
+                                                                                "the first batch."),
+               quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the update's id."),
                as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """A new config version for a job: more instances start, and tasks whose config changed are
     replaced by new runs in batches. name, type and pool cannot change; instanceCount only grows;
-    changeLog.version, when given, must be the job's current version."""
-    done = _control("UPDATE", job_id, None, batch_size, read_text(config))
-    if as_json:
+    changeLog.version, when given, must be the job's current version. The update is a workflow
+    with an id: `pelotonctl update get|pause|resume|abort|rollback UPDATE`."""
+    from stages.admit.workflow import UpdateOptions
+
+    options = UpdateOptions(batch_size, max_instance_retries, max_failure_instances, rollback_on_failure,
+                            start_paused)
+    done = _control("UPDATE", job_id, None, config=read_text(config), options=options)
+    if quiet:
+        out.print(done["update_id"])
+    elif as_json:
         print_json(done)
     else:
         added = done.get("added", [])
         new = f"{len(added)} new instance{'' if len(added) == 1 else 's'}"
         if added:
             new += f" ({added[0]}-{added[-1]})" if len(added) > 1 else f" ({added[0]})"
-        out.print(f"job {job_id}: updating, {new}, {len(done['instances'])} tasks to replace", highlight=False)
+        out.print(f"job {job_id}: updating, {new}, {len(done['instances'])} tasks to replace (update "
+                  f"{done['update_id']})", highlight=False)
 
 
 @job_app.command("delete")
@@ -195,11 +224,13 @@ def _wait_tasks(job_id: str, instances: list[int], done, timeout: float) -> None
 
 
 @job_app.command("get")
-def job_get(job_id: str, as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
-    """A job's config (as submitted) and runtime: state, times, task counts."""
+def job_get(job_id: str, version: Optional[int] = typer.Option(None, "--version", min=1,
+                                                               help="The config of this version (default: the current)."),
+            as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """A job's config (as submitted) and runtime: state, times, task counts, the update in progress."""
     import yaml
 
-    info = cluster_call(client().job, job_id)
+    info = cluster_call(client().job, job_id, version)
     if info is None:
         fail(f"no job {job_id}", EXIT_NOT_FOUND)
     if as_json:

@@ -9,7 +9,7 @@ import typer
 
 from peloton.config import Settings
 from pelotonctl.cli import (agent, api, auth, bench, cluster, dashboard, deadletters, dev, host, job, lag, respool,
-                            stage, task, topics)
+                            stage, task, topics, update)
 from pelotonctl.cli.common import EXIT_UNAVAILABLE, commands, err, masked, out
 
 # add_completion gives --install-completion and --show-completion (bash, zsh, fish, PowerShell).
@@ -23,6 +23,7 @@ app.add_typer(stage.stage_app, name="stage")
 app.add_typer(dev.dev_app, name="dev")
 app.add_typer(job.job_app, name="job")
 app.add_typer(task.task_app, name="task")
+app.add_typer(update.update_app, name="update")
 app.add_typer(respool.pool_app, name="respool")
 app.add_typer(cluster.cluster_app, name="cluster")
 app.add_typer(agent.agent_app, name="agent")

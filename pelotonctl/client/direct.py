@@ -8,7 +8,8 @@ from pathlib import Path
 from peloton.config import Settings
 from pelotonctl import admin
 from pelotonctl.admin import NotFound, UserError
-from pelotonctl.shapes import job_info, job_row, task_info, task_row, token_row
+from pelotonctl.shapes import job_info, job_row, task_info, task_row, token_row, update_info
+from stages.admit.workflow import UpdateOptions
 from pelotonctl.watch import job_summary
 
 
@@ -27,12 +28,30 @@ class DirectClient:
         return admin.submit_job(self.settings, self.store, pool, text)
 
     def control_job(self, kind: str, job_id: str, instances: str | None = None, batch_size: int = 0,
-                    config: str | None = None) -> dict:
-        return admin.control_job(self.settings, self.store, kind, job_id, instances, batch_size, config)
+                    config: str | None = None, options: UpdateOptions | None = None) -> dict:
+        return admin.control_job(self.settings, self.store, kind, job_id, instances, batch_size, config,
+                                 options=options)
 
-    def job(self, job_id: str) -> dict | None:
+    def job(self, job_id: str, version: int | None = None) -> dict | None:
         job = self.store.get_job(job_id)
-        return job_info(self.store, job) if job else None
+        if job is None and version is not None:
+            raise NotFound(f"no job {job_id}")
+        return job_info(self.store, job, version) if job else None
+
+    # -- updates ------------------------------------------------------------------------------
+    def updates(self, job_id: str) -> list[dict]:
+        if self.store.get_job(job_id) is None:
+            raise NotFound(f"no job {job_id}")
+        return [update_info(u) for u in self.store.updates_of_job(job_id)]
+
+    def update(self, update_id: str) -> dict:
+        wf = self.store.get_update(update_id)
+        if wf is None:
+            raise NotFound(f"no update {update_id}")
+        return update_info(wf)
+
+    def steer_update(self, update_id: str, action: str) -> dict:
+        return admin.steer_update(self.settings, self.store, update_id, action)
 
     def job_summary(self, job_id: str, why: bool = True) -> dict | None:
         return job_summary(self.store, job_id, self.settings if why else None)

@@ -5,11 +5,13 @@ errors the direct client raises (400: UserError, 404: NotFound), and two of its 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 import urllib.error
 import urllib.parse
 import urllib.request
 
 from pelotonctl.admin import NotFound, UserError
+from stages.admit.workflow import UpdateOptions
 
 
 class NotPermitted(Exception):
@@ -68,16 +70,29 @@ class ApiClient:
         return self.call("POST", "/v1/jobs", {"pool": pool, "config": text}, self.WAIT)["job_id"]
 
     def control_job(self, kind: str, job_id: str, instances: str | None = None, batch_size: int = 0,
-                    config: str | None = None) -> dict:
+                    config: str | None = None, options: UpdateOptions | None = None) -> dict:
+        options = options or UpdateOptions(batch_size=batch_size)
         if kind == "UPDATE":
-            return self.call("PUT", f"/v1/jobs/{job_id}", {"config": config or "", "batch_size": batch_size}, self.WAIT)
+            return self.call("PUT", f"/v1/jobs/{job_id}", {"config": config or "", **asdict(options)}, self.WAIT)
         if kind == "DELETE":
             return self.call("DELETE", f"/v1/jobs/{job_id}", query=self.WAIT)
-        return self.call("POST", f"/v1/jobs/{job_id}/{kind.lower()}", {"instances": instances, "batch_size": batch_size},
-                         self.WAIT)
+        return self.call("POST", f"/v1/jobs/{job_id}/{kind.lower()}", {
+            "instances": instances, "batch_size": options.batch_size, "start_paused": options.start_paused}, self.WAIT)
 
-    def job(self, job_id: str) -> dict | None:
+    def job(self, job_id: str, version: int | None = None) -> dict | None:
+        if version is not None:  # a version the job never had is a NotFound with the reason, not None
+            return self.call("GET", f"/v1/jobs/{job_id}", query={"version": version})
         return self.call("GET", f"/v1/jobs/{job_id}", missing_ok=True)
+
+    # -- updates ------------------------------------------------------------------------------
+    def updates(self, job_id: str) -> list[dict]:
+        return self.call("GET", f"/v1/jobs/{job_id}/updates")["updates"]
+
+    def update(self, update_id: str) -> dict:
+        return self.call("GET", f"/v1/updates/{update_id}")
+
+    def steer_update(self, update_id: str, action: str) -> dict:
+        return self.call("POST", f"/v1/updates/{update_id}/{action.lower()}", query=self.WAIT)
 
     def job_summary(self, job_id: str, why: bool = True) -> dict | None:
         return self.call("GET", f"/v1/jobs/{job_id}/status", query={"why": str(why).lower()}, missing_ok=True)

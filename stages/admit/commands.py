@@ -1,4 +1,5 @@
-"""Job control commands (STOP, START, DELETE): what each one may touch and what it does to a job's
+"""Job control commands (STOP, START, RESTART, UPDATE, DELETE, and the steering of an update):
+what each one may touch and what it does to a job's
 tasks. Pure: no Kafka, no store. The job manager and `pelotonctl` use the same checks, so a
 command the CLI accepts is one the stage acts on, and a raw producer's bad command gets the
 same reason in a dead letter."""
@@ -10,11 +11,10 @@ import re
 from peloton.model.jobspec import JobSpec
 from peloton.model.states import JOB_TERMINAL, TASK_TERMINAL
 from peloton.store import JobRow, TaskRow
+from stages.admit.workflow import ACTIONS, UpdateOptions
 
-KINDS = ("CREATE", "STOP", "START", "RESTART", "UPDATE", "DELETE")
+KINDS = ("CREATE", "STOP", "START", "RESTART", "UPDATE", "DELETE", *ACTIONS)
 STOPPED = "STOPPED"  # the reason of a kill a user asked for
-RESTARTED = "RESTARTED"  # the reason of a kill that replaces a run (restart, update)
-UPDATED = "UPDATED"  # a rollout of a new config version
 ORPHAN = "ORPHAN"  # the reason of a kill of a run that is not its task's current run
 
 _RANGE = re.compile(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?")
@@ -54,6 +54,8 @@ def command_problem(kind: str, job: JobRow | None, job_id: str) -> str | None:
         return f"job {job_id} is {job.state}: only a terminal job is deleted (stop it first)"
     if kind == "STOP" and job.state in JOB_TERMINAL:
         return f"job {job_id} is {job.state} already: nothing to stop"
+    if kind in ACTIONS:
+        return None  # the update it names says whether it can (workflow.steer)
     if kind in ("RESTART", "UPDATE") and job.state in JOB_TERMINAL:
         return f"job {job_id} is {job.state}: a terminal job is not {kind.lower()}d (start stopped instances instead)"
     return None
@@ -76,33 +78,6 @@ def to_start(tasks: list[TaskRow], instances: list[int] | None) -> list[TaskRow]
 def to_restart(tasks: list[TaskRow], instances: list[int] | None) -> list[TaskRow]:
     """The runs a restart replaces: those not ended (nor being stopped) among the chosen instances."""
     return to_stop(tasks, instances)
-
-
-def first_batch(reason: str, instances: list[int], batch_size: int) -> dict | None:
-    """A rollout over `instances`: replace `batch_size` at a time (0: all at once). The first
-    batch goes at once; rollout_step sends the next when it has settled."""
-    if not instances:
-        return None
-    size = batch_size if batch_size > 0 else len(instances)
-    return {"reason": reason, "batch": size, "in_flight": instances[:size], "remaining": instances[size:], "runs": {}}
-
-
-def settled(task: TaskRow, old_run: int) -> bool:
-    """A replaced instance is settled once its new run runs, or it ended in any way."""
-    return task.state in TASK_TERMINAL or (task.run_id > old_run and task.state == "RUNNING")
-
-
-def rollout_step(rollout: dict, tasks: dict[int, TaskRow]) -> tuple[list[int], dict | None]:
-    """(instances to replace now, the rollout after that, None once done)."""
-    runs = {int(k): v for k, v in rollout["runs"].items()}
-    waiting = [i for i in rollout["in_flight"] if i in tasks and i in runs and not settled(tasks[i], runs[i])]
-    if waiting:
-        return [], {**rollout, "in_flight": waiting}
-    remaining = [i for i in rollout["remaining"] if i in tasks and tasks[i].state not in TASK_TERMINAL]
-    if not remaining:
-        return [], None
-    batch = remaining[:rollout["batch"]]
-    return batch, {**rollout, "in_flight": batch, "remaining": remaining[len(batch):]}
 
 
 def _task_config(t) -> tuple:
@@ -136,21 +111,39 @@ def changed_instances(old: JobSpec, new: JobSpec) -> list[int]:
     return [i for i in range(old.instance_count) if _task_config(old.tasks[i]) != _task_config(new.tasks[i])]
 
 
-def update_fields(text: str) -> tuple[int | None, int]:
-    """changeLog.version and updateConfig.batchSize of a job file (either key case), if given."""
+def update_fields(text: str) -> tuple[int | None, UpdateOptions]:
+    """changeLog.version and updateConfig (Peloton v0: batchSize, maxInstanceAttempts,
+    maxFailureInstances, rollbackOnFailure, startPaused) of a job file, either key case, if given."""
     from peloton.model.safe_yaml import YamlError, read_yaml
 
     try:
         doc = read_yaml(text)
     except YamlError:
-        return None, 0
+        return None, UpdateOptions()
 
     def field(mapping, key):
         if not isinstance(mapping, dict):
             return None
         return next((v for k, v in mapping.items() if isinstance(k, str) and k.lower() == key), None)
 
+    def count(value) -> int:
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
     version = field(field(doc, "changelog"), "version")
-    batch = field(field(doc, "updateconfig"), "batchsize")
+    spec = field(doc, "updateconfig")
     return (version if isinstance(version, int) and not isinstance(version, bool) else None,
-            batch if isinstance(batch, int) and not isinstance(batch, bool) and batch > 0 else 0)
+            UpdateOptions(batch_size=count(field(spec, "batchsize")),
+                          max_instance_retries=count(field(spec, "maxinstanceattempts")),
+                          max_failure_instances=count(field(spec, "maxfailureinstances")),
+                          rollback_on_failure=field(spec, "rollbackonfailure") is True,
+                          start_paused=field(spec, "startpaused") is True))
+
+
+def command_options(cmd: dict, from_file: UpdateOptions | None = None) -> UpdateOptions:
+    """A RESTART's or UPDATE's options: the command's, where it sets them, else the job file's."""
+    base = from_file or UpdateOptions()
+    return UpdateOptions(batch_size=cmd.get("batch_size") or base.batch_size,
+                         max_instance_retries=cmd.get("max_instance_retries") or base.max_instance_retries,
+                         max_failure_instances=cmd.get("max_failure_instances") or base.max_failure_instances,
+                         rollback_on_failure=bool(cmd.get("rollback_on_failure")) or base.rollback_on_failure,
+                         start_paused=bool(cmd.get("start_paused")) or base.start_paused)

@@ -4,7 +4,7 @@ decided as the API decides. Pure: the caller looks tokens, pools and jobs up."""
 
 from __future__ import annotations
 
-from peloton.auth.permissions import decide
+from peloton.auth.permissions import command_action, decide
 from peloton.auth.signing import header_of, signer_of
 from peloton.auth.tokens import TokenError
 
@@ -19,6 +19,6 @@ def sender_problem(kind: str, pool: str | None, headers, raw_value: bytes, find_
         return f"command refused: {exc}"
     if pool is None:
         return None
-    action = f"job.{kind.lower()}"
+    action = command_action(kind)
     decision = decide(who, action, pool, pools, admin_groups)
     return None if decision.allowed else f"command refused: {action} on {pool}: {decision.reason}"

@@ -31,15 +31,12 @@ from peloton.topics import partition_for
 from stages.admit.checks import distinct_capacities, fit_problems, job_id_problem, size_problems
 from stages.admit.commands import (
     ORPHAN,
-    RESTARTED,
     STOPPED,
-    UPDATED,
     CommandError,
     changed_instances,
+    command_options,
     command_problem,
-    first_batch,
     instance_ranges,
-    rollout_step,
     to_restart,
     to_start,
     to_stop,
@@ -47,10 +44,25 @@ from stages.admit.commands import (
     update_problems,
 )
 from stages.admit.senders import sender_problem
+from stages.admit.workflow import (
+    ACTIONS,
+    ACTIVE,
+    FAILED,
+    RESTART,
+    UPDATE,
+    abort,
+    advance,
+    begin_rollback,
+    legacy_workflow,
+    new_workflow,
+    options_problem,
+    steer,
+)
 from stages.admit.expand import expand_job, gang_records, launch_spec, next_run, requeued_gang_id, task_id_of
 from stages.admit.lifecycle import (
     DEADLINE_EXCEEDED,
     LAUNCH_TIMEOUT,
+    RESTARTED,
     job_state,
     progress_events,
     progress_transition,
@@ -308,8 +320,16 @@ class AdmitStage(Stage):
                     instances = instance_ranges(cmd["instances"], job.instance_count)
                 except CommandError as exc:
                     problem = str(exc)
+            if problem is None and cmd["kind"] in (RESTART, UPDATE):
+                problem = options_problem(command_options(cmd))
             if problem:
                 self._refuse(r, problem)
+                continue
+            who = cmd["requested_by"] or "a user"
+            if cmd["kind"] in ACTIONS:
+                problem = self._steer(job, cmd, who, now)
+                if problem:
+                    self._refuse(r, problem)
                 continue
             if cmd["kind"] == "DELETE":
                 self.store.delete_job(job.job_id)
@@ -317,14 +337,14 @@ class AdmitStage(Stage):
                 log.info("job %s deleted", job.job_id)
                 continue
             tasks = self.store.tasks_of_job(job.job_id)
-            who = cmd["requested_by"] or "a user"
             if cmd["kind"] == "STOP":
                 self._stop(job, tasks, instances, who, now)
             elif cmd["kind"] == "START":
                 self._start(job, tasks, instances, now, out)
             elif cmd["kind"] == "RESTART":
                 targets = [t.instance for t in to_restart(tasks, instances)]
-                self._roll_out(job, first_batch(RESTARTED, targets, cmd["batch_size"]), tasks, who, now)
+                self._begin(job, new_workflow(cmd["command_id"], job.job_id, RESTART, targets, command_options(cmd),
+                                              job.config_version, job.config_version, who, now), tasks, now)
             else:
                 problem = self._update(job, tasks, cmd, who, now, out)
                 if problem:
@@ -339,33 +359,89 @@ class AdmitStage(Stage):
         self._kill_tasks(victims, STOPPED, message, now)
         if instances is None:
             job.state = "KILLING"
-            job.rollout = None  # a stopped job rolls nothing out any more
+            self._end_workflow(job, f"the job was stopped by {who}", now)  # a stopped job rolls nothing out
         self._settle(job, now)
         log.info("job %s: stopping %d runs", job.job_id, len(victims))
 
-    def _roll_out(self, job: JobRow, rollout: dict | None, tasks: list[TaskRow], who: str, now: int) -> None:
-        """Start a rollout (or the next batch of one): the batch's runs go KILLING with reason
-        RESTARTED, and their TASK_KILLED reruns them (with the job's current config)."""
-        job.rollout = rollout
-        by_instance = {t.instance: t for t in tasks}
-        if rollout is not None:
-            batch = [by_instance[i] for i in rollout["in_flight"] if i in by_instance]
-            batch = [t for t in batch if t.state not in TASK_TERMINAL and t.state != "KILLING"]
-            rollout["runs"] = {**rollout.get("runs", {}), **{str(t.instance): t.run_id for t in batch}}
-            message = f"replaced by a {'restart' if rollout['reason'] == RESTARTED else 'rollout'} ({who})"
-            self._kill_tasks(batch, RESTARTED, message, now)
+    # -- update workflows (stages/admit/workflow.py) --------------------------------------------
+    def _workflow(self, job: JobRow) -> dict | None:
+        return legacy_workflow(job.rollout, job.job_id, job.config_version) if job.rollout else None
+
+    def _end_workflow(self, job: JobRow, why: str, now: int) -> None:
+        """The job's workflow in progress, if any, ends ABORTED with the reason."""
+        active = self._workflow(job)
+        if active is not None:
+            self.store.save_updates([abort(active, why, now)])
+            job.rollout = None
+
+    def _begin(self, job: JobRow, wf: dict, tasks: list[TaskRow], now: int) -> None:
+        """A new workflow: the one in progress ends (as Peloton's new update aborts the old)."""
+        self._end_workflow(job, f"superseded by update {wf['update_id']}", now)
+        self._step(job, wf, tasks, now)
+        log.info("job %s: %s %s over %d instances", job.job_id, wf["kind"].lower(), wf["update_id"],
+                 len(wf["instances"]))
+
+    def _step(self, job: JobRow, wf: dict, tasks: list[TaskRow], now: int, stored: dict | None = None) -> None:
+        """Move a workflow on by its instances' tasks: the next batch's runs go KILLING with reason
+        RESTARTED (their TASK_KILLED reruns them with the job's config as it is now); the job row
+        keeps the workflow while it is active, the updates table always."""
+        step = advance(wf, {t.instance: t for t in tasks}, now)
+        if step.roll_back:
+            self._roll_back(job, step.workflow, tasks, now)
+            return
+        wf = step.workflow
+        if step.replace:
+            by_instance = {t.instance: t for t in tasks}
+            name = f"{'a restart' if wf['kind'] == RESTART else 'an update'} ({wf['update_id']}, {wf['requested_by']})"
+            self._kill_tasks([by_instance[i] for i in step.replace], RESTARTED, f"replaced by {name}", now)
+        if stored is not None and _same(stored, wf):
+            return  # nothing moved: no write
+        job.rollout = wf if wf["state"] in ACTIVE else None
         job.updated_ms = now
         self.store.update_jobs([job])
+        self.store.save_updates([wf])
 
     def _advance_rollout(self, job: JobRow, now: int) -> None:
-        """Once a batch has settled (new runs running, or ended), the next batch goes."""
+        """After status changes of a job with a workflow in progress."""
+        wf = self._workflow(job)
+        self._step(job, wf, self.store.tasks_of_job(job.job_id), now, stored=wf)
+
+    def _roll_back(self, job: JobRow, wf: dict, tasks: list[TaskRow], now: int) -> None:
+        """The previous config again, as a new version, then every instance the update touched
+        replaced once more."""
+        text = self.store.job_config(job.job_id, wf["from_version"])
+        if text is None:
+            wf = {**wf, "state": FAILED, "message": f"{wf['message']}; config version {wf['from_version']} is not "
+                                                     "kept, so nothing to roll back to", "completed_ms": now}
+            self._step(job, wf, tasks, now)
+            return
+        version = job.config_version + 1
+        job.config_text, job.config_version = text, version
+        self.store.save_job_configs([(job.job_id, version, text, now)])
+        self._slas.pop(job.job_id, None)  # the restored config's limits, read again
+        self._step(job, begin_rollback(wf, version, now), tasks, now)
+        log.warning("job %s: update %s rolls back to the config of version %d (now version %d): %s", job.job_id,
+                    wf["update_id"], wf["from_version"], version, wf["message"])
+
+    def _steer(self, job: JobRow, cmd: dict, who: str, now: int) -> str | None:
+        """PAUSE, RESUME, ABORT or ROLLBACK of one of the job's updates; why not, or None."""
+        update_id = cmd["update_id"] or ""
+        if not update_id:
+            return f"{cmd['kind']} names no update (update_id: the id `pelotonctl update list JOB` shows)"
+        active = self._workflow(job)
+        wf = active if active is not None and active["update_id"] == update_id else self.store.get_update(update_id)
+        if wf is None or wf["job_id"] != job.job_id:
+            return f"job {job.job_id} has no update {update_id!r}"
+        steered, problem = steer(wf, cmd["kind"], who, now)
+        if problem:
+            return problem
         tasks = self.store.tasks_of_job(job.job_id)
-        batch, rollout = rollout_step(job.rollout, {t.instance: t for t in tasks})
-        if batch:
-            self._roll_out(job, {**rollout, "runs": {}}, tasks, "a rollout", now)
-        elif rollout != job.rollout:  # done, or fewer left in flight: nothing to kill now
-            job.rollout, job.updated_ms = rollout, now
-            self.store.update_jobs([job])
+        if cmd["kind"] == "ROLLBACK":
+            self._roll_back(job, steered, tasks, now)
+        else:
+            self._step(job, steered, tasks, now)
+        log.info("job %s: update %s %s by %s", job.job_id, update_id, cmd["kind"].lower(), who)
+        return None
 
     def _update(self, job: JobRow, tasks: list[TaskRow], cmd: dict, who: str, now: int, out: list) -> str | None:
         """A new config version: immutable fields kept, new instances started, instances whose
@@ -378,21 +454,27 @@ class AdmitStage(Stage):
         except JobConfigError as exc:
             return str(exc)
         old = parse_job_config(job.config_text, limits, yaml_limits)
-        version, batch_size = update_fields(cmd["config"])
+        version, from_file = update_fields(cmd["config"])
         problems = update_problems(old, new, job.pool, job.config_version, version)
         if problems:
             return "update refused: " + "; ".join(problems)
         changed = changed_instances(old, new)
         grown, new_tasks = expand_job(job.job_id, job.pool, new, cmd["config"], now)
         added = [t for t in new_tasks if t.instance >= old.instance_count]
-        job.config_text, job.config_version, job.instance_count = cmd["config"], job.config_version + 1, new.instance_count
+        old_version = job.config_version
+        # Both versions kept: the old one is what a rollback restores.
+        self.store.save_job_configs([(job.job_id, old_version, job.config_text, job.updated_ms),
+                                     (job.job_id, old_version + 1, cmd["config"], now)])
+        job.config_text, job.config_version, job.instance_count = cmd["config"], old_version + 1, new.instance_count
         self._slas[job.job_id] = (new.max_running_instances, new.max_running_time_s)
         if added:
             self.store.save_tasks(added)
             ready = [t for t in added if t.state == "PENDING"]
             out.extend(("task-demand", job.pool, "peloton.GangDemand", g) for g in gang_records(job, ready, now))
         targets = [t.instance for t in to_restart(tasks, changed)] if changed else []
-        self._roll_out(job, first_batch(UPDATED, targets, batch_size or cmd["batch_size"]), tasks, who, now)
+        self._begin(job, new_workflow(cmd["command_id"], job.job_id, UPDATE, targets, command_options(cmd, from_file),
+                                      old_version, job.config_version, who, now, [t.instance for t in added]),
+                    tasks, now)
         log.info("job %s: config version %d, %d new instances, %d to replace", job.job_id, job.config_version,
                  len(added), len(targets))
         return None
@@ -585,6 +667,9 @@ class AdmitStage(Stage):
             job = jobs[job_id]
             if job.rollout and job.state not in JOB_TERMINAL:
                 self._advance_rollout(job, now)
+            elif job.rollout:  # every task ended: nothing left to roll out
+                self._end_workflow(job, f"the job ended {job.state}", now)
+                self.store.update_jobs([job])
             if counts[job_id].get("INITIALIZED"):
                 self._release_throttled(job, now, out)
         by_job: dict[str, list[TaskRow]] = {}
@@ -617,6 +702,11 @@ class AdmitStage(Stage):
 
     def close(self) -> None:
         self.hosts.close()
+
+
+def _same(a: dict, b: dict) -> bool:
+    """Two states of a workflow alike but for when they were written."""
+    return {k: v for k, v in a.items() if k != "updated_ms"} == {k: v for k, v in b.items() if k != "updated_ms"}
 
 
 def new_job_id() -> str:

@@ -159,3 +159,44 @@ def test_a_commands_status_says_what_the_job_manager_did_and_only_to_who_may_rea
     stop = api.post("/v1/jobs/j1/stop", json={}, headers=api.tokens["alice"]).json()
     pending = api.get(f"/v1/jobs/j1/commands/{stop['command_id']}", headers=api.tokens["alice"]).json()
     assert pending["state"] == "pending"
+
+
+def test_updates_are_read_and_steered_by_the_jobs_owners_only(api) -> None:
+    from peloton.model.jobconfig import parse_job_config
+    from stages.admit.expand import expand_job
+    from stages.admit.workflow import UpdateOptions, new_workflow
+
+    job, tasks = expand_job("j1", "/a", parse_job_config(JOB), JOB, 1)
+    api.store.create_jobs([job], tasks)
+    changed = JOB.replace("memLimitMb: 64", "memLimitMb: 128")
+    sent = api.put("/v1/jobs/j1", json={"config": changed, "batch_size": 1, "max_instance_retries": 2,
+                                        "max_failure_instances": 1, "rollback_on_failure": True},
+                   headers=api.tokens["alice"]).json()
+    assert sent["update_id"] == sent["command_id"] and sent["instances"] == [0, 1]
+    [(_t, _k, _s, command)] = api.out.take("job-commands")
+    assert (command["kind"], command["batch_size"], command["max_instance_retries"], command["max_failure_instances"],
+            command["rollback_on_failure"], command["start_paused"]) == ("UPDATE", 1, 2, 1, True, False)
+    # What the job manager stores when it acts on it:
+    api.store.save_updates([new_workflow(sent["update_id"], "j1", "UPDATE", [0, 1], UpdateOptions(batch_size=1),
+                                         1, 2, "alice", 5)])
+    [listed] = api.get("/v1/jobs/j1/updates", headers=api.tokens["alice"]).json()["updates"]
+    assert (listed["update_id"], listed["state"], listed["instances_total"]) == (sent["update_id"], "ROLLING_FORWARD", 2)
+    one = f"/v1/updates/{sent['update_id']}"
+    assert api.get(one, headers=api.tokens["alice"]).json()["remaining"] == [0, 1]
+    assert api.get(one, headers=api.tokens["bob"]).status_code == 403
+    assert api.get("/v1/jobs/j1/updates", headers=api.tokens["bob"]).status_code == 403
+    refused = api.post(f"{one}/pause", headers=api.tokens["bob"])
+    assert refused.status_code == 403 and refused.json()["detail"].startswith(f"update.pause on {sent['update_id']} "
+                                                                              "refused: bob is in none of team-a")
+    paused = api.post(f"{one}/pause", headers=api.tokens["alice"]).json()
+    [(_t, _k, _s, command)] = api.out.take("job-commands")
+    assert (command["kind"], command["update_id"], paused["action"]) == ("PAUSE", sent["update_id"], "PAUSE")
+    assert api.post(f"{one}/resume", headers=api.tokens["alice"]).json()["detail"] == \
+        f"update {sent['update_id']} is ROLLING_FORWARD, not paused: nothing to resume"
+    assert api.post(f"{one}/frob", headers=api.tokens["alice"]).status_code == 404
+    assert api.get("/v1/updates/nope", headers=api.tokens["alice"]).status_code == 404
+    assert ("bob", "update.pause", sent["update_id"], False) in decisions(api)
+    # Config versions: the current one, and a version the job never had.
+    assert api.get("/v1/jobs/j1", params={"version": 1}, headers=api.tokens["alice"]).json()["config_version"] == 1
+    missing = api.get("/v1/jobs/j1", params={"version": 7}, headers=api.tokens["alice"])
+    assert missing.status_code == 404 and "has no config version 7" in missing.json()["detail"]

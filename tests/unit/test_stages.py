@@ -43,6 +43,7 @@ def record(topic: str, schema: str, value: dict, key: str = "k", partition: int 
     tp = (topic, partition)
     _offsets[tp] = _offsets.get(tp, -1) + 1
     raw = registry().encode(schema, value)
+    _, value = registry().decode(raw)  # with the defaults of the fields not given
     return Record(topic, partition, _offsets[tp], key, schema, value, key.encode(), raw)
 
 
@@ -505,12 +506,13 @@ def test_bad_control_commands_are_dead_letters_with_the_reason(admit, store) -> 
     stage.handle([command("d", JOB.format(name="d", count=2, gang=0, cpu=1))])
     out.take()
     stage.handle([control("STOP", "nobody"), control("STOP", "d", "0-5"), control("DELETE", "d"),
-                  control("PAUSE", "d")])
+                  control("FROB", "d"), control("PAUSE", "d")])
     reasons = [v["reason"] for _, _, _, v in out.take("dead-letters")]
     assert reasons[0] == "no job 'nobody'"
     assert "instances '0-5': the job has instances 0-1" in reasons[1]
     assert reasons[2] == "job d is PENDING: only a terminal job is deleted (stop it first)"
-    assert "unknown job command kind 'PAUSE'" in reasons[3]
+    assert "unknown job command kind 'FROB'" in reasons[3]
+    assert reasons[4] == "PAUSE names no update (update_id: the id `pelotonctl update list JOB` shows)"
     stage.handle([control("STOP", "d")])
     stage.handle([status_record("d-0-1", "TASK_KILLED", "STOPPED"), status_record("d-1-1", "TASK_KILLED", "STOPPED")])
     stage.handle([control("DELETE", "d")])
@@ -727,3 +729,124 @@ def test_the_late_end_of_a_run_given_up_goes_into_its_history_and_changes_nothin
     [task] = store.tasks_of_job("s")
     assert (task.run_id, task.state) == (2, "PENDING")
     assert [schema for _, _, schema, _ in out.take()] == ["peloton.TaskRelease"]  # sent again, deduped by entitle
+
+
+SERVICE = JOB.replace("name: {name}", "name: {name}\ntype: SERVICE")
+
+
+def steer_update(kind: str, job_id: str, update_id: str) -> Record:
+    return record("job-commands", "peloton.JobCommand", {
+        "command_id": uuid.uuid4().hex, "kind": kind, "job_id": job_id, "pool": "/p", "update_id": update_id,
+        "requested_by": "tester", "timestamp_ms": 1}, key=job_id)
+
+
+def update_command(job_id: str, text: str, command_id: str, **options) -> Record:
+    return record("job-commands", "peloton.JobCommand", {
+        "command_id": command_id, "kind": "UPDATE", "job_id": job_id, "pool": "/p", "config": text,
+        "requested_by": "tester", "timestamp_ms": 1, **options}, key=job_id)
+
+
+def running_service(stage, out, job_id: str, count: int) -> str:
+    text = SERVICE.format(name=job_id, count=count, gang=0, cpu=1)
+    stage.handle([command(job_id, text)])
+    stage.handle([status_record(f"{job_id}-{i}-1", "TASK_RUNNING") for i in range(count)])
+    out.take()
+    return text
+
+
+def test_an_update_is_a_workflow_that_pauses_resumes_and_ends_succeeded(admit, store) -> None:
+    stage, out = admit
+    text = running_service(stage, out, "wf", 3)
+    stage.handle([update_command("wf", text.replace("memlimitmb: 16", "memlimitmb: 32"), "u1", batch_size=1)])
+    assert killed_instances(out) == ["wf-0-1"]
+    wf = store.get_update("u1")
+    assert (wf["state"], wf["in_flight"], wf["remaining"], wf["from_version"], wf["to_version"]) == (
+        "ROLLING_FORWARD", [0], [1, 2], 1, 2)
+    assert store.get_job("wf").rollout["update_id"] == "u1"
+    stage.handle([steer_update("PAUSE", "wf", "u1")])
+    stage.handle([status_record("wf-0-1", "TASK_KILLED", "RESTARTED"), status_record("wf-0-2", "TASK_RUNNING")])
+    assert killed_instances(out) == []  # paused: the next batch waits
+    wf = store.get_update("u1")
+    assert (wf["state"], wf["done"], wf["message"]) == ("PAUSED", [0], "paused by tester")
+    stage.handle([steer_update("PAUSE", "wf", "u1")])
+    assert [v["reason"] for _, _, _, v in out.take("dead-letters")] == ["update u1 is paused already"]
+    stage.handle([steer_update("RESUME", "wf", "u1")])
+    assert killed_instances(out) == ["wf-1-1"]
+    for i in (1, 2):
+        stage.handle([status_record(f"wf-{i}-1", "TASK_KILLED", "RESTARTED"), status_record(f"wf-{i}-2", "TASK_RUNNING")])
+    wf = store.get_update("u1")
+    assert (wf["state"], wf["done"], wf["completed_ms"] is not None) == ("SUCCEEDED", [0, 1, 2], True)
+    assert store.get_job("wf").rollout is None
+    assert store.job_config("wf", 1) == text and store.job_config("wf", 2) == store.get_job("wf").config_text
+    stage.handle([steer_update("ABORT", "wf", "u1")])
+    assert [v["reason"] for _, _, _, v in out.take("dead-letters")] == [
+        "update u1 is SUCCEEDED already: nothing to abort"]
+
+
+def test_an_update_whose_new_runs_fail_rolls_back_to_the_old_config(admit, store) -> None:
+    stage, out = admit
+    text = running_service(stage, out, "fb", 3)
+    bad = text.replace("value: 'true'", "value: 'exit 3'")
+    stage.handle([update_command("fb", bad, "u2", batch_size=1, max_instance_retries=2, max_failure_instances=1,
+                                 rollback_on_failure=True)])
+    assert killed_instances(out) == ["fb-0-1"]
+    stage.handle([status_record("fb-0-1", "TASK_KILLED", "RESTARTED"), status_record("fb-0-2", "TASK_RUNNING")])
+    assert killed_instances(out) == ["fb-1-1"]  # RUNNING: done, for now
+    stage.handle([status_record("fb-0-2", "TASK_FAILED")])  # a service reruns it: one failure
+    assert store.get_update("u2")["state"] == "ROLLING_FORWARD"
+    stage.handle([status_record("fb-0-3", "TASK_RUNNING"), status_record("fb-0-3", "TASK_FAILED")])
+    wf = store.get_update("u2")
+    assert (wf["state"], wf["to_version"], wf["rolled_back"]) == ("ROLLING_BACKWARD", 3, [0, 1])
+    assert "1 instance failed (0), max-failure-instances 1: rolling back" in wf["message"]
+    job = store.get_job("fb")
+    assert (job.config_version, job.config_text) == (3, text)  # the old config, as a new version
+    assert killed_instances(out) == ["fb-0-4"]  # the rollback's first batch: the failing instance first
+    out.take("task-demand")
+    stage.handle([status_record("fb-0-4", "TASK_KILLED", "RESTARTED")])
+    [gang] = [v for _, _, schema, v in out.take("task-demand") if schema == "peloton.GangDemand"]
+    assert gang["tasks"][0]["task_id"] == "fb-0-5" and "exit 3" not in str(gang["tasks"][0]["command"])
+    stage.handle([status_record("fb-0-5", "TASK_RUNNING")])
+    assert killed_instances(out) == []  # fb-1-1 is being replaced already: its next run has the old config
+    assert store.get_update("u2")["in_flight"] == [1]
+    stage.handle([status_record("fb-1-1", "TASK_KILLED", "RESTARTED"), status_record("fb-1-2", "TASK_RUNNING")])
+    wf = store.get_update("u2")
+    assert (wf["state"], wf["done"]) == ("ROLLED_BACK", [0, 1])
+    assert store.get_job("fb").rollout is None and [t.run_id for t in store.tasks_of_job("fb")] == [5, 2, 1]
+
+
+def test_a_new_update_aborts_the_one_in_progress_and_a_stop_aborts_any(admit, store) -> None:
+    stage, out = admit
+    text = running_service(stage, out, "ab", 2)
+    stage.handle([update_command("ab", text.replace("memlimitmb: 16", "memlimitmb: 32"), "u3", batch_size=1,
+                                 start_paused=True)])
+    assert killed_instances(out) == []  # started paused
+    assert store.get_update("u3")["state"] == "PAUSED"
+    stage.handle([record("job-commands", "peloton.JobCommand", {
+        "command_id": "r4", "kind": "RESTART", "job_id": "ab", "pool": "/p", "batch_size": 1,
+        "requested_by": "tester", "timestamp_ms": 1}, key="ab")])
+    assert store.get_update("u3")["state"] == "ABORTED" and store.get_update("u3")["message"] == "superseded by update r4"
+    assert (store.get_update("r4")["kind"], store.get_update("r4")["state"]) == ("RESTART", "ROLLING_FORWARD")
+    assert killed_instances(out) == ["ab-0-1"]
+    stage.handle([record("job-commands", "peloton.JobCommand", {
+        "command_id": "r5", "kind": "RESTART", "job_id": "ab", "pool": "/p", "batch_size": -1,
+        "requested_by": "tester", "timestamp_ms": 1}, key="ab")])
+    assert [v["reason"] for _, _, _, v in out.take("dead-letters")] == ["batch-size -1: must be 0 or more"]
+    stage.handle([steer_update("ROLLBACK", "ab", "r4")])
+    assert [v["reason"] for _, _, _, v in out.take("dead-letters")] == [
+        "update r4 is a restart: it has no earlier config to go back to"]
+    stage.handle([control("STOP", "ab")])
+    wf = store.get_update("r4")
+    assert (wf["state"], wf["message"]) == ("ABORTED", "the job was stopped by tester")
+    assert [u["update_id"] for u in store.updates_of_job("ab")] == ["r4", "u3"]
+
+
+def test_an_abort_stops_the_rollout_where_it_is(admit, store) -> None:
+    stage, out = admit
+    text = running_service(stage, out, "at", 3)
+    stage.handle([update_command("at", text.replace("memlimitmb: 16", "memlimitmb: 32"), "u5", batch_size=1)])
+    assert killed_instances(out) == ["at-0-1"]
+    stage.handle([steer_update("ABORT", "at", "u5")])
+    stage.handle([status_record("at-0-1", "TASK_KILLED", "RESTARTED"), status_record("at-0-2", "TASK_RUNNING")])
+    assert killed_instances(out) == []
+    assert store.get_update("u5")["state"] == "ABORTED" and store.get_job("at").rollout is None
+    assert [t.run_id for t in store.tasks_of_job("at")] == [2, 1, 1]

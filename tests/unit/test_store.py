@@ -237,3 +237,18 @@ def test_tokens_are_kept_hashed_found_by_id_and_revoked_once(store) -> None:
     with pytest.raises(TokenError, match="revoked"):
         verify(token, store.get_token(row.token_id))
     assert [t.token_id for t in store.list_tokens()] == [row.token_id] and store.get_token("0" * 12) is None
+
+
+def test_update_workflows_are_kept_whole_newest_first_and_go_with_their_job(store) -> None:
+    store.create_jobs([job("u")], [task("u", 0)])
+    first = {"update_id": "u1", "job_id": "u", "state": "ROLLING_FORWARD", "created_ms": 1, "runs": {"0": 1}}
+    store.save_updates([first, {**first, "update_id": "u2", "created_ms": 2}])
+    store.save_updates([{**first, "state": "ABORTED", "message": "superseded by u2"}])
+    assert store.get_update("u1") == {**first, "state": "ABORTED", "message": "superseded by u2"}
+    assert [u["update_id"] for u in store.updates_of_job("u")] == ["u2", "u1"]
+    assert store.get_update("nope") is None
+    store.save_job_configs([("u", 1, "v1", 1), ("u", 2, "v2", 2)])
+    store.save_job_configs([("u", 2, "changed", 3)])  # a version stored stays as it was
+    assert store.job_config("u", 2) == "v2" and store.job_config("u", 3) is None
+    assert store.delete_job("u")
+    assert store.updates_of_job("u") == [] and store.job_config("u", 1) is None

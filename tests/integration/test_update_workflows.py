@@ -1,0 +1,115 @@
+"""Update workflows on a real broker with real processes: an update paused, resumed and aborted
+where it is; an update whose new runs fail rolled back to the old config on every instance it
+touched. Driven through `pelotonctl`, as a user would."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+SERVICE = """
+name: {name}
+type: SERVICE
+instancecount: {count}
+sla: {{preemptible: false}}
+defaultconfig:
+  resource: {{cpulimit: 0.1, memlimitmb: 8, disklimitmb: 1}}
+  killgraceperiodseconds: {grace}
+  command: {{shell: true, value: '{command}'}}
+"""
+# A run that ignores SIGTERM holds its instance for the whole grace period when it is replaced:
+# every batch takes 4 s, time for a pause or an abort to land between two batches.
+STUBBORN = "trap \"\" TERM; sleep 300 & wait"
+
+
+def update_of(p, update_id: str) -> dict:
+    answer = p.ctl("update", "get", update_id, "--json")
+    assert answer.returncode == 0, answer.stderr
+    return json.loads(answer.stdout)
+
+
+def runs(p, job: str) -> dict[int, tuple[int, str]]:
+    return {t.instance: (t.run_id, t.state) for t in p.store.tasks_of_job(job)}
+
+
+def test_an_update_pauses_between_batches_resumes_to_the_end_and_another_aborts_where_it_is(
+        pipeline_factory, tmp_path) -> None:
+    p = pipeline_factory(hosts="local:2:cpu=4,mem_mb=4096,disk_mb=10000")
+    p.start_all()
+    text = SERVICE.format(name="svc", count=3, command=STUBBORN, grace=4)
+    job = p.submit(text)
+    p.wait_for("3 instances running", lambda: p.counts(job).get("RUNNING", 0) == 3, 60)
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(text.replace("memlimitmb: 8", "memlimitmb: 9"))
+    sent = p.ctl("job", "update", job, str(changed), "--batch-size", "1", "--start-paused", "--json")
+    assert sent.returncode == 0, sent.stderr
+    update_id = json.loads(sent.stdout)["update_id"]
+    assert update_of(p, update_id)["state"] == "PAUSED"
+    time.sleep(2)
+    assert {i: r for i, (r, _) in runs(p, job).items()} == {0: 1, 1: 1, 2: 1}  # paused: nothing replaced
+
+    assert p.ctl("update", "resume", update_id).returncode == 0
+    paused = p.ctl("update", "pause", update_id)  # while instance 0 is in its grace period
+    assert paused.returncode == 0, paused.stderr
+    p.wait_for("the batch in flight settled", lambda: update_of(p, update_id)["instances_current"] == [], 60)
+    held = runs(p, job)
+    time.sleep(5)
+    assert runs(p, job) == held and update_of(p, update_id)["state"] == "PAUSED"  # the next batch waits
+    assert held == {0: (2, "RUNNING"), 1: (1, "RUNNING"), 2: (1, "RUNNING")}
+
+    assert p.ctl("update", "resume", update_id).returncode == 0
+    done = p.ctl("update", "get", update_id, "--wait", "--timeout", "90")
+    assert done.returncode == 0 and "SUCCEEDED" in done.stdout, done.stdout + done.stderr
+    assert runs(p, job) == {0: (2, "RUNNING"), 1: (2, "RUNNING"), 2: (2, "RUNNING")}
+
+    again = tmp_path / "again.yaml"
+    again.write_text(text.replace("memlimitmb: 8", "memlimitmb: 10"))
+    second = json.loads(p.ctl("job", "update", job, str(again), "--batch-size", "1", "--json").stdout)["update_id"]
+    p.wait_for("the first batch done", lambda: update_of(p, second)["instances_done"] >= 1, 60)
+    aborted = p.ctl("update", "abort", second)
+    assert aborted.returncode == 0, aborted.stderr
+    p.wait_for("the update ABORTED", lambda: update_of(p, second)["state"] == "ABORTED", 30)
+    p.wait_for("what was in flight running", lambda: all(s == "RUNNING" for _, s in runs(p, job).values()), 60)
+    where = runs(p, job)
+    time.sleep(3)
+    assert runs(p, job) == where and where[2] == (2, "RUNNING")  # the last instance was never replaced
+    listed = json.loads(p.ctl("update", "list", job, "--json").stdout)
+    assert [(u["update_id"], u["state"]) for u in listed] == [(second, "ABORTED"), (update_id, "SUCCEEDED")]
+    assert "aborted by" in listed[0]["message"]
+    assert p.ctl("job", "stop", job, "--wait").returncode == 0
+
+
+def test_an_update_whose_new_runs_fail_rolls_back_to_the_old_config_everywhere(pipeline_factory, tmp_path) -> None:
+    p = pipeline_factory(hosts="local:2:cpu=4,mem_mb=4096,disk_mb=10000", service_backoff_base_s=0.2)
+    p.start_all()
+    text = SERVICE.format(name="rb", count=3, command="sleep 300 & wait", grace=1)
+    job = p.submit(text)
+    p.wait_for("3 instances running", lambda: p.counts(job).get("RUNNING", 0) == 3, 60)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(text.replace("sleep 300 & wait", "exit 3"))
+    sent = p.ctl("job", "update", job, str(broken), "--batch-size", "1", "--max-instance-retries", "2",
+                 "--max-failure-instances", "1", "--rollback-on-failure", "--json")
+    assert sent.returncode == 0, sent.stderr
+    update_id = json.loads(sent.stdout)["update_id"]
+    ended = p.ctl("update", "get", update_id, "--wait", "--timeout", "120")
+    assert ended.returncode == 1 and "ROLLED_BACK" in ended.stdout, ended.stdout + ended.stderr
+    assert "max-failure-instances 1: rolling back" in ended.stdout
+    p.wait_for("every instance running", lambda: p.counts(job) == {"RUNNING": 3}, 60)
+    tasks = p.store.tasks_of_job(job)
+    assert all("exit 3" not in json.dumps(t.spec) for t in tasks), [t.spec for t in tasks]
+    wf = update_of(p, update_id)
+    assert wf["rolled_back"] and set(wf["rolled_back"]) <= {0, 1, 2} and wf["to_version"] == 3
+    # The versions: 1 the original, 2 the broken one, 3 the original again.
+    v2 = json.loads(p.ctl("job", "get", job, "--version", "2", "--json").stdout)
+    assert v2["config"]["defaultconfig"]["command"]["value"] == "exit 3"
+    current = json.loads(p.ctl("job", "get", job, "--json").stdout)
+    assert current["runtime"]["config_version"] == 3 and current["runtime"]["update"] is None
+    assert current["config"]["defaultconfig"]["command"]["value"] == "sleep 300 & wait"
+    # The untouched instance never ran the broken config.
+    untouched = set(range(3)) - set(wf["rolled_back"])
+    assert all(t.run_id == 1 for t in tasks if t.instance in untouched)
+    assert p.ctl("job", "stop", job, "--wait").returncode == 0
