@@ -28,6 +28,7 @@ from peloton.model.jobfields import Problems, read_boolean, read_integer, read_l
 from peloton.model.jobspec import (DEFAULT_CONFIG, DEFAULT_PLACEMENT_STRATEGY, JOB_TYPES, MAX_AVRO_INT, MAX_INSTANCES,
                                    PLACEMENT_STRATEGIES, JobConfigError, JobLimits, JobSpec, TaskSpec)
 from peloton.model.safe_yaml import YamlError, YamlLimits, read_yaml
+from peloton.model.stateless import as_v0, is_stateless
 from peloton.model.taskconfig import Merged, check_instance, merge_over_default, read_task_config, task_spec
 
 
@@ -50,6 +51,8 @@ def job_spec_from_dict(doc: Any, limits: JobLimits = JobLimits()) -> JobSpec:
     fields = _mapping(doc, ROOT, problems, what="a mapping of job config keys")
     if fields is None:
         problems.raise_if_any()
+    if is_stateless(fields):  # Peloton's stateless JobSpec: read as the v0 config it says
+        fields = as_v0(fields, problems)
     return _JobReader(fields, problems, limits).read()
 
 

@@ -644,3 +644,42 @@ def test_max_failures_above_pelotons_cap_is_capped_not_refused() -> None:
     text = ("name: j\ninstancecount: 1\ndefaultconfig:\n  command: {value: 'true'}\n  resource: {cpulimit: 1}\n"
             "  restartpolicy: {maxfailures: 500}\n")
     assert parse_job_config(text).tasks[0].max_failures == 100
+
+
+STATELESS = EXAMPLES / "stateless"
+
+
+@pytest.mark.skipif(not STATELESS.is_dir(), reason="peloton-examples not available")
+@pytest.mark.parametrize("name", ["testspec.yaml", "testspec_sla.yaml"])
+def test_pelotons_stateless_specs_read_as_service_jobs(name: str) -> None:
+    spec = parse_job_config((STATELESS / name).read_text())
+    assert spec.type == "SERVICE" and spec.name == "TestSpec" and spec.owning_team == "testTeam"
+    task = spec.tasks[0]
+    assert (task.resources.cpu, task.resources.mem_mb, task.resources.disk_mb) == (0.1, 2.0, 10)
+    loop = "while :; do echo running 3; sleep 10; done"
+    if name == "testspec.yaml":  # the entrypoint, Peloton's field, runs: /bin/sh and its arguments, no shell around
+        assert (task.command.value, task.command.shell, task.command.arguments) == ("/bin/sh", False, ("-c", loop))
+    else:  # no entrypoint: the container's v0 command; its liveness check is the health check
+        assert (task.command.value, task.command.shell) == (loop, True) and spec.instance_count == 4
+        assert task.health_check["commandcheck"] == {"command": "ls"}
+
+
+def test_a_stateless_spec_with_two_containers_or_a_batch_type_is_refused_with_the_reason() -> None:
+    text = """
+name: two
+type: BATCH
+instancecount: 1
+defaultspec:
+  containers:
+  - {resource: {cpulimit: 1}, entrypoint: {value: /bin/true}}
+  - {resource: {cpulimit: 1}, entrypoint: {value: /bin/true}}
+instancespec:
+  0: {containers: [{resource: {cpulimit: 2}, entrypoint: {value: /bin/false}}]}
+"""
+    with pytest.raises(JobConfigError) as refused:
+        parse_job_config(text)
+    assert "type: a stateless job spec (defaultSpec) is a SERVICE job, got 'BATCH'" in str(refused.value)
+    assert "defaultspec.containers: a pod runs one container here, got 2" in str(refused.value)
+    one = parse_job_config(text.replace("type: BATCH\n", "").replace(
+        "  - {resource: {cpulimit: 1}, entrypoint: {value: /bin/true}}\n  -", "  -"))
+    assert [t.resources.cpu for t in one.tasks] == [2] and one.tasks[0].command.value == "/bin/false"

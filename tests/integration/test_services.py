@@ -1,6 +1,7 @@
-"""Update workflows on a real broker with real processes: an update paused, resumed and aborted
-where it is; an update whose new runs fail rolled back to the old config on every instance it
-touched. Driven through `pelotonctl`, as a user would."""
+"""Services on a real broker with real processes: Peloton's stateless job spec run as written;
+update workflows: an update paused, resumed and aborted where it is; an update whose new runs fail
+rolled back to the old config on every instance it touched. Driven through `pelotonctl`, as a
+user would."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import json
 import time
 
 import pytest
+
+from peloton.config import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 
@@ -112,4 +115,20 @@ def test_an_update_whose_new_runs_fail_rolls_back_to_the_old_config_everywhere(p
     # The untouched instance never ran the broken config.
     untouched = set(range(3)) - set(wf["rolled_back"])
     assert all(t.run_id == 1 for t in tasks if t.instance in untouched)
+    assert p.ctl("job", "stop", job, "--wait").returncode == 0
+
+
+STATELESS = REPO_ROOT.parent / "shared" / "peloton-examples" / "stateless" / "testspec.yaml"
+
+
+@pytest.mark.skipif(not STATELESS.is_file(), reason="peloton-examples not available")
+def test_pelotons_stateless_spec_runs_as_written(pipeline_factory) -> None:
+    p = pipeline_factory(hosts="local:1:cpu=4,mem_mb=4096,disk_mb=10000")
+    p.start_all()
+    made = p.ctl("job", "create", "/test", str(STATELESS))
+    assert made.returncode == 0, made.stderr
+    job = made.stdout.strip()
+    p.wait_for("its 3 instances running", lambda: p.counts(job) == {"RUNNING": 3}, 60)
+    assert p.store.get_job(job).type == "SERVICE"
+    p.wait_for("its loop printing", lambda: "running 3" in p.ctl("task", "logs", job, "2").stdout, 30)
     assert p.ctl("job", "stop", job, "--wait").returncode == 0
