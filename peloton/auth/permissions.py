@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from peloton.auth.tokens import Principal
+from peloton.model.states import UPDATE_ACTIONS
 
 # What only administrators do.
 ADMIN_ACTIONS = frozenset({"pool.create", "pool.update", "pool.delete", "host.maintenance", "token.issue",
@@ -17,14 +18,13 @@ ADMIN_ACTIONS = frozenset({"pool.create", "pool.update", "pool.delete", "host.ma
 # What a pool's owners do with the jobs in it (reading included: a job's config holds its environment).
 JOB_ACTIONS = frozenset({"job.create", "job.read", "job.stop", "job.start", "job.restart", "job.update",
                          "job.delete", "update.pause", "update.resume", "update.abort", "update.rollback"})
-UPDATE_KINDS = frozenset({"PAUSE", "RESUME", "ABORT", "ROLLBACK"})  # job commands that steer an update
 # What any known user may read: the pool tree and the hosts (no task's config is in them).
 READ_ACTIONS = frozenset({"pool.read", "host.read"})
 
 
 def command_action(kind: str) -> str:
     """The action a job command's kind asks for: job.stop for STOP, update.pause for PAUSE."""
-    return f"{'update' if kind in UPDATE_KINDS else 'job'}.{kind.lower()}"
+    return f"{'update' if kind in UPDATE_ACTIONS else 'job'}.{kind.lower()}"
 
 
 @dataclass(frozen=True, slots=True)

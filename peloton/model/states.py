@@ -6,6 +6,8 @@ JOB_STATES = ("INITIALIZED", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "KILLE
               "DELETED")
 JOB_TERMINAL = frozenset({"SUCCEEDED", "FAILED", "KILLED", "DELETED"})
 TASK_TERMINAL = frozenset({"SUCCEEDED", "FAILED", "KILLED", "LOST", "DELETED"})
+# The job commands that steer an update workflow (the others act on the job itself).
+UPDATE_ACTIONS = ("PAUSE", "RESUME", "ABORT", "ROLLBACK")
 
 # A run not launched yet: its demand is sent again when the broker lost what was in flight.
 UNLAUNCHED = ("PENDING", "READY", "PLACING", "PLACED", "LAUNCHING")

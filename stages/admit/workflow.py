@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from peloton.model.states import TASK_TERMINAL
+from peloton.model.states import TASK_TERMINAL, UPDATE_ACTIONS
 from stages.admit.lifecycle import RESTARTED
 
 INITIALIZED = "INITIALIZED"
@@ -30,7 +30,7 @@ ACTIVE = frozenset({INITIALIZED, ROLLING_FORWARD, PAUSED, ROLLING_BACKWARD})
 ENDED = frozenset({SUCCEEDED, ABORTED, ROLLED_BACK, FAILED})
 
 UPDATE, RESTART = "UPDATE", "RESTART"  # the two kinds of workflow
-ACTIONS = ("PAUSE", "RESUME", "ABORT", "ROLLBACK")  # the job commands that steer one
+ACTIONS = UPDATE_ACTIONS  # the job commands that steer one
 
 
 @dataclass(frozen=True, slots=True)
