@@ -12,13 +12,13 @@ import json
 import time
 import uuid
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from peloton.config import Settings
-from peloton.runtime import QUIET, kafka_access, producer_config
+from peloton.runtime import QUIET, Emitter, kafka_access
 from peloton.serde import DecodeError, registry
 from peloton.topics import Catalogue
-from pelotonctl.admin import NotFound, UserError, validate_job
+from pelotonctl.admin import NotFound, UserError, emitter, validate_job
 
 TOPIC = "dead-letters"
 
@@ -132,13 +132,20 @@ def fix(letter: dict, value: dict | None, sets: dict[str, str]) -> tuple[str, di
 
 
 def replay(settings: Settings, letter: dict, value: dict | None = None, sets: dict[str, str] | None = None,
-           schema: str | None = None) -> dict:
-    """Send the letter's message (fixed by `value` and `sets`, or as it was) back to its topic."""
+           schema: str | None = None, out: Emitter | None = None, writable: frozenset[str] | None = None) -> dict:
+    """Send the letter's message (fixed by `value` and `sets`, or as it was) back to its topic,
+    through `out` (which signs job commands where it holds a token; a new emitter otherwise).
+    `writable`: the topic ids the sender may write (the API's: job-commands), None for any."""
     catalogue = Catalogue(settings.topic_prefix)
     spec = catalogue.by_name.get(letter["source_topic"])
     if spec is None:
         raise UserError(f"dead letter {letter['number']} came from {letter['source_topic']!r}, not a topic of this "
                         f"pipeline (PELOTON_TOPIC_PREFIX={settings.topic_prefix!r})")
+    if writable is not None and spec.id not in writable:
+        writers = ", ".join(spec.written_by) or "nobody"
+        raise UserError(f"dead letter {letter['number']} came from {spec.name}, which only {writers} may write: this "
+                        f"sender replays letters of {', '.join(sorted(writable))} only (a letter of a stage's own "
+                        f"topic goes back with that topic's credentials, by an operator on the cluster)")
     if value is None and not sets:
         data, sent_schema = letter["value"], decode_original(letter["value"])["schema"]
     else:
@@ -149,12 +156,15 @@ def replay(settings: Settings, letter: dict, value: dict | None = None, sets: di
         data = registry().encode(sent_schema, record)
     if sent_schema is not None and sent_schema not in spec.value_schemas:
         raise UserError(f"{sent_schema} is not allowed on {spec.name} (allowed: {', '.join(spec.value_schemas)})")
+    if data is None:
+        raise UserError(f"dead letter {letter['number']} has no value to send")
+    out = out or emitter(settings)
+    headers = [("peloton-replay-of", f"{catalogue[TOPIC].name}@{letter['number']}".encode()),
+               *((out.headers_for(spec.name, data) or []) if out.headers_for else [])]
     failed: list[str] = []
-    producer = Producer(producer_config(settings))
-    producer.produce(spec.name, key=letter["key"], value=data, partition=letter["partition"],
-                     headers=[("peloton-replay-of", f"{catalogue[TOPIC].name}@{letter['number']}".encode())],
-                     on_delivery=lambda err, _msg: err and failed.append(str(err)))
-    if producer.flush(settings.flush_timeout_s) or failed:
+    out.producer.produce(spec.name, key=letter["key"], value=data, partition=letter["partition"], headers=headers,
+                         on_delivery=lambda err, _msg: err and failed.append(str(err)))
+    if out.producer.flush(settings.flush_timeout_s) or failed:
         raise ConnectionError(f"not delivered to {settings.bootstrap}: {failed or 'no answer in time'}")
     return {"number": letter["number"], "topic": spec.name, "partition": letter["partition"], "schema": sent_schema,
             "bytes": len(data)}

@@ -93,7 +93,8 @@ def stage_of(settings: Settings, name: str) -> str | None:
 
 class LagMonitor:
     """Samples the stage groups' lag; keeps the last `window` samples of each partition for the
-    status words. One per CLI call, `--watch` loop or dashboard."""
+    status words. One per CLI call, `--watch` loop, dashboard or API instance (whose callers ask
+    for fewer stages or a shorter window per sample)."""
 
     def __init__(self, settings: Settings, stages: tuple[str, ...] = STAGES, window: int = 10,
                  timeout_s: float = 5.0):
@@ -183,25 +184,29 @@ class LagMonitor:
                 for pool, rec in sorted(self._queued.values.items())]
 
     # -- one sample ---------------------------------------------------------------------
-    def sample(self) -> dict:
-        """Everything the lag table shows, as JSON-able data (the `--json` shape)."""
+    def sample(self, stages: tuple[str, ...] | None = None, window: int | None = None) -> dict:
+        """Everything the lag table shows, as JSON-able data (the `--json` shape): of `stages` (a
+        subset of the monitor's, default all), with status words over the last `window` samples
+        (at most the monitor's window)."""
         now = time.time()
-        groups = {stage: self.catalogue.group(stage) for stage in self.stages}
+        stages = tuple(s for s in self.stages if stages is None or s in stages)
+        look_back = min(window or self._window, self._window)
+        groups = {stage: self.catalogue.group(stage) for stage in stages}
         parts = {stage: [TopicPartition(t.name, p) for t in self.catalogue.inputs_of(stage) for p in range(t.partitions)]
-                 for stage in self.stages}
+                 for stage in stages}
         committed, positions = {}, {}
-        for stage in self.stages:
+        for stage in stages:
             committed[stage], positions[stage] = self._committed(groups[stage], parts[stage])
         members = self._members(list(groups.values()))
         # Topics are read by one group each today; if two groups shared one, its start is the lower.
         starts: dict[tuple[str, int], int] = {}
-        for stage in self.stages:
+        for stage in stages:
             for tp, off in committed[stage].items():
                 starts[tp] = min(starts.get(tp, off), off) if tp in starts else off
         ends = self._ends(list(starts))
         times = self._times(starts, ends)
         report = []
-        for stage in self.stages:
+        for stage in stages:
             group = groups[stage]
             rows, statuses = [], []
             for tp in sorted(committed[stage]):
@@ -218,7 +223,7 @@ class LagMonitor:
                 lag_s = round(max(0.0, now - produced / 1000), 3) if lag and produced and produced > 0 else (0.0 if not lag else None)
                 window = self._windows.setdefault((group, *tp), deque(maxlen=self._window))
                 window.append(Sample(now, base, end, read))
-                statuses.append(partition_status(list(window), members.get(group, False)))
+                statuses.append(partition_status(list(window)[-look_back:], members.get(group, False)))
                 rows.append(_row(tp, current, end, lag, lag_s, held, statuses[-1]))
             known = [r for r in rows if r["lag"] is not None]
             report.append({

@@ -8,8 +8,8 @@ listed service producers write job-commands.
     apply(settings, passwords)         makes the users (SCRAM) and their ACLs, as the admin user
     as_user("launch", passwords)       the variables that start a process as that user
 
-Users are the components' names. Operators' tools (lag, dead letters, the dashboard's sampler)
-run as the admin user for now.
+Users are the components' names. Operators read lag and dead letters through the API (as its
+user); the dashboard's sampler and `pelotonctl` without an API run as the admin user.
 """
 
 from __future__ import annotations
@@ -84,6 +84,16 @@ def grants(catalogue: Catalogue) -> dict[str, list[Grant]]:
     out["agent"].add(Grant("agent", "group", f"{peloton}agent.", "read", prefixed=True))
     out["api"] |= {Grant("api", "group", f"{peloton}api-stream.", "read", prefixed=True),
                    Grant("api", "group", f"{peloton}view.", "read", prefixed=True)}  # hosts, pool usage
+    # What the API reads for operators (pelotonctl/api/operations.py): the stage groups' offsets and
+    # members, every topic's log end, the first unread message's time (lag in seconds), and the dead
+    # letters. It writes none of these topics; a replay through it is a job command.
+    out["api"] |= {Grant("api", "group", catalogue.group(stage), "describe") for stage in STAGES}
+    out["api"] |= {Grant("api", "topic", topic.name, op) for stage in STAGES for topic in catalogue.inputs_of(stage)
+                   for op in ("read", "describe")}
+    out["api"] |= {Grant("api", "topic", catalogue["dead-letters"].name, "read"),
+                   Grant("api", "topic", catalogue["dead-letters"].name, "describe"),
+                   Grant("api", "group", f"{peloton}lag-reader.", "read", prefixed=True),
+                   Grant("api", "group", f"{peloton}dead-letter-reader.", "read", prefixed=True)}
     return {user: sorted(found) for user, found in out.items()}
 
 

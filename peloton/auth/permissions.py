@@ -14,12 +14,13 @@ from peloton.model.states import UPDATE_ACTIONS
 
 # What only administrators do.
 ADMIN_ACTIONS = frozenset({"pool.create", "pool.update", "pool.delete", "host.maintenance", "token.issue",
-                           "token.revoke", "token.list"})
+                           "token.revoke", "token.list", "dead_letter.read", "dead_letter.replay", "cluster.read"})
 # What a pool's owners do with the jobs in it (reading included: a job's config holds its environment).
 JOB_ACTIONS = frozenset({"job.create", "job.read", "job.stop", "job.start", "job.restart", "job.update",
                          "job.delete", "update.pause", "update.resume", "update.abort", "update.rollback"})
-# What any known user may read: the pool tree and the hosts (no task's config is in them).
-READ_ACTIONS = frozenset({"pool.read", "host.read"})
+# What any known user may read: the pool tree, the hosts and the stages' lag (no task's config is
+# in them).
+READ_ACTIONS = frozenset({"pool.read", "host.read", "lag.read"})
 
 
 def command_action(kind: str) -> str:

@@ -16,10 +16,10 @@ import uuid
 from typing import Annotated
 
 from confluent_kafka import KafkaException
-from fastapi import FastAPI, Header, Query, Request, Security
+from fastapi import FastAPI, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, Field
 
 from peloton.auth.permissions import decide
@@ -32,14 +32,13 @@ from peloton.store.base import StorageGateway
 from pelotonctl import admin
 from peloton.auth.identities import Identities
 from pelotonctl.api.audit import Audit
-from pelotonctl.api.identity import Unauthenticated, principal_of
+from pelotonctl.api.identity import Creds, Unauthenticated, principal_of
+from pelotonctl.api.operations import add_operations
 from pelotonctl.api import logs, stream
 from pelotonctl.shapes import job_info, job_row, task_info, task_row, token_row, update_info
 from stages.admit.workflow import ACTIONS, UpdateOptions
 from pelotonctl.watch import job_summary
 
-_bearer = HTTPBearer(auto_error=False, description="A token from `pelotonctl auth issue`.")
-Creds = Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)]
 # ?wait=true on a job command: answer once the job manager acted on it, or refused it (400).
 Wait = Annotated[bool, Query(description="Answer once the job manager has acted on the command (up to 30 s); "
                                          "400 with its reason if it refused")]
@@ -157,6 +156,7 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
     async def lifespan(_app):
         yield
         door.close()
+        operations.close()
 
     app = FastAPI(title="Peloton on Kafka", version=version("peloton-kafka"), description=__doc__, lifespan=lifespan)
     app.state.door = door
@@ -527,6 +527,7 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
             raise Refused(404, f"no token {token_id} that is not revoked already")
         return {"revoked": token_id}
 
+    operations = add_operations(app, door, Refused)
     return app
 
 

@@ -3,8 +3,17 @@ tokens or an OIDC issuer's JWT (peloton.auth.identities)."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from fastapi import Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
 from peloton.auth.identities import Identities
 from peloton.auth.tokens import Principal, TokenError
+
+_bearer = HTTPBearer(auto_error=False, description="A token from `pelotonctl auth issue`.")
+# What every route but the probes takes: the request's bearer token, checked by principal_of.
+Creds = Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)]
 
 
 class Unauthenticated(Exception):

@@ -10,9 +10,10 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from pelotonctl.cli.common import EXIT_UNAVAILABLE, commands, fail, load_settings, out, print_json
+from pelotonctl.cli.common import client, cluster_call, commands, load_settings, out, print_json
 
-cluster_app = commands("The cluster's instances on every machine, from ZooKeeper (PELOTON_ZOOKEEPER).")
+cluster_app = commands("The cluster's instances on every machine, from ZooKeeper (through the API, or "
+                       "PELOTON_ZOOKEEPER).")
 
 
 @cluster_app.command("status")
@@ -20,24 +21,13 @@ def cluster_status(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     timeout: float = typer.Option(5.0, help="Seconds to wait for ZooKeeper."),
 ) -> None:
-    """Every registered instance on any machine, from ZooKeeper (PELOTON_ZOOKEEPER).
+    """Every registered instance on any machine, from ZooKeeper: through the API (admins), or
+    directly from PELOTON_ZOOKEEPER where no API is configured.
 
     Per instance: kind, instance id, host, pid, partitions, metrics address, age."""
     import time
 
-    from peloton.registry import Registry, RegistryUnavailable
-
-    hosts = load_settings().zookeeper.strip()  # PELOTON_ZOOKEEPER, else a running dev stack's
-    if not hosts:
-        fail("PELOTON_ZOOKEEPER is not set: set it to the ZooKeeper the cluster registers in (e.g. "
-              "zk1:2181,zk2:2181, optionally ending in a chroot path such as /peloton); for a local dev "
-              "stack `pelotonctl dev status` shows what runs (`dev up --store postgres` starts a ZooKeeper)",
-              EXIT_UNAVAILABLE)
-    try:
-        with Registry(hosts, timeout=timeout) as registry:
-            rows = registry.instances()
-    except RegistryUnavailable as exc:
-        fail(str(exc), EXIT_UNAVAILABLE)
+    rows = cluster_call(client().instances, timeout)
     now = time.time()
     for r in rows:
         started = r.get("started_ms")
@@ -46,7 +36,7 @@ def cluster_status(
         print_json(rows)
         return
     if not rows:
-        out.print(f"no instances are registered in ZooKeeper at {hosts}", highlight=False)
+        out.print("no instances are registered in ZooKeeper", highlight=False)
         return
     table = Table("kind", "instance", "host", "pid", "partitions", "metrics", "age")
     for r in rows:
@@ -60,19 +50,14 @@ def cluster_status(
 def cluster_targets(output: Optional[Path] = typer.Option(None, "--output", help="Write here (atomically) "
                                                           "instead of printing.")) -> None:
     """Every instance's metrics address as Prometheus file_sd targets (see docker/prometheus.yml):
-    from ZooKeeper when PELOTON_ZOOKEEPER is set, else from the running dev stack."""
+    from ZooKeeper (through the API, or PELOTON_ZOOKEEPER) where the cluster has one, else from the
+    running dev stack."""
     import os
     from urllib.parse import urlparse
 
     settings = load_settings()
     if settings.zookeeper.strip():
-        from peloton.registry import Registry, RegistryUnavailable
-
-        try:
-            with Registry(settings.zookeeper) as registry:
-                rows = registry.instances()
-        except RegistryUnavailable as exc:
-            fail(str(exc), EXIT_UNAVAILABLE)
+        rows = cluster_call(client().instances)
         found = [(r["kind"], r["instance_id"], r.get("metrics")) for r in rows]
     else:
         from pelotonctl.dev.stack import DevStack

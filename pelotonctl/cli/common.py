@@ -144,5 +144,5 @@ def cluster_call(fn, *args, invalid: str = "", **kwargs):
         fail(f"{invalid}{exc}", EXIT_INVALID)
     except NotPermitted as exc:
         fail(f"not permitted: {exc}", EXIT_NOT_PERMITTED)
-    except ApiUnavailable as exc:
+    except (ApiUnavailable, TimeoutError, ConnectionError) as exc:
         fail(str(exc), EXIT_UNAVAILABLE)

@@ -9,23 +9,10 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from pelotonctl.cli.common import (EXIT_INVALID, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, JSON_HELP, broker_call, commands,
-                                   fail, key_values, load_settings, out, print_json, read_text)
+from pelotonctl.cli.common import (EXIT_INVALID, JSON_HELP, client, cluster_call, commands, fail, key_values, out,
+                                   print_json, read_text)
 
 letters_app = commands("The dead-letter topic: messages a stage could not use, with the reason.")
-
-
-def _letters_call(fn, *args):
-    from pelotonctl.admin import NotFound, UserError
-
-    try:
-        return broker_call(fn, *args)
-    except NotFound as exc:
-        fail(str(exc), EXIT_NOT_FOUND)
-    except UserError as exc:
-        fail(str(exc), EXIT_INVALID)
-    except (TimeoutError, ConnectionError) as exc:
-        fail(str(exc), EXIT_UNAVAILABLE)
 
 
 def _since(text: str | None) -> int | None:
@@ -51,9 +38,7 @@ def letters_list(
     """Every dead letter: number, time, stage, source topic, partition, offset, reason."""
     import datetime
 
-    from pelotonctl.deadletters import list_letters
-
-    rows = _letters_call(list_letters, load_settings(), _since(since), stage)
+    rows = cluster_call(client().dead_letters, _since(since), stage)
     if as_json:
         print_json(rows)
         return
@@ -71,9 +56,7 @@ def letters_list(
 @letters_app.command("show")
 def letters_show(number: str, as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """One dead letter whole: where it came from, why, and the original message decoded where possible."""
-    from pelotonctl.deadletters import find_letter, show
-
-    shown = show(_letters_call(find_letter, load_settings(), number))
+    shown = cluster_call(client().dead_letter, number)
     if as_json:
         print_json(shown)
         return
@@ -109,8 +92,6 @@ def letters_replay(
 ) -> None:
     """Send a dead letter's message back to its topic, fixed with --value or --set (or as it was,
     when what refused it has changed, e.g. its pool now exists)."""
-    from pelotonctl.deadletters import find_letter, replay
-
     record = None
     if value is not None:
         try:
@@ -122,9 +103,7 @@ def letters_replay(
         if not isinstance(record, dict):
             fail(f"--value {value}: expected a JSON object (the record)", EXIT_INVALID)
     sets = {k: (read_text(Path(v[1:])) if v.startswith("@") else v) for k, v in key_values(set_fields, "--set").items()}
-    settings = load_settings()
-    letter = _letters_call(find_letter, settings, number)
-    sent = _letters_call(replay, settings, letter, record, sets, schema)
+    sent = cluster_call(client().replay_dead_letter, number, record, sets, schema)
     if as_json:
         print_json(sent)
     else:

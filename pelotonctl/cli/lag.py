@@ -7,7 +7,7 @@ import json
 import typer
 from rich.table import Table
 
-from pelotonctl.cli.common import EXIT_INVALID, JSON_HELP, broker_call, fail, load_settings, out, print_json
+from pelotonctl.cli.common import EXIT_INVALID, JSON_HELP, client, cluster_call, fail, load_settings, out, print_json
 
 _STATUS_STYLE = {"OK": "green", "WARN": "yellow", "STALL": "red", "STOP": "red", "ERR": "bold red"}
 
@@ -28,7 +28,7 @@ def lag(
     pool as queued: neither is a backlog."""
     import time
 
-    from pelotonctl.lag import STAGES, LagMonitor, stage_of
+    from pelotonctl.lag import STAGES, stage_of
 
     settings = load_settings()
     stages = []
@@ -37,19 +37,21 @@ def lag(
         if stage is None:
             fail(f"--group {g!r}: not a stage group (stages: {', '.join(STAGES)})", EXIT_INVALID)
         stages.append(stage)
-    monitor = broker_call(LagMonitor, settings, tuple(stages), window)
+    if not 1 <= window <= 60:
+        fail(f"--window {window}: expected 1 to 60 samples", EXIT_INVALID)
+    cluster = client()  # through the API (any user may read lag), or directly with the broker's credentials
     try:
         if not watch:
-            broker_call(monitor.sample)
+            cluster_call(cluster.lag, tuple(stages), window)
             time.sleep(interval)
-            report = broker_call(monitor.sample)
+            report = cluster_call(cluster.lag, tuple(stages), window)
             print_json(report) if as_json else out.print(_lag_view(report))
             return
         from rich.live import Live
 
         with Live(console=out, auto_refresh=False) as live:
             while True:
-                report = broker_call(monitor.sample)
+                report = cluster_call(cluster.lag, tuple(stages), window)
                 if as_json:
                     print(json.dumps(report), flush=True)
                 else:
@@ -58,7 +60,7 @@ def lag(
     except KeyboardInterrupt:
         pass
     finally:
-        monitor.close()
+        cluster.close()
 
 
 def _lag_view(report: dict):

@@ -138,3 +138,47 @@ class DirectClient:
 
     def maintenance(self, host_id: str, action: str, force: bool = False) -> None:
         admin.request_maintenance(self.settings, host_id, action, "", force)
+
+    # -- what operators watch: lag, dead letters, the instance registry ---------------------------
+    def lag(self, stages: tuple[str, ...], window: int) -> dict:
+        """One sample of the stage groups' lag; the monitor (and its status windows) lives as long
+        as this client."""
+        from pelotonctl.lag import STAGES, LagMonitor
+
+        if getattr(self, "_lag", None) is None:
+            self._lag = LagMonitor(self.settings, STAGES, window)
+        return self._lag.sample(stages, window)
+
+    def dead_letters(self, since_ms: int | None = None, stage: str | None = None) -> list[dict]:
+        from pelotonctl.deadletters import list_letters
+
+        return list_letters(self.settings, since_ms, stage)
+
+    def dead_letter(self, number: str) -> dict:
+        from pelotonctl.deadletters import find_letter, show
+
+        return show(find_letter(self.settings, number))
+
+    def replay_dead_letter(self, number: str, value: dict | None = None, sets: dict[str, str] | None = None,
+                           schema: str | None = None) -> dict:
+        from pelotonctl.deadletters import find_letter, replay
+
+        return replay(self.settings, find_letter(self.settings, number), value, sets, schema)
+
+    def instances(self, timeout: float = 5.0) -> list[dict]:
+        """Every instance registered in ZooKeeper (PELOTON_ZOOKEEPER)."""
+        from peloton.registry import Registry, RegistryUnavailable
+
+        hosts = self.settings.zookeeper.strip()
+        if not hosts:
+            raise RegistryUnavailable(
+                "PELOTON_ZOOKEEPER is not set: set it to the ZooKeeper the cluster registers in (e.g. "
+                "zk1:2181,zk2:2181, optionally ending in a chroot path such as /peloton); for a local dev "
+                "stack `pelotonctl dev status` shows what runs (`dev up --store postgres` starts a ZooKeeper)")
+        with Registry(hosts, timeout=timeout) as registry:
+            return registry.instances()
+
+    def close(self) -> None:
+        if getattr(self, "_lag", None) is not None:
+            self._lag.close()
+            self._lag = None

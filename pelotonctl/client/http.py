@@ -153,6 +153,28 @@ class ApiClient:
         self.call("POST", f"/v1/hosts/{host_id}/maintenance/{action.lower()}", {"force": force})
 
 
+    # -- what operators watch: lag, dead letters, the instance registry ---------------------------
+    def lag(self, stages: tuple[str, ...], window: int) -> dict:
+        return self.call("GET", "/v1/lag", query={"stage": list(stages), "window": window})
+
+    def dead_letters(self, since_ms: int | None = None, stage: str | None = None) -> list[dict]:
+        return self.call("GET", "/v1/dead-letters", query={"since_ms": since_ms, "stage": stage})["letters"]
+
+    def dead_letter(self, number: str) -> dict:
+        return self.call("GET", f"/v1/dead-letters/{number}")
+
+    def replay_dead_letter(self, number: str, value: dict | None = None, sets: dict[str, str] | None = None,
+                           schema: str | None = None) -> dict:
+        return self.call("POST", f"/v1/dead-letters/{number}/replay",
+                         {"value": value, "set": sets or {}, "schema": schema})
+
+    def instances(self, timeout: float = 5.0) -> list[dict]:
+        return self.call("GET", "/v1/cluster/instances", query={"timeout": timeout})["instances"]
+
+    def close(self) -> None:
+        pass
+
+
 def _detail(exc: urllib.error.HTTPError) -> str:
     try:
         detail = json.loads(exc.read()).get("detail")

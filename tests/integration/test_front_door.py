@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -41,10 +42,10 @@ defaultConfig:
 """
 
 
-def produce(config: dict, topic: str) -> str:
+def produce(config: dict, topic: str, key: bytes = b"k", value: bytes = b"v") -> str:
     results, errors = [], []
     producer = Producer({**config, "message.timeout.ms": 6000, "log_level": 0, "error_cb": lambda e: errors.append(e.str())})
-    producer.produce(topic, key=b"k", value=b"v", on_delivery=lambda err, _m: results.append(err))
+    producer.produce(topic, key=key, value=value, on_delivery=lambda err, _m: results.append(err))
     producer.flush(8)
     return "delivered" if results and results[0] is None else str(results[0] if results else errors[:1])
 
@@ -85,13 +86,46 @@ def test_the_front_door_of_the_dev_stack(tmp_path) -> None:
 
         admin = Settings(bootstrap=state["bootstrap"], kafka_user=state["kafka_user"],
                          kafka_password=state["kafka_password"], kafka_ca=state["kafka_ca"])
+        topics = Catalogue()
+
+        # What operators watch, through the API: lag for any user, dead letters and the cluster's
+        # instances for admins. A command its producer did not sign is a dead letter; an admin
+        # replays it, and the API signs it for them.
+        lag = ctl("lag", "--json", "--interval", "0.2", token=alice)
+        assert lag.returncode == 0, lag.stderr
+        assert {g["stage"] for g in json.loads(lag.stdout)["groups"]} == {"admit", "entitle", "place", "launch"}
+        unsigned = str(uuid.uuid4())
+        command = registry().encode("peloton.JobCommand", {
+            "command_id": uuid.uuid4().hex, "kind": "CREATE", "job_id": unsigned, "pool": "/a", "config": JOB,
+            "requested_by": "alice", "timestamp_ms": int(time.time() * 1000)})
+        producer = kafka_access(replace(admin, kafka_user="producer", kafka_password=state["kafka_users"]["producer"]))
+        assert produce(producer, topics["job-commands"].name, unsigned.encode(), command) == "delivered"
+        deadline = time.monotonic() + 30
+        while not (letters := json.loads(ctl("dead-letters", "list", "--json").stdout)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        [letter] = letters
+        assert letter["stage"] == "admit" and "unsigned" in letter["reason"], letter
+        assert ctl("dead-letters", "list", token=alice).returncode == 6
+        shown = json.loads(ctl("dead-letters", "show", str(letter["number"]), "--json").stdout)
+        assert shown["original"]["value"]["job_id"] == unsigned
+        replayed = ctl("dead-letters", "replay", str(letter["number"]))
+        assert replayed.returncode == 0, replayed.stderr
+        while (got := json.loads(ctl("job", "get", unsigned, "--json").stdout or "null")) is None or \
+                got["runtime"]["state"] != "SUCCEEDED":
+            assert time.monotonic() < deadline + 60, got
+            time.sleep(0.5)
+        no_zookeeper = ctl("cluster", "status")
+        assert no_zookeeper.returncode == 5 and "PELOTON_ZOOKEEPER" in no_zookeeper.stderr, no_zookeeper.stderr
+
         decisions = [(e["user"], e["action"], e["object"], e["allowed"]) for e in read_all(admin, "audit")]
         assert ("", "job.read", "jobs", False) in decisions  # the request without a token
         assert ("alice", "job.create", "/a", True) in decisions
         assert ("alice", "job.create", "/b", False) in decisions
         assert ("bob", "job.stop", job_id, False) in decisions
+        assert ("alice", "lag.read", "groups", True) in decisions
+        assert ("alice", "dead_letter.read", "dead-letters", False) in decisions
+        assert any(a == "dead_letter.replay" and ok for _u, a, _o, ok in decisions)
 
-        topics = Catalogue()
         for topic in ("job-commands", "agent-commands"):
             assert produce({"bootstrap.servers": state["bootstrap"]}, topics[topic].name) != "delivered"
         agent = kafka_access(replace(admin, kafka_user="agent", kafka_password=state["kafka_users"]["agent"]))

@@ -200,3 +200,31 @@ def test_updates_are_read_and_steered_by_the_jobs_owners_only(api) -> None:
     assert api.get("/v1/jobs/j1", params={"version": 1}, headers=api.tokens["alice"]).json()["config_version"] == 1
     missing = api.get("/v1/jobs/j1", params={"version": 7}, headers=api.tokens["alice"])
     assert missing.status_code == 404 and "has no config version 7" in missing.json()["detail"]
+
+
+def test_dead_letters_and_the_cluster_are_for_administrators_and_lag_for_any_user(api) -> None:
+    for method, path in (("get", "/v1/dead-letters"), ("get", "/v1/dead-letters/0"),
+                         ("post", "/v1/dead-letters/0/replay"), ("get", "/v1/cluster/instances")):
+        refused = api.request(method, path, headers=api.tokens["alice"])
+        assert refused.status_code == 403 and "is for administrators, and alice" in refused.json()["detail"], path
+    # An admin is let through, and told why there is nothing to list here (no ZooKeeper): 503.
+    away = api.get("/v1/cluster/instances", headers=api.tokens["root"])
+    assert away.status_code == 503 and "PELOTON_ZOOKEEPER" in away.json()["detail"]
+    # Anyone may read lag; a name that is no stage is refused before the broker is asked.
+    unknown = api.get("/v1/lag", params={"stage": "nope"}, headers=api.tokens["bob"])
+    assert unknown.status_code == 400 and "not a stage group" in unknown.json()["detail"]
+    assert api.get("/v1/lag", params={"window": 61}, headers=api.tokens["bob"]).status_code == 422
+    trail = decisions(api)
+    assert ("alice", "dead_letter.replay", "dead-letter 0", False) in trail
+    assert ("bob", "lag.read", "groups", True) in trail
+
+
+def test_a_replay_through_the_api_sends_job_commands_only() -> None:
+    from pelotonctl.admin import UserError
+    from pelotonctl.api.operations import REPLAYABLE
+    from pelotonctl.deadletters import replay
+
+    letter = {"number": 7, "source_topic": "peloton.agent-commands", "partition": 0, "key": b"h0", "value": b"x"}
+    with pytest.raises(UserError, match="only launch may write: this sender replays letters of "
+                                        "job-commands only"):
+        replay(Settings(), letter, writable=REPLAYABLE)

@@ -18,7 +18,10 @@ def test_only_launch_writes_agent_commands_and_only_the_api_and_producers_write_
     found = grants(catalogue)
     assert who(found, "write", "t1.peloton.agent-commands") == {"launch"}
     assert who(found, "write", "t1.peloton.job-commands") == {"api", "producer"}
-    assert who(found, "read", "t1.peloton.job-commands") == {"admit"}
+    # The API reads it only for the time of the oldest unread command (lag in seconds); it holds
+    # the store's credentials, and so every job's config, already.
+    assert who(found, "read", "t1.peloton.job-commands") == {"admit", "api"}
+    assert who(found, "read", "t1.peloton.agent-commands") == {"agent"}
     assert who(found, "write", "t1.peloton.audit") == {"api"}
 
 
@@ -41,6 +44,9 @@ def test_every_stage_reads_its_inputs_in_its_own_group_and_fences_with_its_own_t
         assert Grant(stage, "transactional_id", f"p.peloton.{stage}.", "write", prefixed=True) in mine
         # Nobody's transactions but its own: no other stage's prefix.
         assert not any(g.resource == "transactional_id" and stage not in g.name for g in mine)
+    # The API reads the stage groups' offsets and members for lag, and may not join them.
+    assert {g for g in found["api"] if g.resource == "group" and not g.prefixed} == {
+        Grant("api", "group", f"p.peloton.{stage}", "describe") for stage in STAGES}
     # The producer of a team writes commands and reads nothing.
     assert {g.operation for g in found["producer"]} == {"write", "describe"}
 
