@@ -15,7 +15,7 @@ from peloton.auth.signing import HEADER as SIGNATURE
 from peloton.auth.signing import signature
 from peloton.config import Settings
 from peloton.model.jobconfig import parse_job_config
-from peloton.model.jobspec import JobSpec
+from peloton.model.jobspec import JobConfigError, JobSpec
 from peloton.model.pool import (
     PoolConfigError,
     delete_problems,
@@ -228,6 +228,33 @@ def host_row(h: dict) -> dict:
     if not row["runs_known"]:  # its agent is silent: what still runs there is not known
         row.update(allocated=None, free=None, tasks=None)
     return row
+
+
+def with_drain_waits(settings: Settings, store: QueryStore, rows: list[dict]) -> list[dict]:
+    """The hosts' rows, each with `waiting`: why runs still on a DRAINING host stay there for now
+    (their job's disruption budget), as the job manager decides it (stages/admit/drain.py)."""
+    from stages.admit.drain import ON_HOST, plan_drain
+
+    draining = {r["host_id"] for r in rows if r["state"] == "DRAINING"}
+    waits: dict[str, list[str]] = {}
+    by_job: dict[str, set[str]] = {}
+    for t in store.tasks_on_hosts(sorted(draining), list(ON_HOST)) if draining else []:
+        by_job.setdefault(t.job_id, set()).add(t.host_id)
+    for job_id in sorted(by_job):
+        job = store.get_job(job_id)
+        if job is None:
+            continue
+        try:
+            budget = parse_job_config(job.config_text, settings.job_limits(),
+                                      settings.yaml_limits()).max_unavailable_instances
+        except JobConfigError:
+            budget = 0
+        tasks = store.tasks_of_job(job_id)
+        plan = plan_drain(job_id, tasks, draining, budget)
+        hosts = {t.task_id: t.host_id for t in tasks}
+        for task_id, why in plan.waiting.items():
+            waits.setdefault(hosts[task_id], []).append(f"{task_id}: {why}")
+    return [{**r, "waiting": waits.get(r["host_id"], [])} for r in rows]
 
 
 def maintenance_problem(hosts: list[dict], host_id: str, max_share: float) -> str | None:

@@ -88,6 +88,7 @@ class _JobReader:
             max_running_instances=max_running,
             min_running_instances=min_running,
             max_running_time_s=read_integer(sla, "maxrunningtime", "sla", p, maximum=MAX_AVRO_INT),
+            max_unavailable_instances=read_integer(sla, "maximumunavailableinstances", "sla", p, maximum=MAX_INSTANCES),
             placement_strategy=self._placement_strategy(),
             respool=self._respool(),
         )

@@ -99,6 +99,7 @@ class JobSpec:
     max_running_instances: int  # 0 = all
     min_running_instances: int
     max_running_time_s: int  # 0 = unlimited
+    max_unavailable_instances: int  # 0 = no budget: a drain or an update takes down as many as it needs
     placement_strategy: str  # 'PACK_HOST' | 'SPREAD_JOB'
     respool: str | None  # a pool path like '/respool11'
     tasks: tuple[TaskSpec, ...]  # one merged spec per instance, in instance order

@@ -134,6 +134,10 @@ MIGRATIONS = [
         job_id TEXT NOT NULL, version INTEGER NOT NULL, config_text TEXT NOT NULL, created_ms BIGINT,
         PRIMARY KEY (job_id, version));
     """,
+    # 9: the runs on a host, for drains (the job manager moves them under each job's budget).
+    """
+    CREATE INDEX tasks_by_host ON tasks (host_id);
+    """,
 ]
 _MIGRATION_LOCK = 0x70656C6F  # any constant shared by every process of the project
 _POOL_TREE_LOCK = 0x706F6F6C
@@ -287,6 +291,10 @@ class PostgresStore(StorageGateway):
     def tasks_in_states(self, states: list[str], updated_before_ms: int, limit: int = 1000) -> list[TaskRow]:
         q = f"SELECT {TASK_COLS} FROM tasks WHERE state = ANY(%s) AND updated_ms < %s ORDER BY updated_ms LIMIT %s"
         return [task_from_row(r) for r in self._all(q, (list(states), updated_before_ms, limit))]
+
+    def tasks_on_hosts(self, host_ids: list[str], states: list[str]) -> list[TaskRow]:
+        q = f"SELECT {TASK_COLS} FROM tasks WHERE host_id = ANY(%s) AND state = ANY(%s) ORDER BY job_id, instance"
+        return [task_from_row(r) for r in self._all(q, (list(host_ids), list(states)))]
 
     def unlaunched_tasks_of_jobs(self, job_ids: list[str]) -> list[TaskRow]:
         return [task_from_row(r) for r in self._all(

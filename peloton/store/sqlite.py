@@ -67,6 +67,7 @@ CREATE TABLE IF NOT EXISTS tasks (
     PRIMARY KEY (job_id, instance));
 CREATE INDEX IF NOT EXISTS tasks_by_task_id ON tasks (task_id);
 CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks (state, updated_ms);
+CREATE INDEX IF NOT EXISTS tasks_by_host ON tasks (host_id);
 CREATE TABLE IF NOT EXISTS task_events (
     task_id TEXT, job_id TEXT, instance INTEGER, run_id INTEGER, state TEXT, reason TEXT,
     exit_code INTEGER, timestamp_ms INTEGER, host_id TEXT, message TEXT);
@@ -254,6 +255,14 @@ class SqliteStore(StorageGateway):
         q = (f"SELECT {TASK_COLS} FROM tasks WHERE state IN ({','.join('?' * len(states))}) AND updated_ms < ? "
              "ORDER BY updated_ms LIMIT ?")
         return [task_from_row(r) for r in self.db.execute(q, (*states, updated_before_ms, limit))]
+
+    def tasks_on_hosts(self, host_ids: list[str], states: list[str]) -> list[TaskRow]:
+        out = []
+        for chunk in _chunks(list(host_ids)):
+            q = (f"SELECT {TASK_COLS} FROM tasks WHERE host_id IN ({','.join('?' * len(chunk))}) "
+                 f"AND state IN ({','.join('?' * len(states))}) ORDER BY job_id, instance")
+            out.extend(task_from_row(r) for r in self.db.execute(q, (*chunk, *states)))
+        return out
 
     def unlaunched_tasks_of_jobs(self, job_ids: list[str]) -> list[TaskRow]:
         out = []

@@ -488,10 +488,12 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
         return {"deleted": path}
 
     # -- hosts --------------------------------------------------------------------------------
-    @app.get("/v1/hosts", tags=["hosts"], summary="Every host: state, free and total room, runs, labels")
+    @app.get("/v1/hosts", tags=["hosts"], summary="Every host: state, free and total room, runs, labels, and "
+                                                  "why runs wait on a draining host")
     def list_hosts(creds: Creds) -> dict:
         door.allow(door.who(creds, "host.read", "hosts"), "host.read", "hosts")
-        return {"hosts": [admin.host_row(h) for h in sorted(door.hosts(), key=lambda r: r["host_id"])]}
+        rows = [admin.host_row(h) for h in sorted(door.hosts(), key=lambda r: r["host_id"])]
+        return {"hosts": admin.with_drain_waits(settings, store, rows)}
 
     @app.post("/v1/hosts/{host_id}/maintenance/{action}", tags=["hosts"],
               summary="Drain a host (start) or bring it back (complete) (admins)")

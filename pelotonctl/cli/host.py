@@ -16,7 +16,9 @@ host_app.add_typer(maintenance_app, name="maintenance")
 @host_app.command("list")
 def host_list(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Every host: state (UP, DRAINING, DRAINED, DOWN), free and total room, runs, labels. A host
-    whose agent is silent shows '?' for its runs and free room: what still runs there is unknown."""
+    whose agent is silent shows '?' for its runs and free room: what still runs there is unknown.
+    Under a DRAINING host, each run that stays for now and why (its job's
+    sla.maximumUnavailableInstances)."""
     hosts = cluster_call(client().hosts)
     if as_json:
         print_json({"hosts": hosts})
@@ -29,6 +31,8 @@ def host_list(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> 
         mem = f"{amount(free.get('mem_mb'))}/{amount(h['total']['mem_mb'])}"
         tasks = "?" if h["tasks"] is None else h["tasks"]
         sys.stdout.write(f"{h['host_id']:<16} {h['state']:<9} {tasks:>5} {cpu:>15} {mem:>19}  {labels}\n")
+        for why in h.get("waiting", []):  # a drain held back by a job's disruption budget
+            sys.stdout.write(f"{'':<16} waits: {why}\n")
 
 
 def _maintenance(host_id: str, action: str, force: bool = False) -> None:
@@ -38,8 +42,9 @@ def _maintenance(host_id: str, action: str, force: bool = False) -> None:
 @maintenance_app.command("start")
 def maintenance_start(host_id: str, force: bool = typer.Option(
         False, "--force", help="Drain even the last UP host, or beyond PELOTON_MAX_DRAIN_SHARE of the hosts.")) -> None:
-    """Drain HOST: it takes no new placements, its tasks are killed and run elsewhere, then it is
-    DRAINED and DOWN (see `host list`). Refused for the last UP host, or when more than
+    """Drain HOST: it takes no new placements, its tasks are killed and run elsewhere (no more of
+    a job's instances down at once than its sla.maximumUnavailableInstances), then it is DRAINED
+    and DOWN (see `host list`). Refused for the last UP host, or when more than
     PELOTON_MAX_DRAIN_SHARE (50%) of the hosts would be in maintenance at once, unless --force."""
     _maintenance(host_id, "START", force)
     sys.stdout.write(f"host {host_id}: maintenance started (DRAINING)\n")

@@ -134,7 +134,7 @@ class DirectClient:
         return pool_tree(self.store.list_pools())
 
     def hosts(self) -> list[dict]:
-        return admin.list_hosts(self.settings)
+        return admin.with_drain_waits(self.settings, self.store, admin.list_hosts(self.settings))
 
     def maintenance(self, host_id: str, action: str, force: bool = False) -> None:
         admin.request_maintenance(self.settings, host_id, action, "", force)

@@ -91,7 +91,11 @@ def task_transition(
         new = "PREEMPTING"
     if TASK_ORDER[new] <= TASK_ORDER[current_state]:
         return None
-    if reason in (PREEMPTED, HOST_MAINTENANCE) and new == "KILLED" and current_state != "KILLING":  # a stop wins
+    if reason == PREEMPTED and new == "KILLED" and current_state != "KILLING":  # a stop wins
+        return Transition("KILLED", retry=True, release=True)
+    # A drain's kill: the job manager's own (the run was KILLING for it) or, from an older host
+    # manager, the host's. The caller passes STOPPED instead where a stop came first.
+    if reason == HOST_MAINTENANCE and new == "KILLED":
         return Transition("KILLED", retry=True, release=True)
     if reason == RESTARTED and new == "KILLED":  # replaced by a restart or an update
         return Transition("KILLED", retry=True, release=True)

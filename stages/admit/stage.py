@@ -43,6 +43,7 @@ from stages.admit.commands import (
     update_fields,
     update_problems,
 )
+from stages.admit.drain import ON_HOST, plan_drain
 from stages.admit.senders import sender_problem
 from stages.admit.workflow import (
     ACTIONS,
@@ -61,6 +62,7 @@ from stages.admit.workflow import (
 from stages.admit.expand import expand_job, gang_records, launch_spec, next_run, requeued_gang_id, task_id_of
 from stages.admit.lifecycle import (
     DEADLINE_EXCEEDED,
+    HOST_MAINTENANCE,
     LAUNCH_TIMEOUT,
     RESTARTED,
     job_state,
@@ -74,6 +76,7 @@ from stages.admit.lifecycle import (
 log = logging.getLogger("peloton.admit")
 
 LIVE = frozenset({"TASK_STAGING", "TASK_STARTING", "TASK_RUNNING"})  # a run reporting itself alive
+DRAIN_CHECK_S = 1.0  # how often the job manager looks for runs to move off hosts in maintenance
 
 
 class AdmitStage(Stage):
@@ -84,8 +87,9 @@ class AdmitStage(Stage):
         self.store = store
         self.hosts = hosts  # host-state, for refusing tasks larger than every host
         self.owned: set[int] = set()  # task-status partitions: the jobs whose deadlines this instance checks
-        self._slas: dict[str, tuple[int, int]] = {}
+        self._slas: dict[str, tuple[int, int, int]] = {}
         self._last_deadlines = 0.0
+        self._last_drains = 0.0
         self._hosts_caught_up = 0.0  # when the host view, empty, last read host-state to its end
 
     def bind(self, emitter, settings, catalogue) -> None:
@@ -120,16 +124,23 @@ class AdmitStage(Stage):
             self._last_deadlines = now
             with self.store.transaction():
                 self._deadlines()
+        if now - self._last_drains >= DRAIN_CHECK_S:
+            self._last_drains = now
+            draining = {h for h, rec in self.hosts.values.items() if rec.get("state") == "DRAINING"}
+            if draining:
+                with self.store.transaction():
+                    self._drains(draining)
 
     # -- deadlines and throttling -------------------------------------------------------------
-    def _sla(self, job: JobRow) -> tuple[int, int]:
-        """(sla.maximumRunningInstances, sla.maxRunningTime in s) of a job, 0 when unlimited."""
+    def _sla(self, job: JobRow) -> tuple[int, int, int]:
+        """(sla.maximumRunningInstances, sla.maxRunningTime in s, sla.maximumUnavailableInstances)
+        of a job, 0 when unlimited."""
         if job.job_id not in self._slas:
             try:
                 spec = parse_job_config(job.config_text, self.settings.job_limits(), self.settings.yaml_limits())
-                self._slas[job.job_id] = (spec.max_running_instances, spec.max_running_time_s)
+                self._slas[job.job_id] = sla_of(spec)
             except JobConfigError:
-                self._slas[job.job_id] = (0, 0)
+                self._slas[job.job_id] = (0, 0, 0)
         return self._slas[job.job_id]
 
     def _mine(self, job_id: str) -> bool:
@@ -158,6 +169,28 @@ class AdmitStage(Stage):
             if tasks:
                 self._kill_tasks(tasks, reason, f"deadline exceeded: {why}", now)
                 log.warning("%d runs killed: %s", len(tasks), why)
+
+    def _drains(self, draining: set[str]) -> None:
+        """Runs on hosts in maintenance move (killed with reason HOST_MAINTENANCE, they run again
+        elsewhere) as far as each job's disruption budget lets them (stages/admit/drain.py); the
+        others wait for the moved ones to run again. Each instance looks after the jobs whose
+        status partition it owns."""
+        on_hosts: dict[str, list[TaskRow]] = {}
+        for t in self.store.tasks_on_hosts(sorted(draining), list(ON_HOST)):
+            if self._mine(t.job_id):
+                on_hosts.setdefault(t.job_id, []).append(t)
+        if not on_hosts:
+            return
+        jobs = self.store.get_jobs(sorted(on_hosts))
+        now = now_ms()
+        kills: dict[str, list[TaskRow]] = {}
+        for job_id, job in jobs.items():
+            plan = plan_drain(job_id, self.store.tasks_of_job(job_id), draining, self._sla(job)[2])
+            for t in plan.kill:
+                kills.setdefault(t.host_id, []).append(t)
+        for host_id, tasks in kills.items():
+            self._kill_tasks(tasks, HOST_MAINTENANCE, f"host {host_id} is drained for maintenance", now)
+            log.info("host %s drains: %d runs moved", host_id, len(tasks))
 
     def _count_tasks(self, job_ids: list[str]) -> None:
         """peloton_tasks: the tasks of this instance's jobs not yet ended, by state (a sum over the
@@ -279,7 +312,7 @@ class AdmitStage(Stage):
             seen.add(job.job_id)
             jobs.append(job)
             tasks.extend(job_tasks)
-            self._slas[job.job_id] = (spec.max_running_instances, spec.max_running_time_s)  # not parsed again
+            self._slas[job.job_id] = sla_of(spec)  # not parsed again
         created = self.store.create_jobs(jobs, tasks)
         # Each create acted on (or found its job made already) is applied: what its sender's
         # command status reads, as for the other commands.
@@ -385,7 +418,7 @@ class AdmitStage(Stage):
         """Move a workflow on by its instances' tasks: the next batch's runs go KILLING with reason
         RESTARTED (their TASK_KILLED reruns them with the job's config as it is now); the job row
         keeps the workflow while it is active, the updates table always."""
-        step = advance(wf, {t.instance: t for t in tasks}, now)
+        step = advance(wf, {t.instance: t for t in tasks}, now, self._sla(job)[2])
         if step.roll_back:
             self._roll_back(job, step.workflow, tasks, now)
             return
@@ -466,7 +499,7 @@ class AdmitStage(Stage):
         self.store.save_job_configs([(job.job_id, old_version, job.config_text, job.updated_ms),
                                      (job.job_id, old_version + 1, cmd["config"], now)])
         job.config_text, job.config_version, job.instance_count = cmd["config"], old_version + 1, new.instance_count
-        self._slas[job.job_id] = (new.max_running_instances, new.max_running_time_s)
+        self._slas[job.job_id] = sla_of(new)
         if added:
             self.store.save_tasks(added)
             ready = [t for t in added if t.state == "PENDING"]
@@ -702,6 +735,11 @@ class AdmitStage(Stage):
 
     def close(self) -> None:
         self.hosts.close()
+
+
+def sla_of(spec) -> tuple[int, int, int]:
+    """What the job manager enforces of a job's sla (see AdmitStage._sla)."""
+    return spec.max_running_instances, spec.max_running_time_s, spec.max_unavailable_instances
 
 
 def _same(a: dict, b: dict) -> bool:

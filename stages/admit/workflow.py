@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from peloton.model.states import TASK_TERMINAL, UPDATE_ACTIONS
+from stages.admit.drain import down
 from stages.admit.lifecycle import RESTARTED
 
 INITIALIZED = "INITIALIZED"
@@ -102,9 +103,11 @@ class Step:
     roll_back: bool = False  # failed with rollback_on_failure: restore the old config, then begin_rollback()
 
 
-def advance(wf: dict, tasks: dict[int, object], now: int) -> Step:
+def advance(wf: dict, tasks: dict[int, object], now: int, budget: int = 0) -> Step:
     """The workflow after what its instances' tasks show now: failures counted, a settled batch
-    followed by the next one (unless paused), the end reached."""
+    followed by the next one (unless paused), the end reached. `budget`: the job's
+    sla.maximumUnavailableInstances (0: none); a batch takes down no more instances than leaves
+    the job within it, counting those down for any other reason, and waits while none may go."""
     if wf["state"] not in ACTIVE:
         return Step([], wf)
     wf = {**wf, "runs": dict(wf["runs"]), "failures": dict(wf["failures"])}
@@ -139,6 +142,15 @@ def advance(wf: dict, tasks: dict[int, object], now: int) -> Step:
     remaining = [i for i in wf["remaining"] if i in tasks]
     batch, replace = [], []
     size = opts["batch_size"] or len(remaining)
+    if budget > 0 and remaining:
+        already = down(tasks.values())
+        if already >= budget:
+            why = f"waits: {already} instance{'s' if already > 1 else ''} down, sla.maximumUnavailableInstances " \
+                  f"{budget}"
+            return Step([], _touch({**wf, "message": why}, now))
+        size = min(size, budget - already)
+    if wf["message"].startswith("waits: "):
+        wf["message"] = ""  # it waited for the budget, and goes on now
     while remaining and len(batch) < size:
         i = remaining.pop(0)
         task = tasks[i]

@@ -30,7 +30,6 @@ from stages.launch.ledger import HostLedger, judge_placement
 
 log = logging.getLogger("peloton.launch")
 
-HOST_MAINTENANCE = "HOST_MAINTENANCE"  # the reason of a kill that drains a host
 
 TOPIC = "placements"
 
@@ -228,8 +227,9 @@ class LaunchStage(Stage):
         self.remote.late = []
 
     def _maintenance_requests(self, records: list[Record]) -> None:
-        """START: the host takes no new placements and its runs are killed (they run elsewhere,
-        as preempted runs do); once it has none it is DRAINED, then DOWN. COMPLETE: UP again."""
+        """START: the host takes no new placements, and the job manager, seeing it DRAINING in
+        host-state, moves its runs as each job's disruption budget allows (stages/admit/drain.py);
+        once it has none it is DRAINED, then DOWN. COMPLETE: UP again."""
         for r in records:
             m = r.value
             host_id = m["host_id"]
@@ -241,15 +241,6 @@ class LaunchStage(Stage):
                 continue  # already draining or drained: a repeat
             self._set_maintenance(host_id, state)
             log.info("host %s: maintenance %s (%s)", host_id, m["action"].lower(), m["requested_by"] or "?")
-            if state == "DRAINING":
-                self._drain(host_id)
-
-    def _drain(self, host_id: str) -> None:
-        victims = [task_id for task_id, (_, h) in self.running.items() if h == host_id]
-        for task_id in victims:
-            self.kill_reasons[task_id] = (HOST_MAINTENANCE, f"host {host_id} is drained for maintenance")
-        if victims:
-            self.drivers[self.inventory[host_id].driver].kill(victims)
 
     def _set_maintenance(self, host_id: str, state: str) -> None:
         self.store.set_host_state(host_id, state, now_ms())

@@ -253,11 +253,11 @@ def test_place_sends_a_gang_back_to_its_pool_with_the_reason_after_a_placement_c
     assert not stage.waiting and not stage.held_offsets() and out.take("placements") == []
 
 
-def status_record(task_id: str, state: str, reason: str = "") -> Record:
+def status_record(task_id: str, state: str, reason: str = "", host: str = "") -> Record:
     job_id, instance, run = task_id.rsplit("-", 2)
     return record("task-status", "peloton.TaskStatus", {
         "event_id": uuid.uuid4().hex, "task_id": task_id, "job_id": job_id, "instance": int(instance),
-        "run_id": int(run), "host_id": "", "state": state, "reason": reason, "message": "no room",
+        "run_id": int(run), "host_id": host, "state": state, "reason": reason, "message": "no room",
         "exit_code": None, "signal": None, "timestamp_ms": 1}, key=job_id)
 
 
@@ -658,6 +658,35 @@ def test_runs_past_their_deadlines_are_killed_and_end_as_the_rule_says(admit, st
     tasks = {t.instance: t for t in store.tasks_of_job("dl")}
     assert (tasks[0].state, tasks[0].run_id) == ("FAILED", 1)  # over its own limit: it failed
     assert (tasks[1].state, tasks[1].run_id) == ("PENDING", 2)  # never started: run again
+
+
+def test_runs_on_a_draining_host_move_one_budget_at_a_time_and_rerun_without_a_failure(admit, store) -> None:
+    stage, out = admit
+    stage.on_assign([("task-status", p) for p in range(4)])
+    budgeted = JOB.format(name="sv", count=3, gang=0, cpu=1).replace("sla: {", "sla: {maximumUnavailableInstances: 1, ")
+    stage.handle([command("sv", budgeted)])
+    stage.handle([status_record(f"sv-{i}-1", "TASK_RUNNING") for i in range(3)])
+    tasks = store.tasks_of_job("sv")
+    for t in tasks:
+        t.host_id = "h1"
+    store.update_task_runs(tasks)
+    out.take()
+    now = time.monotonic()
+    stage.tick(now)
+    assert killed_instances(out) == []  # h1 is UP
+    stage.hosts.values["h1"] = {**stage.hosts.values["h1"], "state": "DRAINING"}
+    stage.tick(now + 1)
+    assert killed_instances(out) == ["sv-0-1"]
+    stage.tick(now + 2)
+    assert killed_instances(out) == []  # instance 0 is down (KILLING): the others wait
+    stage.handle([status_record("sv-0-1", "TASK_KILLED", "HOST_MAINTENANCE")])
+    first = store.tasks_of_job("sv")[0]
+    assert (first.state, first.run_id, first.failures) == ("PENDING", 2, 0)  # runs again, no failure counted
+    stage.tick(now + 3)
+    assert killed_instances(out) == []  # still down until its new run runs
+    stage.handle([status_record("sv-0-2", "TASK_RUNNING", host="h2")])  # elsewhere
+    stage.tick(now + 4)
+    assert killed_instances(out) == ["sv-1-1"]
 
 
 def test_a_daemon_job_is_refused_at_create(admit, store) -> None:

@@ -121,6 +121,18 @@ def test_tasks_are_found_by_instance_saved_and_their_events_kept_in_order(store)
         (1, "FAILED", 3, "h1", "boom"), (2, "PENDING", None, "", "")]
 
 
+def test_the_runs_on_hosts_are_found_by_host_and_state(store) -> None:
+    tasks = [task("a", i, "RUNNING") for i in range(4)] + [task("b", 0, "RUNNING")]
+    for t, host in zip(tasks, ("h1", "h2", "h1", "h3", "h1")):
+        t.host_id = host
+    tasks[2].state = "SUCCEEDED"
+    store.create_jobs([job("a"), job("b")], tasks)
+    store.update_task_runs(tasks)
+    found = store.tasks_on_hosts(["h1", "h2"], ["LAUNCHED", "RUNNING"])
+    assert [(t.job_id, t.instance, t.host_id) for t in found] == [("a", 0, "h1"), ("a", 1, "h2"), ("b", 0, "h1")]
+    assert store.tasks_on_hosts(["h9"], ["RUNNING"]) == []
+
+
 def test_a_deleted_job_leaves_no_task_or_event_and_commands_are_claimed_once(store) -> None:
     store.create_jobs([job("d")], [task("d", 0)])
     store.record_task_events([("d-0-1", "d", 0, 1, "KILLED", "", None, 5, "", "")])

@@ -1,0 +1,53 @@
+"""Drains under a disruption budget: the runs on a host in maintenance (DRAINING) must move, and a
+job's `sla.maximumUnavailableInstances` bounds how many of its instances may be down at once, as
+Peloton's SLA-aware maintenance does. The job manager asks this for each job with runs on a
+draining host, whenever it looks (and again as moved instances come back RUNNING elsewhere).
+Pure: no Kafka, no store.
+
+An instance is down when it should run and does not: any state but RUNNING that has not ended
+(pending, placed, launching, being killed). A run that is on a draining host and not yet RUNNING
+is down already, so moving it costs nothing; a RUNNING one moves only while the job has room."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from peloton.model.states import TASK_TERMINAL
+
+# The states of a run that holds its host (the runs a drain must move).
+ON_HOST = ("LAUNCHING", "LAUNCHED", "STARTING", "RUNNING")
+# What a waiting run's message starts with, so the next look can clear it.
+WAITING = "drain of host "
+
+
+@dataclass(slots=True)
+class DrainPlan:
+    kill: list = field(default_factory=list)  # runs to kill now (reason HOST_MAINTENANCE)
+    waiting: dict = field(default_factory=dict)  # run's task id -> why it stays for now
+
+
+def down(tasks) -> int:
+    """The instances of a job that should run and do not."""
+    return sum(1 for t in tasks if t.state != "RUNNING" and t.state not in TASK_TERMINAL
+               and t.state != "INITIALIZED")
+
+
+def plan_drain(job_id: str, tasks, draining: set[str], budget: int) -> DrainPlan:
+    """Which of this job's runs on `draining` hosts go now, and why the others wait. `tasks`: every
+    task of the job; `budget`: its sla.maximumUnavailableInstances (0: no budget, all go)."""
+    plan = DrainPlan()
+    movers = [t for t in tasks if t.host_id in draining and t.state in ON_HOST]
+    if not movers:
+        return plan
+    if budget <= 0:
+        plan.kill = movers
+        return plan
+    plan.kill = [t for t in movers if t.state != "RUNNING"]  # down already
+    running = [t for t in movers if t.state == "RUNNING"]
+    now_down = down(tasks)
+    room = max(0, budget - now_down)
+    plan.kill += running[:room]
+    for t in running[room:]:
+        plan.waiting[t.task_id] = (f"{WAITING}{t.host_id} waits: job {job_id} has {now_down + min(room, len(running))} "
+                                   f"of its sla.maximumUnavailableInstances {budget} down")
+    return plan
