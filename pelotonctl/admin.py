@@ -381,7 +381,8 @@ def control_job(settings: Settings, store: QueryStore, kind: str, job_id: str, i
             raise UserError("update refused:\n" + "\n".join(f"  {p}" for p in problems))
         chosen = changed_instances(old, new)
         touched = to_restart(tasks, chosen) if chosen else []
-        added = list(range(old.instance_count, new.instance_count))  # instanceCount only grows
+        added = list(range(old.instance_count, new.instance_count))
+        removed = list(range(new.instance_count, old.instance_count))
     else:
         touched = {"STOP": to_stop, "START": to_start, "RESTART": to_restart}.get(kind, lambda ts, _i: ts)(tasks, chosen)
     out = out or emitter(settings)
@@ -396,7 +397,7 @@ def control_job(settings: Settings, store: QueryStore, kind: str, job_id: str, i
     if kind in ("RESTART", "UPDATE"):
         answer["update_id"] = command_id
     if kind == "UPDATE":
-        answer["added"] = added
+        answer["added"], answer["removed"] = added, removed
     return answer
 
 

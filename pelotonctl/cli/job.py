@@ -182,8 +182,9 @@ def job_update(job_id: str, config: Path, batch_size: int = typer.Option(
                                                                                 "the first batch."),
                quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the update's id."),
                as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
-    """A new config version for a job: more instances start, and tasks whose config changed are
-    replaced by new runs in batches. name, type and pool cannot change; instanceCount only grows;
+    """A new config version for a job: more instances start (or the extra ones stop, highest
+    first, and end DELETED), and tasks whose config changed are replaced by new runs in batches.
+    name, type and pool cannot change;
     changeLog.version, when given, must be the job's current version. The update is a workflow
     with an id: `pelotonctl update get|pause|resume|abort|rollback UPDATE`."""
     from stages.admit.workflow import UpdateOptions
@@ -196,10 +197,13 @@ def job_update(job_id: str, config: Path, batch_size: int = typer.Option(
     elif as_json:
         print_json(done)
     else:
-        added = done.get("added", [])
+        added, removed = done.get("added", []), done.get("removed", [])
         new = f"{len(added)} new instance{'' if len(added) == 1 else 's'}"
         if added:
             new += f" ({added[0]}-{added[-1]})" if len(added) > 1 else f" ({added[0]})"
+        if removed:
+            new += f", instance{'s' if len(removed) > 1 else ''} " + (
+                f"{removed[0]}-{removed[-1]}" if len(removed) > 1 else f"{removed[0]}") + " removed"
         out.print(f"job {job_id}: updating, {new}, {len(done['instances'])} tasks to replace (update "
                   f"{done['update_id']})", highlight=False)
 

@@ -15,6 +15,7 @@ from stages.admit.workflow import ACTIONS, UpdateOptions
 
 KINDS = ("CREATE", "STOP", "START", "RESTART", "UPDATE", "DELETE", *ACTIONS)
 STOPPED = "STOPPED"  # the reason of a kill a user asked for
+REMOVED = "REMOVED"  # the reason an instance a shrinking update took away ends DELETED
 ORPHAN = "ORPHAN"  # the reason of a kill of a run that is not its task's current run
 
 _RANGE = re.compile(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?")
@@ -88,8 +89,8 @@ def _task_config(t) -> tuple:
 
 def update_problems(old: JobSpec, new: JobSpec, pool: str, stored_version: int, given_version: int | None) -> list[str]:
     """Why a new config cannot replace the stored one: Peloton's immutable fields (name, type,
-    labels, pool), instance count that shrinks, a stale changeLog version. (defaultConfig may
-    change here, unlike Peloton's: a changed task config rolls out by restart.)"""
+    labels, pool), a stale changeLog version. (defaultConfig may change here, unlike Peloton's: a
+    changed task config rolls out by restart; the instance count may grow or shrink.)"""
     problems = []
     if given_version is not None and given_version != stored_version:
         problems.append(f"changelog.version: {given_version} is not the job's current version {stored_version} "
@@ -101,14 +102,13 @@ def update_problems(old: JobSpec, new: JobSpec, pool: str, stored_version: int, 
         problems.append(f"labels: cannot change ({dict(old.labels)} -> {dict(new.labels)})")
     if new.respool and new.respool != pool:
         problems.append(f"respoolid: a job does not move between pools ({pool} -> {new.respool})")
-    if new.instance_count < old.instance_count:
-        problems.append(f"instancecount: may only grow ({old.instance_count} -> {new.instance_count})")
     return problems
 
 
 def changed_instances(old: JobSpec, new: JobSpec) -> list[int]:
-    """Instances (of the old count) whose task config the new spec changes."""
-    return [i for i in range(old.instance_count) if _task_config(old.tasks[i]) != _task_config(new.tasks[i])]
+    """Instances (of both counts) whose task config the new spec changes."""
+    kept = min(old.instance_count, new.instance_count)
+    return [i for i in range(kept) if _task_config(old.tasks[i]) != _task_config(new.tasks[i])]
 
 
 def update_fields(text: str) -> tuple[int | None, UpdateOptions]:

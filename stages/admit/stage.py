@@ -31,6 +31,7 @@ from peloton.topics import partition_for
 from stages.admit.checks import distinct_capacities, fit_problems, job_id_problem, size_problems
 from stages.admit.commands import (
     ORPHAN,
+    REMOVED,
     STOPPED,
     CommandError,
     changed_instances,
@@ -65,6 +66,7 @@ from stages.admit.lifecycle import (
     HOST_MAINTENANCE,
     LAUNCH_TIMEOUT,
     RESTARTED,
+    Transition,
     job_state,
     progress_events,
     progress_transition,
@@ -494,6 +496,12 @@ class AdmitStage(Stage):
         changed = changed_instances(old, new)
         grown, new_tasks = expand_job(job.job_id, job.pool, new, cmd["config"], now)
         added = [t for t in new_tasks if t.instance >= old.instance_count]
+        before = {t.instance: t for t in tasks}
+        for t in added:
+            if t.instance in before:  # removed by an earlier shrink, back now: its runs go on numbering
+                t.run_id = before[t.instance].run_id + 1
+                t.task_id = t.gang_id = task_id_of(t.job_id, t.instance, t.run_id)
+                t.spec = {**t.spec, "task_id": t.task_id, "run_id": t.run_id}
         old_version = job.config_version
         # Both versions kept: the old one is what a rollback restores.
         self.store.save_job_configs([(job.job_id, old_version, job.config_text, job.updated_ms),
@@ -504,13 +512,33 @@ class AdmitStage(Stage):
             self.store.save_tasks(added)
             ready = [t for t in added if t.state == "PENDING"]
             out.extend(("task-demand", job.pool, "peloton.GangDemand", g) for g in gang_records(job, ready, now))
+        removed = self._remove(job, tasks, new.instance_count, cmd["command_id"], old.instance_count, now)
+        tasks = [t for t in tasks if t.instance < new.instance_count]
         targets = [t.instance for t in to_restart(tasks, changed)] if changed else []
         self._begin(job, new_workflow(cmd["command_id"], job.job_id, UPDATE, targets, command_options(cmd, from_file),
-                                      old_version, job.config_version, who, now, [t.instance for t in added]),
-                    tasks, now)
-        log.info("job %s: config version %d, %d new instances, %d to replace", job.job_id, job.config_version,
-                 len(added), len(targets))
+                                      old_version, job.config_version, who, now, [t.instance for t in added],
+                                      removed), tasks, now)
+        log.info("job %s: config version %d, %d new instances, %d removed, %d to replace", job.job_id,
+                 job.config_version, len(added), len(removed), len(targets))
         return None
+
+    def _remove(self, job: JobRow, tasks: list[TaskRow], count: int, update_id: str, old_count: int,
+                now: int) -> list[int]:
+        """A shrink's extra instances (count and up) are stopped, highest first; each ends DELETED
+        (not KILLED: it is no instance of the job any more, and counts for nothing in its state)."""
+        extra = sorted((t for t in tasks if t.instance >= count), key=lambda t: -t.instance)
+        if not extra:
+            return []
+        why = f"removed by update {update_id} (instanceCount {old_count} -> {count})"
+        ended = [t for t in extra if t.state in TASK_TERMINAL and t.state != "DELETED"]
+        for t in ended:
+            t.state, t.reason, t.message, t.updated_ms = "DELETED", REMOVED, why, now
+        if ended:
+            self.store.update_task_runs(ended, same_run=True)
+            self._record_events([(t.task_id, t.job_id, t.instance, t.run_id, "DELETED", REMOVED, None, now, t.host_id,
+                                  why) for t in ended])
+        self._kill_tasks(to_stop(extra, None), STOPPED, why, now)
+        return sorted(t.instance for t in extra)
 
     def _respec(self, job: JobRow, task: TaskRow, specs: dict) -> None:
         if job.job_id not in specs:
@@ -626,6 +654,9 @@ class AdmitStage(Stage):
             reason = STOPPED if task.state == "KILLING" and task.reason == STOPPED else ev["reason"]
             move = task_transition(task.state, task.run_id, ev["run_id"], ev["state"], task.failures, task.max_failures,
                                    reason, service)
+            if move is not None and move.state in TASK_TERMINAL and task.job_id in jobs \
+                    and task.instance >= jobs[task.job_id].instance_count:
+                move = Transition("DELETED", release=move.release)  # removed by a shrink: it ends for good
             if move is None:
                 if ev["state"] in MESOS_TERMINAL and ev["reason"] in LATE_END_REASONS and ev["host_id"]:
                     # How a run given up earlier ended on its host after all: its history says so.

@@ -54,14 +54,14 @@ def options_problem(options: UpdateOptions) -> str | None:
 
 def new_workflow(update_id: str, job_id: str, kind: str, instances: list[int], options: UpdateOptions,
                  from_version: int, to_version: int, requested_by: str, now: int,
-                 added: list[int] | None = None) -> dict:
+                 added: list[int] | None = None, removed: list[int] | None = None) -> dict:
     """A workflow over `instances`, before its first batch (advance() picks it)."""
     paused = options.start_paused and bool(instances)
     return {
         "update_id": update_id, "job_id": job_id, "kind": kind,
         "state": PAUSED if paused else ROLLING_FORWARD, "paused_from": ROLLING_FORWARD if paused else "",
         "options": asdict(options), "from_version": from_version, "to_version": to_version,
-        "instances": sorted(instances), "added": sorted(added or []),
+        "instances": sorted(instances), "added": sorted(added or []), "removed": sorted(removed or []),
         "remaining": sorted(instances), "in_flight": [], "done": [], "failed": [],
         "runs": {}, "failures": {},  # per instance in this phase: the run replaced, its failures then
         "message": f"started paused by {requested_by}" if paused else "",
@@ -132,7 +132,7 @@ def advance(wf: dict, tasks: dict[int, object], now: int, budget: int = 0) -> St
         why = f"{len(failed)} instance{'s' if len(failed) > 1 else ''} failed ({', '.join(map(str, failed))}), " \
               f"max-failure-instances {limit}"
         if wf["state"] == ROLLING_FORWARD and opts["rollback_on_failure"] and wf["kind"] == UPDATE \
-                and not wf["added"]:
+                and not wf["added"] and not wf.get("removed"):
             wf["message"] = f"{why}: rolling back"
             return Step([], wf, roll_back=True)
         return Step([], _end(wf, FAILED, f"{why}" + (" while rolling back" if wf["state"] == ROLLING_BACKWARD else ""),
@@ -202,8 +202,9 @@ def steer(wf: dict, action: str, who: str, now: int) -> tuple[dict, str | None]:
             return wf, f"{name} is a restart: it has no earlier config to go back to"
         if not forward:
             return wf, f"{name} is rolling back already"
-        if wf["added"]:
-            return wf, f"{name} added instances {wf['added'][0]}-{wf['added'][-1]}: rolling back a change " \
+        if wf["added"] or wf.get("removed"):
+            which = ("added", wf["added"]) if wf["added"] else ("removed", wf["removed"])
+            return wf, f"{name} {which[0]} instances {which[1][0]}-{which[1][-1]}: rolling back a change " \
                        "of instance count is not supported yet (abort it, then update the job to the old config)"
         return {**wf, "message": f"rolled back by {who}"}, None
     return wf, f"unknown update action {action!r} (known: {', '.join(ACTIONS)})"

@@ -132,3 +132,21 @@ def test_pelotons_stateless_spec_runs_as_written(pipeline_factory) -> None:
     assert p.store.get_job(job).type == "SERVICE"
     p.wait_for("its loop printing", lambda: "running 3" in p.ctl("task", "logs", job, "2").stdout, 30)
     assert p.ctl("job", "stop", job, "--wait").returncode == 0
+
+
+def test_a_shrink_from_4_to_2_instances_stops_instances_2_and_3(pipeline_factory, tmp_path) -> None:
+    p = pipeline_factory(hosts="local:1:cpu=4,mem_mb=4096,disk_mb=10000")
+    p.start_all()
+    text = SERVICE.format(name="shrink", count=4, command="sleep 300", grace=2)
+    job = p.submit(text)
+    p.wait_for("4 instances running", lambda: p.counts(job).get("RUNNING", 0) == 4, 60)
+    fewer = tmp_path / "fewer.yaml"
+    fewer.write_text(text.replace("instancecount: 4", "instancecount: 2"))
+    sent = p.ctl("job", "update", job, str(fewer))
+    assert sent.returncode == 0 and "instances 2-3 removed" in sent.stdout, (sent.stdout, sent.stderr)
+    p.wait_for("instances 2 and 3 DELETED", lambda: runs(p, job) == {
+        0: (1, "RUNNING"), 1: (1, "RUNNING"), 2: (1, "DELETED"), 3: (1, "DELETED")}, 30)
+    shown = json.loads(p.ctl("job", "get", job, "--json").stdout)
+    assert shown["runtime"]["state"] == "RUNNING", shown["runtime"]
+    assert p.ctl("job", "stop", job).returncode == 0
+    assert p.wait_job(job, timeout=60) == "KILLED"

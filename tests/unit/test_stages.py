@@ -617,7 +617,6 @@ def test_an_update_grows_the_job_and_rolls_a_changed_config_out(admit, store) ->
     [(_, _, _, letter)] = out.take("dead-letters")
     assert "name: cannot change ('up' -> 'renamed')" in letter["reason"]
     assert "labels: cannot change ({} -> {'team': 'x'})" in letter["reason"]
-    assert "instancecount: may only grow (3 -> 2)" in letter["reason"]
     changed = first.replace("instancecount: 2", "instancecount: 3").replace("memlimitmb: 16", "memlimitmb: 32")
     stage.handle([update(changed + "changelog: {version: 2}\n")])
     assert killed_instances(out) == ["up-0-1", "up-1-1", "up-2-1"]
@@ -627,6 +626,37 @@ def test_an_update_grows_the_job_and_rolls_a_changed_config_out(admit, store) ->
     stage.handle([update(changed + "changelog: {version: 2}\n")])  # a stale version
     [(_, _, _, letter)] = out.take("dead-letters")
     assert "changelog.version: 2 is not the job's current version 3" in letter["reason"]
+
+
+def test_a_shrink_stops_the_extra_instances_highest_first_and_they_end_deleted(admit, store) -> None:
+    stage, out = admit
+    four = JOB.format(name="sh", count=4, gang=0, cpu=1) + "type: SERVICE\n"
+    stage.handle([command("sh", four)])
+    stage.handle([status_record(f"sh-{i}-1", "TASK_RUNNING") for i in range(4)])
+    out.take()
+
+    def update(text: str) -> Record:
+        return record("job-commands", "peloton.JobCommand", {
+            "command_id": uuid.uuid4().hex, "kind": "UPDATE", "job_id": "sh", "pool": "/p", "config": text,
+            "instances": None, "batch_size": 0, "requested_by": "tester", "timestamp_ms": 1}, key="sh")
+
+    stage.handle([update(four.replace("instancecount: 4", "instancecount: 2"))])
+    kills = [v["task_id"] for _, _, schema, v in out.take("placements") if schema == "peloton.TaskKill"]
+    assert list(dict.fromkeys(kills)) == ["sh-3-1", "sh-2-1"]  # highest first
+    stage.handle([status_record("sh-3-1", "TASK_KILLED", "STOPPED"), status_record("sh-2-1", "TASK_KILLED", "STOPPED")])
+    tasks = {t.instance: t for t in store.tasks_of_job("sh")}
+    assert [tasks[i].state for i in range(4)] == ["RUNNING", "RUNNING", "DELETED", "DELETED"]
+    [why] = {e["message"] for e in store.task_events("sh") if e["state"] == "KILLING"}
+    assert why.startswith("removed by update ") and why.endswith("(instanceCount 4 -> 2)")
+    job = store.get_job("sh")
+    assert (job.instance_count, job.state) == (2, "RUNNING")  # the removed count for nothing
+    [wf] = store.updates_of_job("sh")
+    assert wf["removed"] == [2, 3] and wf["state"] == "SUCCEEDED"
+    # Grown again: instance 2 comes back as a new run, numbered after the removed one.
+    stage.handle([update(four.replace("instancecount: 4", "instancecount: 3"))])
+    demand = [t["task_id"] for _, _, schema, v in out.take("task-demand") if schema == "peloton.GangDemand"
+              for t in v["tasks"]]
+    assert demand == ["sh-2-2"]
 
 
 def test_maximum_running_instances_hold_the_rest_until_others_end(admit, store) -> None:
