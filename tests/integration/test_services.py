@@ -35,6 +35,14 @@ def update_of(p, update_id: str) -> dict:
     return json.loads(answer.stdout)
 
 
+def running_service(p, name: str, count: int, command: str, grace: int) -> tuple[str, str]:
+    """A SERVICE of `count` instances submitted and RUNNING: (its config, its job id)."""
+    text = SERVICE.format(name=name, count=count, command=command, grace=grace)
+    job = p.submit(text)
+    p.wait_for(f"{count} instances running", lambda: p.counts(job).get("RUNNING", 0) == count, 60)
+    return text, job
+
+
 def runs(p, job: str) -> dict[int, tuple[int, str]]:
     return {t.instance: (t.run_id, t.state) for t in p.store.tasks_of_job(job)}
 
@@ -43,9 +51,7 @@ def test_an_update_pauses_between_batches_resumes_to_the_end_and_another_aborts_
         pipeline_factory, tmp_path) -> None:
     p = pipeline_factory(hosts="local:2:cpu=4,mem_mb=4096,disk_mb=10000")
     p.start_all()
-    text = SERVICE.format(name="svc", count=3, command=STUBBORN, grace=4)
-    job = p.submit(text)
-    p.wait_for("3 instances running", lambda: p.counts(job).get("RUNNING", 0) == 3, 60)
+    text, job = running_service(p, "svc", 3, STUBBORN, 4)
     changed = tmp_path / "changed.yaml"
     changed.write_text(text.replace("memlimitmb: 8", "memlimitmb: 9"))
     sent = p.ctl("job", "update", job, str(changed), "--batch-size", "1", "--start-paused", "--json")
@@ -89,9 +95,7 @@ def test_an_update_pauses_between_batches_resumes_to_the_end_and_another_aborts_
 def test_an_update_whose_new_runs_fail_rolls_back_to_the_old_config_everywhere(pipeline_factory, tmp_path) -> None:
     p = pipeline_factory(hosts="local:2:cpu=4,mem_mb=4096,disk_mb=10000", service_backoff_base_s=0.2)
     p.start_all()
-    text = SERVICE.format(name="rb", count=3, command="sleep 300 & wait", grace=1)
-    job = p.submit(text)
-    p.wait_for("3 instances running", lambda: p.counts(job).get("RUNNING", 0) == 3, 60)
+    text, job = running_service(p, "rb", 3, "sleep 300 & wait", 1)
     broken = tmp_path / "broken.yaml"
     broken.write_text(text.replace("sleep 300 & wait", "exit 3"))
     sent = p.ctl("job", "update", job, str(broken), "--batch-size", "1", "--max-instance-retries", "2",
@@ -137,9 +141,7 @@ def test_pelotons_stateless_spec_runs_as_written(pipeline_factory) -> None:
 def test_a_shrink_from_4_to_2_instances_stops_instances_2_and_3(pipeline_factory, tmp_path) -> None:
     p = pipeline_factory(hosts="local:1:cpu=4,mem_mb=4096,disk_mb=10000")
     p.start_all()
-    text = SERVICE.format(name="shrink", count=4, command="sleep 300", grace=2)
-    job = p.submit(text)
-    p.wait_for("4 instances running", lambda: p.counts(job).get("RUNNING", 0) == 4, 60)
+    text, job = running_service(p, "shrink", 4, "sleep 300", 2)
     fewer = tmp_path / "fewer.yaml"
     fewer.write_text(text.replace("instancecount: 4", "instancecount: 2"))
     sent = p.ctl("job", "update", job, str(fewer))

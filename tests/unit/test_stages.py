@@ -605,9 +605,7 @@ def test_an_update_grows_the_job_and_rolls_a_changed_config_out(admit, store) ->
     out.take()
 
     def update(text: str) -> Record:
-        return record("job-commands", "peloton.JobCommand", {
-            "command_id": uuid.uuid4().hex, "kind": "UPDATE", "job_id": "up", "pool": "/p", "config": text,
-            "instances": None, "batch_size": 0, "requested_by": "tester", "timestamp_ms": 1}, key="up")
+        return update_command("up", text, uuid.uuid4().hex)
 
     stage.handle([update(first.replace("instancecount: 2", "instancecount: 3"))])
     demand = [t["task_id"] for _, _, schema, v in out.take("task-demand") if schema == "peloton.GangDemand"
@@ -636,9 +634,7 @@ def test_a_shrink_stops_the_extra_instances_highest_first_and_they_end_deleted(a
     out.take()
 
     def update(text: str) -> Record:
-        return record("job-commands", "peloton.JobCommand", {
-            "command_id": uuid.uuid4().hex, "kind": "UPDATE", "job_id": "sh", "pool": "/p", "config": text,
-            "instances": None, "batch_size": 0, "requested_by": "tester", "timestamp_ms": 1}, key="sh")
+        return update_command("sh", text, uuid.uuid4().hex)
 
     stage.handle([update(four.replace("instancecount: 4", "instancecount: 2"))])
     kills = [v["task_id"] for _, _, schema, v in out.take("placements") if schema == "peloton.TaskKill"]
