@@ -132,12 +132,22 @@ class Sources:
     # -- the store -----------------------------------------------------------------------
     @_unavailable
     def jobs(self, limit: int = 50) -> list[dict]:
-        """The most recent jobs, with their tasks counted by state."""
+        """The most recent jobs, with their tasks counted by state and their latest update or
+        restart: its state, progress and why it is where it is (paused, waiting, failed, rolled
+        back)."""
         rows = self.store.list_jobs(limit)
         counts = self.store.task_state_counts([j.job_id for j in rows]) if rows else {}
         return [{"job_id": j.job_id, "name": j.name, "pool": j.pool, "owner": j.owner, "type": j.type,
                  "state": j.state, "instances": j.instance_count, "tasks": counts.get(j.job_id, {}),
-                 "created_ms": j.created_ms, "completed_ms": j.completed_ms} for j in rows]
+                 "created_ms": j.created_ms, "completed_ms": j.completed_ms, "update": self._latest_update(j)}
+                for j in rows]
+
+    def _latest_update(self, job) -> dict | None:
+        wf = job.rollout or next(iter(self.store.updates_of_job(job.job_id)), None)  # newest first
+        if not wf or "update_id" not in wf:
+            return None
+        return {"update_id": wf["update_id"], "kind": wf["kind"], "state": wf["state"], "message": wf["message"],
+                "done": len(wf["done"]), "total": len(wf["instances"])}
 
     @_unavailable
     def pending(self, limit: int = 50) -> list[dict]:

@@ -146,6 +146,12 @@ def test_the_dashboard_shows_stages_pools_jobs_hosts_and_why_tasks_wait(pipeline
         why = seen(browser, f'[data-pending-job="{pinned}"]', lambda t: "fits on none of 2 hosts" in t, timeout=30)
         assert "dashboard-pinned" in why and "constraint hostname=nowhere" in why
 
+        # A job's latest update or restart under its state: where it is, and why.
+        restarted = p.ctl("job", "restart", pinned, "--start-paused")
+        assert restarted.returncode == 0, restarted.stderr
+        line = seen(browser, f'tr[data-job-id="{pinned}"] [data-field="update"]', lambda t: "PAUSED" in t)
+        assert line.startswith("restart PAUSED 0/") and "started paused by" in line, line
+
         # Nothing the page read failed (the broker and the store both answered).
         WebDriverWait(browser, 10).until(lambda d: not d.find_elements(By.CSS_SELECTOR, "[data-error-for]:not(:empty)"))
         assert seen(browser, "#updated").startswith("updated")

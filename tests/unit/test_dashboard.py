@@ -207,8 +207,15 @@ def test_sources_give_pools_with_usage_rolled_up_and_queued_gangs(sources) -> No
 def test_sources_give_hosts_jobs_and_why_tasks_wait(sources) -> None:
     hosts = sources.hosts()
     assert [(h["host_id"], h["free"]["cpu"], h["tasks"]) for h in hosts] == [("sim-0", 8, 0), ("sim-1", 6, 2)]
+    from stages.admit.workflow import RESTART, UpdateOptions, new_workflow
+
+    paused = new_workflow("u1", "waits", RESTART, [0, 1, 2], UpdateOptions(start_paused=True), 1, 1, "ann", 5)
+    sources.store.save_updates([paused])
     jobs = {j["job_id"]: j for j in sources.jobs()}
     assert jobs["done"]["tasks"] == {"SUCCEEDED": 2} and jobs["waits"]["tasks"] == {"PENDING": 1, "READY": 1, "RUNNING": 1}
+    assert jobs["waits"]["update"] == {"update_id": "u1", "kind": "RESTART", "state": "PAUSED",
+                                       "message": "started paused by ann", "done": 0, "total": 3}
+    assert jobs["done"]["update"] is None
     # The terminal job waits for nothing. Instance 1 found no host and is being tried again
     # (READY): it still says why.
     [pending] = sources.pending()

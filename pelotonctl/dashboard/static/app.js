@@ -263,6 +263,15 @@ function taskStateClass(s) {
   return "ts-waiting";
 }
 
+// A job's latest update or restart, under its state: where it is, and why (paused, waiting for
+// the disruption budget, failed, rolled back).
+function updateLine(update) {
+  if (!update) return null;
+  const words = `${update.kind.toLowerCase()} ${update.state} ${update.done}/${update.total}`;
+  return el("div", { class: "update muted", "data-field": "update", title: update.update_id },
+    update.message ? `${words}: ${update.message}` : words);
+}
+
 function renderJobs(state) {
   const jobs = state.jobs || [];
   const now = state.sampled_ms || Date.now();
@@ -283,7 +292,7 @@ function renderJobs(state) {
     return el("tr", { "data-job-id": job.job_id, "data-job-state": job.state },
       el("td", {}, el("div", { class: "job-name" }, job.name), el("code", { class: "job-id", title: job.job_id }, job.job_id)),
       el("td", {}, job.pool),
-      el("td", {}, el("span", { class: `state state-${job.state}`, "data-field": "state" }, job.state)),
+      el("td", {}, el("span", { class: `state state-${job.state}`, "data-field": "state" }, job.state), updateLine(job.update)),
       el("td", { class: "num" }, num(job.instances)),
       el("td", { class: "tasks" }, bar, el("div", { class: "chips" }, chips)),
       el("td", { class: "num muted" }, age));
