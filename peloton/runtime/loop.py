@@ -4,6 +4,7 @@ rebalance callbacks, the broker checks and the lag it exports around it."""
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import signal
 import time
@@ -26,6 +27,14 @@ from peloton.serde import DecodeError, registry
 from peloton.topics import Catalogue
 
 log = logging.getLogger("peloton.runtime")
+
+
+# A loop that has not come round for this long writes every thread's stack to stderr (the
+# stage's log): a wait that never ends shows where it is. Waiting out a broker or store outage
+# inside one turn writes it once, which is harmless.
+STUCK_S = 60.0
+# How often the loop says it is alive, with what it has and what it did since (INFO).
+STATUS_EVERY_S = 30.0
 
 
 class StageRuntime:
@@ -182,11 +191,26 @@ class StageRuntime:
         topics = [self.catalogue[t].name for t in self.stage.inputs]
         self.consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
         deadline = time.monotonic() + max_seconds if max_seconds else None
+        self._status_at, self._status_records, self._status_turns = time.monotonic(), 0, 0
         try:
             while self._running and (deadline is None or time.monotonic() < deadline):
+                faulthandler.dump_traceback_later(STUCK_S)  # re-armed every turn: fires only if one sticks
                 self.run_once()
+                self._status()
         finally:
+            faulthandler.cancel_dump_traceback_later()
             self._shutdown()
+
+    def _status(self) -> None:
+        """Every STATUS_EVERY_S, one line: partitions held, turns and records since the last line.
+        A stage that is alive but reads nothing tells itself apart from one that is stuck."""
+        self._status_turns += 1
+        now = time.monotonic()
+        if now - self._status_at < STATUS_EVERY_S:
+            return
+        log.info("alive: %d partitions assigned, %d turns and %d records in %.0fs", len(self.assigned),
+                 self._status_turns, self._status_records, now - self._status_at)
+        self._status_at, self._status_records, self._status_turns = now, 0, 0
 
     def run_once(self) -> None:
         if time.monotonic() >= self._next_topic_check:
@@ -196,6 +220,7 @@ class StageRuntime:
         msgs = self.consumer.consume(max(1, int(self.settings.max_batch / self._per_message)),
                                      self.settings.poll_timeout_s)
         records, positions = self._decode(msgs) if msgs else ([], {})
+        self._status_records = getattr(self, "_status_records", 0) + len(records)
         if records and not self._until_done(lambda: self._handle(records), "handling a batch"):
             return  # stopping before the batch was handled: none of it is committed
         self._next.update(positions)
