@@ -394,8 +394,8 @@ def control_job(settings: Settings, store: QueryStore, kind: str, job_id: str, i
     })
     _deliver(out, settings)
     answer = {"job_id": job_id, "kind": kind, "command_id": command_id, "instances": [t.instance for t in touched]}
-    if kind in ("RESTART", "UPDATE"):
-        answer["update_id"] = command_id
+    if kind in ("RESTART", "UPDATE") or (kind in ("START", "STOP") and options.batch_size > 0):
+        answer["update_id"] = command_id  # a workflow: `update get` follows it
     if kind == "UPDATE":
         answer["added"], answer["removed"] = added, removed
     return answer

@@ -52,7 +52,9 @@ class JobCreate(BaseModel):
 
 class JobControl(BaseModel):
     instances: str | None = Field(None, description="Ranges, e.g. 0-3,7 (default: every instance)")
-    batch_size: int = Field(0, ge=0, le=1_000_000, description="Tasks replaced at a time (restart); 0: all at once")
+    batch_size: int = Field(0, ge=0, le=1_000_000, description="Tasks replaced (restart), stopped or started at a "
+                                                               "time; 0: all at once. Above 0 the command is a "
+                                                               "workflow with an id (`update get`)")
     start_paused: bool = Field(False, description="restart: the workflow waits for a resume before its first batch")
 
 
@@ -288,11 +290,11 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
 
     @app.post("/v1/jobs/{job_id}/stop", tags=["jobs"], summary="Stop a job, or some of its instances")
     def stop_job(job_id: str, creds: Creds, body: JobControl = JobControl(), wait: Wait = False) -> dict:
-        return control("STOP", job_id, creds, body.instances, wait=wait)
+        return control("STOP", job_id, creds, body.instances, UpdateOptions(batch_size=body.batch_size), wait=wait)
 
     @app.post("/v1/jobs/{job_id}/start", tags=["jobs"], summary="Run stopped instances again")
     def start_job(job_id: str, creds: Creds, body: JobControl = JobControl(), wait: Wait = False) -> dict:
-        return control("START", job_id, creds, body.instances, wait=wait)
+        return control("START", job_id, creds, body.instances, UpdateOptions(batch_size=body.batch_size), wait=wait)
 
     @app.post("/v1/jobs/{job_id}/restart", tags=["jobs"], summary="Replace running tasks with new runs")
     def restart_job(job_id: str, creds: Creds, body: JobControl = JobControl(), wait: Wait = False) -> dict:

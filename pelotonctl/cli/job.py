@@ -118,30 +118,36 @@ def _control(kind: str, job_id: str, instances: str | None, batch_size: int = 0,
 
 @job_app.command("stop")
 def job_stop(job_id: str, instances: Optional[str] = typer.Option(None, "--instances", help="Ranges, e.g. 0-3,7."),
+             batch_size: int = typer.Option(0, "--batch-size", min=0, help="Tasks stopped at a time, each batch once "
+                                            "the last has ended (a rolling stop, followed by `update get`); 0: all."),
              wait: bool = typer.Option(False, "--wait", help="Wait until every stopped task has ended."),
              timeout: float = typer.Option(120, help="Seconds to wait with --wait."),
              as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Stop a job (or some of its instances): their tasks are killed on their hosts, process and
     children, and their resources released; the job ends KILLED when every task has ended."""
-    done = _control("STOP", job_id, instances)
+    done = _control("STOP", job_id, instances, batch_size)
     if wait:
         _wait_tasks(job_id, done["instances"], lambda t: t["state"] in ("KILLED", "SUCCEEDED", "FAILED", "LOST"),
                     timeout)
     if as_json:
         print_json(done)
     else:
-        out.print(f"job {job_id}: stopping {len(done['instances'])} tasks", highlight=False)
+        rolling = f", {batch_size} at a time (update {done['update_id']})" if done.get("update_id") else ""
+        out.print(f"job {job_id}: stopping {len(done['instances'])} tasks{rolling}", highlight=False)
 
 
 @job_app.command("start")
 def job_start(job_id: str, instances: Optional[str] = typer.Option(None, "--instances", help="Ranges, e.g. 0-3,7."),
+              batch_size: int = typer.Option(0, "--batch-size", min=0, help="Tasks started at a time, each batch "
+                                             "once the last runs (a rolling start, followed by `update get`); 0: all."),
               as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Run stopped (KILLED) instances of a job again, each as a new run."""
-    done = _control("START", job_id, instances)
+    done = _control("START", job_id, instances, batch_size)
     if as_json:
         print_json(done)
     else:
-        out.print(f"job {job_id}: starting {len(done['instances'])} tasks again", highlight=False)
+        rolling = f", {batch_size} at a time (update {done['update_id']})" if done.get("update_id") else ""
+        out.print(f"job {job_id}: starting {len(done['instances'])} tasks again{rolling}", highlight=False)
 
 
 @job_app.command("restart")

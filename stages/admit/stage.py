@@ -51,6 +51,8 @@ from stages.admit.workflow import (
     ACTIVE,
     FAILED,
     RESTART,
+    START,
+    STOP,
     UPDATE,
     abort,
     advance,
@@ -355,7 +357,7 @@ class AdmitStage(Stage):
                     instances = instance_ranges(cmd["instances"], job.instance_count)
                 except CommandError as exc:
                     problem = str(exc)
-            if problem is None and cmd["kind"] in (RESTART, UPDATE):
+            if problem is None and cmd["kind"] in (RESTART, UPDATE, START, STOP):
                 problem = options_problem(command_options(cmd))
             if problem:
                 self._refuse(r, problem)
@@ -372,7 +374,13 @@ class AdmitStage(Stage):
                 log.info("job %s deleted", job.job_id)
                 continue
             tasks = self.store.tasks_of_job(job.job_id)
-            if cmd["kind"] == "STOP":
+            rolling = cmd["kind"] in (START, STOP) and command_options(cmd).batch_size > 0
+            if rolling:  # a batch at a time, as a workflow with an id
+                chosen = (to_stop if cmd["kind"] == STOP else to_start)(tasks, instances)
+                self._begin(job, new_workflow(cmd["command_id"], job.job_id, cmd["kind"], [t.instance for t in chosen],
+                                              command_options(cmd), job.config_version, job.config_version, who, now),
+                            tasks, now)
+            elif cmd["kind"] == "STOP":
                 self._stop(job, tasks, instances, who, now)
             elif cmd["kind"] == "START":
                 self._start(job, tasks, instances, now, out)
@@ -427,8 +435,16 @@ class AdmitStage(Stage):
         wf = step.workflow
         if step.replace:
             by_instance = {t.instance: t for t in tasks}
-            name = f"{'a restart' if wf['kind'] == RESTART else 'an update'} ({wf['update_id']}, {wf['requested_by']})"
-            self._kill_tasks([by_instance[i] for i in step.replace], RESTARTED, f"replaced by {name}", now)
+            batch = [by_instance[i] for i in step.replace]
+            if wf["kind"] == STOP:
+                self._kill_tasks(batch, STOPPED, f"stopped by {wf['requested_by']} (rolling stop {wf['update_id']})",
+                                 now)
+            elif wf["kind"] == START:
+                self._start(job, batch, None, now)
+            else:
+                name = f"{'a restart' if wf['kind'] == RESTART else 'an update'} ({wf['update_id']}, " \
+                       f"{wf['requested_by']})"
+                self._kill_tasks(batch, RESTARTED, f"replaced by {name}", now)
         if stored is not None and _same(stored, wf):
             return  # nothing moved: no write
         job.rollout = wf if wf["state"] in ACTIVE else None
@@ -568,8 +584,10 @@ class AdmitStage(Stage):
         self.emit.emit_to_every_partition("placements", task_id, "peloton.TaskKill",
                                           task_kill(job_id, instance, run_id, task_id, reason, message, now))
 
-    def _start(self, job: JobRow, tasks: list[TaskRow], instances: list[int] | None, now: int, out: list) -> None:
-        """Stopped (KILLED) tasks run again, each as a new run in a gang of its own."""
+    def _start(self, job: JobRow, tasks: list[TaskRow], instances: list[int] | None, now: int,
+               out: list | None = None) -> None:
+        """Stopped (KILLED) tasks run again, each as a new run in a gang of its own (their demand
+        goes to `out`, or straight to the emitter)."""
         again = to_start(tasks, instances)
         if not again:
             return
@@ -581,7 +599,12 @@ class AdmitStage(Stage):
                                         "", "started again") for t in again])
         job.state, job.completed_ms = "PENDING", None
         self._settle(job, now)
-        out.extend(("task-demand", job.pool, "peloton.GangDemand", g) for g in gang_records(job, again, now))
+        demand = [("task-demand", job.pool, "peloton.GangDemand", g) for g in gang_records(job, again, now)]
+        if out is not None:
+            out.extend(demand)
+        else:
+            for topic, key, schema, value in demand:
+                self.emit.emit(topic, key, schema, value)
 
     def _settle(self, job: JobRow, now: int) -> None:
         """The job's state from its tasks' counts now (the current state may be set for the rules)."""
@@ -729,8 +752,8 @@ class AdmitStage(Stage):
         self.store.update_jobs(updated)
         for job_id in job_ids:
             job = jobs[job_id]
-            if job.rollout and job.state not in JOB_TERMINAL:
-                self._advance_rollout(job, now)
+            if job.rollout and (job.state not in JOB_TERMINAL or job.rollout.get("kind") == STOP):
+                self._advance_rollout(job, now)  # (a rolling stop ends well with its job)
             elif job.rollout:  # every task ended: nothing left to roll out
                 self._end_workflow(job, f"the job ended {job.state}", now)
                 self.store.update_jobs([job])

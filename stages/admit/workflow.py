@@ -30,7 +30,8 @@ FAILED = "FAILED"
 ACTIVE = frozenset({INITIALIZED, ROLLING_FORWARD, PAUSED, ROLLING_BACKWARD})
 ENDED = frozenset({SUCCEEDED, ABORTED, ROLLED_BACK, FAILED})
 
-UPDATE, RESTART = "UPDATE", "RESTART"  # the two kinds of workflow
+UPDATE, RESTART = "UPDATE", "RESTART"  # workflows that replace runs
+START, STOP = "START", "STOP"  # rolling start and stop: a batch at a time (a --batch-size given)
 ACTIONS = UPDATE_ACTIONS  # the job commands that steer one
 
 
@@ -81,15 +82,18 @@ def legacy_workflow(rollout: dict, job_id: str, version: int) -> dict:
     return wf
 
 
-def _settled_well(task, old_run: int) -> bool:
-    """A replaced instance is done once its new run runs (or ended well), or it was stopped."""
+def _settled_well(task, old_run: int, kind: str = UPDATE) -> bool:
+    """A replaced (or started) instance is done once its new run runs (or ended well), or it was
+    stopped; a stopped one once its run ended."""
+    if kind == STOP:
+        return task.state in TASK_TERMINAL
     if task.state in ("KILLED", "SUCCEEDED"):
-        return True
+        return task.run_id > old_run or kind != START
     return task.run_id > old_run and task.state == "RUNNING"
 
 
-def _failed(task, old_run: int, failures_then: int, retries: int) -> bool:
-    if task.run_id <= old_run:
+def _failed(task, old_run: int, failures_then: int, retries: int, kind: str = UPDATE) -> bool:
+    if task.run_id <= old_run or kind == STOP:
         return False
     if task.state in ("FAILED", "LOST"):
         return True
@@ -120,11 +124,11 @@ def advance(wf: dict, tasks: dict[int, object], now: int, budget: int = 0) -> St
             if task is None:
                 continue  # gone with its job: nothing to wait for
             key = str(i)
-            if _failed(task, wf["runs"][key], wf["failures"][key], opts["max_instance_retries"]):
+            if _failed(task, wf["runs"][key], wf["failures"][key], opts["max_instance_retries"], wf["kind"]):
                 failed.append(i)
             else:
                 watched[part].append(i)
-    in_flight = [i for i in watched["in_flight"] if not _settled_well(tasks[i], wf["runs"][str(i)])]
+    in_flight = [i for i in watched["in_flight"] if not _settled_well(tasks[i], wf["runs"][str(i)], wf["kind"])]
     done = watched["done"] + [i for i in watched["in_flight"] if i not in in_flight]
     wf.update(in_flight=in_flight, done=sorted(done), failed=sorted(failed))
     limit = opts["max_failure_instances"]
@@ -142,7 +146,7 @@ def advance(wf: dict, tasks: dict[int, object], now: int, budget: int = 0) -> St
     remaining = [i for i in wf["remaining"] if i in tasks]
     batch, replace = [], []
     size = opts["batch_size"] or len(remaining)
-    if budget > 0 and remaining:
+    if budget > 0 and remaining and wf["kind"] != STOP:  # a stop is what its user asked to be down
         already = down(tasks.values())
         if already >= budget:
             why = f"waits: {already} instance{'s' if already > 1 else ''} down, sla.maximumUnavailableInstances " \
@@ -154,7 +158,11 @@ def advance(wf: dict, tasks: dict[int, object], now: int, budget: int = 0) -> St
     while remaining and len(batch) < size:
         i = remaining.pop(0)
         task = tasks[i]
-        if task.state in TASK_TERMINAL or (task.state == "KILLING" and task.reason != RESTARTED):
+        if wf["kind"] == START:
+            if task.state != "KILLED":
+                wf["done"] = sorted(wf["done"] + [i])  # running again already: nothing to start
+                continue
+        elif task.state in TASK_TERMINAL or (task.state == "KILLING" and task.reason != RESTARTED):
             wf["done"] = sorted(wf["done"] + [i])  # ended or being stopped: it starts with the new config
             continue
         batch.append(i)

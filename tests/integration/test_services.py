@@ -152,3 +152,24 @@ def test_a_shrink_from_4_to_2_instances_stops_instances_2_and_3(pipeline_factory
     assert shown["runtime"]["state"] == "RUNNING", shown["runtime"]
     assert p.ctl("job", "stop", job).returncode == 0
     assert p.wait_job(job, timeout=60) == "KILLED"
+
+
+def test_a_rolling_stop_and_start_go_a_batch_at_a_time(pipeline_factory) -> None:
+    p = pipeline_factory(hosts="local:1:cpu=4,mem_mb=4096,disk_mb=10000")
+    p.start_all()
+    _text, job = running_service(p, "rolling", 3, STUBBORN, 2)  # each stop takes its 2 s grace
+    sent = p.ctl("job", "stop", job, "--batch-size", "1", "--json")
+    assert sent.returncode == 0, sent.stderr
+    update_id = json.loads(sent.stdout)["update_id"]
+    most = 0
+    while update_of(p, update_id)["state"] == "ROLLING_FORWARD":
+        most = max(most, sum(1 for _r, state in runs(p, job).values() if state == "KILLING"))
+        time.sleep(0.1)
+    assert update_of(p, update_id)["state"] == "SUCCEEDED" and most == 1, most
+    assert p.wait_job(job, timeout=30) == "KILLED"
+    started = p.ctl("job", "start", job, "--batch-size", "2", "--json")
+    assert started.returncode == 0, started.stderr
+    waited = p.ctl("update", "get", json.loads(started.stdout)["update_id"], "--wait")
+    assert waited.returncode == 0, waited.stdout + waited.stderr
+    assert runs(p, job) == {i: (2, "RUNNING") for i in range(3)}
+    assert p.ctl("job", "stop", job, "--wait").returncode == 0

@@ -655,6 +655,39 @@ def test_a_shrink_stops_the_extra_instances_highest_first_and_they_end_deleted(a
     assert demand == ["sh-2-2"]
 
 
+def test_a_rolling_stop_and_start_go_a_batch_at_a_time_as_workflows(admit, store) -> None:
+    stage, out = admit
+    stage.handle([command("ro", JOB.format(name="ro", count=3, gang=0, cpu=1) + "type: SERVICE\n")])
+    stage.handle([status_record(f"ro-{i}-1", "TASK_RUNNING") for i in range(3)])
+    out.take()
+
+    def control(kind: str, batch: int) -> Record:
+        return record("job-commands", "peloton.JobCommand", {
+            "command_id": f"{kind.lower()}-1", "kind": kind, "job_id": "ro", "pool": "/p", "config": None,
+            "instances": None, "batch_size": batch, "requested_by": "ann", "timestamp_ms": 1}, key="ro")
+
+    stage.handle([control("STOP", 1)])
+    assert killed_instances(out) == ["ro-0-1"]  # one at a time
+    stage.handle([status_record("ro-0-1", "TASK_KILLED", "STOPPED")])
+    assert killed_instances(out) == ["ro-1-1"]
+    stage.handle([status_record("ro-1-1", "TASK_KILLED", "STOPPED")])
+    stage.handle([status_record("ro-2-1", "TASK_KILLED", "STOPPED")])
+    stop = store.get_update("stop-1")
+    assert (stop["kind"], stop["state"], stop["done"]) == ("STOP", "SUCCEEDED", [0, 1, 2])
+    assert store.get_job("ro").state == "KILLED"
+
+    stage.handle([control("START", 2)])
+    started = [t["task_id"] for _, _, schema, v in out.take("task-demand") if schema == "peloton.GangDemand"
+               for t in v["tasks"]]
+    assert started == ["ro-0-2", "ro-1-2"]  # two at a time
+    stage.handle([status_record("ro-0-2", "TASK_RUNNING"), status_record("ro-1-2", "TASK_RUNNING")])
+    started = [t["task_id"] for _, _, schema, v in out.take("task-demand") if schema == "peloton.GangDemand"
+               for t in v["tasks"]]
+    assert started == ["ro-2-2"]
+    stage.handle([status_record("ro-2-2", "TASK_RUNNING")])
+    assert store.get_update("start-1")["state"] == "SUCCEEDED" and store.get_job("ro").state == "RUNNING"
+
+
 def test_maximum_running_instances_hold_the_rest_until_others_end(admit, store) -> None:
     stage, out = admit
     throttled = JOB.format(name="th", count=4, gang=0, cpu=1).replace("sla: {", "sla: {maximumRunningInstances: 2, ")
