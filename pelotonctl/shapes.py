@@ -50,13 +50,14 @@ def job_row(job: JobRow) -> dict:
 def task_row(t: TaskRow) -> dict:
     """A task in a job's listing."""
     return {"instance": t.instance, "run_id": t.run_id, "task_id": t.task_id, "state": t.state, "host": t.host_id,
-            "exit_code": t.exit_code, "reason": t.reason, "message": t.message}
+            "health": t.health, "exit_code": t.exit_code, "reason": t.reason, "message": t.message}
 
 
 def task_info(job_id: str, task: TaskRow) -> dict:
     """One task: its current run, state, host, exit code, reason and message."""
     return {"job_id": job_id, "instance": task.instance, "run_id": task.run_id, "task_id": task.task_id,
-            "state": task.state, "host": task.host_id, "exit_code": task.exit_code, "signal": task.signal,
+            "state": task.state, "health": task.health, "host": task.host_id, "exit_code": task.exit_code,
+            "signal": task.signal,
             "reason": task.reason, "message": task.message, "failures": task.failures,
             "max_failures": task.max_failures, "resources": task.spec.get("resources", {})}
 

@@ -35,12 +35,13 @@ os.register_at_fork(after_in_child=_new_prefix)  # a forked child must not repea
 
 def task_status(job_id: str, instance: int, run_id: int, task_id: str, host_id: str, state: str, reason: str = "",
                 message: str = "", exit_code: int | None = None, signal: int | None = None,
-                timestamp_ms: int | None = None) -> dict:
+                timestamp_ms: int | None = None, health: str = "") -> dict:
     """A TaskStatus record (schemas/avro/TaskStatus.avsc)."""
     return {
         "event_id": new_id(), "task_id": task_id, "job_id": job_id, "instance": instance,
         "run_id": run_id, "host_id": host_id, "state": state, "reason": reason, "message": message,
         "exit_code": exit_code, "signal": signal, "timestamp_ms": timestamp_ms or int(time.time() * 1000),
+        "health": health,
     }
 
 

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from peloton.model.constraint import Constraint
+from peloton.model.health import HealthCheck
 from peloton.model.resources import Resources
 
 JOB_TYPES = ("BATCH", "SERVICE", "DAEMON")  # index = the enum value in Peloton's API
@@ -80,7 +81,7 @@ class TaskSpec:
     kill_grace_seconds: int
     labels: tuple[tuple[str, str], ...]
     constraint: Constraint | None
-    health_check: dict | None  # as written, keys lowercased; Peloton runs it only with `enabled: true`
+    health_check: HealthCheck | None  # an enabled health check (peloton/model/health.py), else None
     revocable: bool
 
 

@@ -13,6 +13,7 @@ from peloton.model.fields import describe as _describe
 from peloton.model.fields import join as _join
 from peloton.model.fields import mapping as _mapping
 from peloton.model.fields import text as _text
+from peloton.model.health import parse_health_check
 from peloton.model.jobfields import (Problems, lower_keys_deep, read_amount, read_boolean, read_integer,
                                     read_labels, read_list, read_mapping, read_named_pairs, read_string)
 from peloton.model.jobspec import (DEFAULT_CONFIG, DEFAULT_KILL_GRACE_SECONDS, MAX_AVRO_INT, MAX_KILL_GRACE_SECONDS,
@@ -227,6 +228,9 @@ def check_instance(instance: int, merged: Merged, job_type: str, problems: Probl
     health = merged.get("healthcheck")
     if job_type == "BATCH" and health and _health_check_enabled(health[0]):
         add(health[1], "healthcheck", "BATCH tasks may not have an enabled health check")
+    elif health:
+        for where, message in parse_health_check(health[0])[1]:
+            add(health[1], where, message)
 
 
 def _health_check_enabled(health_check: dict | None) -> bool:
@@ -255,7 +259,7 @@ def task_spec(instance: int, merged: Merged) -> TaskSpec:
         kill_grace_seconds=get("killgraceperiodseconds") or DEFAULT_KILL_GRACE_SECONDS,
         labels=get("labels", ()),
         constraint=get("constraint"),
-        health_check=get("healthcheck"),
+        health_check=parse_health_check(get("healthcheck"))[0],
         revocable=get("revocable", False),
     )
 

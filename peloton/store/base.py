@@ -54,6 +54,7 @@ class TaskRow:
     exit_code: int | None = None
     signal: int | None = None
     updated_ms: int = 0
+    health: str = ""  # of the current run: DISABLED, HEALTH_UNKNOWN, HEALTHY, UNHEALTHY; "": not running yet
 
 
 @dataclass(slots=True)

@@ -138,6 +138,10 @@ MIGRATIONS = [
     """
     CREATE INDEX tasks_by_host ON tasks (host_id);
     """,
+    # 10: a run's health, as its health check last said.
+    """
+    ALTER TABLE tasks ADD COLUMN health TEXT;
+    """,
 ]
 _MIGRATION_LOCK = 0x70656C6F  # any constant shared by every process of the project
 _POOL_TREE_LOCK = 0x706F6F6C

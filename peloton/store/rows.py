@@ -15,7 +15,7 @@ def json_text(value) -> str:
 
 TASK_COLS = (
     "job_id, instance, run_id, task_id, pool, gang_id, state, spec, max_failures, failures, "
-    "host_id, reason, message, exit_code, signal, updated_ms"
+    "host_id, reason, message, exit_code, signal, updated_ms, health"
 )
 JOB_COLS = (
     "job_id, name, pool, type, state, instance_count, priority, preemptible, placement_strategy, "
@@ -37,19 +37,20 @@ def task_from_row(row) -> TaskRow:
         job_id=row[0], instance=row[1], run_id=row[2], task_id=row[3], pool=row[4], gang_id=row[5],
         state=row[6], spec=orjson.loads(row[7]) if row[7] is not None else None, max_failures=row[8], failures=row[9], host_id=row[10] or "",
         reason=row[11] or "", message=row[12] or "", exit_code=row[13], signal=row[14], updated_ms=row[15] or 0,
+        health=row[16] or "",
     )
 
 
 def task_params(t: TaskRow) -> tuple:
     return (
         t.job_id, t.instance, t.run_id, t.task_id, t.pool, t.gang_id, t.state, json_text(t.spec),
-        t.max_failures, t.failures, t.host_id, t.reason, t.message, t.exit_code, t.signal, t.updated_ms,
+        t.max_failures, t.failures, t.host_id, t.reason, t.message, t.exit_code, t.signal, t.updated_ms, t.health,
     )
 
 
 # What a status moves of a task's run (its spec, pool and limits stay): `update_task_runs`.
 RUN_COLS = ("run_id", "task_id", "gang_id", "state", "failures", "host_id", "reason", "message", "exit_code", "signal",
-            "updated_ms")
+            "updated_ms", "health")
 
 
 # Of those, what a status moves when the run stays the same: no new run id, task id or gang id, so
@@ -60,10 +61,10 @@ STATE_COLS = RUN_COLS[3:]
 def run_params(t: TaskRow, same_run: bool = False) -> tuple:
     """RUN_COLS (STATE_COLS if same_run) of the task, then its key (job id, instance)."""
     if same_run:
-        return (t.state, t.failures, t.host_id, t.reason, t.message, t.exit_code, t.signal, t.updated_ms,
+        return (t.state, t.failures, t.host_id, t.reason, t.message, t.exit_code, t.signal, t.updated_ms, t.health,
                 t.job_id, t.instance)
     return (t.run_id, t.task_id, t.gang_id, t.state, t.failures, t.host_id, t.reason, t.message, t.exit_code,
-            t.signal, t.updated_ms, t.job_id, t.instance)
+            t.signal, t.updated_ms, t.health, t.job_id, t.instance)
 
 
 def job_from_row(row) -> JobRow:

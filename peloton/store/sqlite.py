@@ -63,7 +63,7 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE TABLE IF NOT EXISTS tasks (
     job_id TEXT NOT NULL, instance INTEGER NOT NULL, run_id INTEGER NOT NULL, task_id TEXT NOT NULL,
     pool TEXT, gang_id TEXT, state TEXT, spec TEXT, max_failures INTEGER, failures INTEGER,
-    host_id TEXT, reason TEXT, message TEXT, exit_code INTEGER, signal INTEGER, updated_ms INTEGER,
+    host_id TEXT, reason TEXT, message TEXT, exit_code INTEGER, signal INTEGER, updated_ms INTEGER, health TEXT,
     PRIMARY KEY (job_id, instance));
 CREATE INDEX IF NOT EXISTS tasks_by_task_id ON tasks (task_id);
 CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks (state, updated_ms);
@@ -135,7 +135,8 @@ class SqliteStore(StorageGateway):
                      ("allocations", "revocable", "INTEGER"), ("allocations", "controller", "INTEGER"),
                      ("jobs", "revocable", "INTEGER"), ("task_events", "host_id", "TEXT"),
                      ("task_events", "message", "TEXT"), ("jobs", "config_version", "INTEGER"),
-                     ("jobs", "rollout", "TEXT"), ("queued_gangs", "admitted_ms", "INTEGER"))
+                     ("jobs", "rollout", "TEXT"), ("queued_gangs", "admitted_ms", "INTEGER"),
+                     ("tasks", "health", "TEXT"))
             for table, column, kind in added:
                 if column not in {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}:
                     self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")

@@ -56,6 +56,7 @@ class JobControl(BaseModel):
                                                                "time; 0: all at once. Above 0 the command is a "
                                                                "workflow with an id (`update get`)")
     start_paused: bool = Field(False, description="restart: the workflow waits for a resume before its first batch")
+    in_place: bool = Field(False, description="restart: each new run prefers the host of the run it replaces")
 
 
 class JobUpdate(BaseModel):
@@ -68,10 +69,12 @@ class JobUpdate(BaseModel):
                                                                           "0: never")
     rollback_on_failure: bool = Field(False, description="A failed update restores the previous config")
     start_paused: bool = Field(False, description="The workflow waits for a resume before its first batch")
+    in_place: bool = Field(False, description="Each new run prefers the host of the run it replaces "
+                                              "(updateConfig.inPlace)")
 
     def options(self) -> UpdateOptions:
         return UpdateOptions(self.batch_size, self.max_instance_retries, self.max_failure_instances,
-                             self.rollback_on_failure, self.start_paused)
+                             self.rollback_on_failure, self.start_paused, self.in_place)
 
 
 class PoolConfig(BaseModel):
@@ -299,7 +302,8 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
     @app.post("/v1/jobs/{job_id}/restart", tags=["jobs"], summary="Replace running tasks with new runs")
     def restart_job(job_id: str, creds: Creds, body: JobControl = JobControl(), wait: Wait = False) -> dict:
         return control("RESTART", job_id, creds, body.instances,
-                       UpdateOptions(batch_size=body.batch_size, start_paused=body.start_paused), wait=wait)
+                       UpdateOptions(batch_size=body.batch_size, start_paused=body.start_paused,
+                                     in_place=body.in_place), wait=wait)
 
     @app.put("/v1/jobs/{job_id}", tags=["jobs"], summary="A new config version for a job")
     def update_job(job_id: str, body: JobUpdate, creds: Creds, wait: Wait = False) -> dict:

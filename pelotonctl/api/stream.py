@@ -137,9 +137,9 @@ def _events(schema: str, v: dict) -> list[dict]:
     """A status record as the events people read: one per run, Peloton's state words."""
     if schema == "peloton.TaskProgress":
         return [{"job_id": v["job_id"], "instance": r["instance"], "run_id": r["run_id"], "state": v["state"],
-                 "host": r.get("host_id") or "", "reason": "", "message": "", "exit_code": None,
+                 "host": r.get("host_id") or "", "reason": "", "message": "", "exit_code": None, "health": "",
                  "timestamp_ms": v["timestamp_ms"]} for r in v["runs"]]
     return [{"job_id": v["job_id"], "instance": v["instance"], "run_id": v["run_id"],
              "state": MESOS_TO_TASK.get(v["state"], v["state"]), "host": v.get("host_id") or "",
              "reason": v.get("reason") or "", "message": v.get("message") or "", "exit_code": v.get("exit_code"),
-             "timestamp_ms": v["timestamp_ms"]}]
+             "health": v.get("health") or "", "timestamp_ms": v["timestamp_ms"]}]

@@ -155,14 +155,17 @@ def job_restart(job_id: str, instances: Optional[str] = typer.Option(None, "--in
                 batch_size: int = typer.Option(0, "--batch-size", help="Tasks replaced at a time (0: all at once)."),
                 start_paused: bool = typer.Option(False, "--start-paused", help="Wait for `update resume` before "
                                                                                  "the first batch."),
+                in_place: bool = typer.Option(False, "--in-place", help="Each new run goes back to the host of "
+                                                                        "the run it replaces where it fits."),
                 quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the update's id."),
                 as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Replace running tasks with new runs, BATCH-SIZE at a time: the next batch goes once the
-    last one's new runs are running. The restart is an update workflow (`pelotonctl update`)."""
+    last one's new runs are running (and HEALTHY, where a health check is set). The restart is an
+    update workflow (`pelotonctl update`)."""
     from stages.admit.workflow import UpdateOptions
 
     done = _control("RESTART", job_id, instances, options=UpdateOptions(batch_size=batch_size,
-                                                                         start_paused=start_paused))
+                                                                         start_paused=start_paused, in_place=in_place))
     if quiet:
         out.print(done["update_id"])
     elif as_json:
@@ -186,6 +189,9 @@ def job_update(job_id: str, config: Path, batch_size: int = typer.Option(
                    False, "--rollback-on-failure", help="A failed update puts the previous config back."),
                start_paused: bool = typer.Option(False, "--start-paused", help="Wait for `update resume` before "
                                                                                 "the first batch."),
+               in_place: bool = typer.Option(False, "--in-place", help="Each new run goes back to the host of the "
+                                                                       "run it replaces where it fits (default: "
+                                                                       "updateConfig.inPlace)."),
                quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the update's id."),
                as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """A new config version for a job: more instances start (or the extra ones stop, highest
@@ -196,7 +202,7 @@ def job_update(job_id: str, config: Path, batch_size: int = typer.Option(
     from stages.admit.workflow import UpdateOptions
 
     options = UpdateOptions(batch_size, max_instance_retries, max_failure_instances, rollback_on_failure,
-                            start_paused)
+                            start_paused, in_place)
     done = _control("UPDATE", job_id, None, config=read_text(config), options=options)
     if quiet:
         out.print(done["update_id"])

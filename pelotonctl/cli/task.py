@@ -15,16 +15,16 @@ task_app = commands("Tasks of a job.")
 
 @task_app.command("list")
 def task_list(job_id: str, as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
-    """Every task of a job: instance, run, state, host, exit code, reason."""
+    """Every task of a job: instance, run, state, health, host, exit code, message."""
     rows = cluster_call(client().tasks, job_id)
     if not rows:
         fail(f"no job {job_id}", EXIT_NOT_FOUND)
     if as_json:
         print_json(rows)
         return
-    table = Table("instance", "run", "state", "host", "exit", "message")
+    table = Table("instance", "run", "state", "health", "host", "exit", "message")
     for r in rows:
-        table.add_row(str(r["instance"]), str(r["run_id"]), r["state"], r["host"],
+        table.add_row(str(r["instance"]), str(r["run_id"]), r["state"], r.get("health") or "", r["host"],
                       "" if r["exit_code"] is None else str(r["exit_code"]), r["message"])
     out.print(table)
 

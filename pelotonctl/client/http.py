@@ -77,7 +77,8 @@ class ApiClient:
         if kind == "DELETE":
             return self.call("DELETE", f"/v1/jobs/{job_id}", query=self.WAIT)
         return self.call("POST", f"/v1/jobs/{job_id}/{kind.lower()}", {
-            "instances": instances, "batch_size": options.batch_size, "start_paused": options.start_paused}, self.WAIT)
+            "instances": instances, "batch_size": options.batch_size, "start_paused": options.start_paused,
+            "in_place": options.in_place}, self.WAIT)
 
     def job(self, job_id: str, version: int | None = None) -> dict | None:
         if version is not None:  # a version the job never had is a NotFound with the reason, not None

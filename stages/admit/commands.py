@@ -136,7 +136,8 @@ def update_fields(text: str) -> tuple[int | None, UpdateOptions]:
                           max_instance_retries=count(field(spec, "maxinstanceattempts")),
                           max_failure_instances=count(field(spec, "maxfailureinstances")),
                           rollback_on_failure=field(spec, "rollbackonfailure") is True,
-                          start_paused=field(spec, "startpaused") is True))
+                          start_paused=field(spec, "startpaused") is True,
+                          in_place=field(spec, "inplace") is True))
 
 
 def command_options(cmd: dict, from_file: UpdateOptions | None = None) -> UpdateOptions:
@@ -146,4 +147,5 @@ def command_options(cmd: dict, from_file: UpdateOptions | None = None) -> Update
                          max_instance_retries=cmd.get("max_instance_retries") or base.max_instance_retries,
                          max_failure_instances=cmd.get("max_failure_instances") or base.max_failure_instances,
                          rollback_on_failure=bool(cmd.get("rollback_on_failure")) or base.rollback_on_failure,
-                         start_paused=bool(cmd.get("start_paused")) or base.start_paused)
+                         start_paused=bool(cmd.get("start_paused")) or base.start_paused,
+                         in_place=bool(cmd.get("in_place")) or base.in_place)

@@ -4,14 +4,16 @@ Peloton's SLA-aware maintenance does. The job manager asks this for each job wit
 draining host, whenever it looks (and again as moved instances come back RUNNING elsewhere).
 Pure: no Kafka, no store.
 
-An instance is down when it should run and does not: any state but RUNNING that has not ended
-(pending, placed, launching, being killed). A run that is on a draining host and not yet RUNNING
+An instance is down when it should run and does not serve: any state but RUNNING that has not
+ended (pending, placed, launching, being killed), or RUNNING with a health check that has not
+said HEALTHY. A run that is on a draining host and not yet RUNNING
 is down already, so moving it costs nothing; a RUNNING one moves only while the job has room."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from peloton.model.health import serving
 from peloton.model.states import TASK_TERMINAL
 
 # The states of a run that holds its host (the runs a drain must move).
@@ -27,8 +29,9 @@ class DrainPlan:
 
 
 def down(tasks) -> int:
-    """The instances of a job that should run and do not."""
-    return sum(1 for t in tasks if t.state != "RUNNING" and t.state not in TASK_TERMINAL
+    """The instances of a job that should run and do not serve (not RUNNING, or not yet or no
+    longer HEALTHY where a health check is set)."""
+    return sum(1 for t in tasks if not serving(t.state, t.health) and t.state not in TASK_TERMINAL
                and t.state != "INITIALIZED")
 
 
@@ -42,8 +45,8 @@ def plan_drain(job_id: str, tasks, draining: set[str], budget: int) -> DrainPlan
     if budget <= 0:
         plan.kill = movers
         return plan
-    plan.kill = [t for t in movers if t.state != "RUNNING"]  # down already
-    running = [t for t in movers if t.state == "RUNNING"]
+    plan.kill = [t for t in movers if not serving(t.state, t.health)]  # down already
+    running = [t for t in movers if serving(t.state, t.health)]
     now_down = down(tasks)
     room = max(0, budget - now_down)
     plan.kill += running[:room]

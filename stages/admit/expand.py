@@ -36,6 +36,8 @@ def launch_spec(job_id: str, spec: JobSpec, task: TaskSpec, run_id: int) -> dict
         "kill_grace_seconds": float(task.kill_grace_seconds),
         "controller": task.controller,
         "user": task.command.user,
+        "health_check_json": task.health_check.to_json() if task.health_check is not None else None,
+        "prefer_host": "",
     }
 
 
@@ -72,7 +74,9 @@ def next_run(task: TaskRow, now_ms: int) -> None:
     task.task_id = task_id_of(task.job_id, task.instance, task.run_id)
     task.gang_id = task.task_id
     task.state = "PENDING"
-    task.spec = {**task.spec, "task_id": task.task_id, "run_id": task.run_id}
+    task.health = ""
+    # Where the last run was is no preference of the next one (an in-place update sets its own).
+    task.spec = {**task.spec, "task_id": task.task_id, "run_id": task.run_id, "prefer_host": ""}
     task.updated_ms = now_ms
 
 

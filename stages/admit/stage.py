@@ -13,6 +13,7 @@ from collections import Counter
 
 from peloton import metrics
 from peloton.model.events import task_kill
+from peloton.model.health import DISABLED
 from peloton.model.jobconfig import parse_job_config
 from peloton.model.jobspec import JobConfigError
 from peloton.model.pool import leaf_pool_error
@@ -680,6 +681,13 @@ class AdmitStage(Stage):
             if move is not None and move.state in TASK_TERMINAL and task.job_id in jobs \
                     and task.instance >= jobs[task.job_id].instance_count:
                 move = Transition("DELETED", release=move.release)  # removed by a shrink: it ends for good
+            if move is None and _health_news(task, ev):
+                # A health check changed how the running run is (the state stays RUNNING).
+                events.append((ev["task_id"], ev["job_id"], ev["instance"], ev["run_id"], "RUNNING", ev["reason"],
+                               None, ev["timestamp_ms"], ev["host_id"], f"{ev['health']}: {ev['message']}".rstrip(": ")))
+                task.health, task.updated_ms = ev["health"], now
+                changed[(task.job_id, task.instance)] = task
+                continue
             if move is None:
                 if ev["state"] in MESOS_TERMINAL and ev["reason"] in LATE_END_REASONS and ev["host_id"]:
                     # How a run given up earlier ended on its host after all: its history says so.
@@ -701,6 +709,8 @@ class AdmitStage(Stage):
                            "reason": ev["state"], "timestamp_ms": now}
                 out.append(("task-demand", task.pool, "peloton.TaskRelease", release))
             task.state = move.state
+            if move.state == "RUNNING":
+                task.health = ev.get("health") or DISABLED
             task.host_id = ev["host_id"] or task.host_id
             task.reason, task.message = ev["reason"], ev["message"]
             task.exit_code, task.signal = ev["exit_code"], ev["signal"]
@@ -718,6 +728,9 @@ class AdmitStage(Stage):
                 respecced.add((task.job_id, task.instance))
                 if ev["reason"] == RESTARTED:  # a replacement runs the job's config as it is now
                     self._respec(jobs[task.job_id], task, specs)
+                    rollout = jobs[task.job_id].rollout or {}
+                    if rollout.get("options", {}).get("in_place") and task.host_id:
+                        task.spec["prefer_host"] = task.host_id  # back where it ran, where it fits
                 if service and move.count_failure:
                     delays[task.task_id] = int(service_backoff_s(task.failures, self.settings.service_backoff_base_s)
                                                * 1000)
@@ -789,6 +802,12 @@ class AdmitStage(Stage):
 
     def close(self) -> None:
         self.hosts.close()
+
+
+def _health_news(task: TaskRow, ev: dict) -> bool:
+    """A TASK_RUNNING of the running current run that tells a health it did not have."""
+    return (ev["state"] == "TASK_RUNNING" and task.state == "RUNNING" and ev["run_id"] == task.run_id
+            and bool(ev.get("health")) and ev["health"] != task.health)
 
 
 def sla_of(spec) -> tuple[int, int, int]:

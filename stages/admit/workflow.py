@@ -2,8 +2,8 @@
 states, replacing a job's instances a batch at a time. Pure: no Kafka, no store. The job manager
 keeps an active workflow in its job's row and every workflow in the updates table.
 
-A workflow moves on when its batch has settled: each replaced instance's new run is RUNNING (or
-ended well, or was stopped), or it has failed. An instance fails when its new runs failed
+A workflow moves on when its batch has settled: each replaced instance's new run is RUNNING and,
+where a health check is set, HEALTHY (or ended well, or was stopped), or it has failed. An instance fails when its new runs failed
 `max_instance_retries` times (0: never counted, retried for ever, as Peloton's
 maxInstanceAttempts) or ended FAILED or LOST for good; instances already done stay watched while
 the workflow is active, since a run that crashes just after RUNNING showed nothing wrong yet. Once
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from peloton.model.health import serving
 from peloton.model.states import TASK_TERMINAL, UPDATE_ACTIONS
 from stages.admit.drain import down
 from stages.admit.lifecycle import RESTARTED
@@ -44,6 +45,7 @@ class UpdateOptions:
     max_failure_instances: int = 0  # failed instances before the update fails (0: never)
     rollback_on_failure: bool = False
     start_paused: bool = False
+    in_place: bool = False  # each replacement prefers the host of the run it replaces
 
 
 def options_problem(options: UpdateOptions) -> str | None:
@@ -83,13 +85,13 @@ def legacy_workflow(rollout: dict, job_id: str, version: int) -> dict:
 
 
 def _settled_well(task, old_run: int, kind: str = UPDATE) -> bool:
-    """A replaced (or started) instance is done once its new run runs (or ended well), or it was
-    stopped; a stopped one once its run ended."""
+    """A replaced (or started) instance is done once its new run runs, HEALTHY where it has a
+    health check (or ended well), or it was stopped; a stopped one once its run ended."""
     if kind == STOP:
         return task.state in TASK_TERMINAL
     if task.state in ("KILLED", "SUCCEEDED"):
         return task.run_id > old_run or kind != START
-    return task.run_id > old_run and task.state == "RUNNING"
+    return task.run_id > old_run and serving(task.state, task.health)
 
 
 def _failed(task, old_run: int, failures_then: int, retries: int, kind: str = UPDATE) -> bool:

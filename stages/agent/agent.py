@@ -297,7 +297,7 @@ class HostAgent:
                 host_id=host_id, command=launch["command"], shell=launch["shell"],
                 arguments=tuple(launch["arguments"]), environment=tuple(launch["environment"].items()),
                 resources=Resources.from_record(launch["resources"]), kill_grace_seconds=launch["kill_grace_seconds"],
-                user=launch["user"]))
+                user=launch["user"], health_check=launch.get("health_check_json")))
         if fresh:
             self._save("runs.json", self.runs)  # before they start: a crash now still finds them
             self.driver.launch(fresh)
@@ -343,7 +343,8 @@ class HostAgent:
         for u in self.pending:
             updates.setdefault(u.host_id, []).append({
                 "task_id": u.task_id, "state": u.state, "reason": u.reason, "message": u.message,
-                "exit_code": u.exit_code, "signal": u.signal, "timestamp_ms": u.timestamp_ms})
+                "exit_code": u.exit_code, "signal": u.signal, "timestamp_ms": u.timestamp_ms,
+                "health": u.health})
         running: dict[str, list[str]] = {}
         for task_id in self.driver.active() | set(self.adopted):
             running.setdefault(self._host_of(task_id), []).append(task_id)

@@ -18,6 +18,7 @@ from pathlib import Path
 from peloton import metrics
 from peloton.model.events import send_progress, send_statuses, split_task_id, task_status
 from peloton.model.gang import task_problem
+from peloton.model.health import DISABLED, HEALTH_UNKNOWN
 from peloton.model.resources import Resources
 from peloton.model.states import LATE_END_REASONS, REASON_RECONCILIATION
 from peloton.runtime import HeldOffsets, Record, Stage, now_ms
@@ -471,7 +472,8 @@ class LaunchStage(Stage):
             if u.state == "TASK_KILLED" and u.task_id in self.kill_reasons:  # say who asked for it
                 reason, message = self.kill_reasons[u.task_id]
             status = task_status(spec["job_id"], spec["instance"], spec["run_id"], u.task_id, u.host_id, u.state,
-                                 reason, message, u.exit_code, u.signal, u.timestamp_ms)
+                                 reason, message, u.exit_code, u.signal, u.timestamp_ms,
+                                 health=u.health or _running_health(u.state, spec))
             statuses.append(status)
             if u.terminal:
                 ended[u.task_id] = status
@@ -544,6 +546,13 @@ class LaunchStage(Stage):
             driver.close()
 
 
+def _running_health(state: str, spec: dict) -> str:
+    """What a TASK_RUNNING that says nothing of health means: no check (DISABLED), or none answered yet."""
+    if state != "TASK_RUNNING":
+        return ""
+    return HEALTH_UNKNOWN if spec.get("health_check_json") else DISABLED
+
+
 def _request(t: dict, host_id: str) -> LaunchRequest:
     environment = dict(t["environment"])
     assigned = t.get("assigned_ports") or {}
@@ -555,4 +564,5 @@ def _request(t: dict, host_id: str) -> LaunchRequest:
         command=t["command"], shell=t["shell"], arguments=tuple(t["arguments"]),
         environment=tuple(environment.items()), resources=Resources.from_record(t["resources"]),
         kill_grace_seconds=t["kill_grace_seconds"], user=t.get("user", ""),
+        health_check=t.get("health_check_json"),
     )

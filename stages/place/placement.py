@@ -67,13 +67,14 @@ class HostRing:
     hosts are known by then); without one, at the first host. A list given to the ring is used
     as is, not copied."""
 
-    __slots__ = ("hosts", "pack_at", "rng", "spread_at")
+    __slots__ = ("_index", "hosts", "pack_at", "rng", "spread_at")
 
     def __init__(self, hosts: Iterable[HostView] = (), rng: random.Random | None = None):
         self.hosts: list[HostView] = hosts if isinstance(hosts, list) else list(hosts)
         self.rng = rng
         self.pack_at: int | None = None if rng is not None else 0
         self.spread_at: int | None = self.pack_at
+        self._index: dict[str, int] | None = None
 
     def add(self, host: HostView) -> None:
         self.hosts.append(host)
@@ -84,6 +85,13 @@ class HostRing:
             first = self.rng.randrange(len(self.hosts)) if self.rng is not None and self.hosts else 0
             self.pack_at = first if self.pack_at is None else self.pack_at
             self.spread_at = first if self.spread_at is None else self.spread_at
+
+    def index_of(self, host_id: str) -> int | None:
+        """Where the host is in the ring (None: not known here). The index is built on the first
+        call and kept up as hosts are added: in-place placements look a host up by id."""
+        if self._index is None or len(self._index) != len(self.hosts):
+            self._index = {h.host_id: i for i, h in enumerate(self.hosts)}
+        return self._index.get(host_id)
 
     def __len__(self) -> int:
         return len(self.hosts)
@@ -107,7 +115,8 @@ def place_gang(needs: Sequence[TaskNeed], hosts: HostRing | Sequence[HostView], 
     themselves are not changed: the caller records the placement with HostView.add_pending.
     `hosts` is best a HostRing kept by the caller; a plain sequence gets a ring for this call
     only (its cursors start at a host drawn from `rng`, or at the first). Hosts in `avoid` are
-    taken only when no other host fits. `candidates` (at least 1) bounds the feasible hosts
+    taken only when no other host fits; a task's `prefer_host` (an in-place update's previous host)
+    is taken first wherever it fits. `candidates` (at least 1) bounds the feasible hosts
     ranked per task."""
     ring = hosts if isinstance(hosts, HostRing) else HostRing(hosts, rng)
     if not needs:
@@ -128,7 +137,10 @@ def place_gang(needs: Sequence[TaskNeed], hosts: HostRing | Sequence[HostView], 
     resume = 0  # where the last walk stopped
     for need in needs:
         start = None  # the strategy's cursor
-        if pool and previous is not None and need.same_needs(previous):
+        preferred = _preferred(need, ring, now, shares, avoid, rank) if need.prefer_host else None
+        if preferred is not None:
+            pool = [preferred]
+        elif pool and previous is not None and need.same_needs(previous):
             # Tasks with identical needs (Peloton places them together): the candidates found
             # for the previous one stand, but for the host it took, which is looked at again.
             pool = _retake(pool, chosen_at, need, now, shares, avoid, rank)
@@ -191,6 +203,24 @@ def _walk(need: TaskNeed, checks: tuple[Check, ...], ring: HostRing, start: int 
         if i == n:
             i = 0
     return found, i  # round the whole ring: back where it started
+
+
+def _preferred(need: TaskNeed, ring: HostRing, now: float, shares: dict[str, Tentative], avoid: Iterable[str],
+               rank: Ranker) -> _Candidate | None:
+    """The task's preferred host (an in-place update's: where its previous run was), as the only
+    candidate, when it is known here and takes the task; else None, and the task is placed as
+    any other."""
+    index = ring.index_of(need.prefer_host)
+    if index is None:
+        return None
+    host = ring.hosts[index]
+    share = shares.get(host.host_id)
+    free = host.free(now)
+    if share is not None:
+        free = free - share.resources
+    if refusal(need, host, free, share) is not None:
+        return None
+    return (rank(need, host, free, share, host.host_id in avoid), index, host)
 
 
 def _retake(pool: list[_Candidate], chosen_at: int, need: TaskNeed, now: float, shares: dict[str, Tentative],

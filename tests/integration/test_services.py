@@ -173,3 +173,84 @@ def test_a_rolling_stop_and_start_go_a_batch_at_a_time(pipeline_factory) -> None
     assert waited.returncode == 0, waited.stdout + waited.stderr
     assert runs(p, job) == {i: (2, "RUNNING") for i in range(3)}
     assert p.ctl("job", "stop", job, "--wait").returncode == 0
+
+
+CHECKED = """
+name: checked
+type: SERVICE
+instancecount: 2
+sla: {preemptible: false}
+defaultconfig:
+  resource: {cpulimit: 0.1, memlimitmb: 8, disklimitmb: 1}
+  killgraceperiodseconds: 1
+  command: {shell: true, value: 'sleep 300'}
+  healthcheck:
+    enabled: true
+    type: COMMAND
+    initialintervalsecs: 1
+    intervalsecs: 1
+    maxconsecutivefailures: 2
+    timeoutsecs: 2
+    commandcheck: {command: 'test "$PELOTON_INSTANCE_ID" = 0'}
+"""
+
+
+def test_a_service_whose_health_check_fails_is_unhealthy_and_runs_again_while_a_healthy_one_runs_on(
+        pipeline_factory) -> None:
+    # On agent hosts: the agent runs the checks and its reports carry the health to the job manager.
+    p = pipeline_factory(hosts="agent:2:cpu=4,mem_mb=1024,disk_mb=1000")
+    p.start_all()
+    job = p.submit(CHECKED)
+
+    def tasks() -> dict[int, dict]:
+        return {t["instance"]: t for t in json.loads(p.ctl("task", "list", job, "--json").stdout)}
+
+    p.wait_for("instance 0 HEALTHY", lambda: tasks()[0]["health"] == "HEALTHY", 60)
+    p.wait_for("instance 1 run again", lambda: tasks()[1]["run_id"] >= 2, 60)
+    assert tasks()[0]["run_id"] == 1 and tasks()[0]["state"] == "RUNNING"  # the healthy one runs on
+    events = json.loads(p.ctl("task", "events", job, "1", "--json").stdout)
+    first = [e for e in events if e["run_id"] == 1]
+    assert any(e["state"] == "RUNNING" and (e["message"] or "").startswith("UNHEALTHY: health check failed 2 times")
+               for e in first), first
+    ended = [e for e in first if e["state"] == "FAILED"]
+    assert ended and ended[-1]["reason"] == "REASON_TASK_UNHEALTHY", first
+    listed = p.ctl("task", "list", job).stdout
+    assert "health" in listed and "HEALTHY" in listed, listed
+    shown = json.loads(p.ctl("task", "get", job, "0", "--json").stdout)
+    assert shown["health"] == "HEALTHY", shown
+    assert p.ctl("job", "stop", job, "--wait").returncode == 0
+
+
+def test_an_in_place_restart_puts_each_instance_back_on_the_host_it_ran_on(pipeline_factory) -> None:
+    p = pipeline_factory(hosts="local:3:cpu=4,mem_mb=4096,disk_mb=10000")
+    p.start_all()
+
+    def service(name: str, cpu: float) -> str:
+        job = p.submit(SERVICE.format(name=name, count=1, command="sleep 300", grace=1).replace(
+            "cpulimit: 0.1", f"cpulimit: {cpu}"))
+        p.wait_for(f"{name} running", lambda: p.counts(job).get("RUNNING", 0) == 1, 60)
+        return job
+
+    def host_of(job: str) -> str:
+        return p.store.tasks_of_job(job)[0].host_id
+
+    # PACK places on the fullest host that fits. The service's host is made the emptier one
+    # before its restart: a plain restart would move it to the fuller host, in place it stays.
+    job, neighbour = service("placed", 1), service("neighbour", 2)
+    home = host_of(job)
+    assert host_of(neighbour) == home  # the fullest host that fits
+    fuller = host_of(service("elsewhere", 2.5))  # does not fit beside the two
+    assert fuller != home
+    assert p.ctl("job", "stop", neighbour, "--wait").returncode == 0  # home: 3 cpus free, fuller: 1.5
+    sent = p.ctl("job", "restart", job, "--in-place", "--json")
+    assert sent.returncode == 0, sent.stderr
+    waited = p.ctl("update", "get", json.loads(sent.stdout)["update_id"], "--wait", "--timeout", "60")
+    assert waited.returncode == 0 and "SUCCEEDED" in waited.stdout, waited.stdout + waited.stderr
+    [after] = p.store.tasks_of_job(job)
+    assert (after.run_id, after.state, after.spec["prefer_host"]) == (2, "RUNNING", home)
+    assert after.host_id == home  # back where it ran, though PACK alone would have taken the fuller host
+    plain = p.ctl("job", "restart", job, "--json")
+    assert p.ctl("update", "get", json.loads(plain.stdout)["update_id"], "--wait", "--timeout", "60").returncode == 0
+    [moved] = p.store.tasks_of_job(job)
+    assert (moved.run_id, moved.spec["prefer_host"], moved.host_id) == (3, "", fuller)  # the difference in-place makes
+    assert p.ctl("job", "stop", job, "--wait").returncode == 0

@@ -10,7 +10,7 @@ from stages.admit.workflow import UPDATE, UpdateOptions, advance, new_workflow
 
 
 def task(i: int, state: str = "RUNNING", host: str = "h1", run: int = 1) -> SimpleNamespace:
-    return SimpleNamespace(instance=i, state=state, host_id=host, task_id=f"j-{i}-{run}", run_id=run, failures=0,
+    return SimpleNamespace(instance=i, state=state, health="", host_id=host, task_id=f"j-{i}-{run}", run_id=run, failures=0,
                            reason="")
 
 

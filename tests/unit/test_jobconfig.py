@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from peloton.model.health import COMMAND, HealthCheck
 from peloton.model.constraint import AndConstraint, LabelConstraint
 from peloton.model.jobconfig import job_spec_from_dict, parse_job_config
 from peloton.model.jobspec import CommandSpec, JobConfigError, JobLimits, JobSpec, PortSpec, gang_instances
@@ -118,9 +119,10 @@ def test_command_environment_variables_form() -> None:
     env = dict(spec.tasks[0].command.environment)
     assert env == {"INITIAL_COOLOFF_SECS": "60", "CONSECUTIVE_SUCCESSES": "4", "CONSECUTIVE_FAILURES": "2"}
     assert spec.tasks[0].ports == (PortSpec(name="http", value=0, env_name="UBER_HTTP_PORT"),)
-    # Health checks without `enabled: true` are inert in Peloton, so this BATCH job is valid.
+    # Health checks without `enabled: true` are inert in Peloton, so this BATCH job is valid, and
+    # none runs.
     assert spec.type == "BATCH"
-    assert spec.tasks[1].health_check["commandcheck"]["command"].startswith("date")
+    assert spec.tasks[1].health_check is None
     assert spec.tasks[1].name == "instance1"
 
 
@@ -428,7 +430,7 @@ def test_missing_command_for_some_instances() -> None:
 def test_service_tasks_may_have_a_health_check() -> None:
     doc = with_default(healthcheck={"enabled": True, "type": 1, "commandCheck": {"command": "true"}})
     doc["type"] = 1
-    assert job_spec_from_dict(doc).tasks[0].health_check == {"enabled": True, "type": 1, "commandcheck": {"command": "true"}}
+    assert job_spec_from_dict(doc).tasks[0].health_check == HealthCheck(COMMAND, command="true")
 
 
 def test_every_problem_is_reported_at_once() -> None:
@@ -661,7 +663,8 @@ def test_pelotons_stateless_specs_read_as_service_jobs(name: str) -> None:
         assert (task.command.value, task.command.shell, task.command.arguments) == ("/bin/sh", False, ("-c", loop))
     else:  # no entrypoint: the container's v0 command; its liveness check is the health check
         assert (task.command.value, task.command.shell) == (loop, True) and spec.instance_count == 4
-        assert task.health_check["commandcheck"] == {"command": "ls"}
+        assert task.health_check == HealthCheck(COMMAND, command="ls", initial_interval_s=1, interval_s=3, timeout_s=5,
+                                                max_consecutive_failures=3)
 
 
 def test_a_stateless_spec_with_two_containers_or_a_batch_type_is_refused_with_the_reason() -> None:

@@ -197,3 +197,24 @@ def test_task_need_reads_dynamic_ports_or_the_port_list_which_wins() -> None:
 def test_ports_no_host_could_give_fail_when_the_spec_is_decoded(fields: dict) -> None:
     with pytest.raises(LaunchSpecError):
         TaskNeed.from_spec(spec_with(**fields))
+
+
+def test_an_in_place_replacement_goes_back_to_its_host_where_it_fits_and_elsewhere_when_not() -> None:
+    hosts = [host("a", cpu=2), host("b", cpu=2), host("c", cpu=2)]
+    back = TaskNeed("t1", Resources(cpu=1, mem_mb=10), job_id="j", prefer_host="c")
+    assert place_gang([back], hosts, now=0)["t1"].host_id == "c"  # PACK alone would take a
+    too_big = TaskNeed("t2", Resources(cpu=3, mem_mb=10), job_id="j", prefer_host="c")
+    assert place_gang([too_big, need("t3")], [host("a", cpu=4), host("c", cpu=2)], now=0)["t2"].host_id == "a"
+    gone = TaskNeed("t4", Resources(cpu=1, mem_mb=10), job_id="j", prefer_host="no-such-host")
+    assert place_gang([gone], hosts, now=0)["t4"].host_id == "a"
+    # Two of a gang preferring their own hosts each get theirs, and the room taken counts.
+    pair = [TaskNeed(f"p{i}", Resources(cpu=2, mem_mb=10), job_id="j", prefer_host=h) for i, h in enumerate("bb")]
+    placed = place_gang(pair, hosts, now=0)
+    assert placed["p0"].host_id == "b" and placed["p1"].host_id != "b"
+
+
+def test_a_launch_spec_names_the_host_it_prefers() -> None:
+    spec = {"task_id": "j-0-2", "job_id": "j", "resources": {"cpu": 1, "mem_mb": 1, "disk_mb": 0, "gpu": 0},
+            "prefer_host": "h7"}
+    assert TaskNeed.from_spec(spec).prefer_host == "h7"
+    assert not TaskNeed.from_spec(spec).same_needs(TaskNeed.from_spec({**spec, "task_id": "j-1-2"}))

@@ -206,7 +206,7 @@ def test_a_holding_stage_records_how_far_it_read_and_its_lag_counts_the_held_rec
 def status(job_id: str, instance: int, state: str = "TASK_RUNNING") -> dict:
     return {"event_id": f"e{instance}", "task_id": f"{job_id}-{instance}-1", "job_id": job_id, "instance": instance,
             "run_id": 1, "host_id": "h", "state": state, "reason": "", "message": "", "exit_code": None,
-            "signal": None, "timestamp_ms": 1}
+            "signal": None, "timestamp_ms": 1, "health": ""}
 
 
 def progress(job_id: str) -> dict:

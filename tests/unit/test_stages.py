@@ -166,7 +166,7 @@ def test_a_batchs_statuses_of_one_job_go_as_one_bundle_and_each_moves_its_run(ad
     out.take()
     changes = [{"event_id": uuid.uuid4().hex, "task_id": f"m-{i}-1", "job_id": "m", "instance": i, "run_id": 1,
                 "host_id": "h1", "state": state, "reason": "", "message": "", "exit_code": 0 if end else None,
-                "signal": None, "timestamp_ms": 1}
+                "signal": None, "timestamp_ms": 1, "health": ""}
                for i in range(3) for state, end in (("TASK_RUNNING", False), ("TASK_FINISHED", True))]
     records = bundled("task-status", "m", "peloton.TaskStatus", changes)
     assert [(r.schema, r.offset, r.index) for r in records] == [("peloton.TaskStatus", 7, i) for i in range(6)]
@@ -938,3 +938,46 @@ def test_an_abort_stops_the_rollout_where_it_is(admit, store) -> None:
     assert killed_instances(out) == []
     assert store.get_update("u5")["state"] == "ABORTED" and store.get_job("at").rollout is None
     assert [t.run_id for t in store.tasks_of_job("at")] == [2, 1, 1]
+
+
+def health_record(task_id: str, health: str, message: str = "") -> Record:
+    job_id, instance, run = task_id.rsplit("-", 2)
+    return record("task-status", "peloton.TaskStatus", {
+        "event_id": uuid.uuid4().hex, "task_id": task_id, "job_id": job_id, "instance": int(instance),
+        "run_id": int(run), "host_id": "h1", "state": "TASK_RUNNING", "health": health, "message": message,
+        "reason": "REASON_TASK_HEALTH_CHECK_STATUS_UPDATED" if message else "", "exit_code": None, "signal": None,
+        "timestamp_ms": 1}, key=job_id)
+
+
+def test_a_runs_health_is_kept_and_each_change_is_in_its_history_once(admit, store) -> None:
+    stage, out = admit
+    stage.handle([command("hc", SERVICE.format(name="hc", count=1, gang=0, cpu=1))])
+    stage.handle([health_record("hc-0-1", "HEALTH_UNKNOWN")])  # the TASK_RUNNING of a run with a check
+    assert store.tasks_of_job("hc")[0].health == "HEALTH_UNKNOWN"
+    stage.handle([health_record("hc-0-1", "HEALTHY", "health check passed: command exited 0")])
+    stage.handle([health_record("hc-0-1", "HEALTHY", "health check passed: command exited 0")])  # a repeat
+    stage.handle([health_record("hc-0-0", "UNHEALTHY", "an older run")])  # not the current run
+    [task] = store.tasks_of_job("hc")
+    assert (task.state, task.health) == ("RUNNING", "HEALTHY")
+    said = [e["message"] or "" for e in store.task_events("hc") if e["state"] == "RUNNING"]
+    assert [m for m in said if "HEALTHY" in m] == ["HEALTHY: health check passed: command exited 0"]
+    stage.handle([status_record("hc-0-1", "TASK_FAILED", "REASON_TASK_UNHEALTHY")])
+    [task] = store.tasks_of_job("hc")
+    assert (task.run_id, task.state, task.health) == (2, "PENDING", "")  # a service runs again, health unknown
+
+
+def test_an_in_place_restart_asks_for_each_runs_own_host(admit, store) -> None:
+    stage, out = admit
+    running_service(stage, out, "ip", 2)
+    for in_place, cid in ((True, "r1"), (False, "r2")):
+        stage.handle([record("job-commands", "peloton.JobCommand", {
+            "command_id": cid, "kind": "RESTART", "job_id": "ip", "pool": "/p", "in_place": in_place,
+            "requested_by": "tester", "timestamp_ms": 1}, key="ip")])
+        runs = {t.instance: t.run_id for t in store.tasks_of_job("ip")}
+        out.take("task-demand")
+        stage.handle([status_record(f"ip-{i}-{runs[i]}", "TASK_KILLED", "RESTARTED", host=f"host-{i}") for i in (0, 1)])
+        gangs = [v for _, _, schema, v in out.take("task-demand") if schema == "peloton.GangDemand"]
+        assert {g["tasks"][0]["instance"]: g["tasks"][0]["prefer_host"] for g in gangs} == (
+            {0: "host-0", 1: "host-1"} if in_place else {0: "", 1: ""})
+        stage.handle([status_record(f"ip-{i}-{runs[i] + 1}", "TASK_RUNNING") for i in (0, 1)])
+        assert store.get_update(cid)["state"] == "SUCCEEDED"

@@ -27,6 +27,11 @@ TERMINAL_STATES = frozenset({TASK_FINISHED, TASK_FAILED, TASK_KILLED, TASK_LOST}
 
 # Mesos' reason when the command could not start or exited unsuccessfully.
 REASON_COMMAND_EXECUTOR_FAILED = "REASON_COMMAND_EXECUTOR_FAILED"
+# Mesos' reason of a TASK_RUNNING sent again because a health check changed the run's health.
+REASON_HEALTH_CHECK_STATUS_UPDATED = "REASON_TASK_HEALTH_CHECK_STATUS_UPDATED"
+# A run killed by its agent because its health check failed maxConsecutiveFailures times in a row
+# (it ends TASK_FAILED: a SERVICE task runs again, with its backoff).
+REASON_TASK_UNHEALTHY = "REASON_TASK_UNHEALTHY"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +48,7 @@ class LaunchRequest:
     resources: Resources = Resources()
     kill_grace_seconds: float = 30.0
     user: str = ""  # the job's command.user; "": the agent's choice
+    health_check: str | None = None  # the task's health check as JSON (peloton/model/health.py); None: none
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +61,7 @@ class TaskUpdate:
     message: str = ""
     exit_code: int | None = None
     signal: int | None = None
+    health: str = ""  # HEALTH_UNKNOWN, HEALTHY or UNHEALTHY where this update tells the run's health
 
     @property
     def terminal(self) -> bool:

@@ -37,8 +37,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from peloton.model.health import HEALTH_UNKNOWN, HealthCheck
+
 from .driver import (
     REASON_COMMAND_EXECUTOR_FAILED,
+    REASON_HEALTH_CHECK_STATUS_UPDATED,
+    REASON_TASK_UNHEALTHY,
     TASK_FAILED,
     TASK_KILLED,
     TASK_RUNNING,
@@ -49,6 +53,7 @@ from .driver import (
     exit_update,
     update_for,
 )
+from .health import HealthChecks
 
 _CLOSE_POLL_SECONDS = 0.01
 
@@ -65,6 +70,7 @@ class _LocalTask:
     proc: subprocess.Popen[bytes]
     kill_sent_at: float | None = None  # time.monotonic() of our SIGTERM
     kill_signal: int | None = None  # last signal we sent; None if we never killed it
+    unhealthy: str = ""  # why its agent killed it: its health check failed (it ends TASK_FAILED)
 
     @property
     def pid(self) -> int:
@@ -88,6 +94,7 @@ class LocalDriver(AgentDriver):
         self._orphan_grace = orphan_grace_seconds
         self._tasks: dict[str, _LocalTask] = {}
         self._outbox: list[TaskUpdate] = []
+        self._health = HealthChecks()
         self._closed = False
 
     def sandbox(self, task_id: str) -> Path:
@@ -147,10 +154,11 @@ class LocalDriver(AgentDriver):
             _signal(task, signal.SIGKILL)
             self._outbox.append(self._reap(task))
         kill_escapees({task.request.task_id for task in left})
+        self._health.close()
 
     def _start(self, request: LaunchRequest) -> list[TaskUpdate]:
         try:
-            proc = self._spawn(request)
+            proc, env, as_user = self._spawn(request)
         except (OSError, ValueError) as exc:  # e.g. executable not found, bad task id
             return [
                 update_for(
@@ -176,9 +184,14 @@ class LocalDriver(AgentDriver):
                 )
             ]
         self._tasks[request.task_id] = _LocalTask(request, proc)
-        return [update_for(request, TASK_STARTING), update_for(request, TASK_RUNNING)]
+        check = HealthCheck.from_json(request.health_check)
+        if check is not None:  # checked as the task's own account, in its sandbox and environment
+            self._health.watch(request.task_id, check, self.sandbox(request.task_id), env, time.monotonic(), as_user)
+        return [update_for(request, TASK_STARTING),
+                update_for(request, TASK_RUNNING, health=HEALTH_UNKNOWN if check is not None else "")]
 
-    def _spawn(self, request: LaunchRequest) -> subprocess.Popen[bytes]:
+    def _spawn(self, request: LaunchRequest) -> tuple[subprocess.Popen[bytes], dict, dict]:
+        """The task's process, and the environment and account (Popen's user options) it runs with."""
         sandbox = self.sandbox(request.task_id)
         sandbox.mkdir(parents=True, exist_ok=True)
         account = self._allowed.account(request.user) if request.user else self._user
@@ -194,7 +207,7 @@ class LocalDriver(AgentDriver):
         # Append so a relaunch under the same id keeps the earlier attempt's logs. The child
         # gets its own copies of the descriptors, so ours can be closed right away.
         with open(sandbox / "stdout", "ab") as out, open(sandbox / "stderr", "ab") as err:
-            return subprocess.Popen(
+            proc = subprocess.Popen(
                 command_line(request),
                 cwd=sandbox,
                 env=env,
@@ -204,6 +217,7 @@ class LocalDriver(AgentDriver):
                 start_new_session=True,
                 **as_user,
             )
+        return proc, env, as_user
 
     def _step(self, now: float) -> list[TaskUpdate]:
         """Reap tasks that exited and escalate kills whose grace period ran out."""
@@ -215,6 +229,15 @@ class LocalDriver(AgentDriver):
                 _signal(task, signal.SIGKILL)
         if updates:  # what left the tasks' process groups (setsid) ends with them too
             kill_escapees({u.task_id for u in updates})
+        for news in self._health.step(now):
+            task = self._tasks.get(news.task_id)
+            if task is None or task.kill_signal is not None:
+                continue  # ended or being stopped already: its health says nothing any more
+            updates.append(update_for(task.request, TASK_RUNNING, reason=REASON_HEALTH_CHECK_STATUS_UPDATED,
+                                      message=news.message, health=news.health))
+            if news.kill:
+                task.unhealthy = news.message
+                self.kill([news.task_id])
         return updates
 
     def _reap(self, task: _LocalTask) -> TaskUpdate:
@@ -223,6 +246,7 @@ class LocalDriver(AgentDriver):
         _signal_group(task.pid, signal.SIGKILL)
         returncode = task.proc.wait()
         del self._tasks[task.request.task_id]
+        self._health.forget(task.request.task_id)
         _remove_pid_file(self.sandbox(task.request.task_id))
         return _outcome(task, returncode)
 
@@ -298,6 +322,9 @@ def task_environment(request: LaunchRequest) -> dict[str, str]:
 def _outcome(task: _LocalTask, returncode: int) -> TaskUpdate:
     request = task.request
     signum = -returncode if returncode < 0 else None
+    if task.unhealthy:
+        return update_for(request, TASK_FAILED, reason=REASON_TASK_UNHEALTHY, message=f"killed: {task.unhealthy}",
+                          exit_code=returncode if returncode >= 0 else None, signal=signum or task.kill_signal)
     if task.kill_signal is not None:
         ended_by = signum or task.kill_signal
         return update_for(

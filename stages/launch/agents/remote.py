@@ -46,7 +46,8 @@ class RemoteDriver(AgentDriver):
                 "task_id": r.task_id, "job_id": r.job_id, "instance": r.instance, "run_id": r.run_id,
                 "command": r.command, "shell": r.shell, "arguments": list(r.arguments),
                 "environment": dict(r.environment), "resources": r.resources.to_record(),
-                "kill_grace_seconds": r.kill_grace_seconds, "user": r.user})
+                "kill_grace_seconds": r.kill_grace_seconds, "user": r.user,
+                "health_check_json": r.health_check})
         for host_id, launches in by_host.items():
             self._send(host_id, _command(host_id, launches=launches))
 
@@ -105,7 +106,7 @@ class RemoteDriver(AgentDriver):
         ended = set()
         for u in report["updates"]:
             update = TaskUpdate(u["task_id"], host_id, u["state"], u["timestamp_ms"], u["reason"], u["message"],
-                                u["exit_code"], u["signal"])
+                                u["exit_code"], u["signal"], u.get("health", ""))
             if u["task_id"] in self.runs:
                 self._updates.append(update)
                 if u["state"] in MESOS_TERMINAL:

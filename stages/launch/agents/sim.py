@@ -6,6 +6,7 @@ that way by a heap of deadlines instead of scanning the active tasks on every po
 Timeline of a task launched at clock time t with duration d:
   next poll         -> TASK_STARTING, TASK_RUNNING
   first poll >= t+d -> TASK_FINISHED (exit 0) or TASK_FAILED (exit != 0)
+A task with a health check runs HEALTHY at once (nothing is checked).
 Both can land in the same poll (d == 0 does exactly that); the order is always kept.
 A kill wins over a deadline that expires in the same poll.
 Simulated tasks end with the driver, so there are never orphans to reap (the default
@@ -18,6 +19,8 @@ import heapq
 import itertools
 import random
 import time
+
+from peloton.model.health import HEALTHY
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -119,7 +122,9 @@ class SimDriver(AgentDriver):
         task = _SimTask(request, exit_code)
         self._tasks[request.task_id] = task
         self._outbox.append(TaskUpdate(request.task_id, request.host_id, TASK_STARTING, stamp))
-        self._outbox.append(TaskUpdate(request.task_id, request.host_id, TASK_RUNNING, stamp))
+        # A simulated task with a health check is healthy from the start: there is nothing to check.
+        self._outbox.append(TaskUpdate(request.task_id, request.host_id, TASK_RUNNING, stamp,
+                                       health=HEALTHY if request.health_check else ""))
         heapq.heappush(self._deadlines, (now + seconds, next(self._seq), task))
 
     def _plan(self, request: LaunchRequest) -> tuple[float, int]:

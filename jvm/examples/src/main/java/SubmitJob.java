@@ -84,7 +84,7 @@ public final class SubmitJob {
 
         ByteArrayOutputStream value = new ByteArrayOutputStream();
         value.write(0);                                          // magic byte
-        value.write(ByteBuffer.allocate(4).putInt(51).array());  // schema id of peloton.JobCommand in ids.yaml
+        value.write(ByteBuffer.allocate(4).putInt(53).array());  // schema id of peloton.JobCommand in ids.yaml
         BinaryEncoder encoder = EncoderFactory.get().binaryEncoder(value, null);
         new GenericDatumWriter<GenericRecord>(schema).write(command, encoder);
         encoder.flush();
