@@ -19,6 +19,7 @@ groups, verified by pid file) and reports the others lost.
 
 from __future__ import annotations
 
+import faulthandler
 import itertools
 import json
 import logging
@@ -35,6 +36,7 @@ from peloton import metrics
 from peloton.config import Settings
 from peloton.model.resources import Resources
 from peloton.model.states import REASON_AGENT_FENCED
+from peloton.runtime.loop import STATUS_EVERY_S, STUCK_S
 from peloton.serde import DecodeError, registry
 from peloton.topics import Catalogue, partition_for
 from stages.launch.agents.driver import TASK_LOST, LaunchRequest, TaskUpdate
@@ -119,7 +121,14 @@ class HostAgent:
         self.commands = self.catalogue["agent-commands"]
         shards = self.catalogue["placements"].partitions
         self.report_partition = {h: partition_for(h, shards) for h in self.hosts}
-        self.producer = Producer(producer_config(settings))
+        self.lease_s = settings.agent_lease()
+        # A report is worth nothing once the lease it would have renewed ran out, so none waits
+        # longer (the stages' producers wait for ever): a report that timed out fails its round,
+        # whose updates go again in the next. Never waiting for ever also lets an idempotent
+        # producer that lost its broker-side state (a whole cluster restarted) start afresh
+        # instead of holding its queue, and the agent's reports, back.
+        self.producer = Producer({**producer_config(settings),
+                                  "message.timeout.ms": max(1000, int(self.lease_s * 1000))})
         self.consumer = Consumer({
             **kafka_access(settings), "group.id": f"{self.catalogue.prefix}peloton.agent.{self.name}",
             "enable.auto.commit": False, "auto.offset.reset": "latest", "fetch.wait.max.ms": 100,
@@ -140,12 +149,12 @@ class HostAgent:
         # the broker acknowledged extends it to (when that report was sent) + lease; once it has
         # run out, the agent kills its runs, as the host manager will call them lost and run them
         # elsewhere, and takes no launches until a report gets through again.
-        self.lease_s = settings.agent_lease()
         self.lease_until = self._saved_lease()
         self.fenced_at: float | None = None  # when the lease ran out, while it stays out
         self.fencing: set[str] = set()  # runs killed for it, whose ends are reported as lost
         self._rounds: dict[int, _Round] = {}  # reports not yet acknowledged, per heartbeat round
         self._round_ids = itertools.count()
+        self._status_at, self._steps, self._commands_read = time.monotonic(), 0, 0
 
     # -- state on disk --------------------------------------------------------------------------
     def _load(self, name: str, default):
@@ -228,15 +237,35 @@ class HostAgent:
         deadline = time.monotonic() + max_seconds if max_seconds else None
         try:
             while self._running and (deadline is None or time.monotonic() < deadline):
+                # As the stages' loop: a step stuck for STUCK_S writes every thread's stack to the log.
+                faulthandler.dump_traceback_later(STUCK_S)
                 self.step()
+                self._status()
         finally:
+            faulthandler.cancel_dump_traceback_later()
             self.close()
+
+    def _status(self) -> None:
+        """Every STATUS_EVERY_S one line: what the agent runs and whether its reports get through,
+        so a silent agent is told apart from one whose reports go nowhere."""
+        self._steps += 1
+        now = time.monotonic()
+        if now - self._status_at < STATUS_EVERY_S:
+            return
+        lease = (f"fenced for {now - self.fenced_at:.0f}s" if self.fenced_at is not None
+                 else f"lease {self.lease_until - now:.0f}s left")
+        log.info("alive: %d runs, %d updates to report, %d report rounds unacknowledged, %d messages queued, %s; "
+                 "%d steps and %d commands in %.0fs", len(self.driver.active()) + len(self.adopted),
+                 len(self.pending), len(self._rounds), len(self.producer), lease, self._steps,
+                 self._commands_read, now - self._status_at)
+        self._status_at, self._steps, self._commands_read = now, 0, 0
 
     def step(self) -> None:
         self.producer.poll(0)  # acknowledgements of reports: they extend the lease
         if self.fenced_at is None and time.monotonic() >= self.lease_until:
             self._fence()
         messages = self.consumer.consume(num_messages=500, timeout=0.1)
+        self._commands_read += len(messages)
         for msg in messages:
             if msg.error():
                 continue  # a partition EOF or a broker hiccup: librdkafka retries by itself
@@ -364,14 +393,16 @@ class HostAgent:
                       "updates": updates.get(host_id, []), "sent_ms": _now_ms(),
                       "log_url": self.logs.url if self.logs else ""}
             value = self.serde.encode("peloton.AgentReport", record)
-            while True:
-                try:
-                    self.producer.produce(topic, key=host_id.encode(), value=value,
-                                          partition=self.report_partition[host_id],
-                                          on_delivery=lambda err, _msg, r=round_id: self._delivered(r, err))
-                    break
-                except BufferError:  # the broker is away and the queue is full: the oldest wait
-                    self.producer.poll(0.1)
+            try:
+                self.producer.produce(topic, key=host_id.encode(), value=value,
+                                      partition=self.report_partition[host_id],
+                                      on_delivery=lambda err, _msg, r=round_id: self._delivered(r, err))
+            except BufferError:
+                # The queue is full (the broker is away): this round's other reports would not fit
+                # either. The step goes on (its lease still runs out, its runs are still watched);
+                # the round's updates go again with a later one.
+                sending.failed = True
+                break
             sending.waiting += 1
             metrics.AGENT_REPORTS.inc()
         metrics.AGENT_RUNS.labels(self.name).set(sum(len(r) for r in running.values()))
