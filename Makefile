@@ -4,8 +4,6 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-KAFKA_JARS := .jars/kafka
-
 .PHONY: install system jars demo test unit integration bench soak clean
 
 $(STAMP): pyproject.toml
@@ -16,16 +14,17 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Apache Kafka's broker and tools from Maven Central (jvm/kafka/pom.xml pins the version), fetched
-# once into an ignored folder; a fetch cut short leaves no half folder behind.
-$(KAFKA_JARS)/.complete: jvm/kafka/pom.xml
-	@command -v mvn >/dev/null || { echo "Maven (mvn) and Java 17 are needed to fetch Apache Kafka's jars" >&2; exit 1; }
-	rm -rf $(KAFKA_JARS).partial
-	mvn -q -B -f jvm/kafka/pom.xml org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
-	  -DoutputDirectory=$(CURDIR)/$(KAFKA_JARS).partial -DincludeScope=runtime
-	rm -rf $(KAFKA_JARS) && mv $(KAFKA_JARS).partial $(KAFKA_JARS) && touch $@
+# The servers' jars from Maven Central (jvm/NAME/pom.xml pins each version): Apache Kafka's broker
+# and tools, Apache Cassandra's server. Fetched once into an ignored folder, each apart from the
+# other (they pin different Netty, Guava and Jackson); a fetch cut short leaves no half folder.
+.jars/%/.complete: jvm/%/pom.xml
+	@command -v mvn >/dev/null || { echo "Maven (mvn) and Java 17 are needed to fetch the servers' jars" >&2; exit 1; }
+	rm -rf .jars/$*.partial
+	mvn -q -B -f jvm/$*/pom.xml org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
+	  -DoutputDirectory=$(CURDIR)/.jars/$*.partial -DincludeScope=runtime
+	rm -rf .jars/$* && mv .jars/$*.partial .jars/$* && touch $@
 
-jars: $(KAFKA_JARS)/.complete
+jars: .jars/kafka/.complete .jars/cassandra/.complete
 
 # The Debian packages the tests start real servers from: PostgreSQL (the multi-machine store),
 # ZooKeeper (the instance registry), and Chromium with its driver (the dashboard, seen in a real

@@ -33,6 +33,21 @@ def postgres_server():
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def cassandra_node(tmp_path_factory):
+    """One Cassandra node for the session (from the jars `make jars` fetched), started on first
+    use: it takes 10-30 s to start, so every test that needs one shares it."""
+    from pelotonctl.dev.cassandra import CassandraError, CassandraNode
+
+    node = CassandraNode.create(tmp_path_factory.mktemp("cassandra"))
+    try:
+        node.start()
+    except CassandraError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield node
+    node.stop()
+
+
 def fresh_store_url(request, kind: str, tmp_path: Path) -> str:
     """A new, empty store of the given kind ("sqlite" or "postgres")."""
     if kind == "postgres":

@@ -5,8 +5,9 @@
 
 The store is the source of truth for jobs, tasks, pools, pool allocations and launches; stage
 memory is rebuilt from it (and from compacted topics) on start and on partition assignment.
-Cassandra, Peloton's own store, cannot run on these machines; a backend for it would be one
-more module here, held to the same contract suite (tests/unit/test_store.py).
+Cassandra, Peloton's own store, is not built yet (a node runs from its jars:
+pelotonctl/dev/cassandra.py); its backend will be one more module here, held to the same
+contract suite (tests/unit/test_store.py).
 """
 
 from __future__ import annotations

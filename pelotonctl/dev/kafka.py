@@ -19,23 +19,20 @@ a cluster started again from the same folder finds its own log.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from peloton.config import REPO_ROOT
+from pelotonctl.dev.jars import JarsUnavailable, fetch
+from pelotonctl.dev.processes import alive, end_group, free_port, tail
 from pelotonctl.dev.tls import make_certificates
 
-JARS = REPO_ROOT / ".jars" / "kafka"
-POM = REPO_ROOT / "jvm" / "kafka" / "pom.xml"
 READY = "Kafka Server started"
 # What Kafka's scripts pass (kafka-run-class.sh), with a heap sized for a 2-core machine shared
 # with the stages: the broker's page cache, not its heap, holds the log.
@@ -64,27 +61,10 @@ class KafkaError(RuntimeError):
 
 def ensure_jars() -> Path:
     """The folder of Kafka's jars, fetched from Maven Central once (later calls find them)."""
-    if (JARS / ".complete").exists():
-        return JARS
-    if shutil.which("mvn") is None:
-        raise KafkaError(f"Kafka's jars are not in {JARS} and Maven (mvn) is not on PATH to fetch them; "
-                         "install Maven and run `make jars`")
-    JARS.parent.mkdir(parents=True, exist_ok=True)
-    with open(JARS.parent / ".kafka.lock", "w") as lock:  # two test sessions may ask at once
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (JARS / ".complete").exists():
-            partial = JARS.with_name("kafka.partial")
-            shutil.rmtree(partial, ignore_errors=True)
-            done = subprocess.run(["mvn", "-q", "-B", "-f", str(POM),
-                                   "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies",
-                                   f"-DoutputDirectory={partial}", "-DincludeScope=runtime"],
-                                  capture_output=True, text=True)
-            if done.returncode != 0:
-                raise KafkaError(f"fetching Kafka's jars with Maven failed:\n{(done.stdout + done.stderr)[-3000:]}")
-            shutil.rmtree(JARS, ignore_errors=True)
-            partial.rename(JARS)  # whole or not at all: an interrupted fetch leaves no half folder
-            (JARS / ".complete").touch()
-    return JARS
+    try:
+        return fetch("kafka")
+    except JarsUnavailable as exc:
+        raise KafkaError(str(exc)) from None
 
 
 def java_command(main: str, *args: str, heap_mb: int = 256, options: list[str] | None = None) -> list[str]:
@@ -92,12 +72,6 @@ def java_command(main: str, *args: str, heap_mb: int = 256, options: list[str] |
     if shutil.which("java") is None:
         raise KafkaError("Kafka needs Java 17 and `java` is not on PATH")
     return ["java", f"-Xms{heap_mb}m", f"-Xmx{heap_mb}m", *(options or []), "-cp", f"{ensure_jars()}/*", main, *args]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -274,10 +248,10 @@ class KafkaCluster:
         dir.mkdir(parents=True)
         members = []
         for i in range(1, nodes + 1):
-            port = first_port if (i == 1 and first_port) else _free_port()
-            members.append(Node(i, port, _free_port(), dir / f"node-{i}",
-                                *((_free_port(), _free_port()) if proxied else (0, 0)),
-                                internal_port=_free_port() if secure else 0))
+            port = first_port if (i == 1 and first_port) else free_port()
+            members.append(Node(i, port, free_port(), dir / f"node-{i}",
+                                *((free_port(), free_port()) if proxied else (0, 0)),
+                                internal_port=free_port() if secure else 0))
         cluster_id = subprocess.run(java_command("kafka.tools.StorageTool", "random-uuid", heap_mb=64),
                                     capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
         access = Access.make(dir) if secure else None
@@ -368,9 +342,9 @@ class KafkaCluster:
             if self._starts(n) > before:
                 return
             if proc.poll() is not None:
-                raise KafkaError(f"Kafka node {n.node_id} exited with code {proc.returncode}:\n{_tail(n.log)}")
+                raise KafkaError(f"Kafka node {n.node_id} exited with code {proc.returncode}:\n{tail(n.log)}")
             time.sleep(0.1)
-        raise KafkaError(f"Kafka node {n.node_id} did not start within {timeout:.0f}s:\n{_tail(n.log)}")
+        raise KafkaError(f"Kafka node {n.node_id} did not start within {timeout:.0f}s:\n{tail(n.log)}")
 
     def pid(self, node_id: int) -> int | None:
         """The node's process id while it runs."""
@@ -383,24 +357,8 @@ class KafkaCluster:
     def kill(self, node_id: int, sig: int = signal.SIGKILL, timeout: float = 30.0) -> None:
         """Send `sig` to a node (SIGTERM: a clean shutdown) and wait until it is gone."""
         pid = self.pid(node_id)
-        if pid is None:
-            return
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
-            return
-        proc = self._procs.pop(node_id, None)
-        deadline = time.monotonic() + timeout
-        while alive(pid) and time.monotonic() < deadline:
-            if proc is not None:
-                proc.poll()  # reap our child so it does not linger as a zombie
-            time.sleep(0.05)
-        if alive(pid):
-            os.killpg(pid, signal.SIGKILL)
-            while alive(pid):
-                if proc is not None:
-                    proc.poll()
-                time.sleep(0.05)
+        if pid is not None:
+            end_group(pid, sig, self._procs.pop(node_id, None), timeout)
 
     def stop(self, timeout: float = 30.0) -> None:
         """A clean shutdown of every node (the brokers first would leave the controllers without
@@ -414,29 +372,6 @@ class KafkaCluster:
                     pass
         for n in self.nodes:
             self.kill(n.node_id, signal.SIGTERM, timeout)
-
-
-def alive(pid: int) -> bool:
-    """Whether the process runs; a zombie child of ours counts as gone (the dev stack's servers
-    and stages are checked the same way)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return True
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 def client_properties(settings) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from peloton.config import REPO_ROOT, Settings
 from peloton.store import sqlite_path
-from pelotonctl.dev.kafka import alive
+from pelotonctl.dev.processes import alive, free_port
 from stages.launch.inventory import AGENT, SIM_AGENT, HostSpec, parse_inventory
 
 STAGE_ORDER = ("admit", "entitle", "place", "launch")
@@ -49,12 +49,6 @@ def settings_store(settings: Settings) -> str:
         return str(Path(settings.store).relative_to(Path.cwd()))
     except ValueError:
         return settings.store
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for_port(host: str, port: int, timeout: float = 20.0) -> None:

@@ -18,6 +18,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from pelotonctl.dev.processes import free_port, tail
+
 ZK_SERVER = Path("/usr/share/zookeeper/bin/zkServer.sh")
 # zkEnv.sh fixes the class path to zookeeper.jar, whose manifest names no SLF4J binding, so the
 # server would log nothing; a later -cp in JVMFLAGS wins and adds the simple binding when present.
@@ -30,12 +32,6 @@ class ZooKeeperError(RuntimeError):
     """ZooKeeper is not installed, or did not start; the message says what to do."""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def four_letter_word(address: str, word: str = "ruok", timeout: float = 0.5) -> str:
     """Send a four-letter command ("ruok", "stat", "mntr") and return the answer ('' if none)."""
     host, port = address.rsplit(":", 1)
@@ -46,13 +42,6 @@ def four_letter_word(address: str, word: str = "ruok", timeout: float = 0.5) -> 
             while chunk := s.recv(4096):
                 chunks.append(chunk)
             return b"".join(chunks).decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
 
@@ -71,7 +60,7 @@ def start_zookeeper(dir: Path, port: int | None = None, timeout: float = 60.0) -
     (dir / "data").mkdir(parents=True, exist_ok=True)
     attempts = 1 if port else 3  # a free port can be taken by someone else before ZooKeeper binds it
     for attempt in range(attempts):
-        chosen = port or _free_port()
+        chosen = port or free_port()
         try:
             return _start(dir, chosen, timeout)
         except ZooKeeperError as exc:
@@ -118,11 +107,11 @@ def _start(dir: Path, port: int, timeout: float) -> tuple[subprocess.Popen, str]
             return proc, address
         if proc.poll() is not None:
             raise ZooKeeperError(f"ZooKeeper exited with code {proc.returncode} before answering on {address}; "
-                                 f"{log_path} ends with:\n{_tail(log_path)}")
+                                 f"{log_path} ends with:\n{tail(log_path, 15)}")
         time.sleep(0.05)
     stop_zookeeper(proc)
     raise ZooKeeperError(f"ZooKeeper did not answer on {address} within {timeout:.0f}s; see {log_path}:\n"
-                         f"{_tail(log_path)}")
+                         f"{tail(log_path, 15)}")
 
 
 def stop_zookeeper(proc: subprocess.Popen, timeout: float = 10.0) -> None:
