@@ -38,8 +38,10 @@ def serving(state: str, health: str) -> bool:
 
 
 COMMAND, HTTP = "COMMAND", "HTTP"
-# Peloton's proto enum numbers, as its YAML files may write them (type: 1).
-_TYPES = {"COMMAND": COMMAND, "HTTP": HTTP, "1": COMMAND, "2": HTTP}
+# Peloton's words and proto enum numbers, as its YAML files may write them: v0 HealthCheckConfig's
+# COMMAND (1) and HTTP (2), v1alpha HealthCheckSpec's HEALTH_CHECK_TYPE_COMMAND and _HTTP.
+_TYPES = {"COMMAND": COMMAND, "HTTP": HTTP, "1": COMMAND, "2": HTTP,
+          "HEALTH_CHECK_TYPE_COMMAND": COMMAND, "HEALTH_CHECK_TYPE_HTTP": HTTP}
 
 
 @dataclass(frozen=True, slots=True)

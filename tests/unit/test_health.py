@@ -43,6 +43,8 @@ def test_pelotons_defaults_apply_and_a_check_without_enabled_is_no_check() -> No
     assert (http_check.type, http_check.http_port, http_check.http_path) == (HTTP, 8080, "/up")
     assert HealthCheck.from_json(http_check.to_json()) == http_check
     assert HealthCheck.from_json(None) is None
+    stateless, _ = parse_health_check({"enabled": True, "type": "HEALTH_CHECK_TYPE_HTTP", "httpcheck": {"port": 80}})
+    assert stateless.type == HTTP  # the v1alpha word
 
 
 @pytest.mark.parametrize(("block", "said"), [
