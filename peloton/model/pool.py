@@ -132,11 +132,15 @@ def _parent_of(path: str) -> str:
 
 
 def _check_parent(fields: dict, path: str, errors: _Errors) -> None:
-    """Peloton's YAML may name the parent (a path, or a bare name); the path decides, so a
-    parent that disagrees with it is an error rather than a silent move."""
+    """Peloton's YAML may name the parent (a path, or a bare name, or as its API writes a pool's
+    ResourcePoolID: a mapping `{value: ...}`); the path decides, so a parent that disagrees with
+    it is an error rather than a silent move."""
     if "parent" not in fields:
         return
-    given = scalar_text(fields["parent"], "parent", errors)
+    raw = fields["parent"]
+    if isinstance(raw, dict) and len(raw) == 1 and str(next(iter(raw))).lower() == "value":
+        raw = next(iter(raw.values()))  # {value: root}: the id Peloton's API writes
+    given = scalar_text(raw, "parent", errors)
     if given is None:
         return
     derived = _parent_of(path)

@@ -92,6 +92,14 @@ def test_a_parent_field_that_agrees_with_the_path_is_accepted(path: str, parent:
     assert config["parent"] == (path.rsplit("/", 1)[0] or "/")
 
 
+@pytest.mark.parametrize("written", ["{value: root}", "{Value: root}", "\n  value: root"])
+def test_a_parent_written_as_pelotons_api_writes_it_is_read_as_its_value(written: str) -> None:
+    assert parse_pool_config(f"parent: {written}\n", "/b")["parent"] == "/"
+    assert errors_of(f"parent: {written.replace('root', 'x')}\n", "/b") == [
+        "parent: 'x' is not the parent of '/b', whose parent is '/'"]
+    assert errors_of("parent: {value: root, other: 1}\n", "/b")[0].startswith("parent: expected")
+
+
 @pytest.mark.parametrize(
     "path, parent, expected",
     [
