@@ -51,7 +51,8 @@ class JobCreate(BaseModel):
 
 
 class JobControl(BaseModel):
-    instances: str | None = Field(None, description="Ranges, e.g. 0-3,7 (default: every instance)")
+    instances: str | None = Field(None, description="Ranges, e.g. 0-3,7 or Peloton's half-open 0:4 "
+                                                    "(default: every instance)")
     batch_size: int = Field(0, ge=0, le=1_000_000, description="Tasks replaced (restart), stopped or started at a "
                                                                "time; 0: all at once. Above 0 the command is a "
                                                                "workflow with an id (`update get`)")

@@ -111,13 +111,16 @@ def job_status(
                   highlight=False)
 
 
+INSTANCES_HELP = "Ranges, e.g. 0-3,7 (or Peloton's half-open 0:4)."
+
+
 def _control(kind: str, job_id: str, instances: str | None, batch_size: int = 0, config: str | None = None,
              options=None) -> dict:
     return cluster_call(client().control_job, kind, job_id, instances, batch_size, config, options=options)
 
 
 @job_app.command("stop")
-def job_stop(job_id: str, instances: Optional[str] = typer.Option(None, "--instances", help="Ranges, e.g. 0-3,7."),
+def job_stop(job_id: str, instances: Optional[str] = typer.Option(None, "--instances", help=INSTANCES_HELP),
              batch_size: int = typer.Option(0, "--batch-size", min=0, help="Tasks stopped at a time, each batch once "
                                             "the last has ended (a rolling stop, followed by `update get`); 0: all."),
              wait: bool = typer.Option(False, "--wait", help="Wait until every stopped task has ended."),
@@ -137,7 +140,7 @@ def job_stop(job_id: str, instances: Optional[str] = typer.Option(None, "--insta
 
 
 @job_app.command("start")
-def job_start(job_id: str, instances: Optional[str] = typer.Option(None, "--instances", help="Ranges, e.g. 0-3,7."),
+def job_start(job_id: str, instances: Optional[str] = typer.Option(None, "--instances", help=INSTANCES_HELP),
               batch_size: int = typer.Option(0, "--batch-size", min=0, help="Tasks started at a time, each batch "
                                              "once the last runs (a rolling start, followed by `update get`); 0: all."),
               as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
@@ -151,7 +154,7 @@ def job_start(job_id: str, instances: Optional[str] = typer.Option(None, "--inst
 
 
 @job_app.command("restart")
-def job_restart(job_id: str, instances: Optional[str] = typer.Option(None, "--instances", help="Ranges, e.g. 0-3,7."),
+def job_restart(job_id: str, instances: Optional[str] = typer.Option(None, "--instances", help=INSTANCES_HELP),
                 batch_size: int = typer.Option(0, "--batch-size", help="Tasks replaced at a time (0: all at once)."),
                 start_paused: bool = typer.Option(False, "--start-paused", help="Wait for `update resume` before "
                                                                                  "the first batch."),
@@ -173,6 +176,44 @@ def job_restart(job_id: str, instances: Optional[str] = typer.Option(None, "--in
     else:
         out.print(f"job {job_id}: restarting {len(done['instances'])} tasks (update {done['update_id']})",
                   highlight=False)
+
+
+# Peloton's CLI forms: `job rolling-restart|rolling-start|rolling-stop JOB BATCH-SIZE [-r FROM:TO]...`,
+# each the same workflow as restart, start or stop with --batch-size (ranges half-open, as Peloton's).
+RANGE_HELP = "Instances FROM:TO, half-open as in Peloton (0:4 is 0-3; either end may be left out); give it " \
+             "again for more ranges. Default: every instance."
+
+
+def _ranges(ranges: Optional[list[str]]) -> str | None:
+    return ",".join(ranges) if ranges else None
+
+
+@job_app.command("rolling-restart")
+def job_rolling_restart(job_id: str,
+                        batch_size: int = typer.Argument(..., min=1, help="Instances restarted at a time."),
+                        ranges: Optional[list[str]] = typer.Option(None, "--range", "-r", help=RANGE_HELP),
+                        in_place: bool = typer.Option(False, "--in-place", help="Each new run goes back to the "
+                                                                                "host of the run it replaces where "
+                                                                                "it fits."),
+                        as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """Peloton's rolling restart: `job restart JOB --batch-size N`, instances by Peloton's ranges."""
+    job_restart(job_id, _ranges(ranges), batch_size, False, in_place, False, as_json)
+
+
+@job_app.command("rolling-start")
+def job_rolling_start(job_id: str, batch_size: int = typer.Argument(..., min=1, help="Instances started at a time."),
+                      ranges: Optional[list[str]] = typer.Option(None, "--range", "-r", help=RANGE_HELP),
+                      as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """Peloton's rolling start: `job start JOB --batch-size N`, instances by Peloton's ranges."""
+    job_start(job_id, _ranges(ranges), batch_size, as_json)
+
+
+@job_app.command("rolling-stop")
+def job_rolling_stop(job_id: str, batch_size: int = typer.Argument(..., min=1, help="Instances stopped at a time."),
+                     ranges: Optional[list[str]] = typer.Option(None, "--range", "-r", help=RANGE_HELP),
+                     as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """Peloton's rolling stop: `job stop JOB --batch-size N`, instances by Peloton's ranges."""
+    job_stop(job_id, _ranges(ranges), batch_size, False, 120, as_json)
 
 
 @job_app.command("update")

@@ -19,6 +19,8 @@ REMOVED = "REMOVED"  # the reason an instance a shrinking update took away ends 
 ORPHAN = "ORPHAN"  # the reason of a kill of a run that is not its task's current run
 
 _RANGE = re.compile(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?")
+# Peloton's form: from:to, half-open, either end left out (":" is every instance).
+_HALF_OPEN = re.compile(r"\s*(\d*)\s*:\s*(\d*)\s*")
 
 
 class CommandError(ValueError):
@@ -26,17 +28,27 @@ class CommandError(ValueError):
 
 
 def instance_ranges(text: str | None, instance_count: int) -> list[int] | None:
-    """'0-3,7' -> [0, 1, 2, 3, 7]; None (every instance) for None or ''. Refuses ranges outside
-    the job, backwards ranges and anything that is not a range."""
+    """'0-3,7' -> [0, 1, 2, 3, 7]; None (every instance) for None or ''. Peloton's half-open
+    from:to ranges are read too ('0:4' is 0-3, '5:' from 5 on, ':' every instance). Refuses ranges
+    outside the job, backwards or empty ranges and anything that is not a range."""
     if text is None or not text.strip():
         return None
     chosen: set[int] = set()
     for part in text.split(","):
-        m = _RANGE.fullmatch(part)
-        if m is None:
-            raise CommandError(f"instances {text!r}: {part.strip()!r} is not an instance or a range such as 0-3")
-        first = int(m.group(1))
-        last = int(m.group(2)) if m.group(2) is not None else first
+        m, half_open = _RANGE.fullmatch(part), _HALF_OPEN.fullmatch(part)
+        if m is None and half_open is None:
+            raise CommandError(f"instances {text!r}: {part.strip()!r} is not an instance or a range such as 0-3 "
+                               "(or Peloton's 0:4)")
+        if half_open is not None:
+            first = int(half_open.group(1) or 0)
+            stop = int(half_open.group(2)) if half_open.group(2) else max(instance_count, first + 1)
+            if stop <= first:
+                raise CommandError(f"instances {text!r}: {part.strip()} holds no instance (from:to takes from, "
+                                   "not to)")
+            last = stop - 1
+        else:
+            first = int(m.group(1))
+            last = int(m.group(2)) if m.group(2) is not None else first
         if last < first:
             raise CommandError(f"instances {text!r}: range {first}-{last} runs backwards")
         if last >= instance_count:

@@ -167,12 +167,20 @@ def test_a_rolling_stop_and_start_go_a_batch_at_a_time(pipeline_factory) -> None
         time.sleep(0.1)
     assert update_of(p, update_id)["state"] == "SUCCEEDED" and most == 1, most
     assert p.wait_job(job, timeout=30) == "KILLED"
+    # Peloton's form: `job rolling-start JOB BATCH-SIZE -r FROM:TO` (half-open ranges).
+    started = p.ctl("job", "rolling-start", job, "2", "-r", "0:2", "--json")
+    assert started.returncode == 0, started.stderr
+    assert json.loads(started.stdout)["instances"] == [0, 1]
+    waited = p.ctl("update", "get", json.loads(started.stdout)["update_id"], "--wait")
+    assert waited.returncode == 0, waited.stdout + waited.stderr
+    assert runs(p, job) == {0: (2, "RUNNING"), 1: (2, "RUNNING"), 2: (1, "KILLED")}
     started = p.ctl("job", "start", job, "--batch-size", "2", "--json")
     assert started.returncode == 0, started.stderr
     waited = p.ctl("update", "get", json.loads(started.stdout)["update_id"], "--wait")
     assert waited.returncode == 0, waited.stdout + waited.stderr
     assert runs(p, job) == {i: (2, "RUNNING") for i in range(3)}
-    assert p.ctl("job", "stop", job, "--wait").returncode == 0
+    stopped = p.ctl("job", "rolling-stop", job, "1", "--json")
+    assert stopped.returncode == 0 and json.loads(stopped.stdout)["instances"] == [0, 1, 2], stopped.stderr
 
 
 CHECKED = """

@@ -71,3 +71,28 @@ def test_a_table_sent_to_a_pipe_keeps_its_full_width(tmp_path) -> None:
     result = runner.invoke(app, ["respool", "entitlement", "--input", str(pools)], env={"PELOTON_HOME": str(tmp_path)})
     assert result.exit_code == 0, result.output
     assert long in result.output  # not cut with an ellipsis at 80 columns
+
+
+def test_pelotons_half_open_ranges_choose_the_same_instances_as_ours() -> None:
+    from stages.admit.commands import CommandError, instance_ranges
+
+    assert instance_ranges("0:4", 8) == instance_ranges("0-3", 8) == [0, 1, 2, 3]
+    assert instance_ranges(":2,6:", 8) == [0, 1, 6, 7]  # either end left out
+    assert instance_ranges(":", 8) == list(range(8))
+    assert instance_ranges("0:2,5-6", 8) == [0, 1, 5, 6]  # the two forms mix
+    for text, said in (("4:4", "4:4 holds no instance"), ("9:", "the job has instances 0-7"),
+                       ("0:20", "the job has instances 0-7"), ("a:b", "is not an instance or a range")):
+        try:
+            instance_ranges(text, 8)
+        except CommandError as exc:
+            assert said in str(exc), (text, str(exc))
+        else:
+            raise AssertionError(f"{text!r} was accepted")
+
+
+def test_pelotons_rolling_commands_take_the_batch_size_and_ranges_as_pelotons_cli_does() -> None:
+    for command in ("rolling-restart", "rolling-start", "rolling-stop"):
+        result = runner.invoke(app, ["job", command, "--help"])
+        assert result.exit_code == 0 and "BATCH_SIZE" in result.output.upper() and "-r, --range" in result.output
+        missing = runner.invoke(app, ["job", command, "some-job"])
+        assert missing.exit_code == 2 and "batch_size" in missing.output.lower(), missing.output
