@@ -19,7 +19,6 @@ DISABLED = "DISABLED"
 HEALTH_UNKNOWN = "HEALTH_UNKNOWN"
 HEALTHY = "HEALTHY"
 UNHEALTHY = "UNHEALTHY"
-HEALTH_STATES = (DISABLED, HEALTH_UNKNOWN, HEALTHY, UNHEALTHY)
 
 # Peloton's defaults (HealthCheckConfig): the first check 15 s after the start, then every 10 s,
 # 3 failures in a row, 20 s for each.
@@ -28,7 +27,6 @@ DEFAULT_INTERVAL_S = 10
 DEFAULT_MAX_CONSECUTIVE_FAILURES = 3
 DEFAULT_TIMEOUT_S = 20
 MAX_SECONDS = 24 * 3600
-
 
 
 def serving(state: str, health: str) -> bool:
@@ -68,11 +66,6 @@ class HealthCheck:
         raw = json.loads(text)
         known = {k: v for k, v in raw.items() if k in cls.__dataclass_fields__}
         return cls(**known)
-
-    def describe(self) -> str:
-        what = self.command if self.type == COMMAND else f"GET {self.http_scheme}://localhost:{self.http_port}{self.http_path}"
-        return (f"{self.type} {what!r} every {self.interval_s:g}s after {self.initial_interval_s:g}s, "
-                f"{self.max_consecutive_failures} failures in a row, {self.timeout_s:g}s each")
 
 
 def parse_health_check(raw: dict | None, path: str = "healthcheck") -> tuple[HealthCheck | None, list[tuple[str, str]]]:

@@ -21,7 +21,7 @@ import shutil
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pelotonctl.dev.jars import JarsUnavailable, fetch
@@ -109,6 +109,7 @@ class CassandraNode:
     native_port: int
     storage_port: int
     jmx_port: int
+    _proc: subprocess.Popen | None = field(default=None, init=False, repr=False, compare=False)  # our child, to reap
 
     @property
     def contact(self) -> str:
@@ -195,7 +196,7 @@ class CassandraNode:
         """Send `sig` (SIGTERM: a clean shutdown) and wait until the node is gone."""
         pid = self.pid()
         if pid is not None:
-            end_group(pid, sig, getattr(self, "_proc", None), timeout)
+            end_group(pid, sig, self._proc, timeout)
 
     def stop(self) -> None:
         self.kill(signal.SIGTERM)

@@ -6,8 +6,8 @@ Pure: no Kafka, no store.
 
 An instance is down when it should run and does not serve: any state but RUNNING that has not
 ended (pending, placed, launching, being killed), or RUNNING with a health check that has not
-said HEALTHY. A run that is on a draining host and not yet RUNNING
-is down already, so moving it costs nothing; a RUNNING one moves only while the job has room."""
+said HEALTHY. A run that is on a draining host and down already moves at once, as moving it costs
+nothing; a serving one moves only while the job has room."""
 
 from __future__ import annotations
 

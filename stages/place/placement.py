@@ -211,16 +211,7 @@ def _preferred(need: TaskNeed, ring: HostRing, now: float, shares: dict[str, Ten
     candidate, when it is known here and takes the task; else None, and the task is placed as
     any other."""
     index = ring.index_of(need.prefer_host)
-    if index is None:
-        return None
-    host = ring.hosts[index]
-    share = shares.get(host.host_id)
-    free = host.free(now)
-    if share is not None:
-        free = free - share.resources
-    if refusal(need, host, free, share) is not None:
-        return None
-    return (rank(need, host, free, share, host.host_id in avoid), index, host)
+    return _candidate(need, ring.hosts[index], index, now, shares, avoid, rank) if index is not None else None
 
 
 def _retake(pool: list[_Candidate], chosen_at: int, need: TaskNeed, now: float, shares: dict[str, Tentative],
@@ -228,14 +219,24 @@ def _retake(pool: list[_Candidate], chosen_at: int, need: TaskNeed, now: float, 
     """The candidates again for a task like the previous one: only the host that task took has
     changed (its gang share grew), so only that one is checked and ranked again."""
     _, index, host = pool[chosen_at]
+    rest = pool[:chosen_at] + pool[chosen_at + 1:]
+    again = _candidate(need, host, index, now, shares, avoid, rank)
+    if again is not None:
+        rest.append(again)
+    return rest
+
+
+def _candidate(need: TaskNeed, host: HostView, index: int, now: float, shares: dict[str, Tentative],
+               avoid: Iterable[str], rank: Ranker) -> _Candidate | None:
+    """One host as a candidate for the task (its room net of the gang's share), or None when it
+    refuses the task. (_walk does the same inline: it is the placement hot path.)"""
     share = shares.get(host.host_id)
     free = host.free(now)
     if share is not None:
         free = free - share.resources
-    rest = pool[:chosen_at] + pool[chosen_at + 1:]
-    if refusal(need, host, free, share) is None:
-        rest.append((rank(need, host, free, share, host.host_id in avoid), index, host))
-    return rest
+    if refusal(need, host, free, share) is not None:
+        return None
+    return (rank(need, host, free, share, host.host_id in avoid), index, host)
 
 
 # ---------------------------------------------------------------------------------------------

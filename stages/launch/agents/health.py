@@ -63,10 +63,6 @@ class HealthChecks:
         """The run ended: its checks stop (one in flight finishes unread)."""
         self._watched.pop(task_id, None)
 
-    def health(self, task_id: str) -> str | None:
-        w = self._watched.get(task_id)
-        return w.health if w is not None else None
-
     def step(self, now: float) -> list[HealthNews]:
         news = []
         for task_id, w in self._watched.items():
