@@ -2,12 +2,12 @@
 
     sqlite:///path/peloton.db or a plain path   embedded SQLite (one machine; the default)
     postgresql://user@host:port/db               PostgreSQL (several machines)
+    cassandra://host:port[,host:port]/keyspace   Cassandra, Peloton's own store (several machines;
+        ?replication=SimpleStrategy:1 by default, NetworkTopologyStrategy:dc1=3,dc2=3 in production)
 
 The store is the source of truth for jobs, tasks, pools, pool allocations and launches; stage
 memory is rebuilt from it (and from compacted topics) on start and on partition assignment.
-Cassandra, Peloton's own store, is not built yet (a node runs from its jars:
-pelotonctl/dev/cassandra.py); its backend will be one more module here, held to the same
-contract suite (tests/unit/test_store.py).
+Every backend is held to one contract suite (tests/unit/test_store.py).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import cassandra
+import cassandra.cluster
 import psycopg
 import psycopg_pool
 
@@ -34,15 +36,18 @@ from peloton.store.base import (
 # Errors that mean the store is unavailable (locked, disk full, server gone), not that a request
 # was wrong: stages pause and try again rather than blame the record.
 STORE_UNAVAILABLE: tuple[type[BaseException], ...] = (
-    sqlite3.OperationalError, psycopg.OperationalError, psycopg_pool.PoolTimeout)
+    sqlite3.OperationalError, psycopg.OperationalError, psycopg_pool.PoolTimeout,
+    cassandra.cluster.NoHostAvailable, cassandra.Unavailable, cassandra.Timeout, cassandra.OperationTimedOut,
+    cassandra.CoordinationFailure)
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+CASSANDRA_SCHEME = "cassandra://"
 
 
 def sqlite_path(url_or_path: str | Path) -> Path | None:
     """The file of an SQLite store, or None for a store that is not a file."""
     target = str(url_or_path)
-    if target.startswith(POSTGRES_SCHEMES) or "://" in target and not target.startswith("sqlite:///"):
+    if target.startswith((*POSTGRES_SCHEMES, CASSANDRA_SCHEME)) or "://" in target and not target.startswith("sqlite:///"):
         return None
     return Path(target[len("sqlite:///") - 1:] if target.startswith("sqlite:///") else target)
 
@@ -53,10 +58,14 @@ def open_store(url_or_path: str | Path) -> StorageGateway:
         from peloton.store.postgres import PostgresStore
 
         return PostgresStore(target)
+    if target.startswith(CASSANDRA_SCHEME):
+        from peloton.store.cassandra import CassandraStore
+
+        return CassandraStore(target)
     path = sqlite_path(target)
     if path is None:
         raise ValueError(f"PELOTON_STORE={target!r}: a store is postgresql://user@host:port/db, "
-                         f"sqlite:///path or a file path")
+                         f"cassandra://host:port/keyspace, sqlite:///path or a file path")
     from peloton.store.sqlite import SqliteStore
 
     return SqliteStore(path)

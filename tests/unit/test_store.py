@@ -266,3 +266,62 @@ def test_update_workflows_are_kept_whole_newest_first_and_go_with_their_job(stor
     assert store.job_config("u", 2) == "v2" and store.job_config("u", 3) is None
     assert store.delete_job("u")
     assert store.updates_of_job("u") == [] and store.job_config("u", 1) is None
+
+
+def test_a_transaction_reads_what_it_wrote_and_writes_it_when_it_ends(store) -> None:
+    """The stages read back, in one batch, what the batch wrote (a job created then stopped; runs
+    ended then counted): every backend shows a transaction its own writes."""
+    with store.transaction():
+        store.create_jobs([job("a")], [task("a", 0), task("a", 1)])
+        assert store.get_job("a").state == "PENDING" and len(store.tasks_of_job("a")) == 2
+        t = store.tasks_by_instance([("a", 0)])[("a", 0)]
+        t.state, t.host_id = "LAUNCHED", "h1"
+        store.update_task_runs([t])
+        assert store.task_state_counts(["a"]) == {"a": {"LAUNCHED": 1, "PENDING": 1}}
+        assert [x.state for x in store.tasks_of_job("a")] == ["LAUNCHED", "PENDING"]
+        assert store.tasks_by_instance([("a", 0)], spec=False)[("a", 0)].spec is None
+        assert [x.instance for x in store.tasks_in_states(["LAUNCHED"], 10**15)] == [0]
+        assert [x.instance for x in store.tasks_on_hosts(["h1"], ["LAUNCHED"])] == [0]
+        j = store.get_job("a")
+        j.state = "KILLED"
+        store.update_jobs([j])
+        assert store.active_jobs() == [] and store.get_job("a").state == "KILLED"
+        assert store.claim_commands(["c1"], ["a"], 1) == {"c1"} and store.claim_commands(["c1"], ["a"], 1) == set()
+        store.save_job_configs([("a", 2, "v2", 1)])
+        assert store.job_config("a", 2) == "v2"
+    assert store.get_job("a").state == "KILLED" and store.active_jobs() == []
+    assert [(x.instance, x.state, x.host_id) for x in store.tasks_on_hosts(["h1"], ["LAUNCHED"])] == [(0, "LAUNCHED", "h1")]
+    assert store.claim_commands(["c1"], ["a"], 2) == set() and store.job_config("a", 2) == "v2"
+
+
+def test_an_index_row_left_by_a_moved_run_is_not_returned(store) -> None:
+    """A run that left a state or a host is not found there any more (Cassandra's index tables
+    are checked against the task when read)."""
+    t = task("m", 0, "LAUNCHED")
+    t.host_id = "h1"
+    store.create_jobs([job("m")], [t])
+    t.state, t.host_id = "RUNNING", "h2"
+    store.update_task_runs([t])
+    assert store.tasks_in_states(["LAUNCHED"], 10**15) == []
+    assert store.tasks_on_hosts(["h1"], ["LAUNCHED", "RUNNING"]) == []
+    assert [x.host_id for x in store.tasks_on_hosts(["h2"], ["RUNNING"])] == ["h2"]
+    t.state, t.host_id = "LAUNCHED", "h1"  # and back: found again
+    store.update_task_runs([t])
+    assert [x.instance for x in store.tasks_in_states(["LAUNCHED"], 10**15)] == [0]
+    assert [x.host_id for x in store.tasks_on_hosts(["h1"], ["LAUNCHED"])] == ["h1"]
+
+
+def test_the_cassandra_schema_is_versioned_and_migrated_once(cassandra_node) -> None:
+    import uuid
+
+    from peloton.store.cassandra_schema import MIGRATIONS
+
+    url = f"cassandra://{cassandra_node.contact}/t_{uuid.uuid4().hex[:8]}"
+    first, second = open_store(url), open_store(url)  # the second finds the schema made
+    try:
+        assert first.schema_version == second.schema_version == len(MIGRATIONS)
+        assert first.execute("SELECT owner FROM locks WHERE name = 'schema'").one() is None  # unlocked
+        first.execute(f"DROP KEYSPACE {first.keyspace}")
+    finally:
+        first.close()
+        second.close()
