@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from pelotonctl.cli.common import EXIT_FAILED, EXIT_INVALID, JSON_HELP, err, fail, out, print_json
+from pelotonctl.cli.common import EXIT_FAILED, EXIT_INVALID, JSON_HELP, check_store_kind, err, fail, out, print_json
 
 
 def bench(
@@ -15,7 +15,8 @@ def bench(
     pools: int = typer.Option(5, help="Resource pools the jobs are spread over (the cluster shared equally)."),
     instances: int = typer.Option(1, help="Instances of each stage."),
     task_seconds: float = typer.Option(0.0, help="How long each simulated task runs."),
-    store: str = typer.Option("sqlite", help="sqlite, or postgres (a throwaway PostgreSQL and ZooKeeper)."),
+    store: str = typer.Option("sqlite", help="sqlite; postgres (a throwaway PostgreSQL and ZooKeeper); or "
+                              "cassandra (a throwaway Cassandra node and ZooKeeper)."),
     relay: int = typer.Option(100_000, help="Messages through the 4-hop relay baseline (0: none)."),
     rate: float = typer.Option(0.0, help="Offered load in tasks/s: jobs are submitted at this pace, for the "
                                "latency at a steady load (0: as fast as one producer can, for throughput)."),
@@ -27,8 +28,7 @@ def bench(
     instead of all at once, and the percentiles tell the latency at that load."""
     from pelotonctl.bench.pipeline import BenchPlan, run_pipeline_bench
 
-    if store not in ("sqlite", "postgres"):
-        fail(f"--store: {store!r} is neither sqlite nor postgres", EXIT_INVALID)
+    check_store_kind(store)
     for name, value in (("--jobs", jobs), ("--tasks-per-job", tasks_per_job), ("--pools", pools),
                         ("--instances", instances)):
         if value < 1:

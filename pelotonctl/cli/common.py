@@ -39,6 +39,14 @@ def fail(message: str, code: int) -> None:
     raise typer.Exit(code)
 
 
+def check_store_kind(store: str) -> None:
+    """--store of `dev up` and `bench`: one of the stores a dev stack runs on, or exit naming them."""
+    from pelotonctl.dev.stack import STORE_KINDS
+
+    if store not in STORE_KINDS:
+        fail(f"--store: {store!r} is not {', '.join(STORE_KINDS[:-1])} or {STORE_KINDS[-1]}", EXIT_INVALID)
+
+
 def load_settings() -> Settings:
     from peloton.config import SettingsError
 

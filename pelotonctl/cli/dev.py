@@ -8,8 +8,8 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from pelotonctl.cli.common import (EXIT_INVALID, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, JSON_HELP, commands, fail,
-                                   load_settings, out, print_json)
+from pelotonctl.cli.common import (EXIT_INVALID, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, JSON_HELP, check_store_kind,
+                                   commands, fail, load_settings, out, print_json)
 
 dev_app = commands("The embedded dev stack: broker, stages and hosts on this machine.")
 
@@ -17,8 +17,9 @@ dev_app = commands("The embedded dev stack: broker, stages and hosts on this mac
 @dev_app.command("up")
 def dev_up(
     hosts: Optional[str] = typer.Option(None, help="Host inventory, e.g. 'agent:2:cpu=8;sim:100:cpu=32' (agent: a host agent process each)."),
-    store: str = typer.Option("sqlite", help="sqlite (one file), or postgres: a local PostgreSQL and ZooKeeper "
-                                             "of the stack's own, as on several machines."),
+    store: str = typer.Option("sqlite", help="sqlite (one file); postgres: a local PostgreSQL and ZooKeeper "
+                                             "of the stack's own, as on several machines; cassandra: a Cassandra "
+                                             "node (in .peloton/dev/cassandra) and ZooKeeper of its own."),
     instances: int = typer.Option(1, min=1, max=8, help="Instances of every stage."),
     brokers: int = typer.Option(1, min=1, max=5, help="Apache Kafka nodes (3: replication factor 3, "
                                                       "min.insync.replicas 2)."),
@@ -32,8 +33,7 @@ def dev_up(
     from stages.launch.inventory import InventoryError, parse_inventory
 
     settings = load_settings()
-    if store not in ("sqlite", "postgres"):
-        fail(f"--store: {store!r} is neither sqlite nor postgres", EXIT_INVALID)
+    check_store_kind(store)
     try:
         parse_inventory(hosts or settings.hosts, 1)
     except InventoryError as exc:
@@ -50,7 +50,8 @@ def dev_up(
 
 @dev_app.command("restart")
 def dev_restart(component: str = typer.Argument(..., help="What `dev status` lists: broker-1, admit-0, agent-0, "
-                                                           "or every one of a kind: broker, admit.")) -> None:
+                                                           "cassandra, or every one of a kind: broker, "
+                                                           "admit.")) -> None:
     """Stop (if running) and start again a component of the dev stack on its existing data."""
     from pelotonctl.dev.stack import DevStack, StackError
 
@@ -105,7 +106,7 @@ def dev_env(kafka_user: str = typer.Option("", "--kafka-user", help="Also the br
 
 @dev_app.command("down")
 def dev_down() -> None:
-    """Stop the stages (each finishes its batch and commits), then the broker."""
+    """Stop the stages (each finishes its batch and commits), then the broker and the store's servers."""
     from pelotonctl.dev.stack import DevStack
 
     DevStack(load_settings()).down(progress=lambda m: out.print(m, highlight=False))

@@ -174,7 +174,8 @@ class DirectClient:
             raise RegistryUnavailable(
                 "PELOTON_ZOOKEEPER is not set: set it to the ZooKeeper the cluster registers in (e.g. "
                 "zk1:2181,zk2:2181, optionally ending in a chroot path such as /peloton); for a local dev "
-                "stack `pelotonctl dev status` shows what runs (`dev up --store postgres` starts a ZooKeeper)")
+                "stack `pelotonctl dev status` shows what runs (`dev up --store postgres` or `--store cassandra` "
+                "starts a ZooKeeper)")
         with Registry(hosts, timeout=timeout) as registry:
             return registry.instances()
 

@@ -200,3 +200,12 @@ class CassandraNode:
 
     def stop(self) -> None:
         self.kill(signal.SIGTERM)
+
+
+def release() -> str:
+    """The Cassandra release of the jars (5.0.8), from cassandra-all's file name: what a node runs."""
+    try:
+        jar = next(fetch("cassandra").glob("cassandra-all-*.jar"), None)
+    except JarsUnavailable:
+        jar = None
+    return jar.stem.removeprefix("cassandra-all-") if jar else "(release unknown)"

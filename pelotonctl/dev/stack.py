@@ -1,6 +1,7 @@
 """The embedded dev stack: Apache Kafka in KRaft mode, one node or three (unless
 PELOTON_KAFKA_BOOTSTRAP names a Kafka), the topics, a default pool, and one process per stage.
-State lives in $PELOTON_HOME/dev/: the brokers' logs in dev/kafka, what runs in dev/stack.json."""
+State lives in $PELOTON_HOME/dev/: the brokers' logs in dev/kafka, a Cassandra node's data in
+dev/cassandra (--store cassandra), what runs in dev/stack.json."""
 
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ from pelotonctl.dev.processes import alive, free_port
 from stages.launch.inventory import AGENT, SIM_AGENT, HostSpec, parse_inventory
 
 STAGE_ORDER = ("admit", "entitle", "place", "launch")
-SERVERS = ("broker", "postgres", "zookeeper")  # stopped after the stages
+SERVERS = ("broker", "postgres", "cassandra", "zookeeper")  # stopped after the stages
+STORE_KINDS = ("sqlite", "postgres", "cassandra")  # what a dev stack's store can be
+CASSANDRA_KEYSPACE = "peloton"  # the store's backend makes it on first use
 DEFAULT_POOL = "/DefaultResPool"
 DEFAULT_POOL_FILE = REPO_ROOT / "examples" / "pools" / "default.yaml"
 
@@ -175,8 +178,9 @@ class DevStack:
         """Start a stack in this home; refuses while another runs or is being started here.
 
         store="postgres" runs it on a local PostgreSQL and ZooKeeper of its own, as the stages
-        would run on several machines; instances starts that many of every stage; brokers=3 a
-        three-node Kafka cluster (replication factor 3, min.insync.replicas 2)."""
+        would run on several machines, store="cassandra" on a Cassandra node (in dev/cassandra)
+        and a ZooKeeper; instances starts that many of every stage; brokers=3 a three-node Kafka
+        cluster (replication factor 3, min.insync.replicas 2)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         with open(self.dir / "up.lock", "w") as lock:
             try:  # two `dev up` at once: the second must not start a second broker and stages
@@ -205,18 +209,19 @@ class DevStack:
             # A new stack is a new Kafka cluster, so the store and the agents start empty too:
             # allocations and launches that no event of the new log will ever release would stay.
             path = sqlite_path(self.settings.store)
-            if path is not None and store_kind != "postgres":
+            if path is not None and store_kind == "sqlite":
                 for suffix in ("", "-wal", "-shm"):
                     Path(f"{path}{suffix}").unlink(missing_ok=True)
             shutil.rmtree(Path(self.settings.home) / "agents", ignore_errors=True)
             kafka = self._start_kafka(components, brokers, progress)
-        if store_kind == "postgres":
+        if store_kind != "sqlite":
             try:
-                self.settings = replace(self.settings, **self._start_servers(components, logs, progress))
+                self.settings = replace(self.settings, **self._start_servers(store_kind, components, progress))
             except Exception as exc:  # leave nothing running behind a failed start
                 self._stop(components, lambda m: None)
                 raise StackError(str(exc)) from None
-        if not external:  # named once the store is known: SQLite's file, or PostgreSQL's new database
+        # Named once the store is known: SQLite's file, PostgreSQL's new database, or the Cassandra node's keyspace.
+        if not external:
             progress(f"          a new cluster: its log ({self.dir / 'kafka'}) and the store "
                      f"({settings_store(self.settings)}) start empty, and keep what they get across "
                      "`dev restart`")
@@ -368,8 +373,9 @@ class DevStack:
     def restart(self, name: str, progress=print, timeout: float = 15.0) -> list[dict]:
         """Stop (if running) and start again the components `dev status` lists by `name`: an
         instance (broker-1, admit-0, agent-0) or a component (broker: every broker, admit: every
-        admit instance). Each starts on its existing data: a broker on its log, a stage on its
-        group's committed offsets and the store, an agent on its state directory."""
+        admit instance). Each starts on its existing data: a broker on its log, the Cassandra node
+        on its data folder, a stage on its group's committed offsets and the store, an agent on
+        its state directory."""
         state = self.read()
         if not state:
             raise StackError("no dev stack is recorded here; `pelotonctl dev up` starts one")
@@ -406,6 +412,9 @@ class DevStack:
         for c in chosen:
             if c["component"] == "broker":
                 continue
+            if c["component"] == "cassandra":
+                self._restart_cassandra(c, progress)
+                continue
             log = Path(c["log"])
             env = {"PELOTON_METRICS_PORT": c["metrics"].rsplit(":", 1)[1].split("/")[0]} if c.get("metrics") else {}
             env.update(as_user(c["component"], passwords))
@@ -431,23 +440,64 @@ class DevStack:
         self._write(state)
         return chosen
 
-    def _start_servers(self, components: list[dict], logs: Path, progress) -> dict:
-        """A PostgreSQL and a ZooKeeper of the stack's own; the settings that point at them."""
+    def _start_servers(self, store_kind: str, components: list[dict], progress) -> dict:
+        """The store's server (a PostgreSQL, or a Cassandra node) and a ZooKeeper of the stack's
+        own; the settings that point at them."""
+        start_store = self._start_postgres if store_kind == "postgres" else self._start_cassandra
+        return {"store": start_store(components, progress), "zookeeper": self._start_zookeeper(components, progress)}
+
+    def _start_postgres(self, components: list[dict], progress) -> str:
+        """A throwaway PostgreSQL ("dir": gone with `dev down`, never restarted); its new database's URL."""
         from pelotonctl.dev.postgres import start_postgres
-        from pelotonctl.dev.zookeeper import start_zookeeper
 
         pg = start_postgres(free_port())
         url = pg.create_database("peloton")
         components.append({"component": "postgres", "pid": pg.pid, "address": url,
                            "log": str(pg.dir / "server.log"), "dir": str(pg.dir)})
         progress(f"postgres  {url} (pid {pg.pid})")
+        return url
+
+    def _start_cassandra(self, components: list[dict], progress) -> str:
+        """A Cassandra node in dev/cassandra, started empty like the broker; the store's URL. No
+        "dir" in its component: like a broker it keeps its data across `dev restart cassandra`."""
+        from pelotonctl.dev.cassandra import CassandraError, CassandraNode, release
+
+        node_dir = self.dir / "cassandra"
+        shutil.rmtree(node_dir, ignore_errors=True)  # create() would open the last stack's node
+        node = CassandraNode.create(node_dir)
+        try:
+            node.start()
+        except CassandraError:
+            node.stop()  # one that did not answer in time must not outlive the failed `dev up`
+            raise
+        url = f"cassandra://{node.contact}/{CASSANDRA_KEYSPACE}"
+        components.append({"component": "cassandra", "pid": node.pid(), "address": url, "log": str(node.log)})
+        progress(f"cassandra Apache Cassandra {release()} on {node.contact} (pid {node.pid()})")
+        return url
+
+    def _restart_cassandra(self, component: dict, progress) -> None:
+        """The stack's Cassandra node again on its data folder, at the same ports (its node.json)."""
+        from pelotonctl.dev.cassandra import CassandraError, CassandraNode
+
+        node = CassandraNode.open(self.dir / "cassandra")
+        try:
+            node.start()
+        except CassandraError as exc:
+            raise StackError(str(exc)) from None
+        component["pid"] = node.pid()
+        progress(f"cassandra running again on its data (pid {component['pid']})")
+
+    def _start_zookeeper(self, components: list[dict], progress) -> str:
+        """A ZooKeeper for the stages to register in: they share a store from several instances."""
+        from pelotonctl.dev.zookeeper import start_zookeeper
+
         zk_dir = self.dir / "zookeeper"
         shutil.rmtree(zk_dir, ignore_errors=True)  # a new stack starts empty, like the broker
         zk, address = start_zookeeper(zk_dir)
         components.append({"component": "zookeeper", "pid": zk.pid, "address": address,
                            "log": str(zk_dir / "zookeeper.log"), "dir": str(zk_dir)})
         progress(f"zookeeper {address} (pid {zk.pid})")
-        return {"store": url, "zookeeper": address}
+        return address
 
     def _write(self, state: dict) -> None:
         tmp = self.state_file.with_suffix(".tmp")

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -195,4 +197,93 @@ def test_a_postgres_stack_with_two_instances_of_each_stage_loses_nothing_when_on
     finally:
         down = ctl("dev", "down")
     assert down.returncode == 0, down.stderr
+    assert not any(alive(r["pid"]) for r in rows if r["pid"])
+
+
+FIVE = """
+name: five
+instancecount: 5
+defaultconfig:
+  resource: {cpulimit: 1, memlimitmb: 16, disklimitmb: 1}
+  command: {shell: true, value: 'true'}
+"""
+
+
+def cql_session(contact: str):
+    """A CQL session on 127.0.0.1:PORT (the cluster, to shut down, and the session)."""
+    from cassandra.cluster import Cluster
+
+    host, port = contact.rsplit(":", 1)
+    cluster = Cluster([host], port=int(port), protocol_version=5)
+    return cluster, cluster.connect()
+
+
+def test_a_cassandra_stack_runs_on_a_node_of_its_own_that_keeps_its_data_across_dev_restart(tmp_path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PELOTON_")}
+    env.update(PELOTON_HOME=str(tmp_path), PELOTON_SESSION_TIMEOUT_MS="2000")
+
+    def ctl(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pelotonctl", *args], env=env, capture_output=True,
+                              text=True, timeout=300)
+
+    up = ctl("dev", "up", "--store", "cassandra", "--instances", "2", "--hosts", "sim:4:cpu=8,mem_mb=65536")
+    rows: list[dict] = []
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr  # the default pool goes in through open_store
+        progress = r"^cassandra Apache Cassandra 5\.0\.\d+ on 127\.0\.0\.1:\d+ \(pid \d+\)$"
+        assert re.search(progress, up.stdout, re.MULTILINE), up.stdout
+        empty = next(line for line in up.stdout.splitlines() if "start empty" in line)
+        assert "cassandra://127.0.0.1:" in empty and "peloton.db" not in empty, empty  # the store it really uses
+        rows = json.loads(ctl("dev", "status", "--json").stdout)
+        kinds = [r["component"] for r in rows]
+        assert kinds[:3] == ["broker", "cassandra", "zookeeper"] and "postgres" not in kinds
+        assert kinds.count("admit") == 2 and all(r["running"] for r in rows)
+        node = rows[1]
+        state = json.loads((tmp_path / "dev" / "stack.json").read_text())
+        assert re.fullmatch(r"cassandra://127\.0\.0\.1:\d+/peloton", node["address"])
+        assert state["store"] == node["address"]  # what the stages were given
+        assert state["zookeeper"] == rows[2]["address"]  # the stages register there: several share the store
+        assert Path(node["log"]) == tmp_path / "dev" / "cassandra" / "cassandra.log"
+        contact = node["address"].removeprefix("cassandra://").split("/")[0]
+        cluster, session = cql_session(contact)
+        try:
+            assert session.execute("SELECT release_version FROM system.local").one().release_version.startswith("5.0")
+            assert session.execute("SELECT keyspace_name FROM system_schema.keyspaces "
+                                   "WHERE keyspace_name = 'peloton'").one() is not None  # the backend made it
+            session.execute("CREATE KEYSPACE marks WITH replication = {'class': 'SimpleStrategy', "
+                            "'replication_factor': 1}")
+            session.execute("CREATE TABLE marks.marks (id text PRIMARY KEY)")
+            session.execute("INSERT INTO marks.marks (id) VALUES ('before the restart')")
+        finally:
+            cluster.shutdown()
+        # dev restart cassandra: stopped and started again on its data folder, at the same address.
+        restarted = ctl("dev", "restart", "cassandra")
+        assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+        assert "cassandra running again on its data" in restarted.stdout
+        after = {r.get("instance") or r["component"]: r for r in json.loads(ctl("dev", "status", "--json").stdout)}
+        assert all(r["running"] for r in after.values())
+        assert after["cassandra"]["pid"] != node["pid"] and after["cassandra"]["address"] == node["address"]
+        assert Path(node["log"]).read_text().count("Starting listening for CQL clients") == 2
+        cluster, session = cql_session(contact)
+        try:
+            assert session.execute("SELECT id FROM marks.marks WHERE id = 'before the restart'").one() is not None
+        finally:
+            cluster.shutdown()
+        rows = list(after.values())
+        # The stages carry on with the node that came back: a job runs to the end on it.
+        job = tmp_path / "job.yaml"
+        job.write_text(FIVE)
+        created = ctl("job", "create", "/DefaultResPool", str(job))
+        assert created.returncode == 0, created.stderr
+        status = ctl("job", "status", created.stdout.strip(), "--wait", "--timeout", "120", "--json")
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert json.loads(status.stdout)["state"] == "SUCCEEDED"
+        node_files = tmp_path / "dev" / "cassandra"  # Cassandra's own SSTables end in .db too
+        sqlite = [f for f in tmp_path.rglob("*.db") if node_files not in f.parents]
+        assert not sqlite, f"a SQLite file was made on a cassandra stack: {sqlite}"
+    finally:
+        down = ctl("dev", "down")
+    assert down.returncode == 0, down.stderr
+    stopped = [line.split()[0] for line in down.stdout.splitlines()]
+    assert stopped[-3:] == ["broker-1", "cassandra", "zookeeper"], down.stdout  # the servers after the stages
     assert not any(alive(r["pid"]) for r in rows if r["pid"])

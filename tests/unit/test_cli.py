@@ -37,6 +37,16 @@ def test_a_bad_host_inventory_is_named_by_its_variable(tmp_path) -> None:
     assert result.exit_code == 2 and "--hosts: host group 'gpu:1'" in result.output
 
 
+def test_dev_up_and_bench_refuse_an_unknown_store_naming_the_three_they_run_on(tmp_path) -> None:
+    for command in (["dev", "up"], ["bench"]):
+        result = runner.invoke(app, [*command, "--store", "bogus"], env={"PELOTON_HOME": str(tmp_path)})
+        assert result.exit_code == 2, (command, result.output)
+        assert "--store: 'bogus' is not sqlite, postgres or cassandra" in result.output, result.output
+        helped = runner.invoke(app, [*command, "--help"], terminal_width=200)
+        assert all(kind in helped.output for kind in ("sqlite", "postgres", "cassandra")), helped.output
+    assert not list(tmp_path.iterdir())  # refused before anything was started or written
+
+
 def test_help_is_plain_text_and_every_option_has_some() -> None:
     from typer.main import get_command
 
