@@ -40,7 +40,7 @@ import orjson
 from cassandra import ConsistencyLevel, InvalidRequest
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
 from cassandra.concurrent import execute_concurrent
-from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+from cassandra.policies import ConstantReconnectionPolicy, DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.query import BatchStatement, BatchType, SimpleStatement, tuple_factory
 
 from peloton.auth.tokens import TokenRow
@@ -187,7 +187,10 @@ class CassandraStore(StorageGateway):
             consistency_level=ConsistencyLevel.LOCAL_QUORUM, serial_consistency_level=ConsistencyLevel.LOCAL_SERIAL,
             request_timeout=timeout, row_factory=tuple_factory)
         self.cluster = Cluster(hosts, port=port, protocol_version=5, execution_profiles={EXEC_PROFILE_DEFAULT: profile},
-                               connect_timeout=5, control_connection_timeout=5)
+                               connect_timeout=5, control_connection_timeout=5,
+                               # A node that went away is tried every second, not after a
+                               # doubling backoff: a store restarted is used again within seconds.
+                               reconnection_policy=ConstantReconnectionPolicy(1.0, max_attempts=None))
         try:
             self.session = self.cluster.connect()
             self.session.execute(f"CREATE KEYSPACE IF NOT EXISTS {self.keyspace} WITH replication = "
