@@ -5,15 +5,14 @@
 The tables (cassandra_schema.py) put each read in one partition. How the contract's guarantees
 are kept without SQL transactions (docs/design.md, "Cassandra: batches and claims"):
 
-- transaction(): the writes inside are kept in memory and written when it ends, as logged
-  batches (Cassandra's batch log applies every statement of one, or, after a crash, replays
-  it), in this order: effects, then job rows, then claims (a command id, a job id). A crash
-  between two batches leaves effects whose claim is not written: the stage's next owner reads the
-  same records, finds nothing claimed and does it again; every effect is an upsert by key, so
-  doing it twice leaves what doing it once did. Reads inside see the transaction's own jobs,
-  tasks, updates, configs and claims. A transaction that raises writes nothing. Each write
-  carries its own timestamp, in the order it was asked for, so a later write of a cell wins
-  whatever batch it went in.
+- transaction(): the writes inside are kept in memory and written when it ends, in phases:
+  effects, then job rows, then claims (a command id, a job id), each phase once the one before
+  is acknowledged (a partition's writes as one unlogged batch). A crash between two leaves
+  effects whose claim is not written: the stage's next owner reads the same records, finds
+  nothing claimed and does it again; every effect is an upsert by key, so doing it twice leaves
+  what doing it once did. Reads inside see the transaction's own jobs, tasks, updates, configs
+  and claims. A transaction that raises writes nothing. Each write carries its own timestamp,
+  in the order it was asked for, so a later write of a cell wins whatever request it went in.
 - Claims outside a transaction (a job created by create_jobs, a task run launched by
   claim_launches) are lightweight transactions (IF NOT EXISTS) written after their effects.
   Inside a stage's batch, the claim rides in the batch itself: one stage instance owns a job's
@@ -37,10 +36,14 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
 import orjson
-from cassandra import ConsistencyLevel, InvalidRequest
+from cassandra import ConsistencyLevel
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
 from cassandra.concurrent import execute_concurrent
-from cassandra.policies import ConstantReconnectionPolicy, DCAwareRoundRobinPolicy, TokenAwarePolicy
+from cassandra.policies import (
+    ConstantReconnectionPolicy,
+    DCAwareRoundRobinPolicy,
+    TokenAwarePolicy,
+)
 from cassandra.query import BatchStatement, BatchType, SimpleStatement, tuple_factory
 
 from peloton.auth.tokens import TokenRow
@@ -85,10 +88,11 @@ DEFAULT_PORT = 9042
 # The states tasks_in_states can be asked for (the launch deadline's); a task in one has a row in
 # tasks_by_state. Indexing every state would write an index row per status for reads nobody makes.
 INDEXED_STATES = ("LAUNCHING", "LAUNCHED", "STARTING")
-# A logged batch stays under Cassandra's batch_size_fail_threshold (50 KiB by default), so the
-# store runs on a cluster as installed; ?batch_kb= raises it where the cluster allows more.
-BATCH_KB = 45
-MAX_STATEMENTS = 400
+# A partition's writes in one batch: under 1 MiB (a mutation must fit in half a commit log
+# segment, 16 MiB by default; ?batch_kb= changes it).
+BATCH_KB = 1024
+MAX_STATEMENTS = 1000
+IN_KEYS = 100  # partition keys asked for in one request (`IN ?`)
 LOCK_TTL_S = 30
 CONCURRENCY = 64
 TS = object()  # a write's timestamp, filled in when it is sent
@@ -102,11 +106,12 @@ _LEDGER_GANG = "pool, kind, id, priority, seq, gang, not_before_ms, admitted_ms"
 
 
 class _BigBatches(logging.Filter):
-    """Our logged batches are larger than Cassandra's warning threshold (5 KiB) by design (they
-    stay under the failure threshold): its warning at each one says nothing new."""
+    """A partition's writes go in one batch, larger than Cassandra's warning threshold (5 KiB) by
+    design: its warning at each one says nothing new."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "exceeding specified threshold" not in record.getMessage()
+        message = record.getMessage()
+        return "exceeding specified threshold" not in message
 
 
 logging.getLogger("cassandra.protocol").addFilter(_BigBatches())
@@ -183,7 +188,7 @@ class CassandraStore(StorageGateway):
         hosts, port, self.keyspace, options = parse_url(url)
         self.batch_bytes = int(options.get("batch_kb", BATCH_KB)) * 1024
         profile = ExecutionProfile(
-            load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=options.get("dc"))),
+            load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=options.get("dc", ""))),
             consistency_level=ConsistencyLevel.LOCAL_QUORUM, serial_consistency_level=ConsistencyLevel.LOCAL_SERIAL,
             request_timeout=timeout, row_factory=tuple_factory)
         self.cluster = Cluster(hosts, port=port, protocol_version=5, execution_profiles={EXEC_PROFILE_DEFAULT: profile},
@@ -236,6 +241,14 @@ class CassandraStore(StorageGateway):
             out.extend(result)
         return out
 
+    def _rows_in(self, cql: str, keys) -> list[tuple]:
+        """A query `... WHERE key IN ?` for many partition keys, IN_KEYS to a request: a request per
+        key cost the stages more CPU in the driver than the queries cost Cassandra."""
+        keys = list(dict.fromkeys(keys))
+        if not keys:
+            return []
+        return self._rows_each(cql, [(keys[k:k + IN_KEYS],) for k in range(0, len(keys), IN_KEYS)])
+
     def _applied_each(self, cql: str, params_list) -> list[bool]:
         """Lightweight transactions, side by side: whether each was applied."""
         stmt = self._p(cql)
@@ -259,41 +272,39 @@ class CassandraStore(StorageGateway):
             self._send(writes)
 
     def _send(self, writes: list[tuple[int, str, tuple]]) -> None:
-        """Stamp writes in the order given, then send them phase by phase, in logged batches."""
+        """Stamp writes in the order given, then send them phase by phase: a phase's writes go
+        side by side, as one batch per partition (a single-partition batch is one mutation on its
+        replica), and the next phase starts when every one of them is acknowledged."""
         first = self._clock.take(len(writes))
-        stamped = [(phase, self._p(cql), tuple(first + i if v is TS else v for v in params))
-                   for i, (phase, cql, params) in enumerate(writes)]
-        stamped.sort(key=lambda w: w[0])  # stable: each phase keeps its order
-        chunk: list[tuple] = []
-        size = 0
-        for _phase, stmt, params in stamped:
-            # Roughly what Cassandra counts: each cell's value and its name and timestamp.
-            cost = 32 + sum(len(v) if isinstance(v, str) else 8 for v in params) + 24 * len(params)
-            if chunk and (size + cost > self.batch_bytes or len(chunk) >= MAX_STATEMENTS):
-                self._batch(chunk)
-                chunk, size = [], 0
-            chunk.append((stmt, params))
-            size += cost
-        if chunk:
-            self._batch(chunk)
+        by_phase: dict[int, dict[bytes, list]] = {}
+        for i, (phase, cql, params) in enumerate(writes):
+            bound = self._p(cql).bind(tuple(first + i if v is TS else v for v in params))
+            by_phase.setdefault(phase, {}).setdefault(bound.routing_key, []).append(bound)
+        for phase in sorted(by_phase):
+            batches = []
+            # (Writes of many partitions in one unlogged batch, to save the driver's cost per
+            # request, timed out on a loaded node again and again: one request per partition.)
+            for statements in by_phase[phase].values():
+                for k in range(0, len(statements), MAX_STATEMENTS):
+                    batches.extend(self._batches(statements[k:k + MAX_STATEMENTS]))
+            execute_concurrent(self.session, [(b, None) for b in batches], CONCURRENCY, raise_on_first_error=True)
 
-    def _batch(self, statements: list[tuple]) -> None:
-        """One logged batch; halved and sent again if the cluster finds it too large (every write
-        carries its timestamp, so sending one twice changes nothing)."""
+    def _batches(self, statements: list) -> list:
+        """One partition's writes: a statement alone, or unlogged batches under batch_bytes (a
+        mutation must fit in half a commit log segment)."""
+        limit = self.batch_bytes
         if len(statements) == 1:
-            self.session.execute(*statements[0])
-            return
-        batch = BatchStatement(BatchType.LOGGED)
-        for stmt, params in statements:
-            batch.add(stmt, params)
-        try:
-            self.session.execute(batch)
-        except InvalidRequest as exc:
-            if "too large" not in str(exc).lower():
-                raise
-            half = len(statements) // 2
-            self._batch(statements[:half])
-            self._batch(statements[half:])
+            return statements
+        out, batch, size = [], BatchStatement(BatchType.UNLOGGED), 0
+        for bound in statements:
+            cost = 32 + sum(len(v) for v in bound.values if v is not None)
+            if size and size + cost > limit:
+                out.append(batch)
+                batch, size = BatchStatement(BatchType.UNLOGGED), 0
+            batch.add(bound)
+            size += cost
+        out.append(batch)
+        return out
 
     @contextmanager
     def transaction(self):
@@ -437,7 +448,7 @@ class CassandraStore(StorageGateway):
             else:
                 ask.append(j)
         if ask:
-            for row in self._rows_each(f"SELECT {JOB_COLS} FROM jobs WHERE job_id = ?", [(j,) for j in ask]):
+            for row in self._rows_in(f"SELECT {JOB_COLS} FROM jobs WHERE job_id IN ?", ask):
                 if row[2] is not None:  # a pool: a row created, not one only an update wrote
                     out[row[0]] = job_from_row(row)
         return out
@@ -607,11 +618,31 @@ class CassandraStore(StorageGateway):
         return [t for tasks in self._job_tasks(sorted(set(job_ids))).values() for t in tasks if t.state in UNLAUNCHED]
 
     def task_state_counts(self, job_ids: list[str]) -> dict[str, dict[str, int]]:
+        """Read as (instance, state) pairs alone: asked for every active job on every deadline
+        check, and by dashboards, where reading whole rows cost Cassandra most of its CPU."""
+        job_ids = list(dict.fromkeys(job_ids))
+        states: dict[str, dict[int, str]] = {j: {} for j in job_ids}
+        if job_ids:
+            for j, i, state, pool in self._rows_each("SELECT job_id, instance, state, pool FROM tasks WHERE job_id = ?",
+                                                     [(j,) for j in job_ids]):
+                if pool is not None:
+                    states[j][i] = state
+        tx = self._tx()
+        if tx is not None:
+            for j in tx.dropped_jobs & set(job_ids):
+                states[j] = {}
+            for (j, i), held in tx.tasks.items():
+                if j not in states:
+                    continue
+                if isinstance(held, TaskRow):
+                    states[j][i] = held.state
+                elif i in states[j] and "state" in held:
+                    states[j][i] = held["state"]
         out: dict[str, dict[str, int]] = {}
-        for j, tasks in self._job_tasks(list(dict.fromkeys(job_ids)), spec=False).items():
+        for j, by_instance in states.items():
             counts: dict[str, int] = {}
-            for t in tasks:
-                counts[t.state] = counts.get(t.state, 0) + 1
+            for state in by_instance.values():
+                counts[state] = counts.get(state, 0) + 1
             out[j] = counts
         return out
 
@@ -700,8 +731,7 @@ class CassandraStore(StorageGateway):
             applied = self._applied_each("INSERT INTO job_commands (command_id, job_id, at_ms) VALUES (?, ?, ?) "
                                          "IF NOT EXISTS", [(c, j, at_ms) for c, j in pairs.items()])
             return {c for c, ok in zip(pairs, applied, strict=True) if ok}
-        known = {r[0] for r in self._rows_each("SELECT command_id FROM job_commands WHERE command_id = ?",
-                                               [(c,) for c in pairs])}
+        known = {r[0] for r in self._rows_in("SELECT command_id FROM job_commands WHERE command_id IN ?", pairs)}
         new = {c: j for c, j in pairs.items() if c not in known and c not in tx.commands}
         tx.commands |= set(new)
         self._write(_insert("job_commands", "command_id, job_id, at_ms"), [(c, j, at_ms, TS) for c, j in new.items()],
@@ -726,7 +756,7 @@ class CassandraStore(StorageGateway):
         ids = list(dict.fromkeys(ids))
         if not ids:
             return {}
-        rows = self._rows_each("SELECT id, pool FROM ledger_index WHERE id = ?", [(f"{kind}:{i}",) for i in ids])
+        rows = self._rows_in("SELECT id, pool FROM ledger_index WHERE id IN ?", [f"{kind}:{i}" for i in ids])
         return {key[2:]: pool for key, pool in rows}
 
     def _ledger(self, kind: str, cols: str, pools: list[str] | None = None) -> list[tuple]:
@@ -884,8 +914,7 @@ class CassandraStore(StorageGateway):
 
     def end_launches(self, task_ids: list[str], ended_ms: int, final_status: dict[str, dict] | None = None) -> None:
         final_status = final_status or {}
-        hosts = dict(self._rows_each("SELECT task_id, host_id FROM launch_claims WHERE task_id = ?",
-                                     [(t,) for t in dict.fromkeys(task_ids)])) if task_ids else {}
+        hosts = dict(self._rows_in("SELECT task_id, host_id FROM launch_claims WHERE task_id IN ?", task_ids))
         by_host: dict[str, list[str]] = {}
         for t, h in hosts.items():
             by_host.setdefault(h, []).append(t)
@@ -948,8 +977,7 @@ class CassandraStore(StorageGateway):
 
     def updates_of_job(self, job_id: str) -> list[dict]:
         ids = [r[0] for r in self._rows("SELECT update_id FROM updates_by_job WHERE job_id = ?", (job_id,))]
-        bodies = dict(self._rows_each("SELECT update_id, body FROM updates WHERE update_id = ?", [(u,) for u in ids])) \
-            if ids else {}
+        bodies = dict(self._rows_in("SELECT update_id, body FROM updates WHERE update_id IN ?", ids))
         return [orjson.loads(bodies[u]) for u in ids if u in bodies]
 
     def save_job_configs(self, rows: list[tuple[str, int, str, int]]) -> None:
