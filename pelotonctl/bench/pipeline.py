@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import signal
 import tempfile
 import time
 import urllib.request
@@ -72,10 +73,17 @@ class BenchPlan:
         return job * self.tasks_per_job / self.rate if self.rate else 0.0
 
 
+def _interrupted(signum, _frame) -> None:
+    raise SystemExit(128 + signum)
+
+
 def run_pipeline_bench(console, plan: BenchPlan) -> dict:
     """Start a throwaway stack, measure the relay baseline on its broker, submit the jobs as fast
     as one producer can, wait for every task to end, and return the figures."""
     home = Path(tempfile.mkdtemp(prefix="peloton-bench-"))
+    # A bench stopped by SIGTERM (a timeout, a kill) must still take its stack down: Python's
+    # default would end the process at once, leaving the broker, the store and the stages running.
+    signal.signal(signal.SIGTERM, _interrupted)
     stack = DevStack(Settings.from_env(home=home, store=str(home / "peloton.db"), hosts=plan.inventory,
                                        sim_task_seconds=plan.task_seconds))
     stack.up(progress=lambda m: console.print(m, highlight=False), store=plan.store, instances=plan.instances)

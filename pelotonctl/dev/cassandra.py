@@ -100,6 +100,9 @@ concurrent_counter_writes: 4
 concurrent_materialized_view_writes: 4
 concurrent_compactors: 1
 auto_snapshot: false
+# Lightweight transactions in two round trips instead of four (Cassandra 4.1's Paxos v2): a
+# launch claims each task run with one.
+paxos_variant: v2
 """
 
 
