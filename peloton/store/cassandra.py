@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
 import orjson
-from cassandra import ConsistencyLevel, InvalidRequest, Timeout
+from cassandra import ConsistencyLevel, Timeout
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
 from cassandra.concurrent import execute_concurrent
 from cassandra.policies import (
@@ -297,7 +297,7 @@ class CassandraStore(StorageGateway):
             return statements
         out, batch, size = [], BatchStatement(BatchType.UNLOGGED), 0
         for bound in statements:
-            cost = 32 + sum(len(v) for v in bound.values if v is not None)
+            cost = 32 + sum(len(v) for v in bound.values if isinstance(v, bytes))
             if size and size + cost > limit:
                 out.append(batch)
                 batch, size = BatchStatement(BatchType.UNLOGGED), 0
@@ -362,10 +362,9 @@ class CassandraStore(StorageGateway):
             self._unlock("schema", owner)
 
     def _schema_version_or_none(self) -> int | None:
-        try:
-            return self.schema_version
-        except InvalidRequest:  # no schema_version table yet
-            return None
+        made = self.session.execute("SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s "
+                                    "AND table_name = 'schema_version'", (self.keyspace,)).one()
+        return self.schema_version if made else None
 
     @property
     def schema_version(self) -> int:
