@@ -71,6 +71,7 @@ from peloton.store.rows import (
     STATE_COLS,
     TASK_COLS,
     TOKEN_COLUMNS,
+    allocation_from_row,
     allocation_params,
     job_from_row,
     job_params,
@@ -668,10 +669,26 @@ class CassandraStore(StorageGateway):
             out[j] = counts
         return out
 
+    def _indexed(self, table: str, column: str, index: list[tuple], key_cols: str, key_of) -> list[TaskRow]:
+        """The tasks an index table's rows point at, as this transaction sees them. `index` rows
+        are (value of `column`, job id, instance); an index row whose task is gone, or whose
+        `column` moved on, is deleted (its key: key_of(row), in `key_cols`) as of the write time
+        of that column, so an index row written after it survives."""
+        found = self._checked(index, column)
+        now = self._clock.take()
+        stale = []
+        for value, j, i in index:
+            t, written = found.get((j, i), (None, now))
+            if t is None or getattr(t, column) != value:
+                stale.append((written, *key_of(value, j, i)))
+        if stale:
+            stmt = self._p(f"DELETE FROM {table} USING TIMESTAMP ? WHERE {key_cols}")
+            execute_concurrent(self.session, [(stmt, r) for r in stale], CONCURRENCY, raise_on_first_error=False)
+        return self._seen_all(found)
+
     def _checked(self, index: list[tuple], column: str) -> dict[tuple[str, int], tuple[TaskRow, int]]:
         """The tasks index rows point at (and those this transaction wrote, whose index rows are
-        not written yet), with the write time of `column`: what a stale index row is deleted as
-        of, so an index row written after it survives."""
+        not written yet), with the write time of `column`."""
         tx = self._tx()
         keys = sorted({(r[1], r[2]) for r in index} | (set(tx.tasks) if tx is not None else set()))
         by_job: dict[str, list[int]] = {}
@@ -692,11 +709,6 @@ class CassandraStore(StorageGateway):
         stored = {k: t for k, (t, _w) in found.items()}
         return [t for k in keys if (t := self._seen(k[0], k[1], stored.get(k))) is not None]
 
-    def _drop_stale(self, table: str, key_cols: str, rows: list[tuple]) -> None:
-        if rows:
-            stmt = self._p(f"DELETE FROM {table} USING TIMESTAMP ? WHERE {key_cols}")
-            execute_concurrent(self.session, [(stmt, r) for r in rows], CONCURRENCY, raise_on_first_error=False)
-
     def tasks_in_states(self, states: list[str], updated_before_ms: int, limit: int = 1000) -> list[TaskRow]:
         unknown = [s for s in states if s not in INDEXED_STATES]
         if unknown:
@@ -704,30 +716,19 @@ class CassandraStore(StorageGateway):
                              f"not {', '.join(unknown)}")
         index = self._rows_each("SELECT state, job_id, instance FROM tasks_by_state WHERE state = ? AND bucket = ?",
                                 [(s, b) for s in states for b in range(BUCKETS)])
-        found = self._checked(index, "state")
-        now = self._clock.take()
-        stale = []
-        for state, j, i in index:
-            t, written = found.get((j, i), (None, now))
-            if t is None or t.state != state:
-                stale.append((written, state, _bucket(j), j, i))
-        self._drop_stale("tasks_by_state", "state = ? AND bucket = ? AND job_id = ? AND instance = ?", stale)
-        hits = [t for t in self._seen_all(found) if t.state in states and t.updated_ms < updated_before_ms]
+        tasks = self._indexed("tasks_by_state", "state", index,
+                              "state = ? AND bucket = ? AND job_id = ? AND instance = ?",
+                              lambda state, j, i: (state, _bucket(j), j, i))
+        hits = [t for t in tasks if t.state in states and t.updated_ms < updated_before_ms]
         return sorted(hits, key=lambda t: t.updated_ms)[:limit]
 
     def tasks_on_hosts(self, host_ids: list[str], states: list[str]) -> list[TaskRow]:
         index = self._rows_each("SELECT host_id, job_id, instance FROM tasks_by_host WHERE host_id = ?",
                                 [(h,) for h in dict.fromkeys(host_ids)])
-        found = self._checked(index, "host_id")
-        now = self._clock.take()
-        stale = []
-        for host, j, i in index:
-            t, written = found.get((j, i), (None, now))
-            if t is None or t.host_id != host:
-                stale.append((written, host, j, i))
-        self._drop_stale("tasks_by_host", "host_id = ? AND job_id = ? AND instance = ?", stale)
+        tasks = self._indexed("tasks_by_host", "host_id", index, "host_id = ? AND job_id = ? AND instance = ?",
+                              lambda host, j, i: (host, j, i))
         hosts = set(host_ids)
-        return sorted((t for t in self._seen_all(found) if t.host_id in hosts and t.state in states), key=lambda t: (t.job_id, t.instance))
+        return sorted((t for t in tasks if t.host_id in hosts and t.state in states), key=lambda t: (t.job_id, t.instance))
 
     # -- task events ------------------------------------------------------------------------
     def record_task_events(self, events: list[tuple]) -> None:
@@ -803,7 +804,7 @@ class CassandraStore(StorageGateway):
     def allocations(self) -> list[Allocation]:
         cols = "id, pool, gang_id, cpu, mem_mb, disk_mb, gpu, admitted_ms, priority, preemptible, revocable, " \
                "controller, released_ms"
-        return [_allocation(r) for r in self._ledger("a", cols) if r[12] is None]
+        return [allocation_from_row(r) for r in self._ledger("a", cols) if r[12] is None]
 
     def add_allocations(self, rows: list[Allocation]) -> None:
         self._index_ledger("a", [(a.task_id, a.pool) for a in rows])
@@ -1058,11 +1059,3 @@ def _allocation_params(a: Allocation) -> tuple:
      controller) = allocation_params(a)
     return (pool, "a", task_id, gang_id, cpu, mem, disk, gpu, admitted, priority, preemptible, revocable, controller,
             None)
-
-
-def _allocation(row) -> Allocation:
-    return Allocation(task_id=row[0], pool=row[1], gang_id=row[2], cpu=row[3], mem_mb=row[4], disk_mb=row[5],
-                      gpu=row[6], admitted_ms=row[7], priority=row[8] or 0,
-                      preemptible=True if row[9] is None else bool(row[9]), revocable=bool(row[10]),
-                      controller=bool(row[11]))
-

@@ -19,13 +19,23 @@ from pelotonctl.dev.stack import alive
 pytestmark = pytest.mark.integration
 
 
-def test_dev_up_status_and_down(tmp_path) -> None:
+def stack_env(home, **extra: str) -> dict[str, str]:
+    """This environment without its PELOTON_ settings, a stack of its own in `home`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PELOTON_")}
-    env.update(PELOTON_HOME=str(tmp_path), PELOTON_SESSION_TIMEOUT_MS="2000")
+    env.update(PELOTON_HOME=str(home), PELOTON_SESSION_TIMEOUT_MS="2000", **extra)
+    return env
 
+
+def ctl_in(env: dict[str, str], timeout: float):
+    """Runs `pelotonctl ARGS...` in `env`."""
     def ctl(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "pelotonctl", *args], env=env, capture_output=True,
-                              text=True, timeout=120)
+                              text=True, timeout=timeout)
+    return ctl
+
+
+def test_dev_up_status_and_down(tmp_path) -> None:
+    ctl = ctl_in(stack_env(tmp_path), 120)
 
     up = ctl("dev", "up", "--hosts", "agent:1:cpu=2;sim:2:cpu=4")
     try:
@@ -88,8 +98,7 @@ def test_dev_up_status_and_down(tmp_path) -> None:
 
 
 def test_two_dev_up_at_once_start_one_stack_and_the_other_names_it(tmp_path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PELOTON_")}
-    env.update(PELOTON_HOME=str(tmp_path), PELOTON_SESSION_TIMEOUT_MS="2000")
+    env = stack_env(tmp_path)
     cmd = [sys.executable, "-m", "pelotonctl", "dev", "up", "--hosts", "sim:2:cpu=4"]
     both = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for _ in range(2)]
@@ -138,12 +147,7 @@ defaultconfig:
 def test_a_stack_with_two_instances_of_each_stage_loses_nothing_when_one_of_each_dies(tmp_path, store) -> None:
     """On a store of several machines' kind (PostgreSQL or Cassandra, with ZooKeeper), as
     issue 23 asks of Cassandra: a 500-task job while one instance of each stage is SIGKILLed."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PELOTON_")}
-    env.update(PELOTON_HOME=str(tmp_path), PELOTON_SESSION_TIMEOUT_MS="2000", PELOTON_SIM_TASK_SECONDS="1.5")
-
-    def ctl(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "pelotonctl", *args], env=env, capture_output=True,
-                              text=True, timeout=300)
+    ctl = ctl_in(stack_env(tmp_path, PELOTON_SIM_TASK_SECONDS="1.5"), 300)
 
     up = ctl("dev", "up", "--store", store, "--instances", "2", "--hosts", "sim:10:cpu=8,mem_mb=65536")
     try:
@@ -232,12 +236,7 @@ def cql_session(contact: str):
 # the suite is to stay under 25 minutes on 2 cores (25:31 with this one in it).
 @pytest.mark.slow
 def test_a_cassandra_stack_runs_on_a_node_of_its_own_that_keeps_its_data_across_dev_restart(tmp_path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PELOTON_")}
-    env.update(PELOTON_HOME=str(tmp_path), PELOTON_SESSION_TIMEOUT_MS="2000")
-
-    def ctl(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "pelotonctl", *args], env=env, capture_output=True,
-                              text=True, timeout=300)
+    ctl = ctl_in(stack_env(tmp_path), 300)
 
     up = ctl("dev", "up", "--store", "cassandra", "--instances", "2", "--hosts", "sim:4:cpu=8,mem_mb=65536")
     rows: list[dict] = []
