@@ -74,8 +74,9 @@ class StageRuntime:
             # One id per instance: a restarted instance fences its predecessor and aborts what
             # it left open. Zombies of a rebalance are fenced by the group (KIP-447).
             txn_id = f"{self.catalogue.group(stage.name)}.{self.instance_id}"
-            self.transaction = BatchTransaction(lambda: Producer(producer_config(settings, txn_id)),
-                                                settings.transaction_timeout_s)
+            self.transaction = BatchTransaction(
+                lambda on_error: Producer({**producer_config(settings, txn_id), "error_cb": on_error}),
+                settings.transaction_timeout_s)
             self.producer = None  # the transaction's own, replaced after a failed attempt
         else:
             self.producer = Producer(producer_config(settings))
@@ -362,6 +363,7 @@ class StageRuntime:
         up to retry_max_s) instead of exiting. False when asked to stop before it succeeded."""
         delay = self.settings.retry_min_s
         while True:
+            began = time.monotonic()
             try:
                 step()
                 return True
@@ -377,7 +379,11 @@ class StageRuntime:
                 time.sleep(min(0.1, delay))
             if not self._running:
                 return False
-            delay = min(delay * 2, self.settings.retry_max_s)
+            # Backing off keeps a step that fails at once from spinning; one that waited for the
+            # broker (a flush, a producer's init) has spun nothing, and a longer sleep after it
+            # only delays the first attempt once the broker is back.
+            waited = time.monotonic() - began - delay
+            delay = self.settings.retry_min_s if waited >= 1.0 else min(delay * 2, self.settings.retry_max_s)
 
     def _decode(self, msgs) -> tuple[list[Record], dict[tuple[str, int], int]]:
         """Decoded records, and the next offset per partition once they are handled."""

@@ -43,6 +43,13 @@ CALL_TIMEOUT_S = 3.0
 # milliseconds when the broker is well, and abandoning a slow one costs an abort and a resend.
 OFFSETS_TIMEOUT_S = 1.5
 OFFSETS_GRACE_S = 0.5
+# ... and less again once a broker went away since the last commit: a producer keeps the group
+# coordinator it last used, and asks that broker, even when it died and another took its
+# groups, until the broker is back (librdkafka's coordinator cache). In the three-broker test a
+# stage waited the whole 1.5 s + 0.5 s after the election for it, where a new producer found the
+# new coordinator in 5 ms.
+SUSPECT_OFFSETS_TIMEOUT_S = 0.3
+SUSPECT_OFFSETS_GRACE_S = 0.2
 
 
 class TransactionError(RuntimeError):
@@ -57,8 +64,11 @@ def _error(exc: KafkaException) -> KafkaError | None:
 class BatchTransaction:
     """The transactional producer of one stage instance and the transaction of its current batch."""
 
-    def __init__(self, make_producer: Callable[[], Producer], timeout_s: float):
+    def __init__(self, make_producer: Callable[[Callable[[KafkaError], None]], Producer], timeout_s: float):
+        # make_producer(on_error): a producer whose client errors (a broker gone, all brokers
+        # down) go to on_error, librdkafka's error_cb
         self.make_producer = make_producer
+        self.suspect = False  # a broker went away since the last commit (see SUSPECT_OFFSETS_TIMEOUT_S)
         self.timeout_s = min(timeout_s, CALL_TIMEOUT_S)  # for each call
         self.open = False
         self.journal: list[tuple[str, bytes | None, bytes, int]] = []  # (topic, key, value, partition)
@@ -76,11 +86,23 @@ class BatchTransaction:
         self.renewals = 0  # producers replaced after a failed attempt
         self._stuck: list[Producer] = []  # producers left inside a call that never returned
 
+    def _broker_trouble(self, err: KafkaError) -> None:
+        self.suspect = True
+
     def _new_producer(self) -> Producer:
-        producer, self._spare = self._spare or self.make_producer(), None
+        producer, self._spare = self._spare or self.make_producer(self._broker_trouble), None
         # Fences an earlier producer of the same id (a zombie of this instance) and aborts the
         # transaction it left open, so its messages never reach a reader.
-        producer.init_transactions(self.timeout_s)
+        try:
+            producer.init_transactions(self.timeout_s)
+        except KafkaException as exc:
+            err = _error(exc)
+            if err is not None and err.retriable():
+                # Timed out (the coordinator is moving, or aborting what the last producer left):
+                # the same producer resumes its init at the next attempt, where a new one would
+                # start over (connections, coordinator lookup, the abort's wait).
+                self._spare = producer
+            raise
         return producer
 
     # -- producing --------------------------------------------------------------------------
@@ -116,6 +138,7 @@ class BatchTransaction:
         output went alone. Raises TransactionError when it should be called again."""
         if not self.open and not offsets and not self.journal:
             return True
+        committing = False
         try:
             if self._broken:
                 self._again()
@@ -125,12 +148,15 @@ class BatchTransaction:
             # wait in send_offsets_to_transaction for ever).
             remaining = self.producer.flush(self.timeout_s)
             if remaining:
-                self._prepare_spare()
+                self._faltered()
                 raise TransactionError(f"{remaining} messages of the transaction not delivered yet")
             if offsets and not self._offsets_sent:
+                timeout, grace = ((SUSPECT_OFFSETS_TIMEOUT_S, SUSPECT_OFFSETS_GRACE_S) if self.suspect
+                                  else (OFFSETS_TIMEOUT_S, OFFSETS_GRACE_S))
                 self._guarded(self.producer.send_offsets_to_transaction, offsets, group_metadata(),
-                              timeout=min(self.timeout_s, OFFSETS_TIMEOUT_S))
+                              timeout=min(self.timeout_s, timeout), grace=grace)
                 self._offsets_sent = True
+            committing = True
             # Not guarded: it keeps its timeout (then it is retriable and called again), and a
             # commit abandoned as stuck might have committed: producing its journal again would
             # leave the output twice.
@@ -145,15 +171,19 @@ class BatchTransaction:
                     self.commit([], group_metadata)
                     return False
                 raise TransactionError(f"transaction failed ({err.name()}); its output goes again") from None
-            self._prepare_spare()
+            if committing:
+                self._prepare_spare()  # the same commit is called again, on the same producer
+            else:
+                self._faltered()
             raise TransactionError(f"transaction not committed yet: {exc}") from None
         self.open = False
         self._offsets_sent = False
         self.journal = []
         self.commits += 1
+        self.suspect = False
         return True
 
-    def _guarded(self, call, *args, timeout: float) -> None:
+    def _guarded(self, call, *args, timeout: float, grace: float) -> None:
         """Run a transactional call, but not for ever: librdkafka 2.16 can wait in
         send_offsets_to_transaction past its timeout when the broker dies between the
         AddOffsetsToTxn and TxnOffsetCommit requests. A call that overstays is left to its thread
@@ -169,7 +199,7 @@ class BatchTransaction:
 
         worker = threading.Thread(target=run, name="txn-call", daemon=True)
         worker.start()
-        worker.join(timeout + OFFSETS_GRACE_S)
+        worker.join(timeout + grace)
         if not outcome:
             self._prepare_spare()
             log.warning("transaction: %s is stuck past its timeout; a new producer takes over",
@@ -181,12 +211,22 @@ class BatchTransaction:
         if outcome[0] is not None:
             raise outcome[0]
 
+    def _faltered(self) -> None:
+        """The broker faltered before the commit was asked for: the next attempt starts over with a
+        new producer (its journal again, the old attempt aborted). The old one keeps what it
+        learnt while the broker was away: a coordinator that died stays in its cache, and its
+        send_offsets_to_transaction then waited for that broker 2 s past the election (seen in
+        the three-broker test, where a new producer found the new coordinator in 5 ms)."""
+        self._prepare_spare()
+        self._broken = True
+        self.suspect = True
+
     def _prepare_spare(self) -> None:
         """The broker falters: make the next producer now, so that a renewal, if one follows, finds
         its connections open. Not initialised yet, it fences nothing. A producer made at the
         renewal waited 0.5 s for its first broker before it looked up its coordinator."""
         if self._spare is None:
-            self._spare = self.make_producer()
+            self._spare = self.make_producer(self._broker_trouble)
 
     def _again(self) -> None:
         """Drop the failed attempt and produce what it held again in a new transaction, with a new
