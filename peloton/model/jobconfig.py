@@ -73,6 +73,8 @@ class _JobReader:
         min_running = read_integer(sla, "minimumrunninginstances", "sla", p)
         if instance_count is not None:
             self._check_sla(instance_count, max_running, min_running)
+        if job_type == "SERVICE":
+            self._check_service_sla(sla)
         # Every field is read before raising, so one error lists all the problems.
         spec = dict(
             name=read_string(f, "name", ROOT, p),
@@ -97,7 +99,7 @@ class _JobReader:
         if instance_count is not None:
             spec["tasks"] = self._tasks(instance_count, job_type, default, overrides)
         p.raise_if_any()  # from here on instance_count is known to be valid
-        return JobSpec(**spec)
+        return JobSpec(**spec, notices=tuple(p.notices))
 
     def _job_type(self) -> str:
         value = self.fields.get("type", 0)
@@ -137,6 +139,16 @@ class _JobReader:
                 "sla.minimumrunninginstances",
                 f"must not exceed {limit} ({_describe(effective_max)}), got {_describe(min_running)}",
             )
+
+    def _check_service_sla(self, sla: dict) -> None:
+        """Peloton's job validation: a service runs until stopped, all its instances at once, so
+        the batch-only limits make no sense for it; and one that may be revoked must be preemptible."""
+        for key, name in (("maximumrunninginstances", "maximumRunningInstances"),
+                          ("minimumrunninginstances", "minimumRunningInstances"), ("maxrunningtime", "maxRunningTime")):
+            if is_integer(sla.get(key)) and sla[key] > 0:
+                self.problems.add(f"sla.{key}", f"{name} is for BATCH jobs; a SERVICE job may not set it")
+        if sla.get("revocable") is True and sla.get("preemptible") is False:
+            self.problems.add("sla.revocable", "a revocable SERVICE job must be preemptible (preemptible: true)")
 
     def _instance_configs(self, instance_count: int | None) -> dict[int, dict[str, Any]]:
         """instanceconfig: {instance id: task config}; ids are ints or strings of digits."""

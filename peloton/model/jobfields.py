@@ -24,6 +24,12 @@ class Problems:
 
     def __init__(self) -> None:
         self._found: dict[tuple[str, str], list[int]] = {}
+        # Fields read but not honoured here, each 'path: why': never silent, never a refusal
+        # (Peloton's own files carry them and must be accepted).
+        self.notices: dict[str, None] = {}
+
+    def note(self, path: str, message: str) -> None:
+        self.notices[f"{path}: {message}"] = None
 
     def add(self, path: str, message: str, instance: int | None = None) -> None:
         instances = self._found.setdefault((path, message), [])

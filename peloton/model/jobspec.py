@@ -104,6 +104,7 @@ class JobSpec:
     placement_strategy: str  # 'PACK_HOST' | 'SPREAD_JOB'
     respool: str | None  # a pool path like '/respool11'
     tasks: tuple[TaskSpec, ...]  # one merged spec per instance, in instance order
+    notices: tuple[str, ...] = ()  # 'path: why' of each field read but not honoured here
 
 
 # ---------------------------------------------------------------------------------------------

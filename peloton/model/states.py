@@ -49,5 +49,8 @@ MESOS_TERMINAL = frozenset(
 # agent killed it when its lease ran out (fencing), or the host manager killed a stale copy when
 # the agent reported again (reconciliation). Recorded in the run's history, nothing else.
 REASON_AGENT_FENCED = "REASON_AGENT_FENCED"
+# Mesos' reason when a task's process could not be started at all (not found, not executable): a
+# launch failure, which Peloton retries at least four times whatever the job's maxFailures.
+REASON_CONTAINER_LAUNCH_FAILED = "REASON_CONTAINER_LAUNCH_FAILED"
 REASON_RECONCILIATION = "REASON_RECONCILIATION"
 LATE_END_REASONS = frozenset({REASON_AGENT_FENCED, REASON_RECONCILIATION})

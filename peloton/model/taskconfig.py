@@ -37,7 +37,39 @@ def read_task_config(raw: Any, path: str, problems: Problems, limits: JobLimits)
     read = {key: reader(fields, path, problems) for key, reader in _TASK_READERS.items() if key in fields}
     if "resource" in fields:  # the one reader that needs the per-task caps
         read["resource"] = _read_resources(fields, path, problems, limits)
+    _note_unhonoured(fields, path, problems)
     return read
+
+
+# Task-config fields Peloton honours and this scheduler reads but does not (yet): each is named
+# with its path when a job carries it (`job validate`, `job create`), never dropped in silence.
+_NOT_HONOURED = {
+    "volume": "not kept: a persistent volume is not made here; a task's sandbox is its only disk",
+    "executor": "not used: a task runs as a command (Mesos' command executor), not under a custom executor",
+    "preemptionpolicy": "not used: a preempted run is always run again (Peloton's killOnPreempt: false)",
+    "revocable": "not used per task: the job's sla.revocable decides whether its tasks are revocable",
+}
+_CONTAINER_NOT_HONOURED = {
+    ("docker", "image"): "not used: tasks run on the host's file system, not in a container image",
+    ("mesos", "image"): "not used: tasks run on the host's file system, not in a container image",
+    ("volumes",): "not mounted: tasks see the host's file system as it is",
+}
+
+
+def _note_unhonoured(fields: dict, path: str, problems: Problems) -> None:
+    for key, why in _NOT_HONOURED.items():
+        if key in fields:
+            problems.note(_join(path, key), why)
+    container = fields.get("container")
+    if not isinstance(container, dict):
+        return
+    low = {str(k).lower(): v for k, v in container.items()}
+    for keys, why in _CONTAINER_NOT_HONOURED.items():
+        value = low
+        for key in keys:
+            value = {str(k).lower(): v for k, v in value.items()}.get(key) if isinstance(value, dict) else None
+        if value:
+            problems.note(_join(path, "container." + ".".join(keys)), why)
 
 
 # Resources field -> the file's key under `resource`.

@@ -30,12 +30,15 @@ def job_validate(config: Path, as_json: bool = typer.Option(False, "--json", hel
         "file": str(config), "valid": True, "name": spec.name, "type": spec.type,
         "instances": spec.instance_count, "gangs": len(gang_instances(spec)), "priority": spec.priority,
         "cpu": sum(t.resources.cpu for t in spec.tasks), "mem_mb": sum(t.resources.mem_mb for t in spec.tasks),
+        "not_honoured": list(spec.notices),
     }
     if as_json:
         print_json(summary)
     else:
         out.print(f"{config}: valid {spec.type} job {spec.name!r}, {spec.instance_count} instances in "
                   f"{summary['gangs']} gangs, {amount(summary['cpu'])} cpu and {amount(summary['mem_mb'])} MB in all", highlight=False)
+        for notice in spec.notices:
+            out.print(f"  not honoured here: {notice}", highlight=False)
 
 
 @job_app.command("create")

@@ -11,10 +11,10 @@ import re
 from peloton.model.jobspec import JobSpec
 from peloton.model.states import JOB_TERMINAL, TASK_TERMINAL
 from peloton.store import JobRow, TaskRow
+from stages.admit.lifecycle import STOPPED
 from stages.admit.workflow import ACTIONS, UpdateOptions
 
 KINDS = ("CREATE", "STOP", "START", "RESTART", "UPDATE", "DELETE", *ACTIONS)
-STOPPED = "STOPPED"  # the reason of a kill a user asked for
 REMOVED = "REMOVED"  # the reason an instance a shrinking update took away ends DELETED
 ORPHAN = "ORPHAN"  # the reason of a kill of a run that is not its task's current run
 
@@ -69,8 +69,13 @@ def command_problem(kind: str, job: JobRow | None, job_id: str) -> str | None:
         return f"job {job_id} is {job.state} already: nothing to stop"
     if kind in ACTIONS:
         return None  # the update it names says whether it can (workflow.steer)
+    if kind == "START" and job.state in JOB_TERMINAL and job.type == "BATCH":
+        # Peloton's rule: a batch job that ended stays ended (a service may be started again)
+        return (f"job {job_id} is {job.state}: the tasks of a terminated batch job are not started again "
+                "(create the job again)")
     if kind in ("RESTART", "UPDATE") and job.state in JOB_TERMINAL:
-        return f"job {job_id} is {job.state}: a terminal job is not {kind.lower()}d (start stopped instances instead)"
+        hint = "start stopped instances instead" if job.type == "SERVICE" else "create the job again"
+        return f"job {job_id} is {job.state}: a terminal job is not {kind.lower()}d ({hint})"
     return None
 
 

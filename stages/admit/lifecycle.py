@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from peloton.model.states import JOB_TERMINAL, MESOS_TO_TASK, TASK_ORDER, TASK_TERMINAL
+from peloton.model.states import (JOB_TERMINAL, MESOS_TO_TASK, REASON_CONTAINER_LAUNCH_FAILED, TASK_ORDER,
+                                   TASK_TERMINAL)
 from stages.admit.expand import task_id_of
 
-# A run lost to the system (its host or host manager went away: TASK_LOST and the other Mesos
-# states that map to LOST) is rerun like Peloton's system failures: every task gets at least
-# this many runs, whatever its maxFailures.
+# A run whose process could not start (REASON_CONTAINER_LAUNCH_FAILED) is a system failure in
+# Peloton's words: the task gets at least this many runs, whatever its maxFailures.
 SYSTEM_FAILURE_RUNS = 4
 
 
@@ -46,8 +46,9 @@ def status_problem(task_known: bool, event: dict) -> str | None:
 PREEMPTED = "PREEMPTED"  # the reason of a resource manager's kill
 HOST_MAINTENANCE = "HOST_MAINTENANCE"  # the reason of a host manager's kill that drains a host
 RESTARTED = "RESTARTED"  # the reason of a kill that replaces a run (job restart, job update)
-DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"  # killed for running longer than sla.maxRunningTime
+DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"  # killed for running longer than sla.maxRunningTime (ends KILLED)
 LAUNCH_TIMEOUT = "LAUNCH_TIMEOUT"  # killed for not reaching RUNNING within the launch timeout
+STOPPED = "STOPPED"  # the reason of a kill a user asked for
 
 
 def service_backoff_s(failures: int, base_s: float = 30.0) -> float:
@@ -64,9 +65,12 @@ def task_transition(
     Ignored: events of another run (older runs are orphans), unknown states, repeats and
     out-of-order events (moves are monotonic by state order), anything after a terminal state.
 
-    Retries (each counts a failure; `failures` counts the earlier failed and lost runs):
-      FAILED      rerun while failures + 1 < max_failures (maxFailures 4: at most 4 runs)
-      LOST        rerun while failures + 1 < max(max_failures, SYSTEM_FAILURE_RUNS), then LOST
+    Retries (`failures` counts the earlier failed runs):
+      FAILED      counted; rerun while failures + 1 < max_failures (maxFailures 4: at most 4
+                  runs), or < max(max_failures, SYSTEM_FAILURE_RUNS) when its process could not
+                  start (REASON_CONTAINER_LAUNCH_FAILED: Peloton's system failure)
+      LOST        (the host, its agent or the launch went away) never counted, as in Peloton: the
+                  task did nothing wrong; rerun, unless a stop came first (reason STOPPED)
       TASK_ERROR  (Mesos: the task description is invalid) FAILED at once, never rerun: the
                   same description would fail again
     Preemption (reason PREEMPTED): TASK_KILLING makes the run PREEMPTING; its TASK_KILLED
@@ -99,21 +103,22 @@ def task_transition(
         return Transition("KILLED", retry=True, release=True)
     if reason == RESTARTED and new == "KILLED":  # replaced by a restart or an update
         return Transition("KILLED", retry=True, release=True)
-    if reason == DEADLINE_EXCEEDED and new == "KILLED":  # the job's own limit: the run failed
-        return Transition("FAILED", count_failure=True, release=True)
+    if reason == DEADLINE_EXCEEDED and new == "KILLED":  # Peloton's deadline: KILLED, for good
+        return Transition("KILLED", release=True)
     if reason == LAUNCH_TIMEOUT and new == "KILLED":  # the system's fault: rerun as a lost run
         new = "LOST"
     if mesos_state == "TASK_ERROR":
         return Transition("FAILED", count_failure=True, release=True)
-    if service and new in ("SUCCEEDED", "FAILED", "LOST"):
+    if new == "LOST":
+        return Transition("LOST", retry=reason != STOPPED, release=True)
+    if service and new in ("SUCCEEDED", "FAILED"):
         return Transition(new, retry=True, count_failure=True, release=True)
     # Rerun until the failure count reaches maxFailures: maxFailures 4 means at most 4 runs.
-    if new == "FAILED" and failures + 1 < max_failures:
+    limit = max(max_failures, SYSTEM_FAILURE_RUNS) if reason == REASON_CONTAINER_LAUNCH_FAILED else max_failures
+    if new == "FAILED" and failures + 1 < limit:
         return Transition("FAILED", retry=True, count_failure=True, release=True)
-    if new == "LOST" and failures + 1 < max(max_failures, SYSTEM_FAILURE_RUNS):
-        return Transition("LOST", retry=True, count_failure=True, release=True)
     if new in TASK_TERMINAL:
-        return Transition(new, count_failure=new in ("FAILED", "LOST"), release=True)
+        return Transition(new, count_failure=new == "FAILED", release=True)
     return _MOVES[new]
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from peloton.config import Settings
+from peloton.model.states import REASON_CONTAINER_LAUNCH_FAILED
 from stages.launch.agents import (
     REASON_COMMAND_EXECUTOR_FAILED,
     TASK_FAILED,
@@ -280,7 +281,7 @@ def test_local_missing_executable_fails_without_exit_code(local: LocalDriver) ->
     (failed,) = local.poll()
     assert failed.state == TASK_FAILED
     assert failed.exit_code is None
-    assert failed.reason == REASON_COMMAND_EXECUTOR_FAILED
+    assert failed.reason == REASON_CONTAINER_LAUNCH_FAILED  # a launch failure: Peloton retries it 4 times
     assert "No such file" in failed.message
     assert local.active() == set()
 

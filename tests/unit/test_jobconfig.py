@@ -307,11 +307,13 @@ def test_job_level_fields() -> None:
         owner="alice",
         placementstrategy=2,
         respoolid="/pool/leaf",
-        sla={"priority": 5, "preemptible": True, "revocable": True, "maxrunningtime": 60},
+        sla={"priority": 5, "preemptible": True, "revocable": True},
     )
     spec = job_spec_from_dict(doc)
     assert (spec.type, spec.owner, spec.placement_strategy, spec.respool) == ("SERVICE", "alice", "SPREAD_JOB", "/pool/leaf")
-    assert (spec.priority, spec.preemptible, spec.revocable, spec.max_running_time_s) == (5, True, True, 60)
+    assert (spec.priority, spec.preemptible, spec.revocable) == (5, True, True)
+    batch = job_spec_from_dict(minimal(sla={"maxrunningtime": 60}))
+    assert batch.max_running_time_s == 60
     assert job_spec_from_dict(minimal(type=2, placementstrategy="SPREAD_JOB")).type == "DAEMON"
     assert job_spec_from_dict(minimal(type="BATCH")).type == "BATCH"
 
@@ -335,11 +337,22 @@ def test_gang_of_minimum_running_instances() -> None:
         ("BATCH", {}),
         ("BATCH", {"minimumrunninginstances": 1}),
         ("BATCH", {"minimumrunninginstances": 3, "revocable": True, "preemptible": True}),
-        ("SERVICE", {"minimumrunninginstances": 3}),
     ],
 )
 def test_no_gang_gives_one_instance_gangs(job_type: str, sla: dict) -> None:
     assert gang_instances(spec_with_sla(job_type, **sla)) == [[0], [1], [2], [3], [4]]
+
+
+@pytest.mark.parametrize("sla, field, message", [
+    ({"minimumrunninginstances": 3}, "sla.minimumrunninginstances", "minimumRunningInstances is for BATCH jobs"),
+    ({"maximumrunninginstances": 2}, "sla.maximumrunninginstances", "maximumRunningInstances is for BATCH jobs"),
+    ({"maxrunningtime": 60}, "sla.maxrunningtime", "maxRunningTime is for BATCH jobs"),
+    ({"revocable": True, "preemptible": False}, "sla.revocable", "a revocable SERVICE job must be preemptible"),
+])
+def test_a_service_with_batch_limits_is_refused_as_peloton_refuses_it(sla: dict, field: str, message: str) -> None:
+    with pytest.raises(JobConfigError, match=f"{field}: {message}"):
+        spec_with_sla("SERVICE", **sla)
+    assert spec_with_sla("SERVICE", minimumrunninginstances=0, revocable=True, preemptible=True).type == "SERVICE"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -686,3 +699,14 @@ instancespec:
     one = parse_job_config(text.replace("type: BATCH\n", "").replace(
         "  - {resource: {cpulimit: 1}, entrypoint: {value: /bin/true}}\n  -", "  -"))
     assert [t.resources.cpu for t in one.tasks] == [2] and one.tasks[0].command.value == "/bin/false"
+
+
+def test_fields_peloton_honours_and_we_do_not_are_named_never_dropped_in_silence() -> None:
+    spec = job_spec_from_dict(with_default(
+        volume={"containerpath": "data", "sizemb": 10}, executor={"type": "CUSTOM"},
+        preemptionpolicy={"killonpreempt": True}, revocable=True,
+        container={"type": 1, "docker": {"image": "debian"}, "volumes": [{"containerpath": "/x"}]}))
+    assert [n.split(":")[0] for n in spec.notices] == [
+        "defaultconfig.volume", "defaultconfig.executor", "defaultconfig.preemptionpolicy", "defaultconfig.revocable",
+        "defaultconfig.container.docker.image", "defaultconfig.container.volumes"]
+    assert job_spec_from_dict(with_default()).notices == ()

@@ -54,28 +54,28 @@ def test_failed_runs_rerun_until_the_failure_count_reaches_max_failures(max_fail
     assert run == runs
 
 
-@pytest.mark.parametrize("max_failures, runs", [(0, 4), (1, 4), (4, 4), (6, 6)])
-def test_lost_runs_rerun_at_least_four_times_then_the_task_stays_lost(max_failures: int, runs: int) -> None:
-    failures, run = 0, 1
-    while True:
-        move = task_transition("RUNNING", run, run, "TASK_LOST", failures, max_failures)
-        assert move.state == "LOST" and move.release and move.count_failure and not move.requeue
-        failures += 1
-        if not move.retry:
-            break
-        run += 1
-    assert run == runs == max(max_failures, SYSTEM_FAILURE_RUNS)
+@pytest.mark.parametrize("max_failures", [0, 1, 4])
+def test_a_lost_run_is_rerun_and_never_counted_as_a_failure(max_failures: int) -> None:
+    # Peloton: a LOST run does not count toward maxFailures (the task did nothing wrong)
+    for failures in (0, 3, 10):
+        move = task_transition("RUNNING", 2, 2, "TASK_LOST", failures, max_failures)
+        assert move.state == "LOST" and move.retry and move.release and not move.count_failure
 
 
-def test_a_task_lost_with_max_failures_0_gets_four_runs_and_the_last_loss_is_terminal() -> None:
-    assert [task_transition("LAUNCHED", r, r, "TASK_LOST", r - 1, 0).retry for r in (1, 2, 3, 4)] == [
-        True, True, True, False]
+def test_a_run_lost_after_a_stop_is_not_rerun() -> None:
+    move = task_transition("KILLING", 1, 1, "TASK_LOST", 0, 4, reason="STOPPED")
+    assert move.state == "LOST" and not move.retry and move.release
     assert task_transition("LOST", 4, 4, "TASK_RUNNING", 4, 0) is None
 
 
-def test_failed_and_lost_runs_share_one_failure_count() -> None:
-    assert task_transition("RUNNING", 2, 2, "TASK_LOST", 1, 3).retry  # 2 < max(3, 4)
-    assert not task_transition("RUNNING", 4, 4, "TASK_FAILED", 3, 3).retry
+def test_a_run_that_could_not_start_gets_four_runs_whatever_max_failures() -> None:
+    launch_failed = "REASON_CONTAINER_LAUNCH_FAILED"
+    assert [task_transition("LAUNCHED", r, r, "TASK_FAILED", r - 1, 0, reason=launch_failed).retry
+            for r in (1, 2, 3, 4)] == [True, True, True, False]
+    assert SYSTEM_FAILURE_RUNS == 4
+    # a command that ran and failed gets only what maxFailures gives it
+    assert not task_transition("RUNNING", 1, 1, "TASK_FAILED", 0, 0, reason="REASON_COMMAND_EXECUTOR_FAILED").retry
+    assert task_transition("RUNNING", 6, 6, "TASK_FAILED", 5, 7, reason=launch_failed).retry  # 6 < max(7, 4)
 
 
 @pytest.mark.parametrize("max_failures", [0, 1, 10])
@@ -149,9 +149,11 @@ def test_once_a_job_is_terminal_its_controller_task_alone_decides() -> None:
 def test_a_service_task_reruns_whatever_its_end_with_a_growing_backoff() -> None:
     from stages.admit.lifecycle import service_backoff_s
 
-    for state in ("TASK_FINISHED", "TASK_FAILED", "TASK_LOST"):
+    for state in ("TASK_FINISHED", "TASK_FAILED"):
         move = task_transition("RUNNING", 1, 1, state, 200, 0, service=True)
         assert move.retry and move.count_failure, state
+    lost = task_transition("RUNNING", 1, 1, "TASK_LOST", 200, 0, service=True)
+    assert lost.retry and not lost.count_failure  # no backoff for what the host did
     assert not task_transition("KILLING", 1, 1, "TASK_KILLED", 0, 0, reason="STOPPED", service=True).retry
     assert [service_backoff_s(n) for n in (1, 2, 3, 8, 9, 50)] == [30, 60, 120, 3600, 3600, 3600]
     assert service_backoff_s(3, base_s=0.5) == 2.0

@@ -515,6 +515,10 @@ def test_bad_control_commands_are_dead_letters_with_the_reason(admit, store) -> 
     assert reasons[4] == "PAUSE names no update (update_id: the id `pelotonctl update list JOB` shows)"
     stage.handle([control("STOP", "d")])
     stage.handle([status_record("d-0-1", "TASK_KILLED", "STOPPED"), status_record("d-1-1", "TASK_KILLED", "STOPPED")])
+    out.take()
+    stage.handle([control("START", "d")])  # Peloton's rule: a terminated batch job stays ended
+    [refused] = [v["reason"] for _, _, _, v in out.take("dead-letters")]
+    assert refused == "job d is KILLED: the tasks of a terminated batch job are not started again (create the job again)"
     stage.handle([control("DELETE", "d")])
     assert store.get_job("d") is None and store.task_events("d") == []
 
@@ -715,7 +719,7 @@ def test_runs_past_their_deadlines_are_killed_and_end_as_the_rule_says(admit, st
     stage.handle([status_record("dl-0-1", "TASK_KILLED", "DEADLINE_EXCEEDED"),
                   status_record("dl-1-1", "TASK_KILLED", "LAUNCH_TIMEOUT")])
     tasks = {t.instance: t for t in store.tasks_of_job("dl")}
-    assert (tasks[0].state, tasks[0].run_id) == ("FAILED", 1)  # over its own limit: it failed
+    assert (tasks[0].state, tasks[0].run_id) == ("KILLED", 1)  # over its own limit: killed, as Peloton does
     assert (tasks[1].state, tasks[1].run_id) == ("PENDING", 2)  # never started: run again
 
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from peloton.model.health import HEALTH_UNKNOWN, HealthCheck
+from peloton.model.states import REASON_CONTAINER_LAUNCH_FAILED
 
 from .driver import (
     REASON_COMMAND_EXECUTOR_FAILED,
@@ -164,7 +165,7 @@ class LocalDriver(AgentDriver):
                 update_for(
                     request,
                     TASK_FAILED,
-                    reason=REASON_COMMAND_EXECUTOR_FAILED,
+                    reason=REASON_CONTAINER_LAUNCH_FAILED,
                     message=f"failed to start command: {exc}",
                 )
             ]
@@ -179,7 +180,7 @@ class LocalDriver(AgentDriver):
                 update_for(
                     request,
                     TASK_FAILED,
-                    reason=REASON_COMMAND_EXECUTOR_FAILED,
+                    reason=REASON_CONTAINER_LAUNCH_FAILED,
                     message=f"failed to record the task's process: {exc}",
                 )
             ]

@@ -21,11 +21,11 @@ import random
 import time
 
 from peloton.model.health import HEALTHY
+from peloton.model.states import REASON_CONTAINER_LAUNCH_FAILED
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .driver import (
-    REASON_COMMAND_EXECUTOR_FAILED,
     TASK_FAILED,
     TASK_KILLED,
     TASK_RUNNING,
@@ -116,7 +116,7 @@ class SimDriver(AgentDriver):
         except ValueError as exc:
             # Like a command that cannot be executed: fails at once, never becomes active.
             self._outbox.append(
-                update_for(request, TASK_FAILED, reason=REASON_COMMAND_EXECUTOR_FAILED, message=str(exc))
+                update_for(request, TASK_FAILED, reason=REASON_CONTAINER_LAUNCH_FAILED, message=str(exc))
             )
             return
         task = _SimTask(request, exit_code)
