@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from peloton.model.jobspec import JobLimits
@@ -70,13 +70,17 @@ class Settings:
     # A gang blocked at the head of its pool's queue for this long stops blocking smaller gangs
     # behind it (Peloton's head-of-line rule, with a bound).
     head_of_line_timeout_s: float = 30.0
-    # Entitle: pools are reread from the store, the whole tree's entitlement recomputed and its
-    # own pools' usage published at least this often (and at once on a change).
-    entitlement_period_s: float = 1.0
+    # Entitle: the whole tree's entitlement recomputed and its own pools' usage published at least
+    # this often, and at once on a change (Peloton's resource manager: every 60 s).
+    entitlement_period_s: float = 60.0
+    # Entitle rereads the pool tree from the store this often: a pool made or changed by
+    # `respool create|update` counts within a second (Peloton's resource manager owns its tree).
+    pool_refresh_s: float = 1.0
     # Inter-pool preemption: a pool above its entitlement for this many periods in a row has its
-    # excess preempted (Peloton: 60 s in production, 10 s in dev; 3 periods in dev). 0: off.
-    preemption_period_s: float = 10.0
-    preemption_sustained_periods: int = 3
+    # excess preempted (Peloton's defaults: 5 periods of 60 s). 0: off. The dev stack and the
+    # tests run faster (DEV_PACE).
+    preemption_period_s: float = 60.0
+    preemption_sustained_periods: int = 5
     # The job manager's deadlines, checked every deadline_check_s: a run launched but not RUNNING
     # within launch_timeout_s is killed and run again (Peloton: 20 min in production); a run
     # beyond its job's sla.maxRunningTime is killed and fails (reason DEADLINE_EXCEEDED).
@@ -242,6 +246,18 @@ class Settings:
     def env(self) -> dict[str, str]:
         """These settings as PELOTON_* variables, for starting child processes."""
         return {_env_name(f.name): str(getattr(self, f.name)) for f in fields(self)}
+
+
+# The resource manager's pace on a dev stack and in the tests: Peloton's own dev config (10 s
+# preemption periods, 3 of them) and an entitlement every second, so a demo shows pools lending
+# and taking back within seconds. Production runs Peloton's defaults (the fields above).
+DEV_PACE = {"entitlement_period_s": 1.0, "preemption_period_s": 10.0, "preemption_sustained_periods": 3}
+
+
+def dev_pace(settings: Settings) -> Settings:
+    """settings at DEV_PACE, but for a PELOTON_* variable that sets one of them."""
+    pace = {name: value for name, value in DEV_PACE.items() if not os.environ.get(_env_name(name))}
+    return replace(settings, **pace)
 
 
 class SettingsError(ValueError):

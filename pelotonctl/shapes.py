@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import yaml
 
+from peloton.model.termination import termination_status
 from peloton.store.base import JobRow, QueryStore, TaskRow
 
 
@@ -50,7 +51,8 @@ def job_row(job: JobRow) -> dict:
 def task_row(t: TaskRow) -> dict:
     """A task in a job's listing."""
     return {"instance": t.instance, "run_id": t.run_id, "task_id": t.task_id, "state": t.state, "host": t.host_id,
-            "health": t.health, "exit_code": t.exit_code, "reason": t.reason, "message": t.message}
+            "health": t.health, "exit_code": t.exit_code, "reason": t.reason,
+            "termination": termination_status(t.state, t.reason), "message": t.message}
 
 
 def task_info(job_id: str, task: TaskRow) -> dict:
@@ -58,7 +60,8 @@ def task_info(job_id: str, task: TaskRow) -> dict:
     return {"job_id": job_id, "instance": task.instance, "run_id": task.run_id, "task_id": task.task_id,
             "state": task.state, "health": task.health, "host": task.host_id, "exit_code": task.exit_code,
             "signal": task.signal,
-            "reason": task.reason, "message": task.message, "failures": task.failures,
+            "reason": task.reason, "termination": termination_status(task.state, task.reason),
+            "message": task.message, "failures": task.failures,
             "max_failures": task.max_failures, "resources": task.spec.get("resources", {})}
 
 

@@ -18,7 +18,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from peloton.config import REPO_ROOT, Settings
+from peloton.config import REPO_ROOT, Settings, dev_pace
 from peloton.store import sqlite_path
 from pelotonctl.dev.processes import alive, free_port
 from stages.launch.inventory import AGENT, SIM_AGENT, HostSpec, parse_inventory
@@ -158,7 +158,7 @@ def _ready_name(component: dict) -> str:
 
 class DevStack:
     def __init__(self, settings: Settings):
-        self.settings = settings
+        self.settings = dev_pace(settings)  # a demo shows pools lend and take back within seconds
         self.dir = settings.home / "dev"
         self.state_file = self.dir / "stack.json"
 

@@ -85,7 +85,7 @@ class EntitleStage(Stage):
         # the runtime flushes after every tick), whose outbox rows can go.
         self._unsent: list[str] = []
         self._flushed: list[str] = []
-        self._last_admit = self._last_publish = self._last_pools = self._last_reclaim = 0.0
+        self._last_admit = self._last_publish = self._last_pools = self._last_reclaim = self._last_entitled = 0.0
         self._seq = 0
         self.admitted_gangs = 0
         self.preempted_runs = 0
@@ -307,8 +307,10 @@ class EntitleStage(Stage):
         usage_changed, hosts_changed = self.usage_view.poll(), self.hosts.poll()
         if usage_changed or hosts_changed:
             self._dirty = True
-        if now - self._last_pools >= self.settings.entitlement_period_s:
-            self._read_pools()
+        if now - self._last_pools >= self.settings.pool_refresh_s:
+            self._read_pools()  # dirty when the tree changed
+        if now - self._last_entitled >= self.settings.entitlement_period_s:
+            self._last_entitled = now
             self._dirty = True  # at least once a period, whatever changed
         if now - self._last_admit >= self.settings.admission_tick_s:
             self._admit()

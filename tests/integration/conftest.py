@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from peloton.config import REPO_ROOT, Settings
+from peloton.config import DEV_PACE, REPO_ROOT, Settings
 from pelotonctl.admin import create_pool, ensure_topics, submit_job
 from pelotonctl import principals
 from pelotonctl.dev.kafka import KafkaCluster
@@ -98,6 +98,8 @@ class Pipeline:
         overrides.setdefault("store", str(home / "peloton.db"))
         overrides.setdefault("session_timeout_ms", 2000)  # quick takeovers; not where brokers die
         overrides.setdefault("kafka_debug", os.environ.get("PELOTON_KAFKA_DEBUG", ""))  # to find a wait
+        for name, value in DEV_PACE.items():  # the resource manager at the dev stack's pace, not Peloton's
+            overrides.setdefault(name, value)
         self.settings = Settings(
             **kafka,
             topic_prefix=f"t{next(_seq)}-{uuid.uuid4().hex[:6]}.",

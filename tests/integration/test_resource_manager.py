@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -131,3 +132,38 @@ def max_overlap(spans: list[tuple[int, int]]) -> int:
         best = max(best, now)
     return best
 
+
+
+PELOTON_FILES = Path(__file__).parent / "peloton_files"  # Peloton's own example files, unchanged
+
+
+def test_pelotons_own_pools_lend_to_each_other_and_take_back_by_preemption(pipeline_factory) -> None:
+    """Peloton's example pool and job files, as they are: HelloWorldPool (4 cpu reserved, limit 8)
+    borrows what the idle DefaultResPool (12 reserved) leaves, then gives it back by preemption
+    when DefaultResPool's own job (10 one-cpu tasks, not preemptible) wants its reservation."""
+    read = lambda name: (PELOTON_FILES / name).read_text()  # noqa: E731
+    # 16 cpu of hosts: the two reservations, nothing more to lend once both want theirs.
+    p = pipeline_factory(hosts="sim:4:cpu=4,mem_mb=65536,disk_mb=100000", sim_task_seconds=600, **FAST)
+    create_pool(p.settings, p.store, "/DefaultResPool", read("default_respool.yaml"))
+    create_pool(p.settings, p.store, "/HelloWorldPool", read("helloworld_pool.yaml"))
+    p.start_all()
+
+    def held(jobs: list[str]) -> float:  # cpu of the runs RUNNING, 0.1 per service instance
+        return round(sum(p.counts(j).get("RUNNING", 0) for j in jobs) * 0.1, 1)
+
+    # Ten copies of Peloton's preemptible stateless service: 100 instances of 0.1 cpu, 10 cpu asked
+    # of a pool with 4 reserved and a limit of 8.
+    services = [p.submit(read("testjob_stateless_preemptible.yaml"), pool="/HelloWorldPool") for _ in range(10)]
+    p.wait_for("HelloWorldPool at its limit, 4 cpu lent by the idle DefaultResPool", lambda: held(services) == 8.0, 90)
+
+    batch = p.submit(read("testjob.yaml"), pool="/DefaultResPool")
+    p.wait_for("DefaultResPool's 10 tasks running", lambda: p.counts(batch).get("RUNNING", 0) == 10, 120)
+    # DefaultResPool is entitled to its demand (10 of its 12 reserved); HelloWorldPool to its
+    # reservation and the 2 cpu left: the 2 cpu above that were taken back.
+    p.wait_for("HelloWorldPool down to 6 cpu", lambda: held(services) == 6.0, 60)
+    time.sleep(3)
+    assert held(services) == 6.0 and p.counts(batch).get("RUNNING", 0) == 10
+    preempted = [t for j in services for t in p.store.tasks_of_job(j) if t.run_id > 1]
+    assert len(preempted) >= 20 and all(t.failures == 0 for t in preempted), "a preemption is not a failure"
+    kills = [e for j in services for e in p.store.task_events(j) if e["state"] == "KILLED"]
+    assert kills and {e["reason"] for e in kills} == {"PREEMPTED"}

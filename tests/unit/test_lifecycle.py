@@ -157,3 +157,15 @@ def test_a_service_task_reruns_whatever_its_end_with_a_growing_backoff() -> None
     assert not task_transition("KILLING", 1, 1, "TASK_KILLED", 0, 0, reason="STOPPED", service=True).retry
     assert [service_backoff_s(n) for n in (1, 2, 3, 8, 9, 50)] == [30, 60, 120, 3600, 3600, 3600]
     assert service_backoff_s(3, base_s=0.5) == 2.0
+
+
+def test_ended_runs_carry_pelotons_termination_status_words() -> None:
+    from peloton.model.termination import termination_status
+
+    assert termination_status("FAILED", "REASON_COMMAND_EXECUTOR_FAILED") == "TERMINATION_STATUS_REASON_FAILED"
+    assert termination_status("KILLED", "STOPPED") == "TERMINATION_STATUS_REASON_KILLED_ON_REQUEST"
+    assert termination_status("KILLED", "PREEMPTED") == "TERMINATION_STATUS_REASON_PREEMPTED_RESOURCES"
+    assert termination_status("KILLED", "HOST_MAINTENANCE") == "TERMINATION_STATUS_REASON_KILLED_HOST_MAINTENANCE"
+    assert termination_status("KILLED", "DEADLINE_EXCEEDED") == "TERMINATION_STATUS_REASON_DEADLINE_TIMEOUT_EXCEEDED"
+    assert termination_status("DELETED", "REMOVED") == "TERMINATION_STATUS_REASON_KILLED_FOR_UPDATE"
+    assert [termination_status(s, "") for s in ("SUCCEEDED", "LOST", "RUNNING")] == ["", "", ""]
