@@ -103,6 +103,11 @@ class Settings:
     # The accounts a job's own command.user may name (comma-separated; `*`: any but root; root
     # only by name). Empty: none, and a task that names a user fails saying so.
     task_users: str = ""
+    # Host agents run each task in a cgroup of its own (cpu quota, memory with swap off, pids) where
+    # the host allows it (root, cgroups mounted): `auto`; `off`: bare process groups, resources
+    # only counted. Tasks of `local` hosts (inside launch) are never isolated.
+    isolation: str = "auto"
+    task_pids_max: int = 4096
     # `host maintenance start` refuses (unless forced) to put more than this share of the hosts
     # in maintenance at once, or to drain the last UP host.
     max_drain_share: float = 0.5
@@ -225,6 +230,8 @@ class Settings:
                        f"{timeout:g}: a launch is not given up on before its host could be")
         if not 0 < self.max_drain_share <= 1:
             out.append(f"PELOTON_MAX_DRAIN_SHARE={self.max_drain_share:g} must be above 0 and at most 1")
+        if self.isolation not in ("auto", "off"):
+            out.append(f"PELOTON_ISOLATION={self.isolation!r}: expected auto or off")
         if self.retry_min_s > self.retry_max_s:
             out.append(f"PELOTON_RETRY_MIN_S={self.retry_min_s:g} is above PELOTON_RETRY_MAX_S={self.retry_max_s:g}")
         return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 import yaml
 
 from peloton.model.termination import termination_status
+from peloton.model.usage import usage_in
 from peloton.store.base import JobRow, QueryStore, TaskRow
 
 
@@ -52,7 +53,7 @@ def task_row(t: TaskRow) -> dict:
     """A task in a job's listing."""
     return {"instance": t.instance, "run_id": t.run_id, "task_id": t.task_id, "state": t.state, "host": t.host_id,
             "health": t.health, "exit_code": t.exit_code, "reason": t.reason,
-            "termination": termination_status(t.state, t.reason), "message": t.message}
+            "termination": termination_status(t.state, t.reason), "message": t.message, **usage_in(t.message)}
 
 
 def task_info(job_id: str, task: TaskRow) -> dict:
@@ -61,7 +62,7 @@ def task_info(job_id: str, task: TaskRow) -> dict:
             "state": task.state, "health": task.health, "host": task.host_id, "exit_code": task.exit_code,
             "signal": task.signal,
             "reason": task.reason, "termination": termination_status(task.state, task.reason),
-            "message": task.message, "failures": task.failures,
+            "message": task.message, **usage_in(task.message), "failures": task.failures,
             "max_failures": task.max_failures, "resources": task.spec.get("resources", {})}
 
 
@@ -69,3 +70,9 @@ def token_row(t) -> dict:
     """A token as listed: never the token itself (the store has only its hash)."""
     return {"token_id": t.token_id, "user": t.user, "groups": list(t.groups), "admin": t.admin,
             "created_ms": t.created_ms, "revoked_ms": t.revoked_ms}
+
+
+def event_row(event: dict) -> dict:
+    """A run's state change as `task events` and the API show it: with what the run used, where
+    its agent's cgroup counted it."""
+    return {**event, **usage_in(event.get("message"))}

@@ -52,5 +52,7 @@ REASON_AGENT_FENCED = "REASON_AGENT_FENCED"
 # Mesos' reason when a task's process could not be started at all (not found, not executable): a
 # launch failure, which Peloton retries at least four times whatever the job's maxFailures.
 REASON_CONTAINER_LAUNCH_FAILED = "REASON_CONTAINER_LAUNCH_FAILED"
+# Mesos' reason when the kernel killed a task for going over its memory limit (its cgroup's OOM).
+REASON_CONTAINER_LIMITATION_MEMORY = "REASON_CONTAINER_LIMITATION_MEMORY"
 REASON_RECONCILIATION = "REASON_RECONCILIATION"
 LATE_END_REASONS = frozenset({REASON_AGENT_FENCED, REASON_RECONCILIATION})

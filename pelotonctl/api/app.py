@@ -35,7 +35,7 @@ from pelotonctl.api.audit import Audit
 from pelotonctl.api.identity import Creds, Unauthenticated, principal_of
 from pelotonctl.api.operations import add_operations
 from pelotonctl.api import logs, stream
-from pelotonctl.shapes import job_info, job_row, task_info, task_row, token_row, update_info
+from pelotonctl.shapes import event_row, job_info, job_row, task_info, task_row, token_row, update_info
 from stages.admit.workflow import ACTIONS, UpdateOptions
 from pelotonctl.watch import job_summary
 
@@ -380,7 +380,7 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
     @app.get("/v1/jobs/{job_id}/tasks/{instance}/events", tags=["tasks"], summary="Every state change of a task")
     def task_events(job_id: str, instance: int, creds: Creds) -> dict:
         readable_job(job_id, creds)
-        return {"events": [e for e in store.task_events(job_id) if e["instance"] == instance]}
+        return {"events": [event_row(e) for e in store.task_events(job_id) if e["instance"] == instance]}
 
     @app.get("/v1/jobs/{job_id}/tasks/{instance}/logs", tags=["tasks"], response_class=PlainTextResponse,
              summary="A run's stdout or stderr, from the host that ran it (its agent serves it to the API)")

@@ -8,7 +8,7 @@ from pathlib import Path
 from peloton.config import Settings
 from pelotonctl import admin
 from pelotonctl.admin import NotFound, UserError
-from pelotonctl.shapes import job_info, job_row, task_info, task_row, token_row, update_info
+from pelotonctl.shapes import event_row, job_info, job_row, task_info, task_row, token_row, update_info
 from stages.admit.workflow import UpdateOptions
 from pelotonctl.watch import job_summary
 
@@ -73,7 +73,7 @@ class DirectClient:
     def task_events(self, job_id: str, instance: int) -> list[dict] | None:
         if self.store.get_job(job_id) is None:
             return None
-        return [e for e in self.store.task_events(job_id) if e["instance"] == instance]
+        return [event_row(e) for e in self.store.task_events(job_id) if e["instance"] == instance]
 
     def task_log(self, job_id: str, instance: int, run: int | None = None, stderr: bool = False) -> bytes:
         """A run's stdout (or stderr) from its sandbox on this machine (no API: nothing else to ask)."""

@@ -29,7 +29,7 @@ import signal
 import time
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from peloton import metrics
@@ -76,6 +76,28 @@ def parse_port_ranges(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(ranges)
 
 
+def gpu_devices(given: str | None, capacity: Resources, dev: Path = Path("/dev")) -> tuple[tuple[str, ...], Resources, str]:
+    """The host's GPU devices, its capacity with their count, and how they were found. Named
+    (`--gpus 0,1`), else the NVIDIA devices under /dev, else as many as the capacity's gpu
+    numbered from 0 (devices no driver checks: for tests, or a host whose devices are named
+    otherwise). ValueError when the count named and the capacity's gpu disagree."""
+    if given is not None:
+        devices = tuple(d.strip() for d in given.split(",") if d.strip())
+        if len(set(devices)) != len(devices):
+            raise ValueError(f"--gpus {given!r} names a device twice")
+        if capacity.gpu and capacity.gpu != len(devices):
+            raise ValueError(f"--gpus names {len(devices)} devices but the resources say gpu={capacity.gpu:g}")
+        how = "named by --gpus"
+    else:
+        found = sorted((p.name[len("nvidia"):] for p in dev.glob("nvidia[0-9]*") if p.name[len("nvidia"):].isdigit()),
+                       key=int)
+        if found and not capacity.gpu:
+            devices, how = tuple(found), f"found under {dev}"
+        else:
+            devices, how = tuple(str(i) for i in range(int(capacity.gpu))), "numbered from the resources' gpu"
+    return devices, replace(capacity, gpu=float(len(devices))), how
+
+
 def parse_resources(text: str) -> Resources:
     """cpu=8,mem_mb=16384,disk_mb=100000,gpu=0 (missing kinds are 0)."""
     values = {}
@@ -96,7 +118,8 @@ class HostAgent:
     """The agent of one host, or (simulate=True) of many simulated hosts in one process, which
     speak the same protocol: benchmarks run thousands of hosts without thousands of processes."""
 
-    def __init__(self, settings: Settings, specs: list[AgentSpec], simulate: bool = False, name: str | None = None):
+    def __init__(self, settings: Settings, specs: list[AgentSpec], simulate: bool = False, name: str | None = None,
+                 gpus: tuple[str, ...] = ()):
         from confluent_kafka import Consumer, Producer
 
         from peloton.runtime import RECOVERY, kafka_access, producer_config
@@ -110,8 +133,11 @@ class HostAgent:
         self.state_dir = Path(settings.home) / "agents" / self.name
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.sandbox_root = Path(settings.home) / "sandboxes"
+        self.isolation, self.isolation_said = (None, "simulated runs") if simulate else isolation_for(settings, self.name)
         self.driver = SimDriver(settings.sim_task_seconds) if simulate else LocalDriver(
-            self.sandbox_root, user=settings.task_user, allowed_users=settings.task_users)
+            self.sandbox_root, user=settings.task_user, allowed_users=settings.task_users,
+            isolation=self.isolation, pids_max=settings.task_pids_max, gpus=gpus)
+        self.gpus = gpus
         self.runs: dict[str, dict] = self._load("runs.json", {})  # task id -> its launch and host, while it runs
         self.adopted: dict[str, int] = {}  # task id -> process group, of runs started before our restart
         self.pending: list[TaskUpdate] = []  # not yet delivered to the broker
@@ -207,6 +233,17 @@ class HostAgent:
         first = next(iter(self.hosts.values()))
         log.info("agent %s (%s) up: %d host(s) like %s, %s, labels %s; commands from %s%s", self.name, self.agent_id,
                  len(self.hosts), first.name, first.capacity, first.labels, self.commands.name, partitions)
+        log.info("isolation: %s", self.isolation_said)
+        if self.gpus:
+            log.info("GPUs: %s, each given to one task at a time (CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES)",
+                     ",".join(self.gpus))
+
+    def _count_usage(self, u: TaskUpdate) -> None:
+        metrics.AGENT_RUN_CPU.labels(self.name).inc(u.cpu_seconds)
+        if u.peak_mem_mb is not None:
+            metrics.AGENT_RUN_PEAK_MEMORY.labels(self.name).observe(u.peak_mem_mb)
+        if u.reason.startswith("REASON_CONTAINER_LIMITATION"):
+            metrics.AGENT_LIMIT_KILLS.labels(self.name, u.reason).inc()
 
     def _adopt(self) -> None:
         """Runs the previous agent process started: alive ones are ours again, ended ones are
@@ -277,6 +314,8 @@ class HostAgent:
         if messages:  # once per batch: what was handled is not handled again after a restart
             self._save("offsets.json", {str(p): o for p, o in self.offsets.items() if o is not None})
         for u in self.driver.poll():
+            if u.cpu_seconds is not None:
+                self._count_usage(u)
             if u.terminal and u.task_id in self.fencing:
                 self.fencing.discard(u.task_id)
                 u = TaskUpdate(u.task_id, u.host_id, TASK_LOST, u.timestamp_ms, REASON_AGENT_FENCED,
@@ -474,15 +513,29 @@ class _Round:
     failed: bool = False
 
 
+def isolation_for(settings, agent: str):
+    """The cgroup hierarchy the agent's tasks run in, or None, and a sentence saying which
+    isolators are on, or why none is."""
+    from stages.launch.agents.cgroups import find_hierarchy
+
+    if settings.isolation == "off":
+        return None, "off (PELOTON_ISOLATION=off): tasks are bare process groups, their resources only counted"
+    hierarchy, note = find_hierarchy(agent)
+    if hierarchy is None:
+        return None, f"{note}: tasks are bare process groups, their resources only counted"
+    return hierarchy, (f"{hierarchy.describe()}: cpu quota, memory (swap off), pids {settings.task_pids_max}"
+                       + (f"; {note}" if note else ""))
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
 def run_agent(settings: Settings, specs: list[AgentSpec], simulate: bool = False, name: str | None = None,
-              max_seconds: float | None = None) -> None:
+              max_seconds: float | None = None, gpus: tuple[str, ...] = ()) -> None:
     name = name or specs[0].name
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s agent {name} %(levelname)s %(name)s: %(message)s")
-    agent = HostAgent(settings, specs, simulate, name)
+    agent = HostAgent(settings, specs, simulate, name, gpus)
     signal.signal(signal.SIGTERM, agent.stop)
     signal.signal(signal.SIGINT, agent.stop)
     from peloton.registry import join  # kazoo is loaded only where a registry is used

@@ -62,6 +62,9 @@ class TaskUpdate:
     exit_code: int | None = None
     signal: int | None = None
     health: str = ""  # HEALTH_UNKNOWN, HEALTHY or UNHEALTHY where this update tells the run's health
+    # What the run used, where its cgroup counted it (an ended run's last update; also in its message)
+    cpu_seconds: float | None = None
+    peak_mem_mb: float | None = None
 
     @property
     def terminal(self) -> bool:

@@ -28,17 +28,19 @@ No threads: poll() checks the few hundred local children with a non-blocking wai
 from __future__ import annotations
 
 import json
+import math
 import os
 import pwd
+import shutil
 import signal
 import subprocess
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from peloton.model.health import HEALTH_UNKNOWN, HealthCheck
-from peloton.model.states import REASON_CONTAINER_LAUNCH_FAILED
+from peloton.model.states import REASON_CONTAINER_LAUNCH_FAILED, REASON_CONTAINER_LIMITATION_MEMORY
 
 from .driver import (
     REASON_COMMAND_EXECUTOR_FAILED,
@@ -54,6 +56,7 @@ from .driver import (
     exit_update,
     update_for,
 )
+from .cgroups import Hierarchy, Limits, TaskCgroup, Usage
 from .health import HealthChecks
 
 _CLOSE_POLL_SECONDS = 0.01
@@ -72,6 +75,8 @@ class _LocalTask:
     kill_sent_at: float | None = None  # time.monotonic() of our SIGTERM
     kill_signal: int | None = None  # last signal we sent; None if we never killed it
     unhealthy: str = ""  # why its agent killed it: its health check failed (it ends TASK_FAILED)
+    cgroup: TaskCgroup | None = None  # where the kernel holds it to its limits (cgroups.py)
+    gpus: tuple[str, ...] = ()  # the GPU devices it holds
 
     @property
     def pid(self) -> int:
@@ -86,8 +91,17 @@ class LocalDriver(AgentDriver):
         orphan_grace_seconds: float = DEFAULT_ORPHAN_GRACE_SECONDS,
         user: str = "",
         allowed_users: str = "",
+        isolation: Hierarchy | None = None,
+        pids_max: int = 0,
+        gpus: Sequence[str] = (),
     ) -> None:
         self._root = Path(sandbox_root)
+        # Each host's GPU devices: a task asking for N gets N that no running task holds, named
+        # to it in CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES, and given back at its end.
+        self._gpus = tuple(gpus)
+        self._free_gpus: dict[str, list[str]] = {}
+        self._isolation = isolation  # None: tasks are bare process groups, their resources only counted
+        self._pids_max = pids_max
         self._root.mkdir(parents=True, exist_ok=True)
         self._user = task_user(user)
         self._allowed = UserPolicy(allowed_users, default=user)
@@ -156,11 +170,20 @@ class LocalDriver(AgentDriver):
             self._outbox.append(self._reap(task))
         kill_escapees({task.request.task_id for task in left})
         self._health.close()
+        if self._isolation is not None:
+            self._isolation.close()
 
     def _start(self, request: LaunchRequest) -> list[TaskUpdate]:
+        gpus = self._take_gpus(request)
+        if gpus is None:
+            free = len(self._free_gpus.get(request.host_id, ()))
+            return [update_for(request, TASK_FAILED, reason=REASON_CONTAINER_LAUNCH_FAILED,
+                               message=f"asks for {request.resources.gpu:g} GPUs; {free} of this host's "
+                                       f"{len(self._gpus)} are free")]
         try:
-            proc, env, as_user = self._spawn(request)
+            proc, env, as_user, cgroup = self._spawn(request, gpus)
         except (OSError, ValueError) as exc:  # e.g. executable not found, bad task id
+            self._give_back_gpus(request.host_id, gpus)
             return [
                 update_for(
                     request,
@@ -184,19 +207,75 @@ class LocalDriver(AgentDriver):
                     message=f"failed to record the task's process: {exc}",
                 )
             ]
-        self._tasks[request.task_id] = _LocalTask(request, proc)
+        self._tasks[request.task_id] = _LocalTask(request, proc, cgroup=cgroup, gpus=gpus)
         check = HealthCheck.from_json(request.health_check)
         if check is not None:  # checked as the task's own account, in its sandbox and environment
             self._health.watch(request.task_id, check, self.sandbox(request.task_id), env, time.monotonic(), as_user)
         return [update_for(request, TASK_STARTING),
                 update_for(request, TASK_RUNNING, health=HEALTH_UNKNOWN if check is not None else "")]
 
-    def _spawn(self, request: LaunchRequest) -> tuple[subprocess.Popen[bytes], dict, dict]:
-        """The task's process, and the environment and account (Popen's user options) it runs with."""
+    def _take_gpus(self, request: LaunchRequest) -> tuple[str, ...] | None:
+        """The devices of this host given to the task (none if it asks for none), or None when
+        fewer are free than it asks for."""
+        wanted = math.ceil(request.resources.gpu) if request.resources.gpu > 0 else 0
+        if not wanted:
+            return ()
+        free = self._free_gpus.setdefault(request.host_id, list(self._gpus))
+        if len(free) < wanted:
+            return None
+        taken, free[:] = tuple(free[:wanted]), free[wanted:]
+        return taken
+
+    def _give_back_gpus(self, host_id: str, gpus: tuple[str, ...]) -> None:
+        if gpus:
+            free = self._free_gpus.setdefault(host_id, [])
+            free.extend(gpus)
+            free.sort(key=self._gpus.index)
+
+    def _spawn(self, request: LaunchRequest, gpus: tuple[str, ...] = ()
+               ) -> tuple[subprocess.Popen[bytes], dict, dict, TaskCgroup | None]:
+        """The task's process, the environment and account (Popen's user options) it runs with, and
+        its cgroup."""
+        devices = {"CUDA_VISIBLE_DEVICES": ",".join(gpus), "NVIDIA_VISIBLE_DEVICES": ",".join(gpus)} if gpus else {}
+        if self._isolation is not None:
+            return self._spawn_isolated(request, devices)
+        return (*self._spawn_in(request, subprocess.DEVNULL, command_line(request), devices), None)
+
+    def _spawn_isolated(self, request: LaunchRequest, devices: dict[str, str]
+                        ) -> tuple[subprocess.Popen[bytes], dict, dict, TaskCgroup]:
+        """The task starts held at a gate (a shell reading its stdin) until its first process is in
+        its cgroup, so nothing it forks can start outside; then the shell execs the command."""
+        if not request.shell and _missing(request.command, task_environment(request).get("PATH")):
+            # Checked here, as the gate's shell would only exit 127: not found is a launch failure.
+            raise FileNotFoundError(f"[Errno 2] No such file or directory: {request.command!r}")
+        res = request.resources
+        cgroup = self._isolation.make(request.task_id, Limits(res.cpu, res.mem_mb, self._pids_max))
+        gate_out, gate_in = os.pipe()
+        try:
+            proc, env, as_user = self._spawn_in(request, gate_out, [*_GATE, *command_line(request)], devices)
+        except BaseException:
+            os.close(gate_in)
+            cgroup.destroy()
+            raise
+        finally:
+            os.close(gate_out)
+        try:
+            cgroup.enter(proc.pid)
+        except OSError:
+            os.close(gate_in)  # the gate reads end-of-file: the command never runs
+            proc.wait()
+            cgroup.destroy()
+            raise
+        os.write(gate_in, b"go\n")
+        os.close(gate_in)
+        return proc, env, as_user, cgroup
+
+    def _spawn_in(self, request: LaunchRequest, stdin, argv: list[str], devices: dict[str, str]
+                  ) -> tuple[subprocess.Popen[bytes], dict, dict]:
         sandbox = self.sandbox(request.task_id)
         sandbox.mkdir(parents=True, exist_ok=True)
         account = self._allowed.account(request.user) if request.user else self._user
-        env = task_environment(request)
+        env = {**task_environment(request), **devices}
         as_user = {}
         if account is not None:
             # The sandbox is the task's own; the child enters it (chdir) before it drops to the
@@ -209,10 +288,10 @@ class LocalDriver(AgentDriver):
         # gets its own copies of the descriptors, so ours can be closed right away.
         with open(sandbox / "stdout", "ab") as out, open(sandbox / "stderr", "ab") as err:
             proc = subprocess.Popen(
-                command_line(request),
+                argv,
                 cwd=sandbox,
                 env=env,
-                stdin=subprocess.DEVNULL,
+                stdin=stdin,
                 stdout=out,
                 stderr=err,
                 start_new_session=True,
@@ -246,10 +325,15 @@ class LocalDriver(AgentDriver):
         # the group id, cannot have been reused: this SIGKILL only hits the task's leftovers.
         _signal_group(task.pid, signal.SIGKILL)
         returncode = task.proc.wait()
+        usage = None
+        if task.cgroup is not None:
+            usage = task.cgroup.usage()
+            task.cgroup.destroy()  # and whatever left the process group with it
         del self._tasks[task.request.task_id]
+        self._give_back_gpus(task.request.host_id, task.gpus)
         self._health.forget(task.request.task_id)
         _remove_pid_file(self.sandbox(task.request.task_id))
-        return _outcome(task, returncode)
+        return _outcome(task, returncode, usage)
 
 
 def task_user(name: str):
@@ -320,9 +404,34 @@ def task_environment(request: LaunchRequest) -> dict[str, str]:
     return env
 
 
-def _outcome(task: _LocalTask, returncode: int) -> TaskUpdate:
+def _missing(command: str, path: str | None) -> bool:
+    """A command named bare that is not on PATH, or by an absolute path that is not there."""
+    if "/" not in command:
+        return shutil.which(command, path=path) is None
+    return command.startswith("/") and not os.path.exists(command)
+
+
+# The gate an isolated task starts behind: its shell waits for 'go' on stdin (the agent writes it
+# once the shell is in the task's cgroup), then becomes the command, with stdin from /dev/null.
+_GATE = ["/bin/sh", "-c", 'read -r go && [ "$go" = go ] && exec "$@" </dev/null; exit 125', "peloton-gate"]
+
+
+def _outcome(task: _LocalTask, returncode: int, usage: Usage | None = None) -> TaskUpdate:
+    update = _ending(task, returncode, usage)
+    if usage is None:
+        return update
+    said = usage.describe()  # what the run used, as its cgroup counted it
+    return replace(update, message=f"{update.message}; {said}" if update.message else said,
+                   cpu_seconds=usage.cpu_seconds, peak_mem_mb=usage.peak_mem_mb)
+
+
+def _ending(task: _LocalTask, returncode: int, usage: Usage | None) -> TaskUpdate:
     request = task.request
     signum = -returncode if returncode < 0 else None
+    if usage is not None and usage.oom_killed and task.kill_signal is None:
+        return update_for(request, TASK_FAILED, reason=REASON_CONTAINER_LIMITATION_MEMORY,
+                          message=f"memory limit of {request.resources.mem_mb:g} MB exceeded: killed by the kernel",
+                          exit_code=returncode if returncode >= 0 else None, signal=signum)
     if task.unhealthy:
         return update_for(request, TASK_FAILED, reason=REASON_TASK_UNHEALTHY, message=f"killed: {task.unhealthy}",
                           exit_code=returncode if returncode >= 0 else None, signal=signum or task.kill_signal)
