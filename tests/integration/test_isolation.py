@@ -97,3 +97,14 @@ def test_two_one_gpu_tasks_on_a_two_gpu_agent_get_different_devices_and_a_third_
     assert p.wait_job(job, timeout=60) == "SUCCEEDED"
     third = next(t for t in p.store.tasks_of_job(job) if t.instance not in {r.instance for r in running})
     assert devices(third)[0] in ("0", "1")  # a device given back by one that ended
+
+
+def test_a_sandbox_grown_past_its_disk_limit_is_killed_with_the_disk_reason(pipeline_factory) -> None:
+    p = pipeline_factory(hosts="agent:1:cpu=4,mem_mb=4096,disk_mb=1000")
+    p.start_all()
+    isolated(p)
+    job = p.submit(JOB.format(name="filler", cpu=1, command="head -c 5000000 /dev/zero > fill; sleep 30"))
+    assert p.wait_job(job, timeout=60) == "FAILED"
+    filler, neighbour = sorted(p.store.tasks_of_job(job), key=lambda t: t.instance)
+    assert (filler.state, filler.reason) == ("FAILED", "REASON_CONTAINER_LIMITATION_DISK"), filler.message
+    assert "disk limit of 1 MB exceeded" in filler.message and neighbour.state == "SUCCEEDED"

@@ -40,7 +40,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from peloton.model.health import HEALTH_UNKNOWN, HealthCheck
-from peloton.model.states import REASON_CONTAINER_LAUNCH_FAILED, REASON_CONTAINER_LIMITATION_MEMORY
+from peloton.model.states import (REASON_CONTAINER_LAUNCH_FAILED, REASON_CONTAINER_LIMITATION_DISK,
+                                   REASON_CONTAINER_LIMITATION_MEMORY)
 
 from .driver import (
     REASON_COMMAND_EXECUTOR_FAILED,
@@ -60,6 +61,9 @@ from .cgroups import Hierarchy, Limits, TaskCgroup, Usage
 from .health import HealthChecks
 
 _CLOSE_POLL_SECONDS = 0.01
+# How often an isolated task's sandbox is measured against its diskLimitMb (a watcher, as Mesos'
+# posix/disk isolator does where no quota is available).
+DISK_CHECK_SECONDS = 2.0
 
 PID_FILE = ".peloton-pid"  # in the task's sandbox; tasks must leave it alone
 DEFAULT_ORPHAN_GRACE_SECONDS = 2.0  # SIGTERM -> SIGKILL for orphans (the task spec is not at hand)
@@ -77,6 +81,7 @@ class _LocalTask:
     unhealthy: str = ""  # why its agent killed it: its health check failed (it ends TASK_FAILED)
     cgroup: TaskCgroup | None = None  # where the kernel holds it to its limits (cgroups.py)
     gpus: tuple[str, ...] = ()  # the GPU devices it holds
+    over: str = ""  # the limit its agent killed it for (disk), said in its end
 
     @property
     def pid(self) -> int:
@@ -100,6 +105,7 @@ class LocalDriver(AgentDriver):
         # to it in CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES, and given back at its end.
         self._gpus = tuple(gpus)
         self._free_gpus: dict[str, list[str]] = {}
+        self._disk_checked = 0.0
         self._isolation = isolation  # None: tasks are bare process groups, their resources only counted
         self._pids_max = pids_max
         self._root.mkdir(parents=True, exist_ok=True)
@@ -307,6 +313,9 @@ class LocalDriver(AgentDriver):
                 updates.append(self._reap(task))
             elif _grace_expired(task, now):
                 _signal(task, signal.SIGKILL)
+        if self._isolation is not None and now - self._disk_checked >= DISK_CHECK_SECONDS:
+            self._disk_checked = now
+            self._watch_disks()
         if updates:  # what left the tasks' process groups (setsid) ends with them too
             kill_escapees({u.task_id for u in updates})
         for news in self._health.step(now):
@@ -319,6 +328,16 @@ class LocalDriver(AgentDriver):
                 task.unhealthy = news.message
                 self.kill([news.task_id])
         return updates
+
+    def _watch_disks(self) -> None:
+        for task in self._tasks.values():
+            limit = task.request.resources.disk_mb
+            if limit <= 0 or task.over or task.kill_signal is not None:
+                continue
+            used = _disk_mb(self.sandbox(task.request.task_id))
+            if used > limit:
+                task.over = f"disk limit of {limit:g} MB exceeded: its sandbox holds {used:.1f} MB"
+                _signal_group(task.pid, signal.SIGKILL)
 
     def _reap(self, task: _LocalTask) -> TaskUpdate:
         # The main process is exited but not yet reaped (a zombie), so its pid, and thus
@@ -404,6 +423,25 @@ def task_environment(request: LaunchRequest) -> dict[str, str]:
     return env
 
 
+def _disk_mb(directory: Path) -> float:
+    """What a sandbox holds on disk (allocated blocks, as du counts them), symbolic links not followed."""
+    total, stack = 0, [str(directory)]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    try:
+                        info = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    total += info.st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+        except OSError:
+            continue
+    return total / (1024 * 1024)
+
+
 def _missing(command: str, path: str | None) -> bool:
     """A command named bare that is not on PATH, or by an absolute path that is not there."""
     if "/" not in command:
@@ -428,6 +466,9 @@ def _outcome(task: _LocalTask, returncode: int, usage: Usage | None = None) -> T
 def _ending(task: _LocalTask, returncode: int, usage: Usage | None) -> TaskUpdate:
     request = task.request
     signum = -returncode if returncode < 0 else None
+    if task.over:
+        return update_for(request, TASK_FAILED, reason=REASON_CONTAINER_LIMITATION_DISK,
+                          message=f"killed: {task.over}", signal=signum)
     if usage is not None and usage.oom_killed and task.kill_signal is None:
         return update_for(request, TASK_FAILED, reason=REASON_CONTAINER_LIMITATION_MEMORY,
                           message=f"memory limit of {request.resources.mem_mb:g} MB exceeded: killed by the kernel",
