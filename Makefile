@@ -27,8 +27,9 @@ install: $(STAMP)
 jars: .jars/kafka/.complete .jars/cassandra/.complete
 
 # The Debian packages the tests start real servers from: PostgreSQL (the multi-machine store),
-# ZooKeeper (the instance registry), and Chromium with its driver (the dashboard, seen in a real
-# headless browser). Installed when missing and this runs as root with apt;
+# ZooKeeper (the instance registry), Chromium with its driver (the dashboard, seen in a real
+# headless browser), runc (the OCI runtime agents run images with) and busybox-static (the
+# tests' image). Installed when missing and this runs as root with apt;
 # otherwise it says the one command to run.
 system:
 	@missing=""; \
@@ -36,6 +37,8 @@ system:
 	[ -x /usr/share/zookeeper/bin/zkServer.sh ] || missing="$$missing zookeeper"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
+	command -v runc >/dev/null || missing="$$missing runc"; \
+	dpkg -s busybox-static >/dev/null 2>&1 || missing="$$missing busybox-static"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing$$missing (Debian packages)"; \

@@ -108,6 +108,11 @@ class Settings:
     # only counted. Tasks of `local` hosts (inside launch) are never isolated.
     isolation: str = "auto"
     task_pids_max: int = 4096
+    # The OCI runtime agents run tasks that name an image in: `auto` (runc where installed and the
+    # agent is root), a binary's name or path, or `off`. Images are root file systems under
+    # image_dir (empty: $PELOTON_HOME/images), one directory per image (`pelotonctl image import`).
+    container_runtime: str = "auto"
+    image_dir: str = ""
     # `host maintenance start` refuses (unless forced) to put more than this share of the hosts
     # in maintenance at once, or to drain the last UP host.
     max_drain_share: float = 0.5
@@ -189,6 +194,10 @@ class Settings:
         values.update(overrides)
         return cls(**values).check()
 
+    def images(self) -> Path:
+        """Where agents find images (root file systems), and `image import` puts them."""
+        return Path(self.image_dir) if self.image_dir else Path(self.home) / "images"
+
     def admin_group_set(self) -> frozenset[str]:
         """admin_groups as a set of group names."""
         return frozenset(g.strip() for g in self.admin_groups.split(",") if g.strip())
@@ -230,6 +239,8 @@ class Settings:
                        f"{timeout:g}: a launch is not given up on before its host could be")
         if not 0 < self.max_drain_share <= 1:
             out.append(f"PELOTON_MAX_DRAIN_SHARE={self.max_drain_share:g} must be above 0 and at most 1")
+        if not self.container_runtime:
+            out.append("PELOTON_CONTAINER_RUNTIME is empty: expected auto, off, or a runtime's name or path")
         if self.isolation not in ("auto", "off"):
             out.append(f"PELOTON_ISOLATION={self.isolation!r}: expected auto or off")
         if self.retry_min_s > self.retry_max_s:

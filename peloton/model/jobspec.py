@@ -83,6 +83,7 @@ class TaskSpec:
     constraint: Constraint | None
     health_check: HealthCheck | None  # an enabled health check (peloton/model/health.py), else None
     revocable: bool
+    image: str = ""  # the container image it runs in; "": the host's own file system
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,8 @@ def read_task_config(raw: Any, path: str, problems: Problems, limits: JobLimits)
     fields = _mapping(raw, path, problems)
     if fields is None:
         return {}
-    read = {key: reader(fields, path, problems) for key, reader in _TASK_READERS.items() if key in fields}
+    read = {key: reader(fields, path, problems) for key, reader in _TASK_READERS.items()
+            if key in fields or (key == "image" and "container" in fields)}
     if "resource" in fields:  # the one reader that needs the per-task caps
         read["resource"] = _read_resources(fields, path, problems, limits)
     _note_unhonoured(fields, path, problems)
@@ -50,9 +51,7 @@ _NOT_HONOURED = {
     "revocable": "not used per task: the job's sla.revocable decides whether its tasks are revocable",
 }
 _CONTAINER_NOT_HONOURED = {
-    ("docker", "image"): "not used: tasks run on the host's file system, not in a container image",
-    ("mesos", "image"): "not used: tasks run on the host's file system, not in a container image",
-    ("volumes",): "not mounted: tasks see the host's file system as it is",
+    ("volumes",): "not mounted: a task sees its sandbox (and, without an image, the host's file system)",
 }
 
 
@@ -168,6 +167,40 @@ def _read_docker_env(fields: dict, path: str, problems: Problems) -> tuple[tuple
     return tuple(env)
 
 
+def _read_image(fields: dict, path: str, problems: Problems) -> str:
+    """The image a task runs in: container.docker.image, or a mesos container's image by its
+    docker name (Peloton's mesos containerizer). Empty: the host's own file system."""
+    container = fields.get("container")
+    if not isinstance(container, dict):
+        return ""
+    low = {str(k).lower(): v for k, v in container.items()}
+    docker, mesos = low.get("docker"), low.get("mesos")
+    where = _join(path, "container")
+    if isinstance(docker, dict):
+        name = {str(k).lower(): v for k, v in docker.items()}.get("image")
+        if name is not None:
+            return _image_name(name, _join(where, "docker.image"), problems)
+    if isinstance(mesos, dict):
+        image = {str(k).lower(): v for k, v in mesos.items()}.get("image")
+        if isinstance(image, dict):
+            named = {str(k).lower(): v for k, v in image.items()}.get("docker")
+            if isinstance(named, dict) and "name" in {str(k).lower() for k in named}:
+                name = {str(k).lower(): v for k, v in named.items()}["name"]
+                return _image_name(name, _join(where, "mesos.image.docker.name"), problems)
+    return ""
+
+
+# An image reference as docker writes one: [registry/]name[:tag][@digest], no spaces or slashes at the ends.
+_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}")
+
+
+def _image_name(value: Any, path: str, problems: Problems) -> str:
+    if not isinstance(value, str) or not _IMAGE.fullmatch(value) or ".." in value or value.endswith("/"):
+        problems.add(path, f"expected an image name like debian:bookworm, got {_describe(value)}")
+        return ""
+    return value
+
+
 def _read_raw_mapping(fields: dict, key: str, path: str, problems: Problems) -> dict | None:
     """The health check is kept as written (keys lowercased): only `enabled` is read here."""
     if _mapping(fields[key], _join(path, key), problems) is None:
@@ -208,6 +241,7 @@ _TASK_READERS = {
     "name": lambda f, path, p: read_string(f, "name", path, p),
     "labels": lambda f, path, p: read_labels(f, "labels", path, p),
     "container": _read_docker_env,
+    "image": lambda f, path, p: _read_image(f, path, p),
     "command": _read_command,
     "healthcheck": lambda f, path, p: _read_raw_mapping(f, "healthcheck", path, p),
     "ports": _read_ports,
@@ -293,6 +327,7 @@ def task_spec(instance: int, merged: Merged) -> TaskSpec:
         constraint=get("constraint"),
         health_check=parse_health_check(get("healthcheck"))[0],
         revocable=get("revocable", False),
+        image=get("image", ""),
     )
 
 

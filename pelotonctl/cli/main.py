@@ -8,8 +8,8 @@ import sys
 import typer
 
 from peloton.config import Settings
-from pelotonctl.cli import (agent, api, auth, bench, cluster, dashboard, deadletters, dev, host, job, lag, respool,
-                            stage, task, topics, update)
+from pelotonctl.cli import (agent, api, auth, bench, cluster, dashboard, deadletters, dev, host, image, job, lag,
+                            respool, stage, task, topics, update)
 from pelotonctl.cli.common import EXIT_UNAVAILABLE, commands, err, masked, out
 
 # add_completion gives --install-completion and --show-completion (bash, zsh, fish, PowerShell).
@@ -28,6 +28,7 @@ app.add_typer(respool.pool_app, name="respool")
 app.add_typer(cluster.cluster_app, name="cluster")
 app.add_typer(agent.agent_app, name="agent")
 app.add_typer(host.host_app, name="host")
+app.add_typer(image.image_app, name="image")
 app.add_typer(deadletters.letters_app, name="dead-letters")
 app.add_typer(auth.auth_app, name="auth")
 

@@ -35,6 +35,7 @@ def launch_spec(job_id: str, spec: JobSpec, task: TaskSpec, run_id: int) -> dict
         ),
         "kill_grace_seconds": float(task.kill_grace_seconds),
         "controller": task.controller,
+        "image": task.image,
         "user": task.command.user,
         "health_check_json": task.health_check.to_json() if task.health_check is not None else None,
         "prefer_host": "",

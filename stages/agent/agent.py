@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from peloton import metrics
+from stages.launch.agents.containers import RUNTIME_LABEL, find_runtime
 from peloton.config import Settings
 from peloton.model.resources import Resources
 from peloton.model.states import REASON_AGENT_FENCED
@@ -134,9 +135,16 @@ class HostAgent:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.sandbox_root = Path(settings.home) / "sandboxes"
         self.isolation, self.isolation_said = (None, "simulated runs") if simulate else isolation_for(settings, self.name)
+        self.runtime, self.runtime_said = (None, "simulated runs (any image)") if simulate else find_runtime(
+            settings.container_runtime, settings.images(), Path(settings.home) / "agents" / self.name / "runc", self.name)
+        # The host label that lets placement send it tasks that name an image.
+        runtime_label = "simulated" if simulate else (self.runtime.name if self.runtime else "")
+        if runtime_label:
+            specs = [replace(spec, labels={**spec.labels, RUNTIME_LABEL: runtime_label}) for spec in specs]
+            self.hosts = {spec.name: spec for spec in specs}
         self.driver = SimDriver(settings.sim_task_seconds) if simulate else LocalDriver(
             self.sandbox_root, user=settings.task_user, allowed_users=settings.task_users,
-            isolation=self.isolation, pids_max=settings.task_pids_max, gpus=gpus)
+            isolation=self.isolation, pids_max=settings.task_pids_max, gpus=gpus, runtime=self.runtime)
         self.gpus = gpus
         self.runs: dict[str, dict] = self._load("runs.json", {})  # task id -> its launch and host, while it runs
         self.adopted: dict[str, int] = {}  # task id -> process group, of runs started before our restart
@@ -234,6 +242,7 @@ class HostAgent:
         log.info("agent %s (%s) up: %d host(s) like %s, %s, labels %s; commands from %s%s", self.name, self.agent_id,
                  len(self.hosts), first.name, first.capacity, first.labels, self.commands.name, partitions)
         log.info("isolation: %s", self.isolation_said)
+        log.info("images: %s", self.runtime_said)
         if self.gpus:
             log.info("GPUs: %s, each given to one task at a time (CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES)",
                      ",".join(self.gpus))
@@ -365,7 +374,7 @@ class HostAgent:
                 host_id=host_id, command=launch["command"], shell=launch["shell"],
                 arguments=tuple(launch["arguments"]), environment=tuple(launch["environment"].items()),
                 resources=Resources.from_record(launch["resources"]), kill_grace_seconds=launch["kill_grace_seconds"],
-                user=launch["user"], health_check=launch.get("health_check_json")))
+                user=launch["user"], image=launch.get("image", ""), health_check=launch.get("health_check_json")))
         if fresh:
             self._save("runs.json", self.runs)  # before they start: a crash now still finds them
             self.driver.launch(fresh)

@@ -41,6 +41,11 @@ class HostSpec:
     log_url: str = ""  # where its agent serves the sandboxes' files to the API ("": nowhere)
 
 
+# Simulated hosts run any task, images included (they run nothing): placement's runtime check
+# (stages/place/checks.py) passes them. Agent hosts say so themselves, when their agent has a runtime.
+_RUNS_IMAGES = {"sim": {"container.runtime": "simulated"}}
+
+
 def parse_inventory(spec: str, shards: int) -> list[HostSpec]:
     hosts: list[HostSpec] = []
     for group in filter(None, (g.strip() for g in spec.split(";"))):
@@ -64,5 +69,5 @@ def parse_inventory(spec: str, shards: int) -> list[HostSpec]:
         for i in range(count):
             host_id = f"{driver}-{i}"
             hosts.append(HostSpec(host_id, driver, Resources(**capacity), partition_for(host_id, shards),
-                                  {"hostname": host_id, "driver": driver}))
+                                  {"hostname": host_id, "driver": driver, **_RUNS_IMAGES.get(driver, {})}))
     return hosts

@@ -3,7 +3,8 @@
 Each check looks at one thing (Nomad's feasibility iterators) and returns None when the host
 passes, or a short reason when it refuses. The reasons are the keys "why pending" counts hosts
 under, so they name what the user can change: "not UP", "cpu", "mem_mb", "disk_mb", "gpu",
-"GPU host kept for GPU tasks", "constraint <the constraint, readably>", "ports".
+"GPU host kept for GPU tasks", "no container runtime", "constraint <the constraint, readably>",
+"ports".
 
 A check sees the host as the task being placed sees it: the host's own view (what the host
 manager reports plus this instance's placements in flight) and a `Tentative` share, what the
@@ -25,6 +26,8 @@ NOT_UP = "not UP"
 GPU_KEPT = "GPU host kept for GPU tasks"
 PORTS = "ports"
 CONSTRAINT = "constraint "  # followed by the constraint's readable form
+NO_RUNTIME = "no container runtime"
+RUNTIME_LABEL = "container.runtime"  # set by an agent with an OCI runtime (stages/launch/agents/containers.py)
 RESOURCE_KINDS = ("cpu", "mem_mb", "disk_mb", "gpu")  # in the order a short host is reported
 
 _NO_PORTS: frozenset[int] = frozenset()
@@ -116,6 +119,11 @@ def constraint_holds(need: TaskNeed, host: HostView, free: Resources, share: Ten
     return None if evaluate(c, host.labels, counts) else CONSTRAINT + describe_constraint(c)
 
 
+def runs_images(need: TaskNeed, host: HostView, free: Resources, share: Tentative | None) -> str | None:
+    """A task that names an image goes only where an agent can run it in one, never bare."""
+    return NO_RUNTIME if need.image and not host.labels.get(RUNTIME_LABEL) else None
+
+
 def ports_free(need: TaskNeed, host: HostView, free: Resources, share: Tentative | None) -> str | None:
     """Static ports free and inside one of the host's ranges, and enough free ports in the ranges
     for the dynamic ones."""
@@ -133,21 +141,22 @@ def ports_free(need: TaskNeed, host: HostView, free: Resources, share: Tentative
     return None
 
 
-CHECKS: tuple[Check, ...] = (host_is_up, gpu_hosts_kept_for_gpu_tasks, room_for_resources, constraint_holds,
-                             ports_free)
+CHECKS: tuple[Check, ...] = (host_is_up, gpu_hosts_kept_for_gpu_tasks, room_for_resources, runs_images,
+                             constraint_holds, ports_free)
 
 
 def checks_for(need: TaskNeed) -> tuple[Check, ...]:
     """The checks that can refuse this task: one with no constraint or no ports skips those
     (placing runs the checks for every host a task looks at)."""
-    return _CHECKS_BY_SHAPE[need.constraint is not None, bool(need.static_ports or need.dynamic_ports)]
+    return _CHECKS_BY_SHAPE[need.constraint is not None, bool(need.static_ports or need.dynamic_ports), bool(need.image)]
 
 
-# (has a constraint, asks for ports) -> the checks that apply, in CHECKS' order
+# (has a constraint, asks for ports, names an image) -> the checks that apply, in CHECKS' order
 _CHECKS_BY_SHAPE = {
-    (constrained, ports): tuple(check for check in CHECKS
-                                if (constrained or check is not constraint_holds) and (ports or check is not ports_free))
-    for constrained in (False, True) for ports in (False, True)
+    (constrained, ports, image): tuple(
+        check for check in CHECKS if (constrained or check is not constraint_holds) and (ports or check is not ports_free)
+        and (image or check is not runs_images))
+    for constrained in (False, True) for ports in (False, True) for image in (False, True)
 }
 
 

@@ -30,6 +30,7 @@ class TaskNeed:
     dynamic_ports: int = 0
     static_ports: tuple[int, ...] = ()
     prefer_host: str = ""  # an in-place replacement's previous host: taken first where it fits
+    image: str = ""  # the container image it runs in: only hosts with a runtime take it
 
     @staticmethod
     def from_spec(spec: Mapping) -> TaskNeed:
@@ -43,13 +44,15 @@ class TaskNeed:
         dynamic, static = _ports_of(spec)
         return TaskNeed(spec["task_id"], Resources.from_record(spec["resources"]),
                         constraint_from_json(c) if c else None, dict(spec.get("labels") or {}),
-                        spec.get("job_id") or "", dynamic, static, spec.get("prefer_host") or "")
+                        spec.get("job_id") or "", dynamic, static, spec.get("prefer_host") or "",
+                        spec.get("image") or "")
 
     def same_needs(self, other: TaskNeed) -> bool:
         """Whether a host that takes one takes the other alike (all but the task id equal)."""
         return (self.resources == other.resources and self.constraint == other.constraint
                 and self.labels == other.labels and self.job_id == other.job_id
                 and self.dynamic_ports == other.dynamic_ports and self.static_ports == other.static_ports
+                and self.image == other.image
                 and not self.prefer_host and not other.prefer_host)
 
 

@@ -6,7 +6,10 @@ agent cannot make cgroups (not root, none mounted); its log says why."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -108,3 +111,51 @@ def test_a_sandbox_grown_past_its_disk_limit_is_killed_with_the_disk_reason(pipe
     filler, neighbour = sorted(p.store.tasks_of_job(job), key=lambda t: t.instance)
     assert (filler.state, filler.reason) == ("FAILED", "REASON_CONTAINER_LIMITATION_DISK"), filler.message
     assert "disk limit of 1 MB exceeded" in filler.message and neighbour.state == "SUCCEEDED"
+
+
+IMAGE_JOB = """
+name: imaged
+instancecount: 1
+defaultconfig:
+  resource: {cpulimit: 0.5, memlimitmb: 64, disklimitmb: 10}
+  container: {type: 1, docker: {image: "busybox:peloton-test"}}
+  command: {shell: true, value: 'head -1 /etc/os-release > seen; id -u >> seen; echo "$PELOTON_TASK_ID" >> seen'}
+"""
+
+
+def busybox_rootfs(root: Path) -> Path:
+    """A root file system of busybox alone (Debian's busybox-static): no registry is reachable."""
+    busybox = shutil.which("busybox")
+    linked = subprocess.run(["ldd", busybox], capture_output=True, text=True) if busybox else None
+    if busybox is None or "not a dynamic executable" not in linked.stdout + linked.stderr:
+        pytest.skip("no static busybox here (make system installs busybox-static)")
+    (root / "bin").mkdir(parents=True)
+    shutil.copy(busybox, root / "bin" / "busybox")
+    applets = subprocess.run([busybox, "--list"], capture_output=True, text=True, check=True).stdout.split()
+    for applet in applets:
+        if applet != "busybox":
+            (root / "bin" / applet).symlink_to("busybox")
+    for d in ("etc", "proc", "sys", "dev", "tmp", "sandbox"):
+        (root / d).mkdir(exist_ok=True)
+    (root / "etc" / "os-release").write_text('PRETTY_NAME="busybox image of the tests"\n')
+    (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n")
+    return root
+
+
+def test_a_task_naming_an_image_runs_inside_it_and_a_host_without_a_runtime_is_not_given_it(
+        pipeline_factory, tmp_path) -> None:
+    p = pipeline_factory(hosts="agent:2:cpu=4,mem_mb=4096,disk_mb=1000")
+    for stage in ("admit", "entitle", "place", "launch"):
+        p.start(stage)
+    p.start_agent("agent-0", extra_env={"PELOTON_CONTAINER_RUNTIME": "off"})  # no runtime: never given it
+    if "container runtime runc" not in (runtime := (p.start_agent("agent-1") and p.log("agent-1").read_text())):
+        pytest.skip(f"no OCI runtime for the agent here: {runtime.splitlines()[-1]}")
+    imported = p.ctl("image", "import", "busybox:peloton-test", str(busybox_rootfs(tmp_path / "rootfs")))
+    assert imported.returncode == 0, imported.stderr
+    job = p.submit(IMAGE_JOB)
+    assert p.wait_job(job, timeout=60) == "SUCCEEDED"
+    [task] = p.store.tasks_of_job(job)
+    assert task.host_id == "agent-1"
+    seen = (p.settings.home / "sandboxes" / task.task_id / "seen").read_text().split("\n")
+    assert seen[0] == 'PRETTY_NAME="busybox image of the tests"'  # its own /etc, not the host's
+    assert seen[1] == "65534" and seen[2] == task.task_id  # as the task user, with its identity

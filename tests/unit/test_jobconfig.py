@@ -708,5 +708,15 @@ def test_fields_peloton_honours_and_we_do_not_are_named_never_dropped_in_silence
         container={"type": 1, "docker": {"image": "debian"}, "volumes": [{"containerpath": "/x"}]}))
     assert [n.split(":")[0] for n in spec.notices] == [
         "defaultconfig.volume", "defaultconfig.executor", "defaultconfig.preemptionpolicy", "defaultconfig.revocable",
-        "defaultconfig.container.docker.image", "defaultconfig.container.volumes"]
+        "defaultconfig.container.volumes"]
+    assert spec.tasks[0].image == "debian"  # an image is honoured: the task runs in it
     assert job_spec_from_dict(with_default()).notices == ()
+
+
+def test_a_tasks_image_is_read_from_docker_or_from_a_mesos_containers_docker_name() -> None:
+    mesos = {"type": 2, "mesos": {"image": {"type": 2, "docker": {"name": "nvidia/cuda"}}}}
+    assert job_spec_from_dict(with_default(container=mesos)).tasks[0].image == "nvidia/cuda"
+    assert job_spec_from_dict(with_default(container={"docker": {"image": "busybox:1.36"}})).tasks[0].image == "busybox:1.36"
+    assert job_spec_from_dict(with_default()).tasks[0].image == ""
+    with pytest.raises(JobConfigError, match="container.docker.image: expected an image name"):
+        job_spec_from_dict(with_default(container={"docker": {"image": "../etc"}}))

@@ -196,15 +196,15 @@ def test_ports_the_gang_took_on_the_host_are_not_free() -> None:
 
 def test_checks_run_in_order_and_the_first_refusal_is_the_reason() -> None:
     h = host(Resources(cpu=1, mem_mb=10, gpu=1), state="DOWN", labels={})
-    asking = task(cpu=2, constraint=RACK_A, static_ports=(1,))
+    asking = task(cpu=2, constraint=RACK_A, static_ports=(1,), image="debian")
     assert [c(asking, h, h.free(0), None) for c in CHECKS] == [
-        NOT_UP, GPU_KEPT, "cpu", "constraint rack=a", "ports"]
+        NOT_UP, GPU_KEPT, "cpu", "no container runtime", "constraint rack=a", "ports"]
     assert why(asking, h) == NOT_UP
 
 
 def test_a_task_with_no_constraint_or_ports_skips_those_checks() -> None:
     assert checks_for(task()) == (host_is_up, gpu_hosts_kept_for_gpu_tasks, room_for_resources)
-    assert checks_for(task(constraint=RACK_A, dynamic_ports=1)) == CHECKS
+    assert checks_for(task(constraint=RACK_A, dynamic_ports=1, image="debian")) == CHECKS
 
 
 def test_placing_honours_every_check() -> None:
@@ -215,3 +215,15 @@ def test_placing_honours_every_check() -> None:
     need = TaskNeed("t", Resources(cpu=1, mem_mb=100), RACK_A, dynamic_ports=1)
     assert place_gang([need], hosts, now=0)["t"].host_id == "fits"
     assert place_gang([need], hosts[:-1], now=0) is None
+
+
+def test_a_task_naming_an_image_goes_only_to_a_host_whose_agent_has_a_runtime() -> None:
+    from stages.place.checks import NO_RUNTIME, runs_images
+
+    imaged = task(image="debian:bookworm")
+    bare_host, runc_host = host(), host(labels={"hostname": "h", "container.runtime": "runc"})
+    assert runs_images(imaged, bare_host, BIG, None) == NO_RUNTIME
+    assert runs_images(imaged, runc_host, BIG, None) is None and runs_images(task(), bare_host, BIG, None) is None
+    assert runs_images in checks_for(imaged) and runs_images not in checks_for(task())
+    assert refusal(imaged, bare_host, BIG, checks=checks_for(imaged)) == NO_RUNTIME
+    assert TaskNeed.from_spec({"task_id": "t", "resources": BIG.to_record(), "image": "busybox"}).image == "busybox"

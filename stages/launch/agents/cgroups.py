@@ -101,6 +101,10 @@ class Hierarchy(ABC):
     def make(self, name: str, limits: Limits) -> TaskCgroup:
         ...
 
+    @abstractmethod
+    def at(self, path: str) -> TaskCgroup:
+        """The cgroup at `path` from the root of the tree(s): one an OCI runtime made."""
+
     def describe(self) -> str:
         return f"cgroup v{self.version} ({', '.join(self.controllers)}) under {self.parent_text()}"
 
@@ -179,8 +183,12 @@ class V1(Hierarchy):
     version = 1
     controllers = ("cpu", "cpuacct", "memory", "pids")
 
-    def __init__(self, parents: dict[str, Path]):
+    def __init__(self, parents: dict[str, Path], mounts: dict[str, Path] | None = None):
         self.parents = parents  # controller -> the agent's parent directory in that controller's tree
+        self.mounts = mounts or {}  # controller -> where its tree is mounted
+
+    def at(self, path: str) -> V1Task:
+        return V1Task({c: self.mounts[c] / path.lstrip("/") for c in self.controllers})
 
     def parent_text(self) -> str:
         return str(self.parents["memory"])
@@ -233,8 +241,12 @@ class V2(Hierarchy):
     version = 2
     controllers = ("cpu", "memory", "pids")
 
-    def __init__(self, parent: Path):
+    def __init__(self, parent: Path, mount: Path | None = None):
         self.parent = parent
+        self.mount = mount or parent
+
+    def at(self, path: str) -> V2Task:
+        return V2Task(self.mount / path.lstrip("/"))
 
     def parent_text(self) -> str:
         return str(self.parent)
@@ -295,7 +307,7 @@ def find_hierarchy(agent: str, root: Path = Path("/sys/fs/cgroup"),
             why_not_v2 = f"cgroup v2 at {mount} offers only {', '.join(sorted(have)) or 'no controllers'}"
             continue
         try:
-            return _v2(_inside(mount, own.get("", "/")), leaf), ""
+            return _v2(_inside(mount, own.get("", "/")), leaf, mount), ""
         except OSError as exc:
             why_not_v2 = f"cgroup v2 at {mount} not writable ({exc.strerror})"
     mounts = {c: root / c for c in V1.controllers}
@@ -318,10 +330,10 @@ def find_hierarchy(agent: str, root: Path = Path("/sys/fs/cgroup"),
     except OSError as exc:
         return None, f"cgroups off: cannot make the agent's cgroups ({exc.strerror})"
     note = f" ({why_not_v2})" if why_not_v2 else ""
-    return V1(parents), note
+    return V1(parents, mounts), note
 
 
-def _v2(own: Path, leaf: str) -> V2:
+def _v2(own: Path, leaf: str, mount: Path) -> V2:
     """v2: controllers must be enabled in every parent's subtree_control down to the tasks, and a
     cgroup with processes may not enable them for its children, so the tasks' parent is a
     sibling-free child of the agent's cgroup that holds no process itself."""
@@ -342,4 +354,4 @@ def _v2(own: Path, leaf: str) -> V2:
             me.mkdir(exist_ok=True)
             _write(me / "cgroup.procs", str(os.getpid()))
             _write(d / "cgroup.subtree_control", missing)
-    return V2(parent)
+    return V2(parent, mount)

@@ -48,6 +48,7 @@ class LaunchRequest:
     resources: Resources = Resources()
     kill_grace_seconds: float = 30.0
     user: str = ""  # the job's command.user; "": the agent's choice
+    image: str = ""  # the container image it runs in; "": the host's own file system
     health_check: str | None = None  # the task's health check as JSON (peloton/model/health.py); None: none
 
 

@@ -58,6 +58,7 @@ from .driver import (
     update_for,
 )
 from .cgroups import Hierarchy, Limits, TaskCgroup, Usage
+from .containers import ContainerRuntime, ImageError
 from .health import HealthChecks
 
 _CLOSE_POLL_SECONDS = 0.01
@@ -82,6 +83,7 @@ class _LocalTask:
     cgroup: TaskCgroup | None = None  # where the kernel holds it to its limits (cgroups.py)
     gpus: tuple[str, ...] = ()  # the GPU devices it holds
     over: str = ""  # the limit its agent killed it for (disk), said in its end
+    runtime: ContainerRuntime | None = None  # the OCI runtime it runs in, when it names an image
 
     @property
     def pid(self) -> int:
@@ -99,8 +101,10 @@ class LocalDriver(AgentDriver):
         isolation: Hierarchy | None = None,
         pids_max: int = 0,
         gpus: Sequence[str] = (),
+        runtime: ContainerRuntime | None = None,
     ) -> None:
         self._root = Path(sandbox_root)
+        self._runtime = runtime  # None: tasks that name an image fail to launch here
         # Each host's GPU devices: a task asking for N gets N that no running task holds, named
         # to it in CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES, and given back at its end.
         self._gpus = tuple(gpus)
@@ -177,6 +181,8 @@ class LocalDriver(AgentDriver):
         kill_escapees({task.request.task_id for task in left})
         self._health.close()
         if self._isolation is not None:
+            if self._runtime is not None:  # the runtime leaves its containers' parent cgroups behind
+                self._isolation.at(self._runtime.cgroup_parent).destroy(wait_s=0)
             self._isolation.close()
 
     def _start(self, request: LaunchRequest) -> list[TaskUpdate]:
@@ -213,7 +219,8 @@ class LocalDriver(AgentDriver):
                     message=f"failed to record the task's process: {exc}",
                 )
             ]
-        self._tasks[request.task_id] = _LocalTask(request, proc, cgroup=cgroup, gpus=gpus)
+        self._tasks[request.task_id] = _LocalTask(request, proc, cgroup=cgroup, gpus=gpus,
+                                                  runtime=self._runtime if request.image else None)
         check = HealthCheck.from_json(request.health_check)
         if check is not None:  # checked as the task's own account, in its sandbox and environment
             self._health.watch(request.task_id, check, self.sandbox(request.task_id), env, time.monotonic(), as_user)
@@ -243,6 +250,8 @@ class LocalDriver(AgentDriver):
         """The task's process, the environment and account (Popen's user options) it runs with, and
         its cgroup."""
         devices = {"CUDA_VISIBLE_DEVICES": ",".join(gpus), "NVIDIA_VISIBLE_DEVICES": ",".join(gpus)} if gpus else {}
+        if request.image:
+            return self._spawn_container(request, devices)
         if self._isolation is not None:
             return self._spawn_isolated(request, devices)
         return (*self._spawn_in(request, subprocess.DEVNULL, command_line(request), devices), None)
@@ -275,6 +284,30 @@ class LocalDriver(AgentDriver):
         os.write(gate_in, b"go\n")
         os.close(gate_in)
         return proc, env, as_user, cgroup
+
+    def _spawn_container(self, request: LaunchRequest, devices: dict[str, str]
+                         ) -> tuple[subprocess.Popen[bytes], dict, dict, TaskCgroup | None]:
+        """The task inside its image, through the runtime: the runtime's process is the task's here."""
+        runtime = self._runtime
+        if runtime is None:
+            raise ImageError(f"image {request.image!r}: this host's agent has no container runtime")
+        sandbox = self.sandbox(request.task_id)
+        sandbox.mkdir(parents=True, exist_ok=True)
+        account = self._allowed.account(request.user) if request.user else self._user
+        uid, gid = (account.pw_uid, account.pw_gid) if account is not None else (os.getuid(), os.getgid())
+        os.chown(sandbox, uid, gid)
+        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/sandbox",
+               **dict(request.environment), **devices, "PELOTON_JOB_ID": request.job_id,
+               "PELOTON_INSTANCE_ID": str(request.instance), "PELOTON_TASK_ID": request.task_id}
+        res = request.resources
+        bundle = runtime.bundle(self._root / ".bundles" / request.task_id, request.image, command_line(request), env,
+                                sandbox, uid, gid, res.cpu, res.mem_mb, self._pids_max, request.task_id)
+        runtime.delete(request.task_id)  # a container of an earlier attempt under the same id
+        with open(sandbox / "stdout", "ab") as out, open(sandbox / "stderr", "ab") as err:
+            proc = subprocess.Popen(runtime.run_argv(request.task_id, bundle), cwd=sandbox, stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=err, start_new_session=True)
+        cgroup = self._isolation.at(runtime.cgroups_path(request.task_id)) if self._isolation is not None else None
+        return proc, env, {}, cgroup
 
     def _spawn_in(self, request: LaunchRequest, stdin, argv: list[str], devices: dict[str, str]
                   ) -> tuple[subprocess.Popen[bytes], dict, dict]:
@@ -337,7 +370,7 @@ class LocalDriver(AgentDriver):
             used = _disk_mb(self.sandbox(task.request.task_id))
             if used > limit:
                 task.over = f"disk limit of {limit:g} MB exceeded: its sandbox holds {used:.1f} MB"
-                _signal_group(task.pid, signal.SIGKILL)
+                _send(task, signal.SIGKILL)
 
     def _reap(self, task: _LocalTask) -> TaskUpdate:
         # The main process is exited but not yet reaped (a zombie), so its pid, and thus
@@ -347,6 +380,10 @@ class LocalDriver(AgentDriver):
         usage = None
         if task.cgroup is not None:
             usage = task.cgroup.usage()
+        if task.runtime is not None:
+            task.runtime.delete(task.request.task_id)  # its cgroup too
+            shutil.rmtree(self._root / ".bundles" / task.request.task_id, ignore_errors=True)
+        if task.cgroup is not None:
             task.cgroup.destroy()  # and whatever left the process group with it
         del self._tasks[task.request.task_id]
         self._give_back_gpus(task.request.host_id, task.gpus)
@@ -516,7 +553,14 @@ def _grace_expired(task: _LocalTask, now: float) -> bool:
 
 def _signal(task: _LocalTask, signum: int) -> None:
     task.kill_signal = signum
-    _signal_group(task.pid, signum)
+    _send(task, signum)
+
+
+def _send(task: _LocalTask, signum: int) -> None:
+    if task.runtime is not None:  # the container's init has a session of its own
+        task.runtime.signal(task.request.task_id, signum)
+    else:
+        _signal_group(task.pid, signum)
 
 
 def kill_escapees(task_ids: set[str]) -> int:

@@ -46,7 +46,7 @@ class RemoteDriver(AgentDriver):
                 "task_id": r.task_id, "job_id": r.job_id, "instance": r.instance, "run_id": r.run_id,
                 "command": r.command, "shell": r.shell, "arguments": list(r.arguments),
                 "environment": dict(r.environment), "resources": r.resources.to_record(),
-                "kill_grace_seconds": r.kill_grace_seconds, "user": r.user,
+                "kill_grace_seconds": r.kill_grace_seconds, "user": r.user, "image": r.image,
                 "health_check_json": r.health_check})
         for host_id, launches in by_host.items():
             self._send(host_id, _command(host_id, launches=launches))
