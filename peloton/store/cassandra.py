@@ -136,6 +136,11 @@ def _day(ms: int) -> int:
     return ms // 86_400_000
 
 
+def _some(keys: list[str] | None) -> list[str] | None:
+    """Partition keys asked for, each once (None: every one)."""
+    return None if keys is None else sorted(set(keys))
+
+
 class _Clock:
     """Write timestamps in microseconds, rising in the order writes are asked for in this process."""
 
@@ -487,11 +492,17 @@ class CassandraStore(StorageGateway):
         return [jobs[j] for j in ids if j in jobs and jobs[j].state not in JOB_TERMINAL]
 
     def list_jobs(self, limit: int = 100, *, states: list[str] | None = None, pool: str | None = None,
-                  owner: str | None = None, name: str | None = None) -> list[JobRow]:
-        """Day by day from the newest, each day's jobs newest first, until `limit` match."""
+                  owner: str | None = None, name: str | None = None, created_since_ms: int | None = None,
+                  oldest_first: bool = False) -> list[JobRow]:
+        """Day by day from the newest, each day's jobs newest first, until `limit` match (from the
+        oldest, each day's oldest first, with oldest_first); only the days from created_since_ms on."""
         out: list[JobRow] = []
-        for (day,) in self._rows("SELECT day FROM job_days WHERE bucket = 0"):
-            ids = [r[0] for r in self._rows("SELECT job_id FROM jobs_by_day WHERE day = ?", (day,))]
+        order = "ASC" if oldest_first else "DESC"
+        since = -1 if created_since_ms is None else created_since_ms
+        for (day,) in self._rows(f"SELECT day FROM job_days WHERE bucket = 0 AND day >= ? ORDER BY day {order}",
+                                 (_day(max(since, 0)),)):
+            ids = [r[0] for r in self._rows(f"SELECT job_id FROM jobs_by_day WHERE day = ? AND created_ms >= ? "
+                                            f"ORDER BY created_ms {order}", (day, since))]
             for k in range(0, len(ids), 200):
                 jobs = self.get_jobs(ids[k:k + 200])
                 for j in ids[k:k + 200]:
@@ -783,8 +794,11 @@ class CassandraStore(StorageGateway):
         return {key[2:]: pool for key, pool in rows}
 
     def _ledger(self, kind: str, cols: str, pools: list[str] | None = None) -> list[tuple]:
+        """Rows of one kind in these pools' partitions (every pool's, by ledger_pools, when None)."""
         if pools is None:
             pools = [r[0] for r in self._rows("SELECT pool FROM ledger_pools WHERE bucket = 0")]
+        if not pools:
+            return []
         return self._rows_each(f"SELECT {cols} FROM pool_ledger WHERE pool = ? AND kind = '{kind}'",
                                [(p,) for p in pools])
 
@@ -801,10 +815,10 @@ class CassandraStore(StorageGateway):
         self._write(_insert("ledger_index", "id, pool"), [(f"{kind}:{i}", pool, TS) for i, pool in rows])
         self._write(_insert("ledger_pools", "bucket, pool"), [(0, pool, TS) for pool in {p for _i, p in rows}])
 
-    def allocations(self) -> list[Allocation]:
+    def allocations(self, pools: list[str] | None = None) -> list[Allocation]:
         cols = "id, pool, gang_id, cpu, mem_mb, disk_mb, gpu, admitted_ms, priority, preemptible, revocable, " \
                "controller, released_ms"
-        return [allocation_from_row(r) for r in self._ledger("a", cols) if r[12] is None]
+        return [allocation_from_row(r) for r in self._ledger("a", cols, _some(pools)) if r[12] is None]
 
     def add_allocations(self, rows: list[Allocation]) -> None:
         self._index_ledger("a", [(a.task_id, a.pool) for a in rows])
@@ -845,12 +859,12 @@ class CassandraStore(StorageGateway):
         self._write(_insert("pool_ledger", _LEDGER_GANG),
                     [(q.pool, "g", q.gang_id, q.priority, q.seq, json_text(q.gang), q.not_before_ms, 0, TS) for q in new])
 
-    def _gangs(self, admitted: bool) -> list[QueuedGang]:
-        rows = self._ledger("g", f"{QUEUED_COLS.replace('gang_id', 'id')}, admitted_ms")
+    def _gangs(self, admitted: bool, pools: list[str] | None = None) -> list[QueuedGang]:
+        rows = self._ledger("g", f"{QUEUED_COLS.replace('gang_id', 'id')}, admitted_ms", pools)
         return sorted((queued_from_row(r) for r in rows if bool(r[6]) == admitted), key=lambda q: q.seq)
 
-    def queued_gangs(self) -> list[QueuedGang]:
-        return self._gangs(admitted=False)
+    def queued_gangs(self, pools: list[str] | None = None) -> list[QueuedGang]:
+        return self._gangs(admitted=False, pools=_some(pools))
 
     def unsent_admissions(self) -> list[QueuedGang]:
         return self._gangs(admitted=True)

@@ -266,10 +266,12 @@ class PostgresStore(StorageGateway):
         rows = self._all(f"SELECT {JOB_COLS} FROM jobs WHERE job_id = ANY(%s)", (list(job_ids),))
         return {r[0]: job_from_row(r) for r in rows}
 
-    def list_jobs(self, limit: int = 100, **filters) -> list[JobRow]:
+    def list_jobs(self, limit: int = 100, oldest_first: bool = False, **filters) -> list[JobRow]:
         where, params = job_filters("%s", **filters)
-        return [job_from_row(r) for r in
-                self._all(f"SELECT {JOB_COLS} FROM jobs{where} ORDER BY created_ms DESC LIMIT %s", (*params, limit))]
+        # The one order on every backend: newest first, ties by id (Cassandra's clustering), or its reverse.
+        order = "created_ms ASC, job_id DESC" if oldest_first else "created_ms DESC, job_id ASC"
+        return [job_from_row(r) for r in self._all(
+            f"SELECT {JOB_COLS} FROM jobs{where} ORDER BY {order} LIMIT %s", (*params, limit))]
 
     def active_jobs(self) -> list[JobRow]:
         return [job_from_row(r) for r in self._all(
@@ -388,9 +390,11 @@ class PostgresStore(StorageGateway):
             return new
 
     # -- allocations ------------------------------------------------------------------------
-    def allocations(self) -> list[Allocation]:
+    def allocations(self, pools: list[str] | None = None) -> list[Allocation]:
         q = f"SELECT {ALLOCATION_COLS} FROM allocations WHERE released_ms IS NULL"
-        return [allocation_from_row(r) for r in self._all(q)]
+        if pools is None:
+            return [allocation_from_row(r) for r in self._all(q)]
+        return [allocation_from_row(r) for r in self._all(f"{q} AND pool = ANY(%s)", (list(pools),))]
 
     def release_allocations(self, task_ids: list[str], released_ms: int) -> None:
         if task_ids:
@@ -419,9 +423,13 @@ class PostgresStore(StorageGateway):
         self._many(f"INSERT INTO queued_gangs ({QUEUED_COLS}) VALUES ({_s(QUEUED_COLS)}) ON CONFLICT DO NOTHING",
                    [queued_params(q) for q in rows])
 
-    def queued_gangs(self) -> list[QueuedGang]:
+    def queued_gangs(self, pools: list[str] | None = None) -> list[QueuedGang]:
+        if pools is None:
+            return [queued_from_row(r) for r in self._all(
+                f"SELECT {QUEUED_COLS} FROM queued_gangs WHERE admitted_ms IS NULL ORDER BY seq")]
         return [queued_from_row(r) for r in self._all(
-            f"SELECT {QUEUED_COLS} FROM queued_gangs WHERE admitted_ms IS NULL ORDER BY seq")]
+            f"SELECT {QUEUED_COLS} FROM queued_gangs WHERE admitted_ms IS NULL AND pool = ANY(%s) ORDER BY seq",
+            (list(pools),))]
 
     def unsent_admissions(self) -> list[QueuedGang]:
         return [queued_from_row(r) for r in self._all(

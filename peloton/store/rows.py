@@ -125,7 +125,7 @@ def placeholders(cols: str, mark: str) -> str:
 
 
 def job_filters(mark: str, states: list[str] | None = None, pool: str | None = None, owner: str | None = None,
-                name: str | None = None) -> tuple[str, list]:
+                name: str | None = None, created_since_ms: int | None = None) -> tuple[str, list]:
     """A WHERE clause (or '') and its parameters for `list_jobs`' filters."""
     clauses, params = [], []
     if states:
@@ -135,6 +135,9 @@ def job_filters(mark: str, states: list[str] | None = None, pool: str | None = N
         if value:
             clauses.append(f"{column} = {mark}")
             params.append(value)
+    if created_since_ms is not None:
+        clauses.append(f"created_ms >= {mark}")
+        params.append(created_since_ms)
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 

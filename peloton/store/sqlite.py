@@ -218,9 +218,11 @@ class SqliteStore(StorageGateway):
                 out[row[0]] = job_from_row(row)
         return out
 
-    def list_jobs(self, limit: int = 100, **filters) -> list[JobRow]:
+    def list_jobs(self, limit: int = 100, oldest_first: bool = False, **filters) -> list[JobRow]:
         where, params = job_filters("?", **filters)
-        q = f"SELECT {JOB_COLS} FROM jobs{where} ORDER BY created_ms DESC LIMIT ?"
+        # The one order on every backend: newest first, ties by id (Cassandra's clustering), or its reverse.
+        order = "created_ms ASC, job_id DESC" if oldest_first else "created_ms DESC, job_id ASC"
+        q = f"SELECT {JOB_COLS} FROM jobs{where} ORDER BY {order} LIMIT ?"
         return [job_from_row(r) for r in self.db.execute(q, (*params, limit))]
 
     def active_jobs(self) -> list[JobRow]:
@@ -356,9 +358,12 @@ class SqliteStore(StorageGateway):
         return {"state": "applied", "job_id": row[0], "at_ms": row[1]} if row else None
 
     # -- allocations ------------------------------------------------------------------------
-    def allocations(self) -> list[Allocation]:
+    def allocations(self, pools: list[str] | None = None) -> list[Allocation]:
         q = f"SELECT {ALLOCATION_COLS} FROM allocations WHERE released_ms IS NULL"
-        return [allocation_from_row(r) for r in self.db.execute(q)]
+        if pools is None:
+            return [allocation_from_row(r) for r in self.db.execute(q)]
+        return [allocation_from_row(r) for chunk in _chunks(sorted(set(pools)))
+                for r in self.db.execute(f"{q} AND pool IN ({','.join('?' * len(chunk))})", chunk)]
 
     def release_allocations(self, task_ids: list[str], released_ms: int) -> None:
         with self.transaction():
@@ -393,9 +398,13 @@ class SqliteStore(StorageGateway):
             self.db.executemany(f"INSERT OR IGNORE INTO queued_gangs ({QUEUED_COLS}) VALUES ({_q(QUEUED_COLS)})",
                                 [queued_params(q) for q in rows])
 
-    def queued_gangs(self) -> list[QueuedGang]:
-        return [queued_from_row(r) for r in self.db.execute(
-            f"SELECT {QUEUED_COLS} FROM queued_gangs WHERE admitted_ms IS NULL ORDER BY seq")]
+    def queued_gangs(self, pools: list[str] | None = None) -> list[QueuedGang]:
+        q = f"SELECT {QUEUED_COLS} FROM queued_gangs WHERE admitted_ms IS NULL"
+        if pools is None:
+            return [queued_from_row(r) for r in self.db.execute(f"{q} ORDER BY seq")]
+        return sorted((queued_from_row(r) for chunk in _chunks(sorted(set(pools)))
+                       for r in self.db.execute(f"{q} AND pool IN ({','.join('?' * len(chunk))})", chunk)),
+                      key=lambda g: g.seq)
 
     def unsent_admissions(self) -> list[QueuedGang]:
         return [queued_from_row(r) for r in self.db.execute(

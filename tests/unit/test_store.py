@@ -90,6 +90,27 @@ def test_jobs_are_read_listed_and_updated_with_named_fields(store) -> None:
     assert [j.job_id for j in store.active_jobs()] == ["b"]
 
 
+def test_jobs_are_listed_by_filter_newest_or_oldest_first_and_since_a_time(store) -> None:
+    day = 86_400_000
+    rows = []
+    for i, (created, pool, owner, state) in enumerate(((5, "/p", "me", "PENDING"), (day + 5, "/q", "you", "RUNNING"),
+                                                       (day + 6, "/p", "you", "RUNNING"), (3 * day, "/p", "me",
+                                                                                            "SUCCEEDED"))):
+        j = job(f"j{i}")
+        j.created_ms, j.pool, j.owner, j.state = created, pool, owner, state
+        rows.append(j)
+    store.create_jobs(rows, [])
+    ids = lambda jobs: [j.job_id for j in jobs]  # noqa: E731
+    assert ids(store.list_jobs()) == ["j3", "j2", "j1", "j0"]
+    assert ids(store.list_jobs(oldest_first=True)) == ["j0", "j1", "j2", "j3"]
+    assert ids(store.list_jobs(2, oldest_first=True)) == ["j0", "j1"]
+    assert ids(store.list_jobs(created_since_ms=day + 6)) == ["j3", "j2"]  # the bound counts, across days
+    assert ids(store.list_jobs(created_since_ms=day, oldest_first=True)) == ["j1", "j2", "j3"]
+    assert ids(store.list_jobs(states=["RUNNING"], pool="/p")) == ["j2"]
+    assert ids(store.list_jobs(owner="you", created_since_ms=day + 6)) == ["j2"]
+    assert ids(store.list_jobs(created_since_ms=4 * day)) == []
+
+
 def test_tasks_are_found_by_instance_saved_and_their_events_kept_in_order(store) -> None:
     store.create_jobs([job("a")], [task("a", 0), task("a", 1), task("a", 2, "RUNNING")])
     found = store.tasks_by_instance([("a", 0), ("a", 2), ("zzz", 0)])
@@ -226,6 +247,18 @@ def test_queued_gangs_survive_and_are_admitted_once(store) -> None:
     assert [(q.gang_id, q.gang["tasks"]) for q in store.unsent_admissions()] == [("g1", [{"task_id": "t1"}])]
     store.admissions_sent(["g1"])
     assert store.unsent_admissions() == []
+
+
+def test_the_queues_and_charges_of_some_pools_are_read_alone(store) -> None:
+    store.queue_gangs([QueuedGang("g1", "/p", 0, 2, {"gang_id": "g1"}), QueuedGang("g2", "/q", 0, 1, {"gang_id": "g2"}),
+                       QueuedGang("g3", "/p", 9, 3, {"gang_id": "g3"})])
+    store.add_allocations([Allocation("t1", "/p", "g0", 1, 0, 0, 0, 10), Allocation("t2", "/r", "g9", 1, 0, 0, 0, 10)])
+    assert [q.gang_id for q in store.queued_gangs(["/p", "/nowhere"])] == ["g1", "g3"]  # by seq
+    assert [q.gang_id for q in store.queued_gangs(["/q", "/q"])] == ["g2"]
+    assert store.queued_gangs([]) == [] and store.allocations([]) == []
+    assert [a.task_id for a in store.allocations(["/r"])] == ["t2"]
+    store.release_allocations(["t2"], 20)
+    assert store.allocations(["/r"]) == [] and [a.task_id for a in store.allocations(["/p", "/r"])] == ["t1"]
 
 
 def test_pools_can_be_deleted_and_know_their_jobs(store) -> None:
