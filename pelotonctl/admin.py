@@ -38,7 +38,6 @@ from peloton.runtime import (
 )
 from peloton.serde import registry
 from peloton.store import QueryStore
-from peloton.store.base import JobRow
 from peloton.topics import Catalogue, apply_topics
 from stages.admit.checks import (
     distinct_capacities,
@@ -422,31 +421,3 @@ def steer_update(settings: Settings, store: QueryStore, update_id: str, action: 
         "requested_by": user, "timestamp_ms": now_ms()})
     _deliver(out, settings)
     return {"update_id": update_id, "job_id": job.job_id, "action": action, "command_id": command_id}
-
-
-def query_jobs(store: QueryStore, states: list[str] | None = None, pool: str | None = None, owner: str | None = None,
-               name: str | None = None, labels: dict[str, str] | None = None, limit: int = 100,
-               readable=None) -> list[JobRow]:
-    """Jobs by state, pool, owner, name and labels, the most recent first, at most `limit`;
-    `readable(pool)` keeps only the jobs of pools the caller may read."""
-    from peloton.model.jobspec import JobConfigError
-    from peloton.model.states import JOB_STATES
-
-    unknown = [s for s in states or () if s not in JOB_STATES]
-    if unknown:
-        raise UserError(f"state {unknown[0]}: job states are {', '.join(JOB_STATES)}")
-    # Labels live in the job's config, and permissions in its pool: filter on them after the
-    # store's own filters.
-    wide = bool(labels) or readable is not None
-    jobs = store.list_jobs(max(limit, 10_000) if wide else limit, states=states or None, pool=pool, owner=owner,
-                           name=name)
-    if readable is not None:
-        jobs = [j for j in jobs if readable(j.pool)]
-    if labels:
-        def labels_of(text: str) -> dict:
-            try:
-                return dict(parse_job_config(text).labels)
-            except JobConfigError:
-                return {}
-        jobs = [j for j in jobs if labels.items() <= labels_of(j.config_text).items()]
-    return jobs[:limit]

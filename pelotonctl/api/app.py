@@ -29,13 +29,13 @@ from peloton.model.pool import leaf_pool_error
 from peloton.runtime import BrokerUnavailable, CompactedView, DeliveryError, Emitter, now_ms
 from peloton.store import STORE_UNAVAILABLE
 from peloton.store.base import StorageGateway
-from pelotonctl import admin
+from pelotonctl import admin, queries
 from peloton.auth.identities import Identities
 from pelotonctl.api.audit import Audit
 from pelotonctl.api.identity import Creds, Unauthenticated, principal_of
 from pelotonctl.api.operations import add_operations
 from pelotonctl.api import logs, stream
-from pelotonctl.shapes import event_row, job_info, job_row, task_info, task_row, token_row, update_info
+from pelotonctl.shapes import event_row, job_info, job_row, task_info, token_row, update_info
 from stages.admit.workflow import ACTIONS, UpdateOptions
 from pelotonctl.watch import job_summary
 
@@ -241,27 +241,34 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
         if outcome and outcome["state"] == "refused":
             raise Refused(400, f"refused by the job manager: {outcome['reason']}")
 
-    @app.get("/v1/jobs", tags=["jobs"], summary="Jobs the caller may read, most recent first, a page at a time")
-    def query_jobs(creds: Creds, state: Annotated[list[str], Query()] = [], pool: str | None = None,
-                   owner: str | None = None, name: str | None = None,
+    @app.get("/v1/jobs", tags=["jobs"], summary="Jobs the caller may read, most recent first (or as sorted), a page "
+                                                "at a time: Peloton's job query")
+    def query_jobs(creds: Creds, state: Annotated[list[str], Query(description="Job states (Peloton's words, "
+                                                                               "comma lists too); any may match")] = [],
+                   pool: str | None = None, owner: str | None = None, name: str | None = None,
                    label: Annotated[list[str], Query(description="KEY=VALUE; all must match")] = [],
+                   keyword: Annotated[list[str], Query(description="Words that must all occur in the job's "
+                                                                   "config, any case")] = [],
+                   created_since_ms: Annotated[int | None, Query(
+                       ge=0, le=2**62, description="Only jobs created at or after this time")] = None,
+                   sort: Annotated[list[str], Query(description="Properties to sort by: " + ", ".join(
+                       queries.JOB_SORT))] = ["creation_time"],
+                   order: Annotated[str, Query(description="ASC or DESC")] = "DESC",
+                   total: Annotated[int | None, Query(ge=1, le=1_000_000, description="Peloton's maxLimit: the "
+                                                      "most jobs the query yields, before the page")] = None,
                    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
                    offset: Annotated[int, Query(ge=0, le=100_000)] = 0) -> dict:
         who = door.who(creds, "job.read", "jobs")
-        labels = {}
-        for item in label:
-            key, sep, value = item.partition("=")
-            if not sep or not key:
-                raise Refused(400, f"label {item!r}: expected KEY=VALUE")
-            labels[key] = value
+        query = queries.JobQuery(
+            tuple(queries.job_states(queries.words(state))), pool, owner, name,
+            queries.labels_of(queries.words(label)), tuple(queries.words(keyword)), created_since_ms,
+            tuple(queries.words(sort)) or ("creation_time",), queries.sort_order(order), offset, limit + 1, total)
         pools = store.list_pools()
 
         def readable(pool_path: str) -> bool:  # jobs the caller may not read are skipped, not refused
             return decide(who, "job.read", pool_path, pools, door.admin_groups).allowed
-        jobs = admin.query_jobs(store, [s.upper() for s in state], pool, owner, name, labels, offset + limit + 1,
-                                readable)
-        page = jobs[offset:offset + limit]
-        return {"jobs": [job_row(j) for j in page], "next_offset": offset + limit if len(jobs) > offset + limit else None}
+        jobs = queries.query_jobs(store, query, readable)
+        return {"jobs": [job_row(j) for j in jobs[:limit]], "next_offset": offset + limit if len(jobs) > limit else None}
 
     def readable_job(job_id: str, creds):
         who = door.who(creds, "job.read", job_id)
@@ -367,10 +374,25 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
             raise Refused(404, f"no instance {instance} of job {job_id}")
         return task
 
-    @app.get("/v1/jobs/{job_id}/tasks", tags=["tasks"], summary="Every task of a job")
-    def list_tasks(job_id: str, creds: Creds) -> dict:
-        readable_job(job_id, creds)
-        return {"tasks": [task_row(t) for t in store.tasks_of_job(job_id)]}
+    @app.get("/v1/jobs/{job_id}/tasks", tags=["tasks"],
+             summary="A job's tasks, every one or by state, name and host, sorted and paged: Peloton's task query")
+    def list_tasks(job_id: str, creds: Creds,
+                   state: Annotated[list[str], Query(description="Task states (Peloton's words, comma lists "
+                                                                "too); any may match")] = [],
+                   name: Annotated[list[str], Query(description="Task names (the config's name); any")] = [],
+                   host: Annotated[list[str], Query(description="Hosts of the current runs; any")] = [],
+                   sort: Annotated[list[str], Query(description="Properties to sort by: " + ", ".join(
+                       queries.TASK_SORT) + " (default: instance)")] = [],
+                   order: Annotated[str, Query(description="ASC or DESC")] = "ASC",
+                   limit: Annotated[int | None, Query(ge=1, le=1_000_000, description="At most this many (default: "
+                                                                                      "all)")] = None,
+                   offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0) -> dict:
+        job = readable_job(job_id, creds)
+        query = queries.TaskQuery(tuple(queries.task_states(queries.words(state))), tuple(queries.words(name)),
+                                  tuple(queries.words(host)), tuple(queries.words(sort)), queries.sort_order(order),
+                                  offset, limit)
+        rows, matched = queries.query_tasks(store, job, query)
+        return {"tasks": rows, "total": matched}
 
     @app.get("/v1/jobs/{job_id}/tasks/{instance}", tags=["tasks"], summary="One task's current run")
     def get_task(job_id: str, instance: int, creds: Creds) -> dict:
@@ -497,9 +519,12 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
     # -- hosts --------------------------------------------------------------------------------
     @app.get("/v1/hosts", tags=["hosts"], summary="Every host: state, free and total room, runs, labels, and "
                                                   "why runs wait on a draining host")
-    def list_hosts(creds: Creds) -> dict:
+    def list_hosts(creds: Creds, state: Annotated[list[str], Query(
+            description="Host states (UP, DRAINING, DRAINED, DOWN, or Peloton's HOST_STATE_UP...); any")] = []) -> dict:
         door.allow(door.who(creds, "host.read", "hosts"), "host.read", "hosts")
-        rows = [admin.host_row(h) for h in sorted(door.hosts(), key=lambda r: r["host_id"])]
+        states = queries.host_states(queries.words(state))
+        rows = [admin.host_row(h) for h in sorted(door.hosts(), key=lambda r: r["host_id"])
+                if not states or h["state"] in states]
         return {"hosts": admin.with_drain_waits(settings, store, rows)}
 
     @app.post("/v1/hosts/{host_id}/maintenance/{action}", tags=["hosts"],

@@ -138,6 +138,16 @@ def client():
     return connect(load_settings())
 
 
+def checked(fn, *args, **kwargs):
+    """What a command makes of its options (a query from Peloton's words): a UserError is exit 2."""
+    from pelotonctl.admin import UserError
+
+    try:
+        return fn(*args, **kwargs)
+    except UserError as exc:
+        fail(str(exc), EXIT_INVALID)
+
+
 def cluster_call(fn, *args, invalid: str = "", **kwargs):
     """Call the cluster (either way) and turn what it refuses into one line and an exit code;
     `invalid` goes before the message of invalid input (the file it came from)."""

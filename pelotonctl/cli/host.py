@@ -6,9 +6,9 @@ import sys
 
 import typer
 
-from pelotonctl.cli.common import JSON_HELP, amount, client, cluster_call, commands, print_json
+from pelotonctl.cli.common import JSON_HELP, amount, checked, client, cluster_call, commands, print_json
 
-host_app = commands("Hosts: list them, drain them for maintenance.")
+host_app = commands("Hosts: list them, query them by state, drain them for maintenance.")
 maintenance_app = commands("Host maintenance: drain a host, bring it back.")
 host_app.add_typer(maintenance_app, name="maintenance")
 
@@ -19,7 +19,24 @@ def host_list(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> 
     whose agent is silent shows '?' for its runs and free room: what still runs there is unknown.
     Under a DRAINING host, each run that stays for now and why (its job's
     sla.maximumUnavailableInstances)."""
-    hosts = cluster_call(client().hosts)
+    _print_hosts(cluster_call(client().hosts), as_json)
+
+
+@host_app.command("query")
+def host_query(states: list[str] = typer.Option(
+        [], "--states", "--state", "-s", help="Host states, e.g. HOST_STATE_DRAINING,HOST_STATE_DRAINED (Peloton's "
+                                              "words) or DRAINING,DRAINED; any may match. Default: every host."),
+        as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """Hosts by state, as Peloton's `host query`: its HOST_STATE_UP, DRAINING, DRAINED and DOWN
+    are ours (UP; DRAINING: maintenance started, its runs moving away; DRAINED: none left; DOWN: in
+    maintenance, or its agent silent past PELOTON_AGENT_TIMEOUT_S). Shown as `host list` shows them."""
+    from pelotonctl.queries import host_states, words
+
+    wanted = checked(host_states, words(states))
+    _print_hosts(cluster_call(client().hosts, wanted or None), as_json)
+
+
+def _print_hosts(hosts: list[dict], as_json: bool) -> None:
     if as_json:
         print_json({"hosts": hosts})
         return

@@ -10,8 +10,8 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from pelotonctl.cli.common import (EXIT_FAILED, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_TIMEOUT, JSON_HELP, amount, client,
-                                   cluster_call, commands, fail, key_values, load_settings, out, print_json, read_text)
+from pelotonctl.cli.common import (EXIT_FAILED, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_TIMEOUT, JSON_HELP, amount, checked,
+                                   client, cluster_call, commands, fail, load_settings, out, print_json, read_text)
 
 job_app = commands("Jobs: validate, create, status, stop, start, delete, get, query, list.")
 
@@ -299,21 +299,51 @@ def job_get(job_id: str, version: Optional[int] = typer.Option(None, "--version"
         sys.stdout.write(yaml.safe_dump(info, sort_keys=False))
 
 
+# Peloton's `job query` flags beside ours: comma lists (--states A,B) and repeats (--state A --state B)
+# are one option; -r/--respool is --pool; the short letters are its CLI's.
 @job_app.command("query")
-def job_query(state: list[str] = typer.Option([], "--state", help="A job state; repeat for several."),
-              pool: Optional[str] = typer.Option(None, "--pool", help="Only jobs of this pool, e.g. /team."),
-              owner: Optional[str] = typer.Option(None, "--owner", help="Only jobs of this owner (the config's owner)."),
-              name: Optional[str] = typer.Option(None, "--name", help="Only jobs with this name."),
-              label: list[str] = typer.Option([], "--label", help="KEY=VALUE; repeat for several (all must match)."),
-              limit: int = typer.Option(100, "--limit", help="At most this many jobs."), as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
-    """Jobs by state, pool, owner, name and labels, the most recent first."""
-    from peloton.model.states import JOB_STATES
+def job_query(state: list[str] = typer.Option([], "--state", "--states", "-s",
+                                              help="Job states, e.g. RUNNING,PENDING (Peloton's JOB_STATE_RUNNING "
+                                                   "too); repeat or comma-separate: any may match."),
+              pool: Optional[str] = typer.Option(None, "--pool", "--respool", "-r",
+                                                 help="Only jobs of this pool, e.g. /team (Peloton's --respool)."),
+              owner: Optional[str] = typer.Option(None, "--owner", help="Only jobs of this owner (owningTeam, "
+                                                                        "else owner)."),
+              name: Optional[str] = typer.Option(None, "--name", help="Only jobs with this name (exactly)."),
+              label: list[str] = typer.Option([], "--label", "--labels", "-l",
+                                              help="KEY=VALUE, e.g. team=a,tier=1; repeat or comma-separate: all "
+                                                   "must match."),
+              keywords: list[str] = typer.Option([], "--keywords", "-k",
+                                                 help="Words, e.g. nightly,etl: each must occur, in any case, in the "
+                                                      "job's config (its name, owner, labels, description, command; "
+                                                      "instanceConfig aside), as in Peloton."),
+              days: int = typer.Option(0, "--timerange", "-d", min=0,
+                                       help="Only jobs created within the last DAYS days (0: any time), as "
+                                            "Peloton's --timerange."),
+              sort: list[str] = typer.Option(["creation_time"], "--sort", "-p",
+                                             help="Properties to sort by, e.g. name,creation_time: creation_time, "
+                                                  "completion_time, update_time, name, owner, state, instance_count, "
+                                                  "job_type, respool_id."),
+              sort_order: str = typer.Option("DESC", "--sortorder", "-a", help="ASC or DESC (for every --sort)."),
+              offset: int = typer.Option(0, "--offset", "-o", min=0, help="Skip this many matching jobs first."),
+              limit: int = typer.Option(100, "--limit", "-n", min=0,
+                                        help="At most this many jobs (0: Peloton's default, 100)."),
+              total: int = typer.Option(0, "--total", "-q", "--max-limit", min=0,
+                                        help="Peloton's --total (maxLimit): the query yields at most this many "
+                                             "jobs, and --offset and --limit page within them (0: no bound)."),
+              as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """Jobs by state, pool, owner, name, labels, keywords and creation time, the most recent first
+    (or as --sort says), a page at a time: ours and Peloton's forms alike."""
+    import time
 
-    states = [s.upper() for s in state]
-    unknown = [s for s in states if s not in JOB_STATES]
-    if unknown:
-        fail(f"--state {unknown[0]}: job states are {', '.join(JOB_STATES)}", EXIT_INVALID)
-    rows = cluster_call(client().query_jobs, states or None, pool, owner, name, key_values(label, "--label"), limit)
+    from pelotonctl.queries import JobQuery, job_states, labels_of, sort_order as order, words
+
+    def query() -> JobQuery:
+        since = int(time.time() * 1000) - days * 86_400_000 if days else None
+        return JobQuery(tuple(job_states(words(state))), pool, owner, name, labels_of(words(label)),
+                        tuple(words(keywords)), since, tuple(words(sort)) or ("creation_time",), order(sort_order),
+                        offset, limit or 100, total or None)
+    rows = cluster_call(client().query_jobs, checked(query))
     if as_json:
         print_json(rows)
         return
@@ -326,7 +356,9 @@ def job_query(state: list[str] = typer.Option([], "--state", help="A job state; 
 @job_app.command("list")
 def job_list(limit: int = typer.Option(20, "--limit", help="At most this many jobs."), as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """The most recent jobs."""
-    rows = cluster_call(client().query_jobs, limit=limit)
+    from pelotonctl.queries import JobQuery
+
+    rows = cluster_call(client().query_jobs, checked(JobQuery, limit=limit))
     if as_json:
         print_json(rows)
         return

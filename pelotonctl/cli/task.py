@@ -8,9 +8,10 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from pelotonctl.cli.common import EXIT_NOT_FOUND, JSON_HELP, client, cluster_call, commands, fail, out, print_json
+from pelotonctl.cli.common import (EXIT_NOT_FOUND, JSON_HELP, checked, client, cluster_call, commands, fail, out,
+                                   print_json)
 
-task_app = commands("Tasks of a job.")
+task_app = commands("Tasks of a job: list, query, get, events, logs.")
 
 
 @task_app.command("list")
@@ -26,6 +27,41 @@ def task_list(job_id: str, as_json: bool = typer.Option(False, "--json", help=JS
     for r in rows:
         table.add_row(str(r["instance"]), str(r["run_id"]), r["state"], r.get("health") or "", r["host"],
                       "" if r["exit_code"] is None else str(r["exit_code"]), r["message"])
+    out.print(table)
+
+
+@task_app.command("query")
+def task_query(job_id: str,
+               states: list[str] = typer.Option([], "--states", "--state", "-s",
+                                                help="Task states, e.g. RUNNING,FAILED (Peloton's words); repeat or "
+                                                     "comma-separate: any may match."),
+               names: list[str] = typer.Option([], "--names", help="Task names (the config's `name`), comma-"
+                                                                   "separated: any may match."),
+               hosts: list[str] = typer.Option([], "--hosts", help="Hosts of the tasks' current runs, comma-"
+                                                                   "separated: any may match."),
+               limit: int = typer.Option(100, "--limit", "-n", min=0, help="At most this many tasks (0: Peloton's "
+                                                                           "default, 100)."),
+               offset: int = typer.Option(0, "--offset", "-o", min=0, help="Skip this many matching tasks first."),
+               sort: list[str] = typer.Option([], "--sort", "-p",
+                                              help="Properties to sort by, e.g. state,host: creation_time (when the "
+                                                   "current run started RUNNING), host, instance_id, message, name, "
+                                                   "reason, state (in a run's life order). Default: instance."),
+               sort_order: str = typer.Option("ASC", "--sortorder", "-a", help="ASC or DESC (for every --sort)."),
+               as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """A job's tasks by state, name and host, sorted and a page at a time (Peloton's task query):
+    instance, task name, run, state, health, host, exit code, reason, message."""
+    from pelotonctl.queries import TaskQuery, sort_order as order, task_states, words
+
+    query = checked(lambda: TaskQuery(tuple(task_states(words(states))), tuple(words(names)), tuple(words(hosts)),
+                                      tuple(words(sort)), order(sort_order), offset, limit or 100))
+    rows = cluster_call(client().query_tasks, job_id, query)["tasks"]
+    if as_json:
+        print_json(rows)
+        return
+    table = Table("instance", "name", "run", "state", "health", "host", "exit", "reason", "message")
+    for r in rows:
+        table.add_row(str(r["instance"]), r["name"], str(r["run_id"]), r["state"], r.get("health") or "", r["host"],
+                      "" if r["exit_code"] is None else str(r["exit_code"]), r["reason"] or "", r["message"])
     out.print(table)
 
 

@@ -6,9 +6,10 @@ from functools import cached_property
 from pathlib import Path
 
 from peloton.config import Settings
-from pelotonctl import admin
+from pelotonctl import admin, queries
 from pelotonctl.admin import NotFound, UserError
-from pelotonctl.shapes import event_row, job_info, job_row, task_info, task_row, token_row, update_info
+from pelotonctl.queries import JobQuery, TaskQuery
+from pelotonctl.shapes import event_row, job_info, job_row, task_info, token_row, update_info
 from stages.admit.workflow import UpdateOptions
 from pelotonctl.watch import job_summary
 
@@ -56,15 +57,22 @@ class DirectClient:
     def job_summary(self, job_id: str, why: bool = True) -> dict | None:
         return job_summary(self.store, job_id, self.settings if why else None)
 
-    def query_jobs(self, states: list[str] | None = None, pool: str | None = None, owner: str | None = None,
-                   name: str | None = None, labels: dict[str, str] | None = None, limit: int = 100) -> list[dict]:
-        return [job_row(j) for j in admin.query_jobs(self.store, states, pool, owner, name, labels, limit)]
+    def query_jobs(self, query: JobQuery) -> list[dict]:
+        return [job_row(j) for j in queries.query_jobs(self.store, query)]
 
     # -- tasks --------------------------------------------------------------------------------
     def tasks(self, job_id: str) -> list[dict] | None:
         """None: no such job."""
-        tasks = self.store.tasks_of_job(job_id)
-        return [task_row(t) for t in tasks] if tasks else None
+        job = self.store.get_job(job_id)
+        return (queries.query_tasks(self.store, job, TaskQuery(limit=None))[0] or None) if job else None
+
+    def query_tasks(self, job_id: str, query: TaskQuery) -> dict:
+        """{"tasks": the page, "total": how many match}."""
+        job = self.store.get_job(job_id)
+        if job is None:
+            raise NotFound(f"no job {job_id}")
+        rows, total = queries.query_tasks(self.store, job, query)
+        return {"tasks": rows, "total": total}
 
     def task(self, job_id: str, instance: int) -> dict | None:
         task = next((t for t in self.store.tasks_of_job(job_id) if t.instance == instance), None)
@@ -133,8 +141,9 @@ class DirectClient:
 
         return pool_tree(self.store.list_pools())
 
-    def hosts(self) -> list[dict]:
-        return admin.with_drain_waits(self.settings, self.store, admin.list_hosts(self.settings))
+    def hosts(self, states: list[str] | None = None) -> list[dict]:
+        rows = [h for h in admin.list_hosts(self.settings) if not states or h["state"] in states]
+        return admin.with_drain_waits(self.settings, self.store, rows)
 
     def maintenance(self, host_id: str, action: str, force: bool = False) -> None:
         admin.request_maintenance(self.settings, host_id, action, "", force)

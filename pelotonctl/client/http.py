@@ -11,6 +11,7 @@ import urllib.parse
 import urllib.request
 
 from pelotonctl.admin import NotFound, UserError
+from pelotonctl.queries import JobQuery, TaskQuery
 from stages.admit.workflow import UpdateOptions
 
 
@@ -65,6 +66,7 @@ class ApiClient:
     # Commands answer once the job manager acted on them (wait=true), so the next command finds
     # what this one did, and a refusal by the job manager is this command's error (exit 2).
     WAIT = {"wait": "true"}
+    PAGE = 1000  # the most jobs the API lists in one answer
 
     def submit_job(self, pool: str, text: str) -> str:
         return self.call("POST", "/v1/jobs", {"pool": pool, "config": text}, self.WAIT)["job_id"]
@@ -98,16 +100,34 @@ class ApiClient:
     def job_summary(self, job_id: str, why: bool = True) -> dict | None:
         return self.call("GET", f"/v1/jobs/{job_id}/status", query={"why": str(why).lower()}, missing_ok=True)
 
-    def query_jobs(self, states: list[str] | None = None, pool: str | None = None, owner: str | None = None,
-                   name: str | None = None, labels: dict[str, str] | None = None, limit: int = 100) -> list[dict]:
-        query = {"state": states or None, "pool": pool, "owner": owner, "name": name, "limit": limit,
-                 "label": [f"{k}={v}" for k, v in (labels or {}).items()] or None}
-        return self.call("GET", "/v1/jobs", query=query)["jobs"]
+    def query_jobs(self, query: JobQuery) -> list[dict]:
+        # The API pages at most PAGE jobs a call: a longer page is asked for in pages.
+        rows: list[dict] = []
+        offset, end = query.offset, query.offset + query.limit
+        while offset < end:
+            limit = min(self.PAGE, end - offset)
+            answer = self.call("GET", "/v1/jobs", query={
+                "state": list(query.states) or None, "pool": query.pool, "owner": query.owner, "name": query.name,
+                "label": [f"{k}={v}" for k, v in query.labels] or None, "keyword": list(query.keywords) or None,
+                "created_since_ms": query.created_since_ms, "sort": list(query.sort),
+                "order": "DESC" if query.descending else "ASC", "total": query.total, "offset": offset,
+                "limit": limit})
+            rows.extend(answer["jobs"])
+            if answer["next_offset"] is None:
+                break
+            offset = answer["next_offset"]
+        return rows
 
     # -- tasks --------------------------------------------------------------------------------
     def tasks(self, job_id: str) -> list[dict] | None:
         answer = self.call("GET", f"/v1/jobs/{job_id}/tasks", missing_ok=True)
         return answer["tasks"] if answer and answer["tasks"] else None
+
+    def query_tasks(self, job_id: str, query: TaskQuery) -> dict:
+        return self.call("GET", f"/v1/jobs/{job_id}/tasks", query={
+            "state": list(query.states) or None, "name": list(query.names) or None,
+            "host": list(query.hosts) or None, "sort": list(query.sort) or None,
+            "order": "DESC" if query.descending else "ASC", "offset": query.offset, "limit": query.limit})
 
     def task(self, job_id: str, instance: int) -> dict | None:
         return self.call("GET", f"/v1/jobs/{job_id}/tasks/{instance}", missing_ok=True)
@@ -147,8 +167,8 @@ class ApiClient:
     def pool_tree(self) -> dict:
         return self.call("GET", "/v1/respools")
 
-    def hosts(self) -> list[dict]:
-        return self.call("GET", "/v1/hosts")["hosts"]
+    def hosts(self, states: list[str] | None = None) -> list[dict]:
+        return self.call("GET", "/v1/hosts", query={"state": states or None})["hosts"]
 
     def maintenance(self, host_id: str, action: str, force: bool = False) -> None:
         self.call("POST", f"/v1/hosts/{host_id}/maintenance/{action.lower()}", {"force": force})

@@ -228,3 +228,27 @@ def test_a_replay_through_the_api_sends_job_commands_only() -> None:
     with pytest.raises(UserError, match="only launch may write: this sender replays letters of "
                                         "job-commands only"):
         replay(Settings(), letter, writable=REPLAYABLE)
+
+
+def test_pelotons_query_forms_are_the_apis_query_parameters(api) -> None:
+    from tests.unit.test_queries import seed
+
+    seed(api.store)
+    alice, bob, root = api.tokens["alice"], api.tokens["bob"], api.tokens["root"]
+    jobs = api.get("/v1/jobs", params={"state": "pending,JOB_STATE_SUCCEEDED", "keyword": "NIGHTLY", "sort": "name",
+                                       "order": "ASC"}, headers=alice).json()
+    assert [j["job_id"] for j in jobs["jobs"]] == ["backup", "etl"]
+    first = api.get("/v1/jobs", params={"limit": 1, "total": 2}, headers=root).json()
+    second = api.get("/v1/jobs", params={"limit": 1, "total": 2, "offset": 1}, headers=root).json()
+    assert ([j["job_id"] for j in first["jobs"] + second["jobs"]], first["next_offset"], second["next_offset"]) == (
+        ["backup", "web"], 1, None)  # the total bounds the pages
+    tasks = api.get("/v1/jobs/etl/tasks", params={"state": "RUNNING,FAILED", "limit": 1}, headers=alice).json()
+    assert (tasks["total"], [(t["instance"], t["name"]) for t in tasks["tasks"]]) == (2, [(1, "worker")])
+    assert api.get("/v1/hosts", params={"state": "HOST_STATE_UP"}, headers=bob).json()["hosts"][0]["host_id"] == "h0"
+    assert api.get("/v1/hosts", params={"state": "DRAINED"}, headers=bob).json() == {"hosts": []}
+    for path, params, says in (("/v1/jobs", {"state": "RUNING"}, "state RUNING: job states are"),
+                               ("/v1/jobs", {"sort": "start_time"}, "jobs here keep no start time"),
+                               ("/v1/jobs/etl/tasks", {"order": "UP"}, "ASC or DESC"),
+                               ("/v1/hosts", {"state": "HOST_STATE_INVALID"}, "HOST_STATE_INVALID")):
+        answer = api.get(path, params=params, headers=alice)
+        assert answer.status_code == 400 and says in answer.json()["detail"], (path, answer.text)

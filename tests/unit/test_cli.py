@@ -106,3 +106,26 @@ def test_pelotons_rolling_commands_take_the_batch_size_and_ranges_as_pelotons_cl
         assert result.exit_code == 0 and "BATCH_SIZE" in result.output.upper() and "-r, --range" in result.output
         missing = runner.invoke(app, ["job", command, "some-job"])
         assert missing.exit_code == 2 and "batch_size" in missing.output.lower(), missing.output
+
+
+def test_pelotons_own_query_lines_run_as_written(tmp_path) -> None:
+    import json
+    import shlex
+
+    from peloton.store import open_store
+    from tests.unit.test_queries import seed
+
+    store = open_store(tmp_path / "peloton.db")
+    seed(store)
+    store.close()
+    env = {"PELOTON_HOME": str(tmp_path / "home"), "PELOTON_STORE": str(tmp_path / "peloton.db")}
+    # The first is the example in Peloton's cmd/cli/main.go (with a pool path: pools are paths here).
+    for line, found in (
+            ('job query --labels="tier=2,x=y" --respool=/b --keywords=k1,k2 --states=running,killed --limit=1', 0),
+            ("job query -l tier=1 -r /a -k nightly,etl -s PENDING -d 36500 -n 10 -q 100 -o 0 -p creation_time "
+             "-a DESC", 1),
+            ("job query --states PENDING --state SUCCEEDED --label tier=2 --pool /a/x", 1),  # ours, as before
+            ("task query etl -s RUNNING,FAILED --names worker,special --hosts h1,h2 -n 5 -o 0 -p state,host -a ASC", 2)):
+        result = runner.invoke(app, [*shlex.split(line), "--json"], env=env)
+        assert result.exit_code == 0, (line, result.output)
+        assert len(json.loads(result.output)) == found, (line, result.output)

@@ -59,7 +59,7 @@ def served(tmp_path):
                "PELOTON_TOKEN": tokens.get(user, "")}
         return runner.invoke(app, list(args), env=env)
 
-    ctl.out, ctl.file, ctl.port = out, str(tmp_path / "hello.yaml"), port
+    ctl.out, ctl.file, ctl.port, ctl.store = out, str(tmp_path / "hello.yaml"), port, store
     yield ctl
     server.should_exit = True
     thread.join(10)
@@ -126,3 +126,41 @@ def test_tokens_are_an_admins_through_the_api_and_the_operators_in_the_store(ser
     assert runner.invoke(app, ["auth", "revoke", token_id], env=direct).exit_code == 0
     again = runner.invoke(app, ["auth", "revoke", token_id], env=direct)
     assert again.exit_code == 3 and "not revoked already" in again.output
+
+
+def test_pelotons_listings_answer_the_same_through_the_api_and_directly(served, tmp_path) -> None:
+    from tests.unit.test_queries import seed
+
+    seed(served.store)  # alice's team owns /a and /a/x below it; /b is bob's
+    direct = {"PELOTON_HOME": str(tmp_path / "operator"), "PELOTON_STORE": str(tmp_path / "peloton.db")}
+    for args, field, expected in (
+            (["job", "query", "-s", "pending,JOB_STATE_SUCCEEDED", "-r", "/a", "-k", "NIGHTLY"], "job_id", ["etl"]),
+            (["job", "query", "--labels", "tier=2", "--respool", "/a/x", "--sort", "name", "--sortorder", "ASC",
+              "--limit", "5", "--offset", "0", "--total", "10"], "job_id", ["backup"]),
+            (["task", "query", "etl", "--states", "RUNNING,FAILED", "--hosts", "h2"], "instance", [2]),
+            (["task", "query", "etl", "-p", "state", "-a", "DESC", "-n", "2", "-o", "1"], "instance", [1, 0])):
+        via_api, directly = served("alice", *args, "--json"), runner.invoke(app, [*args, "--json"], env=direct)
+        assert via_api.exit_code == directly.exit_code == 0, (args, via_api.output, directly.output)
+        rows = json.loads(via_api.output)
+        assert rows == json.loads(directly.output) and [r[field] for r in rows] == expected, (args, rows)
+    assert served("bob", "task", "query", "etl").exit_code == 6  # what alice's team may read, bob may not
+
+
+def test_hosts_are_queried_by_pelotons_host_states_through_the_api(served) -> None:
+    up = served("alice", "host", "query", "--states", "HOST_STATE_UP,HOST_STATE_DRAINING", "--json")
+    assert up.exit_code == 0 and [h["host_id"] for h in json.loads(up.output)["hosts"]] == ["h0"]
+    assert json.loads(served("alice", "host", "query", "-s", "DOWN", "--json").output) == {"hosts": []}
+    assert "h0" in served("alice", "host", "query").output
+    invalid = served("alice", "host", "query", "--states", "HOST_STATE_INVALID")
+    assert invalid.exit_code == 2 and "no host here is in Peloton's HOST_STATE_INVALID" in invalid.output
+
+
+def test_a_query_word_that_means_nothing_here_exits_2_naming_it(served) -> None:
+    for args, says in ((["job", "query", "--states", "RUNING"], "state RUNING: job states are"),
+                       (["job", "query", "--sort", "start_time"], "jobs here keep no start time"),
+                       (["job", "query", "--sortorder", "UP"], "sort order 'UP': ASC or DESC"),
+                       (["job", "query", "--labels", "tier"], "label 'tier': expected KEY=VALUE"),
+                       (["task", "query", "j1", "--states", "RESERVED"], "no task here is RESERVED"),
+                       (["task", "query", "j1", "--sort", "cpu"], "tasks sort by creation_time, host")):
+        result = served("alice", *args)
+        assert result.exit_code == 2 and says in result.output, (args, result.output)

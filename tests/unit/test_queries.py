@@ -1,0 +1,161 @@
+"""Peloton's query forms (pelotonctl/queries.py) on a real SQLite store: its words read as its CLI
+reads them, its filters, sorts and pages as its job manager and resource manager answer them, and
+a plain refusal for what cannot mean anything here."""
+
+from __future__ import annotations
+
+import pytest
+
+from peloton.model.jobconfig import parse_job_config
+from peloton.model.pool import parse_pool_config
+from peloton.store import Allocation, QueuedGang, open_store
+from pelotonctl import queries
+from pelotonctl.admin import UserError
+from pelotonctl.queries import JobQuery, TaskQuery
+from stages.admit.expand import expand_job
+
+RESOURCES = "resources:\n- {kind: cpu, reservation: 4, limit: 4, share: 1}\n"
+JOB = """name: {name}
+owningTeam: {owner}
+description: "{description}"
+labels:
+- {{key: tier, value: "{tier}"}}
+instanceCount: 3
+defaultConfig:
+  name: worker
+  resource: {{cpuLimit: 0.5, memLimitMb: 64, diskLimitMb: 64}}
+  command: {{value: "echo hello"}}
+instanceConfig:
+  2:
+    name: special
+    command: {{value: "echo secretword"}}
+"""
+DAY = 86_400_000
+
+
+def seed(store) -> None:
+    """Pools /a, /a/x and /b; jobs etl (/a, day 1), web (/b, day 2), backup (/a/x, day 3, completed
+    day 4); etl's instance 1 RUNNING on h1 and 2 FAILED on h2; backup's gang queued in /a/x and
+    etl's instance 1 admitted in /a."""
+    store.put_pool("/a", parse_pool_config("name: a\nowningTeam: team-a\n" + RESOURCES, "/a"))
+    store.put_pool("/a/x", parse_pool_config("name: x\n" + RESOURCES, "/a/x"))
+    store.put_pool("/b", parse_pool_config("name: b\nowningTeam: team-b\n" + RESOURCES, "/b"))
+    for job_id, name, owner, description, tier, pool, day in (
+            ("etl", "etl", "data", "Nightly ETL", "1", "/a", 1), ("web", "web", "front", "serves pages", "2", "/b", 2),
+            ("backup", "backup", "data", "nightly copy", "2", "/a/x", 3)):
+        text = JOB.format(name=name, owner=owner, description=description, tier=tier)
+        job, tasks = expand_job(job_id, pool, parse_job_config(text), text, day * DAY)
+        if job_id == "backup":
+            job.state, job.completed_ms = "SUCCEEDED", 4 * DAY
+        store.create_jobs([job], tasks)
+    tasks = store.tasks_of_job("etl")
+    tasks[1].state, tasks[1].host_id = "RUNNING", "h1"
+    tasks[2].state, tasks[2].host_id, tasks[2].reason = "FAILED", "h2", "REASON_COMMAND_EXITED"
+    store.update_task_runs(tasks)
+    store.record_task_events([("etl-1-1", "etl", 1, 1, "RUNNING", "", None, DAY + 50, "h1", "")])
+    gang = {"gang_id": "backup-0-1", "job_id": "backup", "pool": "/a/x", "priority": 0, "preemptible": False,
+            "revocable": False, "created_ms": 3 * DAY,
+            "tasks": [{"task_id": f"backup-{i}-1", "job_id": "backup", "instance": i, "run_id": 1,
+                       "controller": False, "resources": {"cpu": 0.5, "mem_mb": 64.0, "disk_mb": 0.0, "gpu": 0.0}}
+                      for i in range(2)]}
+    urgent = {**gang, "gang_id": "backup-2-1", "priority": 5, "preemptible": True,
+              "tasks": [{**gang["tasks"][0], "task_id": "backup-2-1", "instance": 2, "controller": True}]}
+    store.queue_gangs([QueuedGang("backup-0-1", "/a/x", 0, 1, gang),
+                       QueuedGang("backup-2-1", "/a/x", 5, 2, urgent, not_before_ms=9)])
+    store.add_allocations([Allocation("etl-1-1", "/a", "etl-0-1", 0.5, 64, 64, 0, DAY + 10),
+                           Allocation("etl-0-7", "/a", "etl-0-7", 0.5, 64, 64, 0, DAY + 20)])
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = open_store(tmp_path / "peloton.db")
+    seed(s)
+    yield s
+    s.close()
+
+
+def ids(rows) -> list[str]:
+    return [getattr(r, "job_id", None) or r["job_id"] for r in rows]
+
+
+def test_pelotons_words_are_read_as_its_cli_reads_them_and_ours_beside_them() -> None:
+    assert queries.words(["RUNNING,pending", " KILLED ", ""]) == ["RUNNING", "pending", "KILLED"]
+    assert queries.job_states(["running", "JOB_STATE_PENDING", "RUNNING"]) == ["RUNNING", "PENDING"]
+    assert queries.task_states(["POD_STATE_RUNNING", "lost"]) == ["RUNNING", "LOST"]
+    assert queries.host_states(["HOST_STATE_DRAINING", "down"]) == ["DRAINING", "DOWN"]
+    assert queries.sort_order("asc") is False and queries.sort_order("DESC") is True
+    assert queries.labels_of(["tier=1", "team=a=b"]) == (("tier", "1"), ("team", "a=b"))
+
+
+@pytest.mark.parametrize("call, says", [
+    (lambda: queries.job_states(["RUNING"]), "state RUNING: job states are INITIALIZED, PENDING"),
+    (lambda: queries.job_states(["JOB_STATE_UNKNOWN"]), "no job here is in Peloton's UNKNOWN state"),
+    (lambda: queries.task_states(["RESERVED"]), "no task here is RESERVED: hosts are not reserved"),
+    (lambda: queries.host_states(["HOST_STATE_INVALID"]), "no host here is in Peloton's HOST_STATE_INVALID"),
+    (lambda: queries.host_states(["MAINTENANCE"]), "host states are UP, DRAINING, DRAINED, DOWN"),
+    (lambda: queries.sort_order("UP"), "sort order 'UP': ASC or DESC"),
+    (lambda: queries.labels_of(["tier"]), "label 'tier': expected KEY=VALUE"),
+    (lambda: JobQuery(sort=("start_time",)), "jobs here keep no start time"),
+    (lambda: JobQuery(sort=("size",)), "sort size: jobs sort by creation_time, completion_time"),
+    (lambda: JobQuery(limit=0), "limit 0: at least 1"),
+    (lambda: TaskQuery(sort=("cpu",)), "sort cpu: tasks sort by creation_time, host, instance_id"),
+])
+def test_a_word_that_means_nothing_here_is_refused_with_the_reason(call, says) -> None:
+    with pytest.raises(UserError, match=None) as raised:
+        call()
+    assert says in str(raised.value)
+
+
+def test_keywords_must_each_occur_in_the_jobs_config_in_any_case_as_in_peloton(store) -> None:
+    assert ids(queries.query_jobs(store, JobQuery(keywords=("NIGHTLY",)))) == ["backup", "etl"]  # description
+    assert ids(queries.query_jobs(store, JobQuery(keywords=("nightly", "data", "etl")))) == ["etl"]  # all of them
+    assert ids(queries.query_jobs(store, JobQuery(keywords=("front",)))) == ["web"]  # owner
+    assert ids(queries.query_jobs(store, JobQuery(keywords=("hello",)))) == ["backup", "web", "etl"]  # command
+    # Values, not keys; and not the per-instance configs (Peloton's index leaves them out too).
+    assert queries.query_jobs(store, JobQuery(keywords=("owningteam",))) == []
+    assert queries.query_jobs(store, JobQuery(keywords=("secretword",))) == []
+
+
+def test_jobs_are_filtered_by_labels_time_and_the_stores_own_filters(store) -> None:
+    assert ids(queries.query_jobs(store, JobQuery(labels=(("tier", "2"),)))) == ["backup", "web"]
+    assert ids(queries.query_jobs(store, JobQuery(created_since_ms=2 * DAY))) == ["backup", "web"]
+    assert ids(queries.query_jobs(store, JobQuery(states=("PENDING",), owner="data"))) == ["etl"]
+    assert ids(queries.query_jobs(store, JobQuery(), readable=lambda pool: pool != "/b")) == ["backup", "etl"]
+
+
+def test_jobs_sort_on_pelotons_properties_and_page_within_its_total(store) -> None:
+    assert ids(queries.query_jobs(store, JobQuery(descending=False))) == ["etl", "web", "backup"]
+    assert ids(queries.query_jobs(store, JobQuery(sort=("name",), descending=False))) == ["backup", "etl", "web"]
+    assert ids(queries.query_jobs(store, JobQuery(sort=("owner", "name")))) == ["web", "etl", "backup"]
+    # A job not completed has no completion time: last, in either order.
+    for descending in (True, False):
+        assert ids(queries.query_jobs(store, JobQuery(sort=("completion_time",), descending=descending)))[0] == "backup"
+    assert ids(queries.query_jobs(store, JobQuery(offset=1, limit=1))) == ["web"]
+    assert ids(queries.query_jobs(store, JobQuery(offset=1, total=2))) == ["web"]  # the total bounds the pages
+    assert queries.query_jobs(store, JobQuery(offset=2, total=2)) == []
+
+
+def test_a_sort_that_would_see_only_part_of_the_matching_jobs_is_refused(store, monkeypatch) -> None:
+    monkeypatch.setattr(queries, "SORT_WINDOW", 2)
+    with pytest.raises(UserError, match="more than the 2 newest jobs match"):
+        queries.query_jobs(store, JobQuery(sort=("name",), limit=1))
+    assert ids(queries.query_jobs(store, JobQuery(sort=("name",), states=("PENDING",), limit=1))) == ["web"]
+
+
+def test_a_jobs_tasks_are_queried_by_state_name_and_host_sorted_and_paged(store) -> None:
+    etl = store.get_job("etl")
+
+    def instances(**query) -> tuple[list[int], int]:
+        rows, total = queries.query_tasks(store, etl, TaskQuery(**query))
+        return [r["instance"] for r in rows], total
+    assert instances() == ([0, 1, 2], 3)
+    assert instances(states=("RUNNING", "FAILED")) == ([1, 2], 2)
+    assert instances(names=("special",)) == ([2], 1)
+    assert instances(hosts=("h1", "h9")) == ([1], 1)
+    assert instances(sort=("state",), descending=True) == ([2, 1, 0], 3)  # a run's life order, not the alphabet
+    assert instances(sort=("host",), descending=True) == ([2, 1, 0], 3)
+    assert instances(sort=("creation_time",)) == ([1, 0, 2], 3)  # only 1 started RUNNING: the rest after it
+    assert instances(sort=("name", "instanceId"), descending=True) == ([1, 0, 2], 3)
+    assert instances(offset=1, limit=1) == ([1], 3)
+    rows, _ = queries.query_tasks(store, etl, TaskQuery(limit=None))
+    assert [r["name"] for r in rows] == ["worker", "worker", "special"]
