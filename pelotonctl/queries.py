@@ -1,8 +1,9 @@
 """The listings people ask the cluster for, with Peloton's query forms: jobs by state, pool,
 owner, name, labels, keywords and creation time, sorted and paged; a job's tasks by state, name
-and host; hosts by state. The direct client and the API call the same functions, so both answer
-alike. Words are read as Peloton's CLI reads them (comma lists, its enum names) and any word that
-cannot mean something here is refused with the reason (UserError), never dropped."""
+and host; hosts by state; the resource manager's tasks and its pools' queues. The direct client
+and the API call the same functions, so both answer alike. Words are read as Peloton's CLI
+reads them (comma lists, its enum names) and any word that cannot mean something here is
+refused with the reason (UserError), never dropped."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 
 from peloton.model.states import JOB_STATES, TASK_ORDER
 from peloton.store.base import JobRow, QueryStore, TaskRow
-from pelotonctl.admin import UserError
+from pelotonctl.admin import NotFound, UserError
 
 # Sorting by anything but creation time sorts this many of the newest matching jobs at most: more
 # is refused with what to narrow, rather than a sort of an arbitrary part.
@@ -273,3 +274,109 @@ def _run_starts(store: QueryStore, job_id: str, tasks: list[TaskRow]) -> dict[in
         if e["state"] == "RUNNING" and runs.get(e["instance"]) == e["run_id"] and e["instance"] not in started:
             started[e["instance"]] = e["timestamp_ms"]
     return started
+
+
+# -- the resource manager's view ----------------------------------------------------------------
+
+def pools_under(pools: dict[str, dict], path: str) -> list[str]:
+    """The pool at `path` and every pool below it; NotFound for a pool that is not there."""
+    if not path.startswith("/"):
+        raise UserError(f"resource pool {path!r}: pools here are named by their path (e.g. /team/batch), not by "
+                        f"Peloton's pool ids")
+    path = "/" + path.strip("/")
+    if path != "/" and path not in pools:
+        raise NotFound(f"no resource pool {path!r}")
+    return sorted(p for p in pools if path == "/" or p == path or p.startswith(path + "/"))
+
+
+def _task_key(task_id: str) -> tuple[str, int, int] | None:
+    """(job id, instance, run) of a task id JOB-INSTANCE-RUN (a job id may hold dashes)."""
+    job_id, _, rest = task_id.rpartition("-")
+    job_id, _, instance = job_id.rpartition("-")
+    if not job_id or not instance.isdigit() or not rest.isdigit():
+        return None
+    return job_id, int(instance), int(rest)
+
+
+def _scope(store: QueryStore, job_id: str | None, pool: str | None,
+           readable: Callable[[str], bool] | None) -> list[str]:
+    pools = store.list_pools()
+    if job_id:
+        job = store.get_job(job_id)
+        if job is None:
+            raise NotFound(f"no job {job_id}")
+        scope = [job.pool]
+        if pool and job.pool not in pools_under(pools, pool):
+            scope = []
+    else:
+        scope = pools_under(pools, pool or "/")
+    return [p for p in scope if readable is None or readable(p)]
+
+
+def resmgr_tasks(store: QueryStore, job_id: str | None = None, pool: str | None = None,
+                 states: Iterable[str] = (), readable: Callable[[str], bool] | None = None) -> list[dict]:
+    """Every task run the resource manager tracks: queued in its pool's queue, or admitted (its
+    resources charged to its pool until it ends), each with the state, host and reason the job
+    manager has for that run; of one job, a pool (and those below it), in some states."""
+    scope = _scope(store, job_id, pool, readable)
+    entries: list[dict] = []
+    for g in store.queued_gangs(scope):
+        for t in g.gang.get("tasks", []):
+            entries.append({"task_id": t["task_id"], "job_id": t["job_id"], "instance": t["instance"],
+                            "run_id": t["run_id"], "pool": g.pool, "gang_id": g.gang_id, "resmgr": "queued",
+                            "since_ms": g.gang.get("created_ms")})
+    for a in store.allocations(scope):
+        key = _task_key(a.task_id)
+        if key is None:
+            continue
+        entries.append({"task_id": a.task_id, "job_id": key[0], "instance": key[1], "run_id": key[2], "pool": a.pool,
+                        "gang_id": a.gang_id, "resmgr": "admitted", "since_ms": a.admitted_ms})
+    if job_id:
+        entries = [e for e in entries if e["job_id"] == job_id]
+    runs = store.tasks_by_instance([(e["job_id"], e["instance"]) for e in entries], spec=False)
+    wanted = set(states)
+    rows = []
+    for e in entries:
+        task = runs.get((e["job_id"], e["instance"]))
+        current = task is not None and task.run_id == e["run_id"]
+        row = {**e, "state": task.state if current else None, "host": task.host_id if current else "",
+               "reason": task.reason if current else "", "message": task.message if current else "",
+               "updated_ms": task.updated_ms if current else None}
+        if not wanted or row["state"] in wanted:
+            rows.append(row)
+    return sorted(rows, key=lambda r: (r["pool"], r["job_id"], r["instance"], r["run_id"]))
+
+
+def gang_kind(gang: dict) -> str:
+    """The side queue a gang goes to when it fails that one rule (stages/entitle/admission.py)."""
+    tasks = gang.get("tasks", [])
+    if len(tasks) == 1 and tasks[0].get("controller"):
+        return "controller"
+    if not gang.get("preemptible", True):
+        return "non-preemptible"
+    if gang.get("revocable"):
+        return "revocable"
+    return ""
+
+
+def pending_gangs(store: QueryStore, pool: str | None = None, limit: int = 100,
+                  readable: Callable[[str], bool] | None = None) -> list[dict]:
+    """The gangs waiting in the queues of a pool (and those below it; every pool without one), in
+    the order the resource manager admits them, at most `limit` a pool."""
+    from stages.entitle.admission import gang_demand
+
+    if limit < 1:
+        raise UserError(f"limit {limit}: at least 1")
+    by_pool: dict[str, list] = {}
+    for g in store.queued_gangs(_scope(store, None, pool, readable)):
+        by_pool.setdefault(g.pool, []).append(g)
+    rows = []
+    for path in sorted(by_pool):
+        queue = sorted(by_pool[path], key=lambda g: (-g.priority, g.seq))  # Peloton's priority FIFO
+        for position, g in enumerate(queue[:limit], 1):
+            tasks = g.gang.get("tasks", [])
+            rows.append({"pool": path, "position": position, "gang_id": g.gang_id, "job_id": g.gang.get("job_id", ""),
+                         "priority": g.priority, "tasks": len(tasks), "task_ids": [t["task_id"] for t in tasks],
+                         "demand": gang_demand(g.gang).to_record() if tasks else None, "kind": gang_kind(g.gang),
+                         "queued_ms": g.gang.get("created_ms"), "not_before_ms": g.not_before_ms or None})
+    return rows

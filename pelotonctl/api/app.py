@@ -1,6 +1,7 @@
-"""The API's resources, as Peloton names them: jobs and their tasks, resource pools, hosts, and the
-tokens that say who is asking. Every request but /healthz and /metrics carries a bearer token;
-every decision on it (allowed or refused, with the reason) goes to the audit topic first.
+"""The API's resources, as Peloton names them: jobs and their tasks, resource pools, the resource
+manager's tasks and queues, hosts, and the tokens that say who is asking. Every request but
+/healthz and /metrics carries a bearer token; every decision on it (allowed or refused, with the
+reason) goes to the audit topic first.
 
 Answers: 200/201 with JSON; 400 for input the job manager would refuse (the message `job
 validate` gives); 401 without a valid token; 403 with the reason a permission was refused; 404
@@ -526,6 +527,37 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
         rows = [admin.host_row(h) for h in sorted(door.hosts(), key=lambda r: r["host_id"])
                 if not states or h["state"] in states]
         return {"hosts": admin.with_drain_waits(settings, store, rows)}
+
+    # -- the resource manager's view: its tasks and its pools' queues ---------------------------
+    def readable_scope(creds, job_id: str | None, pool: str | None):
+        """Who asks, and which pools they may read: a job or a pool named must be theirs (403),
+        and of the rest, what they may not read is skipped."""
+        who = door.who(creds, "job.read", job_id or pool or "resmgr")
+        pools = store.list_pools()
+        if job_id:
+            door.allow(who, "job.read", job_id, door.job(job_id).pool)
+        elif pool and pool.rstrip("/") in pools:
+            door.allow(who, "job.read", pool.rstrip("/"), pool.rstrip("/"))
+        return lambda path: decide(who, "job.read", path, pools, door.admin_groups).allowed
+
+    @app.get("/v1/resmgr/tasks", tags=["resmgr"],
+             summary="The task runs the resource manager tracks (queued in a pool, or admitted) with the job "
+                     "manager's state of each: Peloton's resmgr active tasks")
+    def resmgr_tasks(creds: Creds, job: str | None = None,
+                     pool: Annotated[str | None, Query(description="A pool path: it and the pools below it")] = None,
+                     state: Annotated[list[str], Query(description="Task states; any")] = []) -> dict:
+        readable = readable_scope(creds, job, pool)
+        states = queries.task_states(queries.words(state))
+        return {"tasks": queries.resmgr_tasks(store, job, pool, states, readable)}
+
+    @app.get("/v1/resmgr/pending", tags=["resmgr"],
+             summary="The gangs waiting in the pools' queues, in admission order: Peloton's resmgr pending tasks")
+    def resmgr_pending(creds: Creds,
+                       pool: Annotated[str | None, Query(description="A pool path: it and the pools below it "
+                                                                      "(default: every pool)")] = None,
+                       limit: Annotated[int, Query(ge=1, le=100_000, description="Gangs a pool")] = 100) -> dict:
+        readable = readable_scope(creds, None, pool)
+        return {"gangs": queries.pending_gangs(store, pool, limit, readable)}
 
     @app.post("/v1/hosts/{host_id}/maintenance/{action}", tags=["hosts"],
               summary="Drain a host (start) or bring it back (complete) (admins)")

@@ -9,7 +9,7 @@ import typer
 
 from peloton.config import Settings
 from pelotonctl.cli import (agent, api, auth, bench, cluster, dashboard, deadletters, dev, host, image, job, lag,
-                            respool, stage, task, topics, update)
+                            resmgr, respool, stage, task, topics, update)
 from pelotonctl.cli.common import EXIT_UNAVAILABLE, commands, err, masked, out
 
 # add_completion gives --install-completion and --show-completion (bash, zsh, fish, PowerShell).
@@ -25,6 +25,7 @@ app.add_typer(job.job_app, name="job")
 app.add_typer(task.task_app, name="task")
 app.add_typer(update.update_app, name="update")
 app.add_typer(respool.pool_app, name="respool")
+app.add_typer(resmgr.resmgr_app, name="resmgr")
 app.add_typer(cluster.cluster_app, name="cluster")
 app.add_typer(agent.agent_app, name="agent")
 app.add_typer(host.host_app, name="host")

@@ -145,6 +145,14 @@ class DirectClient:
         rows = [h for h in admin.list_hosts(self.settings) if not states or h["state"] in states]
         return admin.with_drain_waits(self.settings, self.store, rows)
 
+    # -- the resource manager's view ----------------------------------------------------------
+    def resmgr_tasks(self, job_id: str | None = None, pool: str | None = None,
+                     states: list[str] | None = None) -> list[dict]:
+        return queries.resmgr_tasks(self.store, job_id, pool, states or ())
+
+    def pending_gangs(self, pool: str | None = None, limit: int = 100) -> list[dict]:
+        return queries.pending_gangs(self.store, pool, limit)
+
     def maintenance(self, host_id: str, action: str, force: bool = False) -> None:
         admin.request_maintenance(self.settings, host_id, action, "", force)
 

@@ -170,6 +170,15 @@ class ApiClient:
     def hosts(self, states: list[str] | None = None) -> list[dict]:
         return self.call("GET", "/v1/hosts", query={"state": states or None})["hosts"]
 
+    # -- the resource manager's view ----------------------------------------------------------
+    def resmgr_tasks(self, job_id: str | None = None, pool: str | None = None,
+                     states: list[str] | None = None) -> list[dict]:
+        return self.call("GET", "/v1/resmgr/tasks", query={"job": job_id, "pool": pool,
+                                                           "state": states or None})["tasks"]
+
+    def pending_gangs(self, pool: str | None = None, limit: int = 100) -> list[dict]:
+        return self.call("GET", "/v1/resmgr/pending", query={"pool": pool, "limit": limit})["gangs"]
+
     def maintenance(self, host_id: str, action: str, force: bool = False) -> None:
         self.call("POST", f"/v1/hosts/{host_id}/maintenance/{action.lower()}", {"force": force})
 

@@ -249,6 +249,28 @@ def test_pelotons_query_forms_are_the_apis_query_parameters(api) -> None:
     for path, params, says in (("/v1/jobs", {"state": "RUNING"}, "state RUNING: job states are"),
                                ("/v1/jobs", {"sort": "start_time"}, "jobs here keep no start time"),
                                ("/v1/jobs/etl/tasks", {"order": "UP"}, "ASC or DESC"),
-                               ("/v1/hosts", {"state": "HOST_STATE_INVALID"}, "HOST_STATE_INVALID")):
+                               ("/v1/hosts", {"state": "HOST_STATE_INVALID"}, "HOST_STATE_INVALID"),
+                               ("/v1/resmgr/pending", {"pool": "a1b2"}, "named by their path")):
         answer = api.get(path, params=params, headers=alice)
         assert answer.status_code == 400 and says in answer.json()["detail"], (path, answer.text)
+
+
+def test_the_resource_managers_view_shows_each_caller_the_pools_they_may_read(api) -> None:
+    from tests.unit.test_queries import seed
+
+    seed(api.store)
+    alice, bob = api.tokens["alice"], api.tokens["bob"]
+    active = api.get("/v1/resmgr/tasks", headers=alice).json()["tasks"]
+    assert {t["task_id"] for t in active} == {"etl-0-7", "etl-1-1", "backup-0-1", "backup-1-1", "backup-2-1"}
+    assert api.get("/v1/resmgr/tasks", headers=bob).json() == {"tasks": []}  # skipped, not refused
+    running = api.get("/v1/resmgr/tasks", params={"job": "etl", "state": "RUNNING"}, headers=alice).json()["tasks"]
+    assert [(t["task_id"], t["resmgr"], t["host"]) for t in running] == [("etl-1-1", "admitted", "h1")]
+    pending = api.get("/v1/resmgr/pending", params={"pool": "/a/x", "limit": 5}, headers=alice).json()["gangs"]
+    assert [(g["position"], g["gang_id"], g["kind"]) for g in pending] == [(1, "backup-2-1", "controller"),
+                                                                           (2, "backup-0-1", "non-preemptible")]
+    refused = api.get("/v1/resmgr/pending", params={"pool": "/a"}, headers=bob)
+    assert refused.status_code == 403 and refused.json()["detail"].startswith("job.read on /a refused")
+    assert api.get("/v1/resmgr/tasks", params={"job": "etl"}, headers=bob).status_code == 403
+    assert api.get("/v1/resmgr/pending", params={"pool": "/zzz"}, headers=alice).status_code == 404
+    assert api.get("/v1/resmgr/tasks").status_code == 401
+    assert ("bob", "job.read", "/a", False) in decisions(api)

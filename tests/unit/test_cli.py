@@ -125,7 +125,9 @@ def test_pelotons_own_query_lines_run_as_written(tmp_path) -> None:
             ("job query -l tier=1 -r /a -k nightly,etl -s PENDING -d 36500 -n 10 -q 100 -o 0 -p creation_time "
              "-a DESC", 1),
             ("job query --states PENDING --state SUCCEEDED --label tier=2 --pool /a/x", 1),  # ours, as before
-            ("task query etl -s RUNNING,FAILED --names worker,special --hosts h1,h2 -n 5 -o 0 -p state,host -a ASC", 2)):
+            ("task query etl -s RUNNING,FAILED --names worker,special --hosts h1,h2 -n 5 -o 0 -p state,host -a ASC", 2),
+            ("resmgr tasks active --job etl --respool /a --states RUNNING", 1),
+            ("resmgr tasks pending /a/x --limit 10", 2)):
         result = runner.invoke(app, [*shlex.split(line), "--json"], env=env)
         assert result.exit_code == 0, (line, result.output)
         assert len(json.loads(result.output)) == found, (line, result.output)

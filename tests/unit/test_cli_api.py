@@ -138,12 +138,21 @@ def test_pelotons_listings_answer_the_same_through_the_api_and_directly(served, 
             (["job", "query", "--labels", "tier=2", "--respool", "/a/x", "--sort", "name", "--sortorder", "ASC",
               "--limit", "5", "--offset", "0", "--total", "10"], "job_id", ["backup"]),
             (["task", "query", "etl", "--states", "RUNNING,FAILED", "--hosts", "h2"], "instance", [2]),
-            (["task", "query", "etl", "-p", "state", "-a", "DESC", "-n", "2", "-o", "1"], "instance", [1, 0])):
+            (["task", "query", "etl", "-p", "state", "-a", "DESC", "-n", "2", "-o", "1"], "instance", [1, 0]),
+            (["resmgr", "active-list", "--states", "RUNNING"], "task_id", ["etl-1-1"]),
+            (["resmgr", "tasks", "active", "--job", "backup"], "task_id", ["backup-0-1", "backup-1-1", "backup-2-1"]),
+            (["resmgr", "tasks", "pending", "/a", "--limit", "1"], "gang_id", ["backup-2-1"])):
         via_api, directly = served("alice", *args, "--json"), runner.invoke(app, [*args, "--json"], env=direct)
         assert via_api.exit_code == directly.exit_code == 0, (args, via_api.output, directly.output)
         rows = json.loads(via_api.output)
         assert rows == json.loads(directly.output) and [r[field] for r in rows] == expected, (args, rows)
-    assert served("bob", "task", "query", "etl").exit_code == 6  # what alice's team may read, bob may not
+    table = served("alice", "resmgr", "pending")
+    assert table.exit_code == 0 and "backup-2-1" in table.output and "controller" in table.output
+    # What alice may not read is skipped in a listing, and refused when named.
+    assert json.loads(served("bob", "resmgr", "active-list", "--json").output) == []
+    refused = served("bob", "resmgr", "pending", "/a")
+    assert refused.exit_code == 6 and "job.read on /a refused" in refused.output
+    assert served("bob", "task", "query", "etl").exit_code == 6
 
 
 def test_hosts_are_queried_by_pelotons_host_states_through_the_api(served) -> None:
@@ -161,6 +170,8 @@ def test_a_query_word_that_means_nothing_here_exits_2_naming_it(served) -> None:
                        (["job", "query", "--sortorder", "UP"], "sort order 'UP': ASC or DESC"),
                        (["job", "query", "--labels", "tier"], "label 'tier': expected KEY=VALUE"),
                        (["task", "query", "j1", "--states", "RESERVED"], "no task here is RESERVED"),
-                       (["task", "query", "j1", "--sort", "cpu"], "tasks sort by creation_time, host")):
+                       (["task", "query", "j1", "--sort", "cpu"], "tasks sort by creation_time, host"),
+                       (["resmgr", "active-list", "--respool", "0d2f-pool-id"], "pools here are named by their path")):
         result = served("alice", *args)
         assert result.exit_code == 2 and says in result.output, (args, result.output)
+    assert served("alice", "resmgr", "pending", "/nowhere").exit_code == 3

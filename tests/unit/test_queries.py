@@ -10,7 +10,7 @@ from peloton.model.jobconfig import parse_job_config
 from peloton.model.pool import parse_pool_config
 from peloton.store import Allocation, QueuedGang, open_store
 from pelotonctl import queries
-from pelotonctl.admin import UserError
+from pelotonctl.admin import NotFound, UserError
 from pelotonctl.queries import JobQuery, TaskQuery
 from stages.admit.expand import expand_job
 
@@ -159,3 +159,34 @@ def test_a_jobs_tasks_are_queried_by_state_name_and_host_sorted_and_paged(store)
     assert instances(offset=1, limit=1) == ([1], 3)
     rows, _ = queries.query_tasks(store, etl, TaskQuery(limit=None))
     assert [r["name"] for r in rows] == ["worker", "worker", "special"]
+
+
+def test_the_resource_managers_tasks_are_its_queued_and_admitted_runs_with_the_job_managers_state(store) -> None:
+    rows = queries.resmgr_tasks(store)
+    assert [(r["task_id"], r["resmgr"], r["state"]) for r in rows] == [
+        ("etl-0-7", "admitted", None),  # a run the job manager has left behind
+        ("etl-1-1", "admitted", "RUNNING"),
+        ("backup-0-1", "queued", "PENDING"), ("backup-1-1", "queued", "PENDING"), ("backup-2-1", "queued", "PENDING")]
+    assert rows[1]["host"] == "h1" and rows[1]["since_ms"] == DAY + 10
+    assert [r["task_id"] for r in queries.resmgr_tasks(store, states=["RUNNING"])] == ["etl-1-1"]
+    assert [r["task_id"] for r in queries.resmgr_tasks(store, pool="/a/x")] == ["backup-0-1", "backup-1-1",
+                                                                               "backup-2-1"]
+    assert [r["task_id"] for r in queries.resmgr_tasks(store, job_id="etl")] == ["etl-0-7", "etl-1-1"]
+    assert queries.resmgr_tasks(store, job_id="etl", pool="/b") == []
+    assert queries.resmgr_tasks(store, readable=lambda pool: pool == "/b") == []
+    with pytest.raises(NotFound, match="no job nope"):
+        queries.resmgr_tasks(store, job_id="nope")
+
+
+def test_pending_gangs_come_in_admission_order_a_limit_a_pool(store) -> None:
+    rows = queries.pending_gangs(store, "/a")
+    assert [(r["pool"], r["position"], r["gang_id"], r["priority"], r["tasks"], r["kind"]) for r in rows] == [
+        ("/a/x", 1, "backup-2-1", 5, 1, "controller"), ("/a/x", 2, "backup-0-1", 0, 2, "non-preemptible")]
+    assert rows[1]["demand"]["cpu"] == 1.0 and rows[1]["task_ids"] == ["backup-0-1", "backup-1-1"]
+    assert rows[0]["not_before_ms"] == 9 and rows[1]["not_before_ms"] is None
+    assert [r["gang_id"] for r in queries.pending_gangs(store, limit=1)] == ["backup-2-1"]
+    assert queries.pending_gangs(store, "/b") == []
+    with pytest.raises(UserError, match="pools here are named by their path"):
+        queries.pending_gangs(store, "a1b2c3")  # a Peloton pool id
+    with pytest.raises(NotFound, match="no resource pool '/zzz'"):
+        queries.pending_gangs(store, "/zzz")
