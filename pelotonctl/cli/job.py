@@ -49,13 +49,15 @@ def job_create(
     timeout: float = typer.Option(600, help="Seconds to wait with --wait."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """Validate a job file and submit it to POOL; with --wait, follow it to the end."""
+    """Validate a job file and submit it to POOL: prints `Job <id> created`, as Peloton's CLI does
+    (--json: {"job_id": ...}); with --wait, follow it to the end."""
     job_id = cluster_call(client().submit_job, pool, read_text(config), invalid=f"{config}: ")
-    if not wait:
-        print_json({"job_id": job_id}) if as_json else out.print(job_id)
-        return
     if not as_json:
-        out.print(f"job {job_id} submitted to {pool}", highlight=False)
+        out.print(f"Job {job_id} created", highlight=False)  # Peloton's words: scripts read the id from them
+    if not wait:
+        if as_json:
+            print_json({"job_id": job_id})
+        return
     _follow(job_id, timeout, as_json)
 
 

@@ -155,7 +155,9 @@ def test_a_command_answers_once_the_job_manager_acted_so_the_next_one_finds_its_
     alice = p.ctl("auth", "issue", "--user", "alice", "--group", "team-a").stdout.strip()
     (p.home / "sleep.yaml").write_text(JOB.replace("sleep 0.5", "sleep 60"))
     as_alice = {"PELOTON_API_URL": api, "PELOTON_TOKEN": alice}
-    job_id = p.ctl("job", "create", "/a", str(p.home / "sleep.yaml"), extra_env=as_alice).stdout.strip()
+    made = p.ctl("job", "create", "/a", str(p.home / "sleep.yaml"), extra_env=as_alice).stdout
+    assert made.startswith("Job ") and made.endswith(" created\n"), made  # Peloton's words
+    job_id = made.split()[1]
     stop = p.ctl("job", "stop", job_id, "--instances", "0", "--wait", extra_env=as_alice)  # at once: it is stored
     assert stop.returncode == 0, stop.stderr
     status, answer = call(f"{api}/v1/jobs/{job_id}/stop?wait=true", "POST", alice, {})

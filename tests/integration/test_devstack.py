@@ -177,9 +177,9 @@ def test_a_stack_with_two_instances_of_each_stage_loses_nothing_when_one_of_each
         assert ctl("respool", "create", "/big", str(pool)).returncode == 0
         job = tmp_path / "job.yaml"
         job.write_text(FIVE_HUNDRED)
-        created = ctl("job", "create", "/big", str(job))
+        created = ctl("job", "create", "/big", str(job), "--json")
         assert created.returncode == 0, created.stderr
-        job_id = created.stdout.strip()
+        job_id = json.loads(created.stdout)["job_id"]
         victims = [r for r in stages if r["instance"].endswith("-1")]
         assert [v["component"] for v in victims] == ["admit", "entitle", "place", "launch"]
         for victim in victims:  # one instance of each stage, in turn, while the job runs
@@ -285,13 +285,13 @@ def test_a_cassandra_stack_runs_on_a_node_of_its_own_that_keeps_its_data_across_
         # The stages carry on with the node that came back: a job runs to the end on it.
         job = tmp_path / "job.yaml"
         job.write_text(FIVE)
-        created = ctl("job", "create", "/DefaultResPool", str(job))
+        created = ctl("job", "create", "/DefaultResPool", str(job), "--json")
         deadline = time.monotonic() + 30
         while created.returncode == 5 and time.monotonic() < deadline:  # 503 until the API's driver reconnects
             time.sleep(1)
-            created = ctl("job", "create", "/DefaultResPool", str(job))
+            created = ctl("job", "create", "/DefaultResPool", str(job), "--json")
         assert created.returncode == 0, created.stderr
-        status = ctl("job", "status", created.stdout.strip(), "--wait", "--timeout", "120", "--json")
+        status = ctl("job", "status", json.loads(created.stdout)["job_id"], "--wait", "--timeout", "120", "--json")
         assert status.returncode == 0, status.stdout + status.stderr
         assert json.loads(status.stdout)["state"] == "SUCCEEDED"
         node_files = tmp_path / "dev" / "cassandra"  # Cassandra's own SSTables end in .db too

@@ -60,7 +60,7 @@ def test_with_the_store_stopped_commands_answer_in_one_line_and_work_when_it_is_
         assert p.ctl("job", "status", job).returncode == 0
         created = p.ctl("job", "create", "/test", str(config))
         assert created.returncode == 0, created.stderr
-        new_job = created.stdout.split()[-1] if created.stdout.strip() else ""
+        new_job = created.stdout.split()[1] if created.stdout.startswith("Job ") else ""  # Job <id> created
         assert new_job, created.stdout
     finally:
         server.stop()

@@ -129,9 +129,9 @@ STATELESS = REPO_ROOT.parent / "shared" / "peloton-examples" / "stateless" / "te
 def test_pelotons_stateless_spec_runs_as_written(pipeline_factory) -> None:
     p = pipeline_factory(hosts="local:1:cpu=4,mem_mb=4096,disk_mb=10000")
     p.start_all()
-    made = p.ctl("job", "create", "/test", str(STATELESS))
+    made = p.ctl("job", "create", "/test", str(STATELESS), "--json")
     assert made.returncode == 0, made.stderr
-    job = made.stdout.strip()
+    job = json.loads(made.stdout)["job_id"]
     p.wait_for("its 3 instances running", lambda: p.counts(job) == {"RUNNING": 3}, 60)
     assert p.store.get_job(job).type == "SERVICE"
     p.wait_for("its loop printing", lambda: "running 3" in p.ctl("task", "logs", job, "2").stdout, 30)

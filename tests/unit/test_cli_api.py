@@ -70,7 +70,10 @@ def test_commands_go_through_the_api_as_the_tokens_user(served) -> None:
     made = served("alice", "job", "create", "/a", served.file)
     assert made.exit_code == 0, made.output
     [(_t, key, _s, command)] = served.out.take("job-commands")
-    assert key == made.output.strip() and command["requested_by"] == "alice"
+    assert made.output == f"Job {key} created\n" and command["requested_by"] == "alice"  # Peloton's words
+    made = served("alice", "job", "create", "/a", served.file, "--json")
+    [(_t, key, _s, _c)] = served.out.take("job-commands")
+    assert json.loads(made.output) == {"job_id": key}
     got = served("alice", "job", "get", "j1", "--json")
     assert got.exit_code == 0 and '"pool": "/a"' in got.output
     listed = served("alice", "task", "list", "j1", "--json")
