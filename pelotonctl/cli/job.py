@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 
 from pelotonctl.cli.common import (EXIT_FAILED, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_TIMEOUT, JSON_HELP, amount, checked,
-                                   client, cluster_call, commands, fail, load_settings, out, print_json, read_text)
+                                   client, cluster_call, commands, err, fail, load_settings, out, print_json, read_text)
 
 job_app = commands("Jobs: validate, create, status, stop, start, delete, get, query, list.")
 
@@ -51,7 +51,9 @@ def job_create(
 ) -> None:
     """Validate a job file and submit it to POOL: prints `Job <id> created`, as Peloton's CLI does
     (--json: {"job_id": ...}); with --wait, follow it to the end."""
-    job_id = cluster_call(client().submit_job, pool, read_text(config), invalid=f"{config}: ")
+    text = read_text(config)
+    job_id = cluster_call(client().submit_job, pool, text, invalid=f"{config}: ")
+    _say_not_honoured(text)
     if not as_json:
         out.print(f"Job {job_id} created", highlight=False)  # Peloton's words: scripts read the id from them
     if not wait:
@@ -59,6 +61,18 @@ def job_create(
             print_json({"job_id": job_id})
         return
     _follow(job_id, timeout, as_json)
+
+
+def _say_not_honoured(text: str) -> None:
+    """Fields of an accepted job that Peloton honours and this scheduler does not, on stderr."""
+    from pelotonctl.admin import UserError, validate_job
+
+    try:
+        notices = validate_job(text, load_settings()).notices
+    except UserError:
+        return  # accepted by the cluster under its own limits: nothing to add
+    for notice in notices:
+        err.print(f"warning: not honoured here: {notice}", highlight=False)
 
 
 def _follow(job_id: str, timeout: float, as_json: bool) -> None:
