@@ -11,6 +11,9 @@ import typer
 
 from pelotonctl.cli.common import EXIT_INVALID, JSON_HELP, commands, fail, load_settings, out, print_json
 
+# Where the runtime mounts the kernel's file systems, the task's sandbox and its /tmp.
+MOUNT_POINTS = ("proc", "sys", "dev", "tmp", "sandbox")
+
 image_app = commands("Container images (root file systems) for tasks that name one.")
 
 
@@ -33,6 +36,9 @@ def image_import(name: str = typer.Argument(..., help="The image's name as jobs 
         shutil.rmtree(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copytree(rootfs, target, symlinks=True)
+    for mount_point in MOUNT_POINTS:  # the runtime mounts there, and the image is read-only when it runs
+        (target / mount_point).mkdir(exist_ok=True)
+    target.chmod(0o755)  # tasks run as their own users: a 0700 top (mktemp -d) would shut them out
     out.print(f"image {name} imported into {target}", highlight=False)
 
 

@@ -62,7 +62,10 @@ class ContainerRuntime:
         bundle.mkdir(parents=True, exist_ok=True)
         config_path = bundle / "config.json"
         config_path.unlink(missing_ok=True)
-        subprocess.run([self.binary, "spec", "--bundle", str(bundle)], check=True, capture_output=True, timeout=30)
+        try:
+            subprocess.run([self.binary, "spec", "--bundle", str(bundle)], check=True, capture_output=True, timeout=30)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+            raise ImageError(f"{self.name} spec failed: {exc}") from None
         config = json.loads(config_path.read_text())
         config["root"] = {"path": str(rootfs), "readonly": True}
         process = config["process"]

@@ -22,6 +22,10 @@ field 22) and the boot id. kill_orphan() / LocalDriver.reap_orphans() use it to 
 the group, never touching a process that merely reuses the pid. Linux /proc is needed to verify
 a process; without it nothing is ever killed as an orphan.
 
+Isolation (host agents as root): a task runs in a cgroup of its own (cgroups.py), entered before
+it runs anything (the gate); a task that names an image runs in it through an OCI runtime
+(containers.py); GPUs are handed out per device; a sandbox past its disk limit is killed.
+
 No threads: poll() checks the few hundred local children with a non-blocking waitid each.
 """
 
