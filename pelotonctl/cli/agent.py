@@ -42,7 +42,7 @@ def agent_run(
     devices: tuple[str, ...] = ()
     if not simulate:
         try:
-            devices, capacity, _how = gpu_devices(gpus, capacity)
+            devices, capacity = gpu_devices(gpus, capacity)
         except ValueError as exc:
             fail(str(exc), EXIT_INVALID)
     labels = key_values(attribute, "--attribute")

@@ -33,13 +33,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from peloton import metrics
-from stages.launch.agents.containers import RUNTIME_LABEL, find_runtime
 from peloton.config import Settings
 from peloton.model.resources import Resources
 from peloton.model.states import REASON_AGENT_FENCED
 from peloton.runtime.loop import STATUS_EVERY_S, STUCK_S
 from peloton.serde import DecodeError, registry
 from peloton.topics import Catalogue, partition_for
+from stages.launch.agents.cgroups import Hierarchy, find_hierarchy
+from stages.launch.agents.containers import RUNTIME_LABEL, find_runtime
 from stages.launch.agents.driver import TASK_LOST, LaunchRequest, TaskUpdate
 from stages.launch.agents.local import LocalDriver, kill_orphan, sandbox_path, surviving_groups
 from stages.launch.agents.sim import SimDriver
@@ -77,26 +78,25 @@ def parse_port_ranges(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(ranges)
 
 
-def gpu_devices(given: str | None, capacity: Resources, dev: Path = Path("/dev")) -> tuple[tuple[str, ...], Resources, str]:
-    """The host's GPU devices, its capacity with their count, and how they were found. Named
-    (`--gpus 0,1`), else the NVIDIA devices under /dev, else as many as the capacity's gpu
-    numbered from 0 (devices no driver checks: for tests, or a host whose devices are named
-    otherwise). ValueError when the count named and the capacity's gpu disagree."""
+def gpu_devices(given: str | None, capacity: Resources, dev: Path = Path("/dev")) -> tuple[tuple[str, ...], Resources]:
+    """The host's GPU devices, and its capacity with their count: named (`--gpus 0,1`), else the
+    NVIDIA devices under /dev, else as many as the capacity's gpu numbered from 0 (devices no
+    driver checks: for tests, or a host whose devices are named otherwise). ValueError when the
+    devices named or found and the capacity's gpu disagree."""
     if given is not None:
         devices = tuple(d.strip() for d in given.split(",") if d.strip())
         if len(set(devices)) != len(devices):
             raise ValueError(f"--gpus {given!r} names a device twice")
-        if capacity.gpu and capacity.gpu != len(devices):
-            raise ValueError(f"--gpus names {len(devices)} devices but the resources say gpu={capacity.gpu:g}")
-        how = "named by --gpus"
+        source = "--gpus names"
     else:
-        found = sorted((p.name[len("nvidia"):] for p in dev.glob("nvidia[0-9]*") if p.name[len("nvidia"):].isdigit()),
-                       key=int)
-        if found and not capacity.gpu:
-            devices, how = tuple(found), f"found under {dev}"
-        else:
-            devices, how = tuple(str(i) for i in range(int(capacity.gpu))), "numbered from the resources' gpu"
-    return devices, replace(capacity, gpu=float(len(devices))), how
+        devices = tuple(sorted((p.name[len("nvidia"):] for p in dev.glob("nvidia[0-9]*")
+                                if p.name[len("nvidia"):].isdigit()), key=int))
+        source = f"{dev} has"
+        if not devices:
+            return tuple(str(i) for i in range(int(capacity.gpu))), capacity
+    if capacity.gpu and capacity.gpu != len(devices):
+        raise ValueError(f"{source} {len(devices)} GPU devices but the resources say gpu={capacity.gpu:g}")
+    return devices, replace(capacity, gpu=float(len(devices)))
 
 
 def parse_resources(text: str) -> Resources:
@@ -522,11 +522,9 @@ class _Round:
     failed: bool = False
 
 
-def isolation_for(settings, agent: str):
+def isolation_for(settings: Settings, agent: str) -> tuple[Hierarchy | None, str]:
     """The cgroup hierarchy the agent's tasks run in, or None, and a sentence saying which
     isolators are on, or why none is."""
-    from stages.launch.agents.cgroups import find_hierarchy
-
     if settings.isolation == "off":
         return None, "off (PELOTON_ISOLATION=off): tasks are bare process groups, their resources only counted"
     hierarchy, note = find_hierarchy(agent)

@@ -95,3 +95,20 @@ def test_what_a_run_used_is_said_in_its_message_and_read_back() -> None:
     assert usage_in(describe_usage(0.25, None)) == {"cpu_seconds": 0.25, "peak_mem_mb": None}
     assert usage_in("cpu 2 s are not enough for this task, it said") == {"cpu_seconds": None, "peak_mem_mb": None}
     assert usage_in(None) == {"cpu_seconds": None, "peak_mem_mb": None}
+
+
+def test_an_agents_gpus_are_named_found_or_numbered_and_must_agree_with_its_resources(tmp_path: Path) -> None:
+    from peloton.model.resources import Resources
+    from stages.agent.agent import gpu_devices
+
+    none = tmp_path / "dev"
+    none.mkdir()
+    assert gpu_devices("0,1", Resources(cpu=4), none) == (("0", "1"), Resources(cpu=4, gpu=2))
+    assert gpu_devices(None, Resources(cpu=4, gpu=2), none) == (("0", "1"), Resources(cpu=4, gpu=2))
+    for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"):
+        (none / name).touch()
+    assert gpu_devices(None, Resources(cpu=4), none) == (("0", "1"), Resources(cpu=4, gpu=2))
+    with pytest.raises(ValueError, match="has 2 GPU devices but the resources say gpu=3"):
+        gpu_devices(None, Resources(gpu=3), none)
+    with pytest.raises(ValueError, match="names a device twice"):
+        gpu_devices("0,0", Resources(), none)
