@@ -44,6 +44,7 @@ def pelotonctl(p, *args: str, check: bool = True) -> subprocess.CompletedProcess
     return done
 
 
+@pytest.mark.slow  # a scale test (20,000 tasks): `make soak`, so the suite stays under 25 minutes
 def test_lag_shows_every_stage_behind_under_a_20000_task_job_then_0_and_ok(pipeline_factory) -> None:
     p = pipeline_factory(hosts="sim:50:cpu=64,mem_mb=262144,disk_mb=1000000", sim_task_seconds=0.0)
     p.start_all()
