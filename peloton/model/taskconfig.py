@@ -59,15 +59,9 @@ def _note_unhonoured(fields: dict, path: str, problems: Problems) -> None:
     for key, why in _NOT_HONOURED.items():
         if key in fields:
             problems.note(_join(path, key), why)
-    container = fields.get("container")
-    if not isinstance(container, dict):
-        return
-    low = {str(k).lower(): v for k, v in container.items()}
+    container = lower_keys_deep(fields.get("container"))
     for keys, why in _CONTAINER_NOT_HONOURED.items():
-        value = low
-        for key in keys:
-            value = {str(k).lower(): v for k, v in value.items()}.get(key) if isinstance(value, dict) else None
-        if value:
+        if _at(container, *keys):
             problems.note(_join(path, "container." + ".".join(keys)), why)
 
 
@@ -167,26 +161,24 @@ def _read_docker_env(fields: dict, path: str, problems: Problems) -> tuple[tuple
     return tuple(env)
 
 
+def _at(tree: Any, *keys: str) -> Any:
+    """tree[k1][k2]... through mappings (keys already lowercased), None where a step is missing."""
+    for key in keys:
+        tree = tree.get(key) if isinstance(tree, dict) else None
+    return tree
+
+
 def _read_image(fields: dict, path: str, problems: Problems) -> str:
     """The image a task runs in: container.docker.image, or a mesos container's image by its
     docker name (Peloton's mesos containerizer). Empty: the host's own file system."""
-    container = fields.get("container")
-    if not isinstance(container, dict):
-        return ""
-    low = {str(k).lower(): v for k, v in container.items()}
-    docker, mesos = low.get("docker"), low.get("mesos")
+    container = lower_keys_deep(fields.get("container"))
     where = _join(path, "container")
-    if isinstance(docker, dict):
-        name = {str(k).lower(): v for k, v in docker.items()}.get("image")
-        if name is not None:
-            return _image_name(name, _join(where, "docker.image"), problems)
-    if isinstance(mesos, dict):
-        image = {str(k).lower(): v for k, v in mesos.items()}.get("image")
-        if isinstance(image, dict):
-            named = {str(k).lower(): v for k, v in image.items()}.get("docker")
-            if isinstance(named, dict) and "name" in {str(k).lower() for k in named}:
-                name = {str(k).lower(): v for k, v in named.items()}["name"]
-                return _image_name(name, _join(where, "mesos.image.docker.name"), problems)
+    name = _at(container, "docker", "image")
+    if name is not None:
+        return _image_name(name, _join(where, "docker.image"), problems)
+    name = _at(container, "mesos", "image", "docker", "name")
+    if name is not None:
+        return _image_name(name, _join(where, "mesos.image.docker.name"), problems)
     return ""
 
 
