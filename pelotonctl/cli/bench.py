@@ -20,12 +20,16 @@ def bench(
     relay: int = typer.Option(100_000, help="Messages through the 4-hop relay baseline (0: none)."),
     rate: float = typer.Option(0.0, help="Offered load in tasks/s: jobs are submitted at this pace, for the "
                                "latency at a steady load (0: as fast as one producer can, for throughput)."),
+    targets: bool = typer.Option(False, "--targets", help="Run the burst, then a steady load at 80% of its rate "
+                                 "for a minute, then the burst on 1,000 and on 50,000 hosts, and print the "
+                                 "figures beside the speed targets (make bench)."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Run JOBS jobs of TASKS_PER_JOB simulated tasks through a throwaway stack and print tasks per
     second to RUNNING and to SUCCEEDED, latency percentiles, per-stage records, CPU and memory, and
     the same broker's 4-hop relay rate for comparison. With --rate, the jobs arrive at that pace
-    instead of all at once, and the percentiles tell the latency at that load."""
+    instead of all at once, and the percentiles tell the latency at that load. With --targets, four
+    runs and a table of the figures the speed targets read."""
     from pelotonctl.bench.pipeline import BenchPlan, run_pipeline_bench
 
     check_store_kind(store)
@@ -43,6 +47,17 @@ def bench(
         parse_inventory(plan.inventory, 4)
     except InventoryError as exc:
         fail(f"--hosts: {exc}", EXIT_INVALID)
+    if targets:
+        if rate:
+            fail("--targets runs its own steady load: leave --rate out", EXIT_INVALID)
+        from pelotonctl.bench.targets import run_targets
+
+        report = run_targets(err if as_json else out, plan)
+        if as_json:
+            print_json(report)
+        if not report["summary"]["all_succeeded"]:
+            raise typer.Exit(EXIT_FAILED)
+        return
     figures = run_pipeline_bench(err if as_json else out, plan)
     if as_json:
         print_json(figures)

@@ -20,3 +20,22 @@ def test_percentiles_are_nearest_rank() -> None:
 def test_with_a_rate_jobs_are_due_at_that_steady_load_and_without_one_at_once() -> None:
     assert [BenchPlan(tasks_per_job=1000, rate=500).due_s(i) for i in range(3)] == [0.0, 2.0, 4.0]
     assert BenchPlan(tasks_per_job=1000).due_s(7) == 0.0
+
+
+def test_the_steady_run_offers_four_fifths_of_the_burst_rate_for_a_minute_without_a_relay() -> None:
+    from pelotonctl.bench.targets import steady_plan
+
+    steady = steady_plan(BenchPlan(jobs=50, tasks_per_job=1000), 3000.0)
+    assert (steady.rate, steady.jobs, steady.relay_messages, steady.tasks_per_job) == (2400, 144, 0, 1000)
+    assert steady_plan(BenchPlan(tasks_per_job=1000), 10.0).jobs == 2  # a slow machine still gets a load
+
+
+def test_the_flat_target_reads_the_fall_from_the_fewest_hosts_to_the_most() -> None:
+    from pelotonctl.bench.targets import rate_fall, stage_cpu
+
+    assert rate_fall({"1000": 3000.0, "50000": 2700.0}) == 0.1
+    assert rate_fall({"1000": 3000.0, "50000": 3300.0}) == -0.1  # a rise is no fall
+    assert rate_fall({"1000": 0.0, "50000": 10.0}) is None
+    runs = {"stages": [{"component": "admit", "cpu_ms_per_task": 0.2}, {"component": "place", "cpu_ms_per_task": 0.1},
+                       {"component": "broker", "cpu_ms_per_task": 0.5}]}
+    assert stage_cpu(runs) == {"admit": 0.2, "place": 0.1, "stages": 0.3}

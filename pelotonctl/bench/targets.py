@@ -1,0 +1,110 @@
+"""`pelotonctl bench --targets` (in `make bench`): the runs issue 27's targets are read from, one
+after the other on one machine, and the figures each target compares.
+
+- burst: the plan as given, every job at once, beside the relay: tasks/s to RUNNING and its ratio
+  to the relay, CPU per task per stage;
+- steady: the same jobs offered at 80 % of the burst's own rate for about a minute: p99 submit to
+  RUNNING;
+- flat: the burst again on 1,000 and on 50,000 hosts: how much the rate falls between them.
+
+The targets are ratios taken within these runs, because absolute rates move between these shared
+machines; the CPU target is read against an older tree's figures run the same way (README)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from pelotonctl.bench.pipeline import STAGES, BenchPlan, run_pipeline_bench
+
+STEADY_SHARE = 0.8  # the steady run's offered load, as a share of the burst's rate
+STEADY_SECONDS = 60.0
+FLAT_HOSTS = ("1000", "50000")
+
+# issue 27's targets, as figures to print beside what was measured
+RATIO_TARGET = 0.1
+STEADY_P99_TARGET_S = 1.0
+FLAT_FALL_TARGET = 0.10
+
+
+def steady_plan(burst: BenchPlan, burst_rate: float) -> BenchPlan:
+    """The burst's jobs offered at STEADY_SHARE of its rate, enough of them for STEADY_SECONDS."""
+    rate = max(1.0, STEADY_SHARE * burst_rate)
+    jobs = max(2, math.ceil(rate * STEADY_SECONDS / burst.tasks_per_job))
+    return replace(burst, rate=round(rate), jobs=jobs, relay_messages=0)
+
+
+def rate_fall(rates: dict[str, float]) -> float | None:
+    """How much the rate falls from the fewest hosts to the most, as a share of the first."""
+    first, last = rates.get(FLAT_HOSTS[0]), rates.get(FLAT_HOSTS[-1])
+    if not first or last is None:
+        return None
+    return round((first - last) / first, 3)
+
+
+def stage_cpu(figures: dict) -> dict[str, float]:
+    """CPU ms per task of each stage, and of the stages together (the broker apart)."""
+    per = {r["component"]: r["cpu_ms_per_task"] for r in figures["stages"] if r["component"] in STAGES}
+    per["stages"] = round(sum(per.values()), 3)
+    return per
+
+
+def run_targets(console, burst: BenchPlan) -> dict:
+    """The four runs, then the table of targets."""
+    runs = {"burst": run_pipeline_bench(console, burst)}
+    runs["steady"] = run_pipeline_bench(console, steady_plan(burst, runs["burst"]["tasks_per_s_running"]))
+    flat: dict[str, float] = {}
+    for hosts in FLAT_HOSTS:
+        key = f"hosts_{hosts}"
+        runs[key] = runs["burst"] if hosts == burst.hosts else \
+            run_pipeline_bench(console, replace(burst, hosts=hosts, relay_messages=0))
+        flat[hosts] = runs[key]["tasks_per_s_running"]
+    peak = {}
+    for run in runs.values():
+        for r in run["stages"]:
+            peak[r["component"]] = max(peak.get(r["component"], 0.0), r["peak_mb"])
+    summary = {
+        "burst_tasks_per_s": runs["burst"]["tasks_per_s_running"],
+        "relay_msgs_per_s": runs["burst"]["relay_msgs_per_s"],
+        "ratio": runs["burst"]["ratio"],
+        "stage_cpu_ms_per_task": stage_cpu(runs["burst"]),
+        "steady_offered_tasks_per_s": runs["steady"]["offered_tasks_per_s"],
+        "steady_tasks_per_s": runs["steady"]["tasks_per_s_running"],
+        "steady_p99_s": runs["steady"]["p99_ms"] / 1000,
+        "flat_tasks_per_s": flat,
+        "flat_fall": rate_fall(flat),
+        "peak_mb": peak,
+        "all_succeeded": all(set(r["job_states"]) == {"SUCCEEDED"} for r in runs.values()),
+    }
+    _print(console, summary)
+    return {"summary": summary, "runs": runs}
+
+
+def _print(console, s: dict) -> None:
+    from rich.table import Table
+
+    def met(ok: bool | None) -> str:
+        return "" if ok is None else ("met" if ok else "not met")
+
+    cpu = s["stage_cpu_ms_per_task"]
+    table = Table("figure", "measured", "target", "")
+    ratio = s["ratio"]
+    table.add_row("burst to RUNNING", f"{s['burst_tasks_per_s']:,.0f} tasks/s", "", "")
+    table.add_row("relay (same broker)", f"{s['relay_msgs_per_s']:,.0f} msgs/s", "", "")
+    table.add_row("ratio to the relay", "" if ratio is None else f"{ratio:.3f}", f">= {RATIO_TARGET}",
+                  met(None if ratio is None else ratio >= RATIO_TARGET))
+    table.add_row("stages' CPU per task", f"{cpu['stages']:.3f} ms ("
+                  + ", ".join(f"{name} {cpu[name]:.3f}" for name in STAGES if name in cpu) + ")",
+                  "a third of 2c424af's (README)", "")
+    table.add_row(f"steady at {STEADY_SHARE:.0%} of the burst", f"{s['steady_tasks_per_s']:,.0f} tasks/s "
+                  f"({s['steady_offered_tasks_per_s']:,.0f} offered), p99 {s['steady_p99_s']:.2f} s",
+                  f"p99 < {STEADY_P99_TARGET_S:g} s", met(s["steady_p99_s"] < STEADY_P99_TARGET_S))
+    fall = s["flat_fall"]
+    table.add_row(f"{int(FLAT_HOSTS[0]):,} -> {int(FLAT_HOSTS[-1]):,} hosts",
+                  " -> ".join(f"{r:,.0f}" for r in s["flat_tasks_per_s"].values()) + " tasks/s"
+                  + ("" if fall is None else f" (falls {fall:.0%})"),
+                  f"falls <= {FLAT_FALL_TARGET:.0%}", met(None if fall is None else fall <= FLAT_FALL_TARGET))
+    table.add_row("peak memory", ", ".join(f"{name} {mb:,.0f}" for name, mb in s["peak_mb"].items()) + " MB",
+                  "< 2,048 MB each", met(max(s["peak_mb"].values(), default=0) < 2048))
+    console.print("targets (issue 27), from the runs above:", highlight=False)
+    console.print(table)
