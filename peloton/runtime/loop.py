@@ -54,7 +54,7 @@ class StageRuntime:
                 "auto.offset.reset": "earliest",
                 "session.timeout.ms": settings.session_timeout_ms,
                 "heartbeat.interval.ms": max(100, settings.session_timeout_ms // 6),
-                "partition.assignment.strategy": "cooperative-sticky",
+                "partition.assignment.strategy": stage.assignment,
                 # How long the broker holds a fetch that finds nothing: every idle consumer asks
                 # again this often. Data that arrives ends the wait early.
                 "fetch.wait.max.ms": FETCH_WAIT_MS,

@@ -25,6 +25,10 @@ class Stage:
 
     name = "stage"
     inputs: tuple[str, ...] = ()
+    # How the group shares partitions among instances: cooperative-sticky moves only what must
+    # move; "range" gives an instance the same partition numbers of every input, for a stage whose
+    # inputs share a key (admit: a job's commands and statuses in one instance).
+    assignment = "cooperative-sticky"
 
     def bind(self, emitter: Emitter, settings: Settings, catalogue: Catalogue) -> None:
         self.emit = emitter

@@ -46,6 +46,7 @@ from stages.admit.commands import (
     update_problems,
 )
 from stages.admit.drain import ON_HOST, plan_drain
+from stages.admit.owned_tasks import OwnedTasks
 from stages.admit.senders import sender_problem
 from stages.admit.workflow import (
     ACTIONS,
@@ -87,11 +88,13 @@ DRAIN_CHECK_S = 1.0  # how often the job manager looks for runs to move off host
 class AdmitStage(Stage):
     name = "admit"
     inputs = ("job-commands", "task-status")
+    assignment = "range"  # a job's commands and statuses (both keyed by job id) to one instance: OwnedTasks
 
     def __init__(self, store: JobStore, hosts: CompactedView | None = None):
-        self.store = store
+        self.store = OwnedTasks(store)
         self.hosts = hosts  # host-state, for refusing tasks larger than every host
         self.owned: set[int] = set()  # task-status partitions: the jobs whose deadlines this instance checks
+        self.commands_owned: set[int] = set()  # job-commands partitions
         self._slas: dict[str, tuple[int, int, int]] = {}
         self._last_deadlines = 0.0
         self._last_drains = 0.0
@@ -119,9 +122,19 @@ class AdmitStage(Stage):
 
     def on_assign(self, partitions: list[tuple[str, int]]) -> None:
         self.owned |= {p for t, p in partitions if t == "task-status"}
+        self.commands_owned |= {p for t, p in partitions if t == "job-commands"}
+        self._paired()
 
     def on_revoke(self, partitions: list[tuple[str, int]]) -> None:
         self.owned -= {p for t, p in partitions if t == "task-status"}
+        self.commands_owned -= {p for t, p in partitions if t == "job-commands"}
+        self._paired()
+
+    def _paired(self) -> None:
+        """Task rows are remembered only while this instance holds the same partition numbers of
+        both inputs and they are as many: then every command and status of its jobs comes here."""
+        same_count = self.catalogue["job-commands"].partitions == self.status_partitions
+        self.store.assigned(self.commands_owned if same_count else {-1}, self.owned)
 
     def tick(self, now: float) -> None:
         self.hosts.poll()

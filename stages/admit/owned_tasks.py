@@ -1,0 +1,119 @@
+"""The task rows an admit instance owns, remembered between batches.
+
+Nearly every status moves a run one step, and reading its row back from the store was a fifth of
+admit's CPU. Admit is the only writer of tasks, and its group assigns job-commands and task-status
+by range (both keyed by job id, with the same partition count), so one instance owns every command
+and every status of a job: while it holds those partitions, the rows it last wrote are the store's.
+
+The store stays the truth: every write still goes to it, in the batch's transaction, and what is
+remembered is what was written. Memory is forgotten when it could be wrong: a transaction that
+fails (its writes rolled back), partitions that move, an assignment that does not pair the two
+topics' partitions (then nothing is remembered until one does). Ended runs are not kept (few
+statuses follow them), nor specs (the largest column; read from the store when a run needs it), and
+at most `limit` rows are."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from peloton.model.states import TASK_TERMINAL
+from peloton.store import JobRow, JobStore, TaskRow
+from peloton.store.rows import RUN_COLS, STATE_COLS
+
+LIMIT = 200_000  # rows: about 80 MB
+
+
+def _copy(t: TaskRow) -> TaskRow:
+    """A row of its own, without its spec (callers change what they read)."""
+    return TaskRow(t.job_id, t.instance, t.run_id, t.task_id, t.pool, t.gang_id, t.state, None, t.max_failures,
+                   t.failures, t.host_id, t.reason, t.message, t.exit_code, t.signal, t.updated_ms, t.health)
+
+
+class OwnedTasks:
+    """The store as admit uses it, with the rows of the jobs it owns kept in memory. What it does not
+    say here goes to the store unchanged."""
+
+    def __init__(self, store: JobStore, limit: int = LIMIT):
+        self.store = store
+        self.limit = limit
+        self.rows: dict[tuple[str, int], TaskRow] = {}
+        self.enabled = False  # only while the assignment pairs the two topics' partitions
+        self.reads = 0  # rows read from the store for lack of memory (a test reads it)
+
+    def __getattr__(self, name: str):
+        return getattr(self.store, name)
+
+    # -- when memory holds -----------------------------------------------------------------
+    def assigned(self, commands: set[int], statuses: set[int]) -> None:
+        """The instance's partitions now: remembered rows are kept only while the job-commands and
+        task-status partitions it holds are the same numbers."""
+        self.forget()
+        self.enabled = commands == statuses
+
+    def forget(self) -> None:
+        self.rows.clear()
+
+    @contextmanager
+    def transaction(self):
+        try:
+            with self.store.transaction():
+                yield self
+        except BaseException:
+            self.forget()  # what was written in it is rolled back: so is what was remembered
+            raise
+
+    def _keep(self, tasks: list[TaskRow]) -> None:
+        if not self.enabled:
+            return
+        if len(self.rows) + len(tasks) > self.limit:
+            self.forget()  # a flood of new tasks: start again rather than track which is oldest
+        for t in tasks:
+            key = (t.job_id, t.instance)
+            if t.state in TASK_TERMINAL:
+                self.rows.pop(key, None)
+            else:
+                self.rows[key] = _copy(t)
+
+    # -- reads and writes ------------------------------------------------------------------
+    def tasks_by_instance(self, keys: list[tuple[str, int]], spec: bool = True) -> dict[tuple[str, int], TaskRow]:
+        if spec or not self.enabled:
+            return self.store.tasks_by_instance(keys, spec=spec)
+        rows = self.rows
+        missing = [k for k in keys if k not in rows]
+        found = self.store.tasks_by_instance(missing, spec=False) if missing else {}
+        self.reads += len(missing)
+        out = {k: _copy(rows[k]) for k in keys if k in rows}
+        out.update(found)
+        self._keep(list(found.values()))
+        return out
+
+    def create_jobs(self, jobs: list[JobRow], tasks: list[TaskRow]) -> set[str]:
+        new = self.store.create_jobs(jobs, tasks)
+        self._keep([t for t in tasks if t.job_id in new])
+        return new
+
+    def save_tasks(self, tasks: list[TaskRow]) -> None:
+        self.store.save_tasks(tasks)
+        self._keep(tasks)
+
+    def update_task_runs(self, tasks: list[TaskRow], same_run: bool = False) -> None:
+        self.store.update_task_runs(tasks, same_run=same_run)
+        # Only the columns written change, and only on a row remembered whole before.
+        cols = STATE_COLS if same_run else RUN_COLS
+        rows = self.rows
+        for t in tasks:
+            key = (t.job_id, t.instance)
+            kept = rows.get(key)
+            if kept is None:
+                continue
+            if t.state in TASK_TERMINAL:
+                del rows[key]
+                continue
+            for col in cols:
+                setattr(kept, col, getattr(t, col))
+
+    def delete_job(self, job_id: str) -> bool:
+        deleted = self.store.delete_job(job_id)
+        for key in [k for k in self.rows if k[0] == job_id]:
+            del self.rows[key]
+        return deleted

@@ -1,0 +1,87 @@
+"""Admit's remembered task rows (stages/admit/owned_tasks.py) on a real SQLite store: served from
+memory only while they are the store's, forgotten whenever they might not be."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from peloton.store import JobRow, TaskRow, open_store
+from stages.admit.owned_tasks import OwnedTasks
+
+
+def job(job_id: str = "j1") -> JobRow:
+    return JobRow(job_id, "n", "/p", "BATCH", "PENDING", 3, 0, True, "", "o", "", 1, 1)
+
+
+def tasks(job_id: str = "j1", n: int = 3) -> list[TaskRow]:
+    return [TaskRow(job_id, i, 1, f"{job_id}-{i}-1", "/p", f"g{i}", "PENDING", {"cmd": "true"}) for i in range(n)]
+
+
+@pytest.fixture
+def owned(tmp_path) -> OwnedTasks:
+    o = OwnedTasks(open_store(str(tmp_path / "s.db")))
+    o.assigned({0, 1}, {0, 1})
+    with o.transaction():
+        o.create_jobs([job()], tasks())
+    return o
+
+
+KEYS = [("j1", 0), ("j1", 1), ("j1", 2)]
+
+
+def test_rows_written_are_read_back_from_memory_as_copies_without_their_spec(owned) -> None:
+    rows = owned.tasks_by_instance(KEYS, spec=False)
+    assert owned.reads == 0 and [rows[k].state for k in KEYS] == ["PENDING"] * 3
+    assert all(r.spec is None for r in rows.values())
+    rows[("j1", 0)].state = "BROKEN"  # a caller's change that was never written stays the caller's
+    assert owned.tasks_by_instance([("j1", 0)], spec=False)[("j1", 0)].state == "PENDING"
+    assert owned.tasks_by_instance([("j1", 0)])[("j1", 0)].spec == {"cmd": "true"}  # specs: the store's
+
+
+def test_a_status_changes_the_columns_it_wrote_and_an_ended_run_is_not_kept(owned) -> None:
+    rows = owned.tasks_by_instance(KEYS, spec=False)
+    rows[("j1", 0)].state, rows[("j1", 0)].host_id = "RUNNING", "h1"
+    rows[("j1", 1)].state = "SUCCEEDED"
+    with owned.transaction():
+        owned.update_task_runs([rows[("j1", 0)], rows[("j1", 1)]], same_run=True)
+    again = owned.tasks_by_instance(KEYS, spec=False)
+    assert (again[("j1", 0)].state, again[("j1", 0)].host_id, again[("j1", 1)].state) == ("RUNNING", "h1", "SUCCEEDED")
+    assert owned.reads == 1  # the ended run came from the store
+    assert again == owned.store.tasks_by_instance(KEYS, spec=False)
+
+
+def test_a_transaction_that_fails_forgets_what_it_wrote(owned) -> None:
+    row = owned.tasks_by_instance([("j1", 0)], spec=False)[("j1", 0)]
+    row.state = "RUNNING"
+    with pytest.raises(RuntimeError), owned.transaction():
+        owned.update_task_runs([row], same_run=True)
+        raise RuntimeError("the batch broke")
+    assert owned.rows == {}
+    assert owned.tasks_by_instance([("j1", 0)], spec=False)[("j1", 0)].state == "PENDING"  # rolled back
+
+
+def test_nothing_is_remembered_unless_both_inputs_hold_the_same_partitions(owned) -> None:
+    owned.assigned({0}, {0, 1})  # a job's commands may go to another instance: memory could be wrong
+    assert owned.rows == {}
+    with owned.transaction():
+        owned.create_jobs([job("j2")], tasks("j2"))
+    owned.tasks_by_instance([("j2", 0)], spec=False)
+    assert owned.rows == {} and owned.reads == 0  # straight from the store
+    owned.assigned({0, 1}, {0, 1})
+    owned.tasks_by_instance([("j2", 0)], spec=False)
+    assert owned.reads == 1 and ("j2", 0) in owned.rows
+
+
+def test_a_deleted_job_is_forgotten_and_a_flood_past_the_limit_starts_again(owned) -> None:
+    with owned.transaction():
+        owned.delete_job("j1")
+    assert owned.tasks_by_instance(KEYS, spec=False) == {} and owned.rows == {}
+    small = OwnedTasks(owned.store, limit=4)
+    small.assigned({0}, {0})
+    with small.transaction():
+        small.create_jobs([job("a")], tasks("a", 3))
+        small.create_jobs([job("b")], tasks("b", 3))
+    assert set(small.rows) == {("b", 0), ("b", 1), ("b", 2)}
+    assert dataclasses.asdict(small.tasks_by_instance([("a", 2)], spec=False)[("a", 2)])["task_id"] == "a-2-1"
