@@ -6,6 +6,7 @@ import logging
 
 from peloton.config import Settings
 from peloton.runtime import Stage, StageRuntime
+from peloton.runtime.heap import settle_heap
 from peloton.store import open_store
 
 STAGES = ("admit", "entitle", "place", "launch")
@@ -34,6 +35,7 @@ def build_stage(name: str, settings: Settings) -> Stage:
 def run_stage(name: str, settings: Settings, instance_id: str | None = None, max_seconds: float | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s")
     runtime = StageRuntime(build_stage(name, settings), settings, instance_id)
+    settle_heap()
     runtime.install_signal_handlers()
     logging.getLogger("peloton.runtime").info("%s started (group %s, broker %s)", runtime.instance_id,
                                               runtime.catalogue.group(name), settings.bootstrap)

@@ -36,6 +36,7 @@ from peloton import metrics
 from peloton.config import Settings
 from peloton.model.resources import Resources
 from peloton.model.states import REASON_AGENT_FENCED
+from peloton.runtime.heap import settle_heap
 from peloton.runtime.loop import STATUS_EVERY_S, STUCK_S
 from peloton.serde import DecodeError, registry
 from peloton.topics import Catalogue, partition_for
@@ -550,6 +551,7 @@ def run_agent(settings: Settings, specs: list[AgentSpec], simulate: bool = False
     address = metrics.serve(settings)
     registry = join(settings.zookeeper, "agent", name, {"hosts": sorted(agent.hosts)[:100],
                                                          "host_count": len(agent.hosts), "metrics": address})
+    settle_heap()
     try:
         agent.run(max_seconds)
     finally:
