@@ -49,7 +49,7 @@ from stages.entitle.admission import (
 )
 from stages.entitle.entitlement import PoolUsage
 from stages.entitle.usage import (
-    cluster_capacity,
+    ClusterCapacity,
     leaves,
     tree_entitlements,
     usage_from_record,
@@ -78,6 +78,7 @@ class EntitleStage(Stage):
         self.owned: set[int] = set()
         self.shares: dict = {}  # path -> PoolShare, the last calculation
         self.capacity = ZERO
+        self.cluster = ClusterCapacity()  # the UP hosts' capacity, from host-state's changes
         self.over_periods: dict[str, int] = {}
         self._dirty = True  # an input of the calculation changed since it last ran
         self._changed_pools: set[str] = set()  # own pools to publish at the next pass
@@ -270,7 +271,7 @@ class EntitleStage(Stage):
     def _entitle(self) -> None:
         """Recompute every pool's entitlement from every pool's usage, then give each owned
         pool's ledger its share."""
-        self.capacity = cluster_capacity(self.hosts.values.values())
+        self.capacity = self.cluster.total(self.hosts.values)
         try:
             self.shares = tree_entitlements(self.pools, {p: self._usage_of(p) for p in leaves(self.pools)},
                                             self.capacity)
@@ -305,6 +306,7 @@ class EntitleStage(Stage):
 
     def _tick(self, now: float) -> None:
         usage_changed, hosts_changed = self.usage_view.poll(), self.hosts.poll()
+        self.cluster.update(hosts_changed)
         if usage_changed or hosts_changed:
             self._dirty = True
         if now - self._last_pools >= self.settings.pool_refresh_s:
