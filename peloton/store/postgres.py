@@ -32,6 +32,8 @@ from peloton.store.rows import (
     TOKEN_COLUMNS,
     ALLOCATION_COLS,
     EVENT_COLS,
+    event_batches,
+    events_of_batch,
     JOB_COLS,
     LAUNCH_COLS,
     QUEUED_COLS,
@@ -141,6 +143,11 @@ MIGRATIONS = [
     # 10: a run's health, as its health check last said.
     """
     ALTER TABLE tasks ADD COLUMN health TEXT;
+    """,
+    # 11: a batch's events of one job in one row (rows.event_batches); task_events keeps the older.
+    """
+    CREATE TABLE task_event_batches (seq BIGSERIAL PRIMARY KEY, job_id TEXT NOT NULL, events BYTEA NOT NULL);
+    CREATE INDEX task_event_batches_by_job ON task_event_batches (job_id);
     """,
 ]
 _MIGRATION_LOCK = 0x70656C6F  # any constant shared by every process of the project
@@ -326,16 +333,20 @@ class PostgresStore(StorageGateway):
         return out
 
     def record_task_events(self, events: list[tuple]) -> None:
-        cols = ", ".join(EVENT_COLS)
-        self._many(f"INSERT INTO task_events ({cols}) VALUES ({_s(cols)})", events)
+        if events:
+            self._many("INSERT INTO task_event_batches (job_id, events) VALUES (%s, %s)", event_batches(events))
 
     def task_events(self, job_id: str) -> list[dict]:
         rows = self._all(f"SELECT {', '.join(EVENT_COLS)} FROM task_events WHERE job_id = %s ORDER BY seq", (job_id,))
-        return [dict(zip(EVENT_COLS, r, strict=True)) for r in rows]
+        out = [dict(zip(EVENT_COLS, r, strict=True)) for r in rows]
+        for (text,) in self._all("SELECT events FROM task_event_batches WHERE job_id = %s ORDER BY seq", (job_id,)):
+            out.extend(events_of_batch(job_id, bytes(text)))
+        return out
 
     def delete_job(self, job_id: str) -> bool:
         with self.transaction():
             self._all("DELETE FROM task_events WHERE job_id = %s RETURNING seq", (job_id,))
+            self._all("DELETE FROM task_event_batches WHERE job_id = %s RETURNING seq", (job_id,))
             self._all("DELETE FROM tasks WHERE job_id = %s RETURNING instance", (job_id,))
             self._all("DELETE FROM updates WHERE job_id = %s RETURNING update_id", (job_id,))
             self._all("DELETE FROM job_configs WHERE job_id = %s RETURNING version", (job_id,))

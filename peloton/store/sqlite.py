@@ -25,6 +25,8 @@ from peloton.store.rows import (
     TOKEN_COLUMNS,
     ALLOCATION_COLS,
     EVENT_COLS,
+    event_batches,
+    events_of_batch,
     JOB_COLS,
     LAUNCH_COLS,
     QUEUED_COLS,
@@ -75,6 +77,8 @@ CREATE TABLE IF NOT EXISTS job_commands (command_id TEXT PRIMARY KEY, job_id TEX
 CREATE TABLE IF NOT EXISTS refused_commands (
     command_id TEXT PRIMARY KEY, job_id TEXT, pool TEXT, kind TEXT, reason TEXT, at_ms INTEGER);
 CREATE INDEX IF NOT EXISTS task_events_by_job ON task_events (job_id);
+CREATE TABLE IF NOT EXISTS task_event_batches (job_id TEXT NOT NULL, events BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS task_event_batches_by_job ON task_event_batches (job_id);
 CREATE TABLE IF NOT EXISTS allocations (
     task_id TEXT PRIMARY KEY, pool TEXT, gang_id TEXT, cpu REAL, mem_mb REAL, disk_mb REAL,
     gpu REAL, admitted_ms INTEGER, released_ms INTEGER, priority INTEGER, preemptible INTEGER,
@@ -302,17 +306,24 @@ class SqliteStore(StorageGateway):
         return out
 
     def record_task_events(self, events: list[tuple]) -> None:
-        with self.transaction():
-            cols = ", ".join(EVENT_COLS)
-            self.db.executemany(f"INSERT INTO task_events ({cols}) VALUES ({_q(cols)})", events)
+        if events:
+            with self.transaction():
+                self.db.executemany("INSERT INTO task_event_batches (job_id, events) VALUES (?, ?)",
+                                    event_batches(events))
 
     def task_events(self, job_id: str) -> list[dict]:
+        # task_events: one row per event, as files made before the batches hold them (older first)
         q = f"SELECT {', '.join(EVENT_COLS)} FROM task_events WHERE job_id = ? ORDER BY rowid"
-        return [dict(zip(EVENT_COLS, r, strict=True)) for r in self.db.execute(q, (job_id,))]
+        out = [dict(zip(EVENT_COLS, r, strict=True)) for r in self.db.execute(q, (job_id,))]
+        for (text,) in self.db.execute("SELECT events FROM task_event_batches WHERE job_id = ? ORDER BY rowid",
+                                       (job_id,)):
+            out.extend(events_of_batch(job_id, text))
+        return out
 
     def delete_job(self, job_id: str) -> bool:
         with self.transaction():
             self.db.execute("DELETE FROM task_events WHERE job_id = ?", (job_id,))
+            self.db.execute("DELETE FROM task_event_batches WHERE job_id = ?", (job_id,))
             self.db.execute("DELETE FROM tasks WHERE job_id = ?", (job_id,))
             self.db.execute("DELETE FROM updates WHERE job_id = ?", (job_id,))
             self.db.execute("DELETE FROM job_configs WHERE job_id = ?", (job_id,))

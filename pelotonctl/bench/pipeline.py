@@ -42,6 +42,9 @@ defaultconfig:
   command: {{shell: true, value: 'true'}}
 """
 
+# A run's steps on its way to RUNNING, and who takes it there (the latency to each is reported).
+STEPS = {"READY": "entitle", "PLACED": "place", "LAUNCHING": "launch", "RUNNING": "host"}
+
 # The stages whose CPU and records are reported, in pipeline order; then the broker, a Cassandra node, agents.
 STAGES = ("admit", "entitle", "place", "launch")
 
@@ -120,8 +123,9 @@ def run_pipeline_bench(console, plan: BenchPlan) -> dict:
         elapsed = time.monotonic() - started
         cpu = {c["pid"]: _cpu_seconds(c["pid"]) - cpu_before.get(c["pid"], 0.0) for c in components}
         records = _records_handled(components)
-        running_at, succeeded_at, latencies = _task_times(store, submitted)
+        running_at, succeeded_at, latencies, steps = _task_times(store, submitted)
         figures = _figures(plan, states, elapsed, started_ms, running_at, succeeded_at, latencies, relay)
+        figures["steps_ms"] = {state: {"p50": _percentile(v, 50), "p99": _percentile(v, 99)} for state, v in steps.items()}
         figures["stages"] = _per_stage(components, cpu, records_before, records, elapsed, plan.tasks)
         # CPU per task moves far less than tasks per second when other work shares the machine.
         figures["cpu_ms_per_task"] = round(sum(r["cpu_seconds"] for r in figures["stages"]) * 1000 / plan.tasks, 3)
@@ -176,22 +180,26 @@ def _wait(store, job_ids: list[str], plan: BenchPlan, console) -> dict[str, int]
     return states
 
 
-def _task_times(store, submitted: dict[str, int]) -> tuple[list[int], list[int], list[int]]:
-    """Each task's first RUNNING and SUCCEEDED time (ms), and its latency from its job's submission to RUNNING."""
+def _task_times(store, submitted: dict[str, int]) -> tuple[list[int], list[int], list[int], dict[str, list[int]]]:
+    """Each task's first RUNNING and SUCCEEDED time (ms), its latency from its job's submission to
+    RUNNING, and to each step before it (where the latency goes)."""
     running_at, succeeded_at, latencies = [], [], []
+    steps: dict[str, list[int]] = {s: [] for s in STEPS}
     for job_id, at in submitted.items():
         first: dict[tuple[int, str], int] = {}
         for e in store.task_events(job_id):
             key = (e["instance"], e["state"])
-            if e["state"] in ("RUNNING", "SUCCEEDED") and key not in first:
+            if key not in first:
                 first[key] = e["timestamp_ms"]
         for (_instance, state), t in first.items():
+            if state in steps:
+                steps[state].append(t - at)
             if state == "RUNNING":
                 running_at.append(t)
                 latencies.append(t - at)
-            else:
+            elif state == "SUCCEEDED":
                 succeeded_at.append(t)
-    return running_at, succeeded_at, latencies
+    return running_at, succeeded_at, latencies, steps
 
 
 def _figures(plan: BenchPlan, states: dict[str, int], elapsed: float, started_ms: int, running_at: list[int],
@@ -250,6 +258,9 @@ def _print(console, plan: BenchPlan, f: dict) -> None:
     console.print(f"  to RUNNING:   [bold]{f['tasks_per_s_running']:,.0f} tasks/s[/bold]   "
                   f"latency submit->RUNNING p50 {f['p50_ms'] / 1000:.2f}s  p90 {f['p90_ms'] / 1000:.2f}s  "
                   f"p99 {f['p99_ms'] / 1000:.2f}s", highlight=False)
+    console.print("  latency submit->step p50/p99: " + ", ".join(
+        f"{state} {v['p50'] / 1000:.2f}/{v['p99'] / 1000:.2f}s" for state, v in f.get("steps_ms", {}).items()),
+        highlight=False)
     console.print(f"  to SUCCEEDED: [bold]{f['tasks_per_s_succeeded']:,.0f} tasks/s[/bold]", highlight=False)
     if f["relay_msgs_per_s"]:
         console.print(f"  relay baseline ({HOPS} hops, same broker): {f['relay_msgs_per_s']:,.0f} msgs/s; "

@@ -358,3 +358,23 @@ def test_the_cassandra_schema_is_versioned_and_migrated_once(cassandra_node) -> 
     finally:
         first.close()
         second.close()
+
+
+def test_events_of_several_jobs_in_one_batch_keep_their_order_per_job(store) -> None:
+    def event(job_id: str, instance: int, state: str, at: int) -> tuple:
+        return (f"{job_id}-{instance}-1", job_id, instance, 1, state, "", None, at, "", "")
+
+    store.record_task_events([event("a", 0, "READY", 1), event("b", 0, "READY", 2), event("a", 1, "READY", 3)])
+    store.record_task_events([])
+    store.record_task_events([event("a", 0, "RUNNING", 4)])
+    assert [(e["job_id"], e["instance"], e["state"], e["timestamp_ms"]) for e in store.task_events("a")] == [
+        ("a", 0, "READY", 1), ("a", 1, "READY", 3), ("a", 0, "RUNNING", 4)]
+    assert [e["task_id"] for e in store.task_events("b")] == ["b-0-1"]
+
+
+def test_events_a_file_holds_one_row_each_are_read_before_the_batches(tmp_path) -> None:
+    s = open_store(str(tmp_path / "old.db"))
+    s.db.execute("INSERT INTO task_events (task_id, job_id, instance, run_id, state, reason, exit_code, timestamp_ms, "
+                 "host_id, message) VALUES ('a-0-1', 'a', 0, 1, 'PENDING', '', NULL, 1, '', '')")
+    s.record_task_events([("a-0-1", "a", 0, 1, "READY", "", None, 2, "", "")])
+    assert [e["state"] for e in s.task_events("a")] == ["PENDING", "READY"]
