@@ -59,7 +59,11 @@ class Settings:
     exactly_once: bool = True
     transaction_timeout_s: float = 10.0
     poll_timeout_s: float = 0.05
-    max_batch: int = 1000
+    # Records a stage takes per turn at most (it takes what has arrived within the poll timeout).
+    # Each turn pays a transaction and a store commit, and a task's steps that arrive in one turn
+    # are written once: 5,000 rather than 1,000 took the stages' CPU per task from 0.33 to 0.29 ms,
+    # the broker's from 0.21 to 0.17, and a steady load's p99 from 1.2 to 0.8 s (make bench).
+    max_batch: int = 5000
     # Entitle's admission tick, place's retry backoff for gangs that found no host.
     admission_tick_s: float = 0.1
     placement_backoff_s: float = 0.5
