@@ -29,7 +29,7 @@ from peloton.model.states import (
 from peloton.runtime import CompactedView, Record, Stage, now_ms
 from peloton.store import JobRow, JobStore, TaskRow
 from peloton.topics import partition_for
-from stages.admit.checks import distinct_capacities, fit_problems, job_id_problem, size_problems
+from stages.admit.checks import HostCapacities, fit_problems, job_id_problem, size_problems
 from stages.admit.commands import (
     ORPHAN,
     REMOVED,
@@ -93,6 +93,7 @@ class AdmitStage(Stage):
     def __init__(self, store: JobStore, hosts: CompactedView | None = None):
         self.store = OwnedTasks(store)
         self.hosts = hosts  # host-state, for refusing tasks larger than every host
+        self.capacities = HostCapacities()  # the distinct capacities among them
         self.owned: set[int] = set()  # task-status partitions: the jobs whose deadlines this instance checks
         self.commands_owned: set[int] = set()  # job-commands partitions
         self._slas: dict[str, tuple[int, int, int]] = {}
@@ -137,7 +138,7 @@ class AdmitStage(Stage):
         self.store.assigned(self.commands_owned if same_count else {-1}, self.owned)
 
     def tick(self, now: float) -> None:
-        self.hosts.poll()
+        self.capacities.update(self.hosts.poll())
         if now - self._last_deadlines >= self.settings.deadline_check_s:
             self._last_deadlines = now
             with self.store.transaction():
@@ -243,13 +244,13 @@ class AdmitStage(Stage):
         out.extend(("task-demand", job.pool, "peloton.GangDemand", g) for g in gang_records(job, go, now))
 
     def host_capacities(self) -> list[Resources]:
-        self.hosts.poll()
+        self.capacities.update(self.hosts.poll())
         # Knowing no host lets an oversized task through to wait in place: an admit that has just
         # started reads host-state to its end first (at most once every 5 s while the cluster has none).
         if not self.hosts.values and time.monotonic() - self._hosts_caught_up >= 5.0:
             self.hosts.catch_up(timeout=2.0)
             self._hosts_caught_up = time.monotonic()
-        return distinct_capacities(self.hosts.values.values())
+        return self.capacities.distinct(self.hosts.values)
 
     # -- job commands -----------------------------------------------------------------------
     def _commands(self, records: list[Record], out: list) -> None:

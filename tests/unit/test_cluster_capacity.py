@@ -1,5 +1,5 @@
-"""Entitle's cluster capacity kept from host-state's changes (stages/entitle/usage.py): always the
-sum cluster_capacity takes over every host."""
+"""Host capacities kept from host-state's changes (entitle's cluster sum, admit's distinct capacities):
+always what a pass over every host finds."""
 
 from __future__ import annotations
 
@@ -31,3 +31,18 @@ def test_hosts_it_never_heard_change_for_are_counted_all_over_again() -> None:
     assert kept.total(hosts) == Resources(6, 60, 2, 0)
     del hosts["b"]
     assert kept.total(hosts) == Resources(4, 40, 1, 0)
+
+
+def test_admit_keeps_the_distinct_host_capacities_as_distinct_capacities_finds_them() -> None:
+    from stages.admit.checks import HostCapacities, distinct_capacities
+
+    hosts = {"a": host(8), "b": host(8), "c": host(16)}
+    kept = HostCapacities()
+    kept.update(hosts.items())
+    for key, value in [("a", host(8, free=1)), ("c", host(8)), ("b", host(32, "DOWN")), ("d", host(4))]:
+        hosts[key] = value
+        kept.update([(key, value)])
+        assert sorted(kept.distinct(hosts), key=lambda r: r.cpu) == sorted(distinct_capacities(hosts.values()),
+                                                                           key=lambda r: r.cpu)
+    assert {r.cpu for r in kept.distinct(hosts)} == {4, 8, 32}
+    assert {r.cpu for r in HostCapacities().distinct({"x": host(2)})} == {2}  # a view read anew
