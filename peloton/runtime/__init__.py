@@ -18,7 +18,7 @@ loop, commits and rebalances), transaction.py (output and offsets committed toge
 clients' settings). The names a stage needs are importable from the package itself.
 """
 
-from peloton.runtime.clients import QUIET, RECOVERY, kafka_access, producer_config
+from peloton.runtime.clients import CONSUMER_RECOVERY, QUIET, RECOVERY, kafka_access, producer_config
 from peloton.runtime.emitter import BUNDLE_MAX_ITEMS, Emitter, RecordingEmitter
 from peloton.runtime.errors import BrokerUnavailable, DeliveryError, RecordError, RecordTooLarge, is_transient
 from peloton.runtime.held import HeldOffsets
@@ -28,7 +28,7 @@ from peloton.runtime.stage import Stage, handle_batch
 from peloton.runtime.views import CompactedView, StaticView
 
 __all__ = [
-    "BUNDLE_MAX_ITEMS", "QUIET", "RECOVERY", "BrokerUnavailable", "CompactedView", "DeliveryError", "Emitter",
+    "BUNDLE_MAX_ITEMS", "CONSUMER_RECOVERY", "QUIET", "RECOVERY", "BrokerUnavailable", "CompactedView", "DeliveryError", "Emitter",
     "HeldOffsets", "Record", "RecordError", "RecordTooLarge", "RecordingEmitter", "Stage", "StageRuntime",
     "StaticView", "WrongSchema", "decode_message", "handle_batch", "is_transient", "kafka_access", "now_ms", "producer_config",
 ]

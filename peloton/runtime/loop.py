@@ -17,7 +17,14 @@ from confluent_kafka.admin import OffsetSpec
 
 from peloton import metrics
 from peloton.config import Settings
-from peloton.runtime.clients import FETCH_WAIT_MS, RECOVERY, debug_config, kafka_access, producer_config
+from peloton.runtime.clients import (
+    CONSUMER_RECOVERY,
+    FETCH_WAIT_MS,
+    RECOVERY,
+    debug_config,
+    kafka_access,
+    producer_config,
+)
 from peloton.runtime.emitter import Emitter
 from peloton.runtime.errors import is_transient
 from peloton.runtime.record import Record, WrongSchema, decode_message
@@ -65,7 +72,7 @@ class StageRuntime:
                 "allow.auto.create.topics": False,  # see producer_config
                 # Notice topics made again (after a broker lost them) within seconds, not minutes.
                 "topic.metadata.refresh.interval.ms": int(settings.topic_check_s * 1000),
-                **RECOVERY,
+                **CONSUMER_RECOVERY,
                 **debug_config(settings),
             }
         )

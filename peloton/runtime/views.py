@@ -10,7 +10,7 @@ import uuid
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from peloton.config import Settings
-from peloton.runtime.clients import QUIET, RECOVERY, VIEW_FETCH_WAIT_MS, kafka_access
+from peloton.runtime.clients import CONSUMER_RECOVERY, QUIET, VIEW_FETCH_WAIT_MS, kafka_access
 from peloton.serde import DecodeError, registry
 from peloton.topics import Catalogue
 
@@ -38,7 +38,7 @@ class CompactedView:
                 # A broker that restarted empty starts the topic again at 0: read it from there.
                 "auto.offset.reset": "earliest",
                 "fetch.wait.max.ms": VIEW_FETCH_WAIT_MS,
-                **RECOVERY,
+                **CONSUMER_RECOVERY,
                 **(QUIET if quiet else {}),
             }
         )

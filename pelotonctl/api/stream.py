@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from peloton.config import Settings
 from peloton.model.states import MESOS_TO_TASK
-from peloton.runtime import QUIET, RECOVERY, kafka_access
+from peloton.runtime import CONSUMER_RECOVERY, QUIET, kafka_access
 from peloton.serde import DecodeError, registry, unbundle
 from peloton.topics import Catalogue, partition_for
 
@@ -62,7 +62,7 @@ def task_events(settings: Settings, wanted: Callable[[str], bool], job_id: str |
     partitions = [partition_for(job_id, spec.partitions)] if job_id else list(range(spec.partitions))
     consumer = Consumer({**kafka_access(settings), "group.id": f"{catalogue.prefix}peloton.api-stream."
                          f"{uuid.uuid4().hex[:8]}", "enable.auto.commit": False, "fetch.wait.max.ms": 250,
-                         **RECOVERY, **QUIET})
+                         **CONSUMER_RECOVERY, **QUIET})
     serde = registry()
     try:
         starts = _starts(consumer, spec.name, partitions, resume, since_ms)

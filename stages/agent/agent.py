@@ -124,7 +124,7 @@ class HostAgent:
                  gpus: tuple[str, ...] = ()):
         from confluent_kafka import Consumer, Producer
 
-        from peloton.runtime import RECOVERY, kafka_access, producer_config
+        from peloton.runtime import CONSUMER_RECOVERY, kafka_access, producer_config
 
         self.settings = settings
         self.hosts = {spec.name: spec for spec in specs}
@@ -167,7 +167,7 @@ class HostAgent:
         self.consumer = Consumer({
             **kafka_access(settings), "group.id": f"{self.catalogue.prefix}peloton.agent.{self.name}",
             "enable.auto.commit": False, "auto.offset.reset": "latest", "fetch.wait.max.ms": 100,
-            "allow.auto.create.topics": False, **RECOVERY,
+            "allow.auto.create.topics": False, **CONSUMER_RECOVERY,
         })
         # The sandboxes' files, served to the API (with the cluster's agent-logs secret): a user
         # reads a run's output through the API from wherever the run was.

@@ -135,8 +135,9 @@ def test_three_brokers_lose_one_then_all_and_every_job_runs_each_task_once(kafka
         # A node that stops heartbeating is fenced after broker.session.timeout.ms (4 s here), and
         # its partitions' leadership moves at once: the job waits that long, then one task's run
         # (1 s: the pause ends with the next task that ends), and the stages a moment to find the
-        # new leaders and coordinators: 1.4-4.4 s over the election in five runs (README, Delivery
-        # and failure). A rebalance, or a producer stuck on a dead coordinator, would add more.
+        # new leaders and coordinators: 1.8-2.2 s over the election in three runs since consumers
+        # fetch again 100 ms after a failed fetch (docs/design.md). A rebalance, or a producer stuck
+        # on a dead coordinator, would add more.
         election = election_seconds(cluster, killed_wall, dead=2)
         said = (f"the job paused {pause:.1f}s, {paused_from - killed_wall:.1f}s after a broker was killed "
                 f"(at {time.strftime('%H:%M:%S', time.localtime(killed_wall))}); the election took {election:.1f}s")
