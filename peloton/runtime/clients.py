@@ -23,7 +23,7 @@ RECOVERY = {
 # Consumers also fetch again 100 ms after a failed fetch (librdkafka waits 500 ms): a partition
 # whose leader died is read from its new leader that much sooner, at every hop a task crosses.
 # Losing one broker of three, the job paused 3.4, 5.6 and 2.3 s past the election with 500 ms,
-# 1.9, 2.2 and 1.8 s with 100 ms (the three-broker test, one task's 1 s run included).
+# 1.9, 2.2, 1.8 and 3.8 s with 100 ms (the three-broker test, one task's 1 s run included).
 CONSUMER_RECOVERY = {**RECOVERY, "fetch.error.backoff.ms": 100}
 
 
