@@ -25,6 +25,7 @@ FLAT_HOSTS = ("1000", "50000")
 RATIO_TARGET = 0.1
 STEADY_P99_TARGET_S = 1.0
 FLAT_FALL_TARGET = 0.10
+CPU_SHARE_TARGET = 1 / 3  # of the baseline tree's stages' CPU per task (2c424af)
 
 
 def steady_plan(burst: BenchPlan, burst_rate: float) -> BenchPlan:
@@ -49,8 +50,19 @@ def stage_cpu(figures: dict) -> dict[str, float]:
     return per
 
 
-def run_targets(console, burst: BenchPlan) -> dict:
-    """The four runs, then the table of targets."""
+def baseline_cpu(figures: dict) -> float | None:
+    """The stages' CPU per task of a baseline run: `pelotonctl bench --json` of an older tree, or
+    this command's own --json (its burst run)."""
+    run = figures.get("runs", {}).get("burst", figures)
+    try:
+        return stage_cpu(run)["stages"]
+    except (KeyError, TypeError):
+        return None
+
+
+def run_targets(console, burst: BenchPlan, baseline: dict | None = None) -> dict:
+    """The four runs, then the table of targets; `baseline` (a bench's --json of an older tree,
+    run on the same machine) gives the CPU target its measure."""
     runs = {"burst": run_pipeline_bench(console, burst)}
     runs["steady"] = run_pipeline_bench(console, steady_plan(burst, runs["burst"]["tasks_per_s_running"]))
     flat: dict[str, float] = {}
@@ -74,6 +86,7 @@ def run_targets(console, burst: BenchPlan) -> dict:
         "flat_tasks_per_s": flat,
         "flat_fall": rate_fall(flat),
         "peak_mb": peak,
+        "baseline_stage_cpu_ms_per_task": baseline_cpu(baseline) if baseline else None,
         "all_succeeded": all(set(r["job_states"]) == {"SUCCEEDED"} for r in runs.values()),
     }
     _print(console, summary)
@@ -93,9 +106,13 @@ def _print(console, s: dict) -> None:
     table.add_row("relay (same broker)", f"{s['relay_msgs_per_s']:,.0f} msgs/s", "", "")
     table.add_row("ratio to the relay", "" if ratio is None else f"{ratio:.3f}", f">= {RATIO_TARGET}",
                   met(None if ratio is None else ratio >= RATIO_TARGET))
+    base = s["baseline_stage_cpu_ms_per_task"]
     table.add_row("stages' CPU per task", f"{cpu['stages']:.3f} ms ("
-                  + ", ".join(f"{name} {cpu[name]:.3f}" for name in STAGES if name in cpu) + ")",
-                  "a third of 2c424af's (README)", "")
+                  + ", ".join(f"{name} {cpu[name]:.3f}" for name in STAGES if name in cpu) + ")"
+                  + (f", {cpu['stages'] / base:.2f} of the baseline's {base:.3f}" if base else ""),
+                  f"<= {CPU_SHARE_TARGET * base:.3f} ms (a third of the baseline)" if base
+                  else "a third of 2c424af's (--baseline)",
+                  met(cpu["stages"] <= CPU_SHARE_TARGET * base) if base else "")
     table.add_row(f"steady at {STEADY_SHARE:.0%} of the burst", f"{s['steady_tasks_per_s']:,.0f} tasks/s "
                   f"({s['steady_offered_tasks_per_s']:,.0f} offered), p99 {s['steady_p99_s']:.2f} s",
                   f"p99 < {STEADY_P99_TARGET_S:g} s", met(s["steady_p99_s"] < STEADY_P99_TARGET_S))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import typer
 
 from pelotonctl.cli.common import EXIT_FAILED, EXIT_INVALID, JSON_HELP, check_store_kind, err, fail, out, print_json
@@ -23,6 +26,8 @@ def bench(
     targets: bool = typer.Option(False, "--targets", help="Run the burst, then a steady load at 80% of its rate "
                                  "for a minute, then the burst on 1,000 and on 50,000 hosts, and print the "
                                  "figures beside the speed targets (make bench)."),
+    baseline: str = typer.Option("", help="With --targets: a file of `pelotonctl bench --json` from an older tree "
+                                 "run on this machine (2c424af for issue 27), the CPU target's measure."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Run JOBS jobs of TASKS_PER_JOB simulated tasks through a throwaway stack and print tasks per
@@ -39,6 +44,8 @@ def bench(
             fail(f"{name} {value}: must be at least 1", EXIT_INVALID)
     if rate < 0:
         fail(f"--rate {rate:g}: must be 0 or more", EXIT_INVALID)
+    if baseline and not targets:
+        fail("--baseline is read by --targets only", EXIT_INVALID)
     plan = BenchPlan(hosts=hosts, jobs=jobs, tasks_per_job=tasks_per_job, pools=pools, instances=instances,
                      task_seconds=task_seconds, store=store, relay_messages=relay, rate=rate)
     from stages.launch.inventory import InventoryError, parse_inventory
@@ -50,9 +57,18 @@ def bench(
     if targets:
         if rate:
             fail("--targets runs its own steady load: leave --rate out", EXIT_INVALID)
-        from pelotonctl.bench.targets import run_targets
+        from pelotonctl.bench.targets import baseline_cpu, run_targets
 
-        report = run_targets(err if as_json else out, plan)
+        base = None
+        if baseline:
+            try:
+                base = json.loads(Path(baseline).read_text())
+            except (OSError, ValueError) as exc:
+                fail(f"--baseline {baseline}: {exc}", EXIT_INVALID)
+            if baseline_cpu(base) is None:
+                fail(f"--baseline {baseline}: not the --json of a pelotonctl bench run (no stages' CPU in it)",
+                     EXIT_INVALID)
+        report = run_targets(err if as_json else out, plan, base)
         if as_json:
             print_json(report)
         if not report["summary"]["all_succeeded"]:

@@ -39,3 +39,12 @@ def test_the_flat_target_reads_the_fall_from_the_fewest_hosts_to_the_most() -> N
     runs = {"stages": [{"component": "admit", "cpu_ms_per_task": 0.2}, {"component": "place", "cpu_ms_per_task": 0.1},
                        {"component": "broker", "cpu_ms_per_task": 0.5}]}
     assert stage_cpu(runs) == {"admit": 0.2, "place": 0.1, "stages": 0.3}
+
+
+def test_the_cpu_target_reads_its_baseline_from_a_bench_run_or_a_targets_run() -> None:
+    from pelotonctl.bench.targets import baseline_cpu
+
+    run = {"stages": [{"component": "admit", "cpu_ms_per_task": 0.2}, {"component": "launch", "cpu_ms_per_task": 0.1},
+                      {"component": "broker", "cpu_ms_per_task": 0.9}]}
+    assert baseline_cpu(run) == 0.3 and baseline_cpu({"summary": {}, "runs": {"burst": run}}) == 0.3
+    assert baseline_cpu({"tasks": 5}) is None and baseline_cpu({"runs": {"burst": None}}) is None

@@ -131,3 +131,14 @@ def test_pelotons_own_query_lines_run_as_written(tmp_path) -> None:
         result = runner.invoke(app, [*shlex.split(line), "--json"], env=env)
         assert result.exit_code == 0, (line, result.output)
         assert len(json.loads(result.output)) == found, (line, result.output)
+
+
+def test_bench_refuses_a_baseline_it_cannot_read_before_starting_anything(tmp_path) -> None:
+    (tmp_path / "not-a-bench.json").write_text('{"tasks": 5}')
+    for args, said in ((["--targets", "--baseline", str(tmp_path / "missing.json")], "No such file"),
+                       (["--targets", "--baseline", str(tmp_path / "not-a-bench.json")], "not the --json of a pelotonctl bench"),
+                       (["--baseline", str(tmp_path / "not-a-bench.json")], "--baseline is read by --targets only"),
+                       (["--targets", "--rate", "100"], "--targets runs its own steady load")):
+        result = runner.invoke(app, ["bench", *args], env={"PELOTON_HOME": str(tmp_path / "home")})
+        assert result.exit_code == 2 and said in result.output, (args, result.output)
+    assert not (tmp_path / "home").exists()
