@@ -42,6 +42,11 @@ log = logging.getLogger("peloton.runtime")
 STUCK_S = 60.0
 # How often the loop says it is alive, with what it has and what it did since (INFO).
 STATUS_EVERY_S = 30.0
+# An instance that has held no partition this long asks the broker whether it is in its group at
+# all, and joins again with a new consumer if it is not: librdkafka can stay out of its group
+# after its session ended while every broker was down (seen three times: place, launch or admit
+# without partitions minutes after the cluster was back, the group going on without it).
+REJOIN_AFTER_S = 30.0
 
 
 class StageRuntime:
@@ -52,30 +57,7 @@ class StageRuntime:
         self.serde = registry()
         self.instance_id = instance_id or f"{stage.name}-{uuid.uuid4().hex[:8]}"
         self._running = True
-        self.consumer = Consumer(
-            {
-                **kafka_access(settings),
-                "group.id": self.catalogue.group(stage.name),
-                "client.id": self.instance_id,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "session.timeout.ms": settings.session_timeout_ms,
-                "heartbeat.interval.ms": max(100, settings.session_timeout_ms // 6),
-                "partition.assignment.strategy": stage.assignment,
-                # How long the broker holds a fetch that finds nothing: every idle consumer asks
-                # again this often. Data that arrives ends the wait early.
-                "fetch.wait.max.ms": FETCH_WAIT_MS,
-                # Only what committed: the output of an aborted or still open transaction is
-                # never handled (librdkafka's default, said here because it is the guarantee).
-                "isolation.level": "read_committed",
-                "socket.nagle.disable": True,
-                "allow.auto.create.topics": False,  # see producer_config
-                # Notice topics made again (after a broker lost them) within seconds, not minutes.
-                "topic.metadata.refresh.interval.ms": int(settings.topic_check_s * 1000),
-                **CONSUMER_RECOVERY,
-                **debug_config(settings),
-            }
-        )
+        self.consumer = self._new_consumer()
         self.transaction: BatchTransaction | None = None
         if settings.exactly_once:
             # One id per instance: a restarted instance fences its predecessor and aborts what
@@ -114,7 +96,37 @@ class StageRuntime:
         self._admin = None
         self._consume_errors = 0
         self._per_message = 1.0  # records per message read lately (bundles hold many)
+        self._unassigned_since: float | None = None
+        self._next_membership_check = 0.0
+        self.rejoins = 0  # times a new consumer joined because the old one was out of its group
         self.registry = self._register()
+
+    def _new_consumer(self) -> Consumer:
+        settings, stage = self.settings, self.stage
+        return Consumer(
+            {
+                **kafka_access(settings),
+                "group.id": self.catalogue.group(stage.name),
+                "client.id": self.instance_id,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "session.timeout.ms": settings.session_timeout_ms,
+                "heartbeat.interval.ms": max(100, settings.session_timeout_ms // 6),
+                "partition.assignment.strategy": stage.assignment,
+                # How long the broker holds a fetch that finds nothing: every idle consumer asks
+                # again this often. Data that arrives ends the wait early.
+                "fetch.wait.max.ms": FETCH_WAIT_MS,
+                # Only what committed: the output of an aborted or still open transaction is
+                # never handled (librdkafka's default, said here because it is the guarantee).
+                "isolation.level": "read_committed",
+                "socket.nagle.disable": True,
+                "allow.auto.create.topics": False,  # see producer_config
+                # Notice topics made again (after a broker lost them) within seconds, not minutes.
+                "topic.metadata.refresh.interval.ms": int(settings.topic_check_s * 1000),
+                **CONSUMER_RECOVERY,
+                **debug_config(settings),
+            }
+        )
 
     def _register(self):
         from peloton.registry import join
@@ -187,6 +199,48 @@ class StageRuntime:
         self._registry_partitions()
         self.stage.on_revoke(ids)
 
+    # -- membership -------------------------------------------------------------------------
+    def _check_membership(self) -> None:
+        """After REJOIN_AFTER_S without partitions, and then as often, ask whether the broker
+        counts this instance in its group; a member with nothing to do (more instances than
+        partitions) stays as it is."""
+        now = time.monotonic()
+        if self.assigned:
+            self._unassigned_since = None
+            return
+        if self._unassigned_since is None:
+            self._unassigned_since = now
+        if now - self._unassigned_since < REJOIN_AFTER_S or now < self._next_membership_check:
+            return
+        self._next_membership_check = now + REJOIN_AFTER_S
+        if self._is_member() is False:
+            self._rejoin(now - self._unassigned_since)
+
+    def _is_member(self) -> bool | None:
+        """Whether the group, settled, lists this instance's consumer; None when the broker does
+        not say (away, or the group is rebalancing: a joining member is not listed yet)."""
+        group = self.catalogue.group(self.stage.name)
+        try:
+            desc = self._admin_client().describe_consumer_groups([group], request_timeout=5)[group].result()
+        except Exception as exc:  # the broker is away: the loop waits for it anyway
+            log.info("could not describe group %s: %s", group, exc)
+            return None
+        if desc.state.name not in ("STABLE", "EMPTY", "DEAD"):
+            return None
+        return any(m.client_id == self.instance_id for m in desc.members)
+
+    def _rejoin(self, idle_s: float) -> None:
+        log.warning("%s has held no partition for %.0fs and group %s does not list it: joining again with a "
+                    "new consumer", self.instance_id, idle_s, self.catalogue.group(self.stage.name))
+        old, self.consumer = self.consumer, self._new_consumer()
+        try:
+            old.close()
+        except Exception as exc:
+            log.warning("closing the consumer left out of its group: %s", exc)
+        self._subscribe()
+        self._unassigned_since = time.monotonic()
+        self.rejoins += 1
+
     # -- main loop ------------------------------------------------------------------------
     def stop(self, *_args) -> None:
         self._running = False
@@ -195,9 +249,12 @@ class StageRuntime:
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
 
-    def run(self, max_seconds: float | None = None) -> None:
+    def _subscribe(self) -> None:
         topics = [self.catalogue[t].name for t in self.stage.inputs]
         self.consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
+
+    def run(self, max_seconds: float | None = None) -> None:
+        self._subscribe()
         deadline = time.monotonic() + max_seconds if max_seconds else None
         self._status_at, self._status_records, self._status_turns = time.monotonic(), 0, 0
         try:
@@ -236,6 +293,7 @@ class StageRuntime:
         self.stage_tick()
         if not self._until_done(self._flush_and_commit, "committing"):
             return
+        self._check_membership()
         if time.monotonic() >= self._next_lag_export:
             self._next_lag_export = time.monotonic() + self.settings.metrics_period_s
             self._export_lag()

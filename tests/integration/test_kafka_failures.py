@@ -220,3 +220,47 @@ def test_a_stage_killed_mid_job_leaves_no_output_record_twice(pipeline_factory) 
     statuses = [k for k in seen if k[0] == "status" and k[3] == "TASK_FINISHED"]
     assert len(statuses) == 1200
     print(f"{len(seen)} output records, none twice, after killing launch, admit, place and entitle")
+
+
+def test_an_instance_left_out_of_its_group_joins_again_with_a_new_consumer(broker, tmp_path, monkeypatch) -> None:
+    """librdkafka can stay out of its group after its session ended while every broker was down;
+    here the consumer leaves its group (as such a one is: subscribed to nothing, held by no
+    member), and the runtime, asking the broker, joins again with a new consumer."""
+    import threading
+
+    import peloton.runtime.loop as loop
+    from peloton.runtime import Stage, StageRuntime
+
+    class Idle(Stage):
+        name = "admit"
+        inputs = ("job-commands",)
+        leave = False
+
+        def tick(self, now: float) -> None:
+            if self.leave:  # on the loop's own thread, as the client's calls must be
+                self.leave = False
+                rt.consumer.unsubscribe()
+
+    monkeypatch.setattr(loop, "REJOIN_AFTER_S", 2.0)
+    p = Pipeline(broker, tmp_path / "p", HOSTS)
+    stage = Idle()
+    rt = StageRuntime(stage, p.settings, "left-out")
+    ran = threading.Thread(target=rt.run, kwargs={"max_seconds": 90}, daemon=True)
+    ran.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not rt.assigned and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert rt.assigned, "never assigned"
+        stage.leave = True
+        deadline = time.monotonic() + 30
+        while rt.assigned and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not rt.assigned and rt.rejoins == 0, "still assigned after leaving the group"
+        deadline = time.monotonic() + 60
+        while (rt.rejoins == 0 or not rt.assigned) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert rt.rejoins == 1 and len(rt.assigned) == 4, (rt.rejoins, rt.assigned)
+    finally:
+        rt.stop()
+        ran.join(30)

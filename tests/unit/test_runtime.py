@@ -338,3 +338,27 @@ def test_the_commit_moves_past_a_transactions_marker_once_the_consumer_has_read_
     consumer.position = lambda parts: [type(tp)(tp.topic, tp.partition, 3) for tp in parts]  # read past offset 2
     rt.run_once()
     assert consumer.commits == [{(CAT["job-commands"].name, 0): 3}]
+
+
+def test_an_instance_without_partitions_joins_again_only_when_its_group_does_not_list_it(monkeypatch) -> None:
+    import peloton.runtime.loop as loop
+
+    rt, _consumer, _emitter = runtime_for(Stage(), [])
+    rt.assigned = set()
+    asked, rejoined = [], []
+    answers = iter([None, True, False])  # the broker away, a member with nothing to do, left out
+    monkeypatch.setattr(rt, "_is_member", lambda: asked.append(1) or next(answers))
+    monkeypatch.setattr(rt, "_rejoin", lambda idle_s: rejoined.append(idle_s))
+    clock = [1000.0]
+    monkeypatch.setattr(loop.time, "monotonic", lambda: clock[0])
+    rt._check_membership()  # the first turn without partitions: not yet
+    clock[0] += loop.REJOIN_AFTER_S - 1
+    rt._check_membership()
+    assert asked == [] and rejoined == []
+    for _ in range(3):  # then once every REJOIN_AFTER_S
+        clock[0] += loop.REJOIN_AFTER_S
+        rt._check_membership()
+    assert len(asked) == 3 and len(rejoined) == 1 and rejoined[0] >= 3 * loop.REJOIN_AFTER_S
+    rt.assigned = {("job-commands", 0)}
+    rt._check_membership()  # partitions again: the clock starts over
+    assert rt._unassigned_since is None
