@@ -11,7 +11,6 @@ queue, so it is refused at create, with the numbers.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 
 from peloton.model.jobspec import JobSpec, gang_instances
 from peloton.model.pool import controller_limit, pool_limit, pool_resources
@@ -43,40 +42,6 @@ def _instances(ids: list[int]) -> str:
 def distinct_capacities(host_states) -> list[Resources]:
     """The distinct capacities among HostState records: all fit_problems needs of the hosts."""
     return list({Resources.from_record(h["capacity"]) for h in host_states})
-
-
-class HostCapacities:
-    """distinct_capacities kept from host-state's changes: with 50,000 hosts, reading every one at
-    each batch of new jobs cost admit a tenth more CPU than with 1,000, and nearly every change
-    is a host's free resources, which leaves its capacity alone."""
-
-    def __init__(self) -> None:
-        self.per_host: dict[str, tuple[float, float, float, float]] = {}
-        self.counts: dict[tuple[float, float, float, float], int] = {}
-
-    def update(self, changes: Iterable[tuple[str, dict]]) -> None:
-        per_host, counts = self.per_host, self.counts
-        for key, h in changes:
-            c = h["capacity"]
-            cap = (c["cpu"], c["mem_mb"], c["disk_mb"], c["gpu"])
-            old = per_host.get(key)
-            if old == cap:
-                continue
-            if old is not None:
-                counts[old] -= 1
-                if not counts[old]:
-                    del counts[old]
-            per_host[key] = cap
-            counts[cap] = counts.get(cap, 0) + 1
-
-    def distinct(self, hosts: dict[str, dict]) -> list[Resources]:
-        """The distinct capacities of `hosts` (the view's values, which the changes came from);
-        counted all over again when they are not the hosts counted (the view was read anew)."""
-        if len(hosts) != len(self.per_host):
-            self.per_host.clear()
-            self.counts.clear()
-            self.update(hosts.items())
-        return [Resources(cpu, mem, disk, gpu) for cpu, mem, disk, gpu in self.counts]
 
 
 def fit_problems(spec: JobSpec, pool: str, pool_config: dict, hosts: list[Resources]) -> list[str]:

@@ -14,6 +14,7 @@ from collections import Counter
 from peloton import metrics
 from peloton.model.events import task_kill
 from peloton.model.health import DISABLED
+from peloton.model.host_capacities import HostCapacities
 from peloton.model.jobconfig import parse_job_config
 from peloton.model.jobspec import JobConfigError
 from peloton.model.pool import leaf_pool_error
@@ -29,7 +30,7 @@ from peloton.model.states import (
 from peloton.runtime import CompactedView, Record, Stage, now_ms
 from peloton.store import JobRow, JobStore, TaskRow
 from peloton.topics import partition_for
-from stages.admit.checks import HostCapacities, fit_problems, job_id_problem, size_problems
+from stages.admit.checks import fit_problems, job_id_problem, size_problems
 from stages.admit.commands import (
     ORPHAN,
     REMOVED,

@@ -29,6 +29,7 @@ import time
 from peloton import metrics
 from peloton.model.events import send_progress, split_task_id, task_kill, task_status
 from peloton.model.gang import gang_problem
+from peloton.model.host_capacities import HostCapacities
 from peloton.model.pool import pool_resources
 from peloton.model.resources import ZERO, Resources
 from peloton.runtime import CompactedView, Record, Stage, now_ms
@@ -49,7 +50,6 @@ from stages.entitle.admission import (
 )
 from stages.entitle.entitlement import PoolUsage
 from stages.entitle.usage import (
-    ClusterCapacity,
     leaves,
     tree_entitlements,
     usage_from_record,
@@ -78,7 +78,7 @@ class EntitleStage(Stage):
         self.owned: set[int] = set()
         self.shares: dict = {}  # path -> PoolShare, the last calculation
         self.capacity = ZERO
-        self.cluster = ClusterCapacity()  # the UP hosts' capacity, from host-state's changes
+        self.cluster = HostCapacities()  # the UP hosts' capacity, from host-state's changes
         self.over_periods: dict[str, int] = {}
         self._dirty = True  # an input of the calculation changed since it last ran
         self._changed_pools: set[str] = set()  # own pools to publish at the next pass
@@ -271,7 +271,7 @@ class EntitleStage(Stage):
     def _entitle(self) -> None:
         """Recompute every pool's entitlement from every pool's usage, then give each owned
         pool's ledger its share."""
-        self.capacity = self.cluster.total(self.hosts.values)
+        self.capacity = self.cluster.up_total(self.hosts.values)
         try:
             self.shares = tree_entitlements(self.pools, {p: self._usage_of(p) for p in leaves(self.pools)},
                                             self.capacity)

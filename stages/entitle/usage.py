@@ -31,41 +31,6 @@ def cluster_capacity(host_states: Iterable[dict]) -> Resources:
     return Resources(cpu, mem, disk, gpu)
 
 
-class ClusterCapacity:
-    """cluster_capacity kept from host-state's changes. Nearly every change is a host's free
-    resources moving, which leaves its capacity alone: summing every host for each of them took a
-    sixth of entitle's CPU with 50,000 hosts. The sum is taken again only when a host's UP capacity
-    changed, or the hosts known are not the ones counted (the view was read again from the start)."""
-
-    def __init__(self) -> None:
-        self.per_host: dict[str, tuple[float, float, float, float]] = {}
-        self._total: Resources | None = ZERO
-
-    def update(self, changes: Iterable[tuple[str, dict]]) -> None:
-        for key, h in changes:
-            if h.get("state", "UP") == "UP":
-                c = h["capacity"]
-                up = (c["cpu"], c["mem_mb"], c["disk_mb"], c["gpu"])
-            else:
-                up = (0.0, 0.0, 0.0, 0.0)
-            if self.per_host.get(key) != up:
-                self.per_host[key] = up
-                self._total = None
-
-    def total(self, hosts: dict[str, dict]) -> Resources:
-        """The sum over `hosts` (the view's values, which the changes came from)."""
-        if len(hosts) != len(self.per_host):
-            self.per_host.clear()
-            self.update(hosts.items())
-            self._total = None
-        if self._total is None:
-            cpu = mem = disk = gpu = 0.0
-            for c, m, d, g in self.per_host.values():
-                cpu, mem, disk, gpu = cpu + c, mem + m, disk + d, gpu + g
-            self._total = Resources(cpu, mem, disk, gpu)
-        return self._total
-
-
 def slack_capacity(capacity: Resources, usage: Iterable[PoolUsage]) -> Resources:
     """Slack (revocable) capacity: the cpu no pool holds for non-revocable runs. Peloton measures
     what allocated tasks leave unused; we do not measure use, so revocable runs borrow what is not
