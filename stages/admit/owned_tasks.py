@@ -44,11 +44,11 @@ class OwnedTasks:
         return getattr(self.store, name)
 
     # -- when memory holds -----------------------------------------------------------------
-    def assigned(self, commands: set[int], statuses: set[int]) -> None:
-        """The instance's partitions now: remembered rows are kept only while the job-commands and
-        task-status partitions it holds are the same numbers."""
+    def assigned(self, commands: set[int], statuses: set[int], counts_agree: bool = True) -> None:
+        """The instance's partitions now: remembered rows are kept only while the two topics have
+        as many partitions and the job-commands and task-status ones it holds are the same numbers."""
         self.forget()
-        self.enabled = commands == statuses
+        self.enabled = counts_agree and commands == statuses
 
     def forget(self) -> None:
         self.rows.clear()

@@ -135,8 +135,8 @@ class AdmitStage(Stage):
     def _paired(self) -> None:
         """Task rows are remembered only while this instance holds the same partition numbers of
         both inputs and they are as many: then every command and status of its jobs comes here."""
-        same_count = self.catalogue["job-commands"].partitions == self.status_partitions
-        self.store.assigned(self.commands_owned if same_count else {-1}, self.owned)
+        self.store.assigned(self.commands_owned, self.owned,
+                            counts_agree=self.catalogue["job-commands"].partitions == self.status_partitions)
 
     def tick(self, now: float) -> None:
         self.capacities.update(self.hosts.poll())

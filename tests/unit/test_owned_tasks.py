@@ -69,6 +69,8 @@ def test_nothing_is_remembered_unless_both_inputs_hold_the_same_partitions(owned
         owned.create_jobs([job("j2")], tasks("j2"))
     owned.tasks_by_instance([("j2", 0)], spec=False)
     assert owned.rows == {} and owned.reads == 0  # straight from the store
+    owned.assigned({0, 1}, {0, 1}, counts_agree=False)  # the same numbers of topics partitioned otherwise
+    assert not owned.enabled
     owned.assigned({0, 1}, {0, 1})
     owned.tasks_by_instance([("j2", 0)], spec=False)
     assert owned.reads == 1 and ("j2", 0) in owned.rows
