@@ -42,8 +42,9 @@ defaultconfig:
   command: {{shell: true, value: 'true'}}
 """
 
-# A run's steps on its way to RUNNING, and who takes it there (the latency to each is reported).
-STEPS = {"READY": "entitle", "PLACED": "place", "LAUNCHING": "launch", "RUNNING": "host"}
+# A run's steps on its way to RUNNING, set by entitle, place, launch and the host (the latency to
+# each is reported).
+STEPS = ("READY", "PLACED", "LAUNCHING", "RUNNING")
 
 # The stages whose CPU and records are reported, in pipeline order; then the broker, a Cassandra node, agents.
 STAGES = ("admit", "entitle", "place", "launch")
