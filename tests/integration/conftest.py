@@ -91,9 +91,10 @@ _seq = itertools.count()
 class Pipeline:
     """One isolated pipeline on the shared broker; stages are real child processes."""
 
-    def __init__(self, kafka: str | dict, home: Path, hosts: str, **overrides):
+    def __init__(self, kafka: str | dict, home: Path, hosts: str, pool_cpu: float = 64, **overrides):
         """kafka: a plaintext broker's bootstrap list, or settings with its admin user (then the
-        stages and agents run as their own users, with only their ACLs)."""
+        stages and agents run as their own users, with only their ACLs). Jobs go to the pool
+        /test, limited to `pool_cpu` cores."""
         kafka = {"bootstrap": kafka} if isinstance(kafka, str) else kafka
         overrides.setdefault("store", str(home / "peloton.db"))
         overrides.setdefault("session_timeout_ms", 2000)  # quick takeovers; not where brokers die
@@ -114,7 +115,7 @@ class Pipeline:
         self.passwords = PASSWORDS if self.settings.kafka_user else None
         if self.passwords:
             principals.apply(self.settings, self.passwords)
-        create_pool(self.settings, self.store, "/test", pool_yaml(cpu=64))
+        create_pool(self.settings, self.store, "/test", pool_yaml(cpu=pool_cpu))
 
     def as_user(self, component: str) -> dict[str, str]:
         """The variables that start a process as the component's Kafka user."""

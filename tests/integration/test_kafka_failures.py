@@ -79,7 +79,9 @@ def election_seconds(cluster, since: float, dead: int) -> float:
 
 
 def pipeline_on(cluster, tmp_path, **overrides) -> Pipeline:
-    return Pipeline(cluster.bootstrap, tmp_path / "p", HOSTS, sim_task_seconds=1.0, retry_max_s=2.0,
+    # 256 of the hosts' 800 cores: a 2,000-task job of 1 s tasks lasts about 8 s, long enough
+    # to lose a broker in its middle, not the half minute 64 cores would take.
+    return Pipeline(cluster.bootstrap, tmp_path / "p", HOSTS, pool_cpu=256, sim_task_seconds=1.0, retry_max_s=2.0,
                     flush_timeout_s=5.0, **overrides)
 
 
