@@ -6,7 +6,7 @@ from __future__ import annotations
 from confluent_kafka import KafkaError, KafkaException
 
 from peloton.runtime.transaction import TransactionError
-from peloton.store import STORE_UNAVAILABLE
+from peloton.store import store_unavailable
 
 
 class BrokerUnavailable(RuntimeError):
@@ -28,7 +28,7 @@ class RecordTooLarge(RecordError):
 def is_transient(exc: BaseException) -> bool:
     """A failure that is not the record's fault: the broker or the store is unavailable. The
     batch is tried again after a pause instead of being dead-lettered."""
-    if isinstance(exc, (DeliveryError, TransactionError, *STORE_UNAVAILABLE)):
+    if isinstance(exc, (DeliveryError, TransactionError, *store_unavailable())):
         return True
     if isinstance(exc, KafkaException):
         err = exc.args[0] if exc.args else None

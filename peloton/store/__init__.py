@@ -12,13 +12,10 @@ Every backend is held to one contract suite (tests/unit/test_store.py).
 
 from __future__ import annotations
 
+import importlib
 import sqlite3
+import sys
 from pathlib import Path
-
-import cassandra
-import cassandra.cluster
-import psycopg
-import psycopg_pool
 
 from peloton.store.base import (
     Allocation,
@@ -34,11 +31,28 @@ from peloton.store.base import (
 )
 
 # Errors that mean the store is unavailable (locked, disk full, server gone), not that a request
-# was wrong: stages pause and try again rather than blame the record.
-STORE_UNAVAILABLE: tuple[type[BaseException], ...] = (
-    sqlite3.OperationalError, psycopg.OperationalError, psycopg_pool.PoolTimeout,
-    cassandra.cluster.NoHostAvailable, cassandra.Unavailable, cassandra.Timeout, cassandra.OperationTimedOut,
-    cassandra.CoordinationFailure)
+# was wrong: stages pause and try again rather than blame the record. By the module that defines
+# them: a backend's driver is imported only when a store of its kind is opened (a fifth of a
+# second for a command line that needs neither), and a driver never imported raised nothing.
+_BACKEND_ERRORS = {
+    "psycopg": ("OperationalError",),
+    "psycopg_pool": ("PoolTimeout",),
+    "cassandra": ("Unavailable", "Timeout", "OperationTimedOut", "CoordinationFailure"),
+    "cassandra.cluster": ("NoHostAvailable",),
+}
+
+
+def store_unavailable(every_backend: bool = False) -> tuple[type[BaseException], ...]:
+    """The errors meaning the store is unavailable, of the drivers imported so far (for an
+    `except` clause, evaluated as it matches); every_backend imports them all (for handlers
+    registered once, before any store is opened)."""
+    kinds: list[type[BaseException]] = [sqlite3.OperationalError]
+    for module, names in _BACKEND_ERRORS.items():
+        loaded = importlib.import_module(module) if every_backend else sys.modules.get(module)
+        if loaded is not None:
+            kinds.extend(getattr(loaded, name) for name in names)
+    return tuple(kinds)
+
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 CASSANDRA_SCHEME = "cassandra://"
@@ -71,5 +85,6 @@ def open_store(url_or_path: str | Path) -> StorageGateway:
     return SqliteStore(path)
 
 
-__all__ = ["STORE_UNAVAILABLE", "Allocation", "AllocationStore", "JobRow", "JobStore", "Launch", "LaunchStore",
-           "QueryStore", "QueuedGang", "StorageGateway", "TaskRow", "open_store", "sqlite_path"]
+__all__ = ["Allocation", "AllocationStore", "JobRow", "JobStore", "Launch", "LaunchStore",
+           "QueryStore", "QueuedGang", "StorageGateway", "TaskRow", "open_store", "sqlite_path",
+           "store_unavailable"]

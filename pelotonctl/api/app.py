@@ -28,7 +28,7 @@ from peloton.auth.tokens import Principal, issue
 from peloton.config import Settings
 from peloton.model.pool import leaf_pool_error
 from peloton.runtime import BrokerUnavailable, CompactedView, DeliveryError, Emitter, now_ms
-from peloton.store import STORE_UNAVAILABLE
+from peloton.store import store_unavailable
 from peloton.store.base import StorageGateway
 from pelotonctl import admin, queries
 from peloton.auth.identities import Identities
@@ -195,7 +195,7 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
                                                                                        status_code=503))
     for kind in (KafkaException, DeliveryError, BrokerUnavailable):
         app.add_exception_handler(kind, unavailable(f"the broker at {settings.bootstrap}"))
-    for kind in STORE_UNAVAILABLE:
+    for kind in store_unavailable(every_backend=True):
         app.add_exception_handler(kind, unavailable("the store"))
 
     # -- open to anyone: probes ---------------------------------------------------------------

@@ -53,13 +53,13 @@ def _root(
 def main() -> None:
     import logging
 
-    from peloton.store import STORE_UNAVAILABLE
+    from peloton.store import store_unavailable
 
     # The connection pool's retries would print a warning each: the one line below says it.
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     try:
         app()
-    except STORE_UNAVAILABLE as exc:  # any command: one line naming what is away, exit 5
+    except store_unavailable() as exc:  # any command: one line naming what is away, exit 5
         try:
             where = masked(Settings.from_env().store)
         except ValueError:

@@ -15,7 +15,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from peloton.config import Settings
 from peloton.model.states import JOB_STATES, JOB_TERMINAL, UNPLACED
 from peloton.runtime import CompactedView
-from peloton.store import STORE_UNAVAILABLE, QueryStore
+from peloton.store import QueryStore, store_unavailable
 from pelotonctl.admin import host_row
 from pelotonctl.watch import unplaced as unplaced_tasks
 from stages.entitle.usage import pool_view, up_to_root
@@ -40,7 +40,7 @@ def _unavailable(method):
             error = exc.args[0] if exc.args else None  # a KafkaError: its text, not its repr
             detail = error.str() if hasattr(error, "str") else str(exc)
             raise SourceUnavailable(f"broker at {self.settings.bootstrap} is unavailable: {detail}") from exc
-        except STORE_UNAVAILABLE as exc:
+        except store_unavailable() as exc:
             raise SourceUnavailable(f"store is unavailable: {exc}") from exc
 
     return wrapper
