@@ -86,9 +86,10 @@ from peloton.store.rows import (
 )
 
 DEFAULT_PORT = 9042
-# The states tasks_in_states can be asked for (the launch deadline's); a task in one has a row in
-# tasks_by_state. Indexing every state would write an index row per status for reads nobody makes.
-INDEXED_STATES = ("LAUNCHING", "LAUNCHED", "STARTING")
+# The states tasks_in_states can be asked for (the launch deadline's, and KILLING: the job
+# manager's kills sent again at a takeover); a task in one has a row in tasks_by_state. Indexing
+# every state would write an index row per status for reads nobody makes.
+INDEXED_STATES = ("LAUNCHING", "LAUNCHED", "STARTING", "KILLING")
 # A partition's writes in one batch: under 1 MiB (a mutation must fit in half a commit log
 # segment, 16 MiB by default; ?batch_kb= changes it).
 BATCH_KB = 1024

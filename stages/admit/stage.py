@@ -84,6 +84,7 @@ log = logging.getLogger("peloton.admit")
 
 LIVE = frozenset({"TASK_STAGING", "TASK_STARTING", "TASK_RUNNING"})  # a run reporting itself alive
 DRAIN_CHECK_S = 1.0  # how often the job manager looks for runs to move off hosts in maintenance
+KILLS_RESENT_MAX = 100_000  # KILLING runs killed again at a takeover (the oldest first)
 
 
 class AdmitStage(Stage):
@@ -123,9 +124,25 @@ class AdmitStage(Stage):
                 self.emit.emit(topic, key, schema, value)
 
     def on_assign(self, partitions: list[tuple[str, int]]) -> None:
-        self.owned |= {p for t, p in partitions if t == "task-status"}
+        new = {p for t, p in partitions if t == "task-status"} - self.owned
+        self.owned |= new
         self.commands_owned |= {p for t, p in partitions if t == "job-commands"}
         self._paired()
+        if new:
+            self._resend_kills(new)
+
+    def _resend_kills(self, partitions: set[int]) -> None:
+        """Kills the last owner stored (its runs went KILLING) but may have died before sending:
+        its store commits before its transaction, so a stop it claimed could be lost for good (a
+        redelivered command finds itself claimed). Every KILLING run of these partitions' jobs is
+        killed again; a run already killed, or ended, is left as it is by launch and its agent."""
+        now = now_ms()
+        stuck = [t for t in self.store.tasks_in_states(["KILLING"], now + 1, limit=KILLS_RESENT_MAX)
+                 if partition_for(t.job_id, self.status_partitions) in partitions]
+        for t in stuck:
+            self._send_kill(t.job_id, t.instance, t.run_id, t.task_id, t.reason, t.message, now)
+        if stuck:
+            log.info("kills of %d runs left KILLING sent again", len(stuck))
 
     def on_revoke(self, partitions: list[tuple[str, int]]) -> None:
         self.owned -= {p for t, p in partitions if t == "task-status"}

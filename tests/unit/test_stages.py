@@ -985,3 +985,30 @@ def test_an_in_place_restart_asks_for_each_runs_own_host(admit, store) -> None:
             {0: "host-0", 1: "host-1"} if in_place else {0: "", 1: ""})
         stage.handle([status_record(f"ip-{i}-{runs[i] + 1}", "TASK_RUNNING") for i in (0, 1)])
         assert store.get_update(cid)["state"] == "SUCCEEDED"
+
+
+def test_a_takeover_kills_again_the_runs_a_killed_owner_left_killing(admit, store) -> None:
+    """The last owner stored a stop (its runs KILLING, the command claimed) and died before its
+    transaction sent the kills: the redelivered command is claimed already, so the new owner of
+    the jobs' status partitions sends every KILLING run's kill again."""
+    stage, out = admit
+    stage.handle([command("k", JOB.format(name="k", count=3, gang=0, cpu=1))])
+    stage.handle([status_record("k-0-1", "TASK_RUNNING"), status_record("k-1-1", "TASK_FINISHED")])
+    stage.handle([control("STOP", "k")])
+    out.take()  # the kills the killed owner never sent
+    stage.on_revoke([("task-status", p) for p in range(4)] + [("job-commands", p) for p in range(4)])
+    stage.handle([control("STOP", "k")])  # redelivered: claimed, it acts no more
+    assert out.take("placements") == []
+    theirs = partition_for("k", 4)
+    stage.on_assign([("task-status", p) for p in range(4) if p != theirs])
+    assert out.take("placements") == []  # not the job's partition: nothing
+    stage.on_assign([("task-status", theirs), ("job-commands", theirs)])
+    kills = [v for _, _, schema, v in out.take("placements") if schema == "peloton.TaskKill"]
+    assert sorted({k["task_id"] for k in kills}) == ["k-0-1", "k-2-1"] and len(kills) == 2 * 4
+    assert {k["reason"] for k in kills} == {"STOPPED"}
+    stage.handle([status_record("k-0-1", "TASK_KILLED", "STOPPED"), status_record("k-2-1", "TASK_KILLED", "STOPPED")])
+    assert store.get_job("k").state == "KILLED"
+    out.take()
+    stage.on_revoke([("task-status", theirs)])
+    stage.on_assign([("task-status", theirs)])
+    assert out.take("placements") == []  # none KILLING any more

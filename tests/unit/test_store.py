@@ -342,6 +342,10 @@ def test_an_index_row_left_by_a_moved_run_is_not_returned(store) -> None:
     store.update_task_runs([t])
     assert [x.instance for x in store.tasks_in_states(["LAUNCHED"], 10**15)] == [0]
     assert [x.host_id for x in store.tasks_on_hosts(["h1"], ["LAUNCHED"])] == ["h1"]
+    t.state = "KILLING"  # the job manager's takeover asks for these (its kills sent again)
+    store.update_task_runs([t])
+    assert [(x.instance, x.state) for x in store.tasks_in_states(["KILLING"], 10**15)] == [(0, "KILLING")]
+    assert store.tasks_in_states(["LAUNCHED"], 10**15) == []
 
 
 def test_the_cassandra_schema_is_versioned_and_migrated_once(cassandra_node) -> None:
