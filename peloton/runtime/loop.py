@@ -28,6 +28,7 @@ from peloton.runtime.clients import (
 from peloton.runtime.emitter import Emitter
 from peloton.runtime.errors import is_transient
 from peloton.runtime.record import Record, WrongSchema, decode_message
+from peloton.runtime.membership import group_members
 from peloton.runtime.stage import Stage, handle_batch
 from peloton.runtime.transaction import BatchTransaction
 from peloton.serde import DecodeError, registry
@@ -219,15 +220,10 @@ class StageRuntime:
     def _is_member(self) -> bool | None:
         """Whether the group, settled, lists this instance's consumer; None when the broker does
         not say (away, or the group is rebalancing: a joining member is not listed yet)."""
-        group = self.catalogue.group(self.stage.name)
-        try:
-            desc = self._admin_client().describe_consumer_groups([group], request_timeout=5)[group].result()
-        except Exception as exc:  # the broker is away: the loop waits for it anyway
-            log.info("could not describe group %s: %s", group, exc)
+        desc = group_members(self.settings, self.catalogue.group(self.stage.name))  # in a child process
+        if desc is None or desc["state"] not in ("STABLE", "EMPTY", "DEAD"):
             return None
-        if desc.state.name not in ("STABLE", "EMPTY", "DEAD"):
-            return None
-        return any(m.client_id == self.instance_id for m in desc.members)
+        return self.instance_id in desc["client_ids"]
 
     def _rejoin(self, idle_s: float) -> None:
         log.warning("%s has held no partition for %.0fs and group %s does not list it: joining again with a "

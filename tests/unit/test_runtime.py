@@ -362,3 +362,11 @@ def test_an_instance_without_partitions_joins_again_only_when_its_group_does_not
     rt.assigned = {("job-commands", 0)}
     rt._check_membership()  # partitions again: the clock starts over
     assert rt._unassigned_since is None
+
+
+def test_a_group_asked_about_where_no_broker_answers_is_not_known_and_the_asker_lives() -> None:
+    """The question goes to a child process (librdkafka's coordinator requests can abort the
+    process that makes them); a child that fails or dies means "not known", never an exception."""
+    from peloton.runtime.membership import group_members
+
+    assert group_members(Settings(bootstrap="127.0.0.1:9"), "no-such-group") is None

@@ -1,0 +1,55 @@
+"""Whether a consumer group, settled, lists a consumer: asked in a process of its own.
+
+librdkafka's admin requests that go to a group's coordinator (DescribeConsumerGroups and the
+like) can abort the process that makes them when the coordinator's connection drops as the
+request goes out (librdkafka#4605 and #3663; a fix is open upstream, PR #5397). A stage asks
+exactly while the brokers are in trouble: admit and place aborted so (rdkafka_queue.h,
+`eonce->refcnt > 0`) when they asked during a whole-cluster restart. A child process that aborts
+only means "not known this time".
+
+    python -m peloton.runtime.membership GROUP   prints {"state": ..., "client_ids": [...]}"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+
+from peloton.config import Settings
+
+log = logging.getLogger("peloton.runtime")
+
+REQUEST_TIMEOUT_S = 5.0
+
+
+def group_members(settings: Settings, group: str) -> dict | None:
+    """{"state": STABLE | EMPTY | ..., "client_ids": [...]} of the group, or None when the broker
+    did not say (away, slow, or the asking process died)."""
+    try:
+        done = subprocess.run([sys.executable, "-m", "peloton.runtime.membership", group], capture_output=True,
+                              text=True, timeout=REQUEST_TIMEOUT_S + 10, env={**os.environ, **settings.env()})
+    except subprocess.TimeoutExpired:
+        log.info("could not describe group %s: no answer in %.0fs", group, REQUEST_TIMEOUT_S + 10)
+        return None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        log.info("could not describe group %s: %s", group, last[:300])
+        return None
+    return json.loads(done.stdout)
+
+
+def main() -> None:
+    from confluent_kafka.admin import AdminClient
+
+    from peloton.runtime.clients import QUIET, RECOVERY, kafka_access
+
+    [group] = sys.argv[1:]
+    admin = AdminClient({**kafka_access(Settings.from_env()), **RECOVERY, **QUIET})
+    desc = admin.describe_consumer_groups([group], request_timeout=REQUEST_TIMEOUT_S)[group].result()
+    print(json.dumps({"state": desc.state.name, "client_ids": [m.client_id for m in desc.members]}))
+
+
+if __name__ == "__main__":
+    main()
