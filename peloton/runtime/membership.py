@@ -30,14 +30,15 @@ def group_members(settings: Settings, group: str) -> dict | None:
     try:
         done = subprocess.run([sys.executable, "-m", "peloton.runtime.membership", group], capture_output=True,
                               text=True, timeout=REQUEST_TIMEOUT_S + 10, env={**os.environ, **settings.env()})
+        if done.returncode == 0:
+            return json.loads(done.stdout)
+        why = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1][:300]
     except subprocess.TimeoutExpired:
-        log.info("could not describe group %s: no answer in %.0fs", group, REQUEST_TIMEOUT_S + 10)
-        return None
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-        log.info("could not describe group %s: %s", group, last[:300])
-        return None
-    return json.loads(done.stdout)
+        why = f"no answer in {REQUEST_TIMEOUT_S + 10:.0f}s"
+    except (OSError, ValueError) as exc:  # no process to be had (memory, limits), or a garbled answer
+        why = str(exc)
+    log.info("could not describe group %s: %s", group, why)
+    return None
 
 
 def main() -> None:

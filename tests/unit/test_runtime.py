@@ -370,3 +370,18 @@ def test_a_group_asked_about_where_no_broker_answers_is_not_known_and_the_asker_
     from peloton.runtime.membership import group_members
 
     assert group_members(Settings(bootstrap="127.0.0.1:9"), "no-such-group") is None
+
+
+def test_a_garbled_answer_or_no_child_process_is_not_known_either(monkeypatch) -> None:
+    import subprocess
+
+    import peloton.runtime.membership as membership
+
+    monkeypatch.setattr(membership.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout="half a line", stderr=""))
+    assert membership.group_members(Settings(), "g") is None
+
+    def no_process(*_a, **_k):
+        raise OSError(11, "Resource temporarily unavailable")
+    monkeypatch.setattr(membership.subprocess, "run", no_process)
+    assert membership.group_members(Settings(), "g") is None
