@@ -423,12 +423,16 @@ class StageRuntime:
         """Run step; while the broker or the store is unavailable, pause and try again (backing off
         up to retry_max_s) instead of exiting. False when asked to stop before it succeeded."""
         delay = self.settings.retry_min_s
+        failed_at, attempts = None, 0
         while True:
             began = time.monotonic()
             try:
                 step()
+                if failed_at is not None:  # the operator reading the warnings sees the end of them
+                    log.info("%s: done after %.1fs and %d attempts", what, time.monotonic() - failed_at, attempts + 1)
                 return True
             except Exception as exc:
+                failed_at, attempts = failed_at or began, attempts + 1
                 if not is_transient(exc):
                     raise
                 self.emitter.discard()
