@@ -94,7 +94,8 @@ def stage_of(settings: Settings, name: str) -> str | None:
 class LagMonitor:
     """Samples the stage groups' lag; keeps the last `window` samples of each partition for the
     status words. One per CLI call, `--watch` loop, dashboard or API instance (whose callers ask
-    for fewer stages or a shorter window per sample)."""
+    for fewer stages or a shorter window per sample), each in a process of its own
+    (pelotonctl.lag_child: librdkafka can abort the process that asks a coordinator)."""
 
     def __init__(self, settings: Settings, stages: tuple[str, ...] = STAGES, window: int = 10,
                  timeout_s: float = 5.0):

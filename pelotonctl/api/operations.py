@@ -22,7 +22,8 @@ from pydantic import BaseModel, Field
 from peloton.registry import RegistryUnavailable
 from pelotonctl.api.identity import Creds
 from pelotonctl import deadletters
-from pelotonctl.lag import STAGES, LagMonitor, stage_of
+from pelotonctl.lag import STAGES, stage_of
+from pelotonctl.lag_child import LagInChild
 
 # How many samples the API keeps per partition: a caller's --window is at most this.
 LAG_WINDOW = 60
@@ -49,12 +50,12 @@ class Operations:
     def __init__(self, settings):
         self.settings = settings
         self._lock = threading.Lock()
-        self._lag: LagMonitor | None = None
+        self._lag: LagInChild | None = None
 
     def lag(self, stages: tuple[str, ...], window: int) -> dict:
         with self._lock:
             if self._lag is None:
-                self._lag = LagMonitor(self.settings, STAGES, LAG_WINDOW)
+                self._lag = LagInChild(self.settings, LAG_WINDOW)  # an abort in librdkafka ends only it
             return self._lag.sample(stages, window)
 
     def close(self) -> None:
@@ -89,7 +90,7 @@ def add_operations(app: FastAPI, door, refused) -> Operations:
             if found is None:
                 raise refused(400, f"stage {name!r}: not a stage group (stages: {', '.join(STAGES)})")
             stages.append(found)
-        return ops.lag(tuple(stages), window)
+        return letters_call(ops.lag, tuple(stages), window)
 
     @app.get("/v1/dead-letters", tags=["operations"], summary="Every dead letter, oldest first (admins)")
     def list_letters(creds: Creds, since_ms: int | None = None, stage: str | None = None) -> dict:

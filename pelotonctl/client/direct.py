@@ -159,11 +159,11 @@ class DirectClient:
     # -- what operators watch: lag, dead letters, the instance registry ---------------------------
     def lag(self, stages: tuple[str, ...], window: int) -> dict:
         """One sample of the stage groups' lag; the monitor (and its status windows) lives as long
-        as this client."""
-        from pelotonctl.lag import STAGES, LagMonitor
+        as this client, in a process of its own (`lag --watch` runs through broker restarts)."""
+        from pelotonctl.lag_child import LagInChild
 
         if getattr(self, "_lag", None) is None:
-            self._lag = LagMonitor(self.settings, STAGES, window)
+            self._lag = LagInChild(self.settings, window)
         return self._lag.sample(stages, window)
 
     def dead_letters(self, since_ms: int | None = None, stage: str | None = None) -> list[dict]:

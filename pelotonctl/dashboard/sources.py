@@ -42,6 +42,8 @@ def _unavailable(method):
             raise SourceUnavailable(f"broker at {self.settings.bootstrap} is unavailable: {detail}") from exc
         except store_unavailable() as exc:
             raise SourceUnavailable(f"store is unavailable: {exc}") from exc
+        except ConnectionError as exc:  # the lag sampler's: it says what was unavailable
+            raise SourceUnavailable(str(exc)) from exc
 
     return wrapper
 
@@ -71,9 +73,9 @@ class Sources:
         """Per stage group: status word, lag, held messages, per partition offsets; and the
         demand queued in each pool (pelotonctl.lag's sample, as `pelotonctl lag --json` gives it)."""
         if self._lag is None:
-            from pelotonctl.lag import LagMonitor
+            from pelotonctl.lag_child import LagInChild
 
-            self._lag = LagMonitor(self.settings)
+            self._lag = LagInChild(self.settings)  # an abort in librdkafka ends only its process
         return self._lag.sample()
 
     def _read(self, topic: str) -> CompactedView:

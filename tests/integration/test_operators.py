@@ -5,6 +5,8 @@ letters listed, shown and replayed with pelotonctl."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 import urllib.request
@@ -15,6 +17,7 @@ import pytest
 from pelotonctl.admin import create_pool, emitter
 from pelotonctl.dev.stack import free_port
 from pelotonctl.lag import STAGES, LagMonitor
+from pelotonctl.lag_child import LagInChild, LagUnavailable
 from tests.integration.conftest import pool_yaml
 
 pytestmark = pytest.mark.integration
@@ -129,13 +132,22 @@ def test_lag_reports_what_kafkas_own_consumer_groups_tool_reports(pipeline_facto
     for proc in p.procs.values():
         proc.wait(30)
     p.submit(HELLO)  # a command no admit reads: a lag of 1
-    monitor = LagMonitor(p.settings)
+    monitor = LagInChild(p.settings)  # as the API, the dashboard and the command line sample
     try:
         report = monitor.sample()
+        # An abort in librdkafka (its failed assertion) ends the sampling process: that sample is
+        # unavailable, and the next process answers the same.
+        os.kill(monitor._child.pid, signal.SIGABRT)
+        monitor._child.wait(10)
+        with pytest.raises(LagUnavailable, match="the sampling process ended"):
+            monitor.sample()
+        again = monitor.sample()
     finally:
         monitor.close()
     ours = {(g["group"], r["topic"], r["partition"]): (r["current_offset"], r["log_end_offset"], r["lag"])
             for g in report["groups"] for r in g["partitions"]}
+    assert ours == {(g["group"], r["topic"], r["partition"]): (r["current_offset"], r["log_end_offset"], r["lag"])
+                    for g in again["groups"] for r in g["partitions"]}
     theirs = kafka_consumer_groups(p.settings, [g["group"] for g in report["groups"]])
     assert theirs, "kafka-consumer-groups printed no rows"
     for key, (current, end, lag) in theirs.items():

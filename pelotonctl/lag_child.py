@@ -1,0 +1,148 @@
+"""The lag monitor in a process of its own, for the long-lived processes that sample it (the API, the
+dashboard, `pelotonctl lag --watch`).
+
+The monitor's requests to the groups' coordinators (OffsetFetch, DescribeGroups) can abort the
+process that makes them when a coordinator's connection drops as a request goes out
+(librdkafka#4605 and #3663, rdkafka_queue.h `eonce->refcnt > 0`; a fix is open upstream): the
+stages' membership question aborted admit and place so during a whole-cluster restart
+(peloton/runtime/membership.py). Those are exactly the minutes an operator watches lag. Here an
+abort ends only the child: that sample is answered "unavailable", the next starts another child
+(whose status words start over, one sample deep).
+
+    python -m pelotonctl.lag_child WINDOW TIMEOUT_S
+
+reads one request per line on stdin ({"stages": [...] or null, "window": N or null}) and answers
+each on stdout with {"sample": ...} (pelotonctl.lag's shape) or {"error": "..."}; it ends when
+stdin closes (its parent went away)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+
+from peloton.config import Settings
+
+log = logging.getLogger("pelotonctl.lag")
+
+# Spare time over the monitor's own: the child's start (imports, its first connection).
+START_S = 15.0
+
+
+class LagUnavailable(ConnectionError):
+    """No sample this time: the broker did not answer, or the sampling process died."""
+
+
+class LagInChild:
+    """LagMonitor's sample() and close(), answered by a child process kept between samples."""
+
+    def __init__(self, settings: Settings, window: int = 10, timeout_s: float = 5.0):
+        self.settings = settings
+        self.window = window
+        self.timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._child: subprocess.Popen | None = None
+        self._pending = b""  # what the child wrote past the last full line
+
+    def sample(self, stages: tuple[str, ...] | None = None, window: int | None = None) -> dict:
+        with self._lock:
+            fresh = self._child is None
+            child = self._child or self._start()
+            ask = json.dumps({"stages": list(stages) if stages else None, "window": window}) + "\n"
+            # A sample asks every group, then the partitions, then their first unread messages:
+            # each step waits timeout_s at most, and a dozen of them is the most a sample can take.
+            limit = 12 * self.timeout_s + (START_S if fresh else 0)
+            try:
+                child.stdin.write(ask.encode())
+                child.stdin.flush()
+                line = self._answer(child, time.monotonic() + limit)
+            except OSError as exc:  # the child is gone (a broken pipe)
+                line, why = None, str(exc)
+            else:
+                why = f"no answer in {limit:.0f}s"
+            if line is None:
+                code = self._drop()
+                if code is not None:
+                    why = f"the sampling process ended ({'signal ' + str(-code) if code < 0 else 'exit ' + str(code)})"
+                raise LagUnavailable(f"lag of the groups at {self.settings.bootstrap} is unavailable: {why}")
+            answer = json.loads(line)
+            if "error" in answer:
+                raise LagUnavailable(f"broker at {self.settings.bootstrap} is unavailable: {answer['error']}")
+            return answer["sample"]
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+    # -- the child ---------------------------------------------------------------------------
+    def _start(self) -> subprocess.Popen:
+        self._pending = b""
+        self._child = subprocess.Popen(
+            [sys.executable, "-m", "pelotonctl.lag_child", str(self.window), str(self.timeout_s)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**os.environ, **self.settings.env()})
+        return self._child
+
+    def _answer(self, child: subprocess.Popen, deadline: float) -> bytes | None:
+        """The child's next line, or None when it ended or the deadline passed."""
+        fd = child.stdout.fileno()
+        while b"\n" not in self._pending:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return None  # it ended
+            self._pending += chunk
+        line, self._pending = self._pending.split(b"\n", 1)
+        return line
+
+    def _drop(self) -> int | None:
+        """Ends the child (closing its stdin ends it; a stuck one is killed); its exit code when
+        it had ended by itself."""
+        child, self._child, self._pending = self._child, None, b""
+        if child is None:
+            return None
+        ended = child.poll()
+        if ended is None:
+            child.kill()
+        child.wait()
+        for pipe in (child.stdin, child.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+        if ended is not None:
+            log.warning("the lag sampling process ended (%s); the next sample starts another", ended)
+        return ended
+
+
+def main() -> None:
+    window, timeout_s = int(sys.argv[1]), float(sys.argv[2])
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # whatever else writes to stdout goes to the log, not between the answers
+    from pelotonctl.lag import STAGES, LagMonitor
+
+    monitor = LagMonitor(Settings.from_env(), STAGES, window, timeout_s)
+    try:
+        for line in sys.stdin:  # until the parent closes it
+            ask = json.loads(line)
+            try:
+                out = {"sample": monitor.sample(tuple(ask["stages"]) if ask.get("stages") else None, ask.get("window"))}
+            except Exception as exc:  # the broker's error in its own words; the parent says unavailable
+                error = exc.args[0] if exc.args else None
+                out = {"error": error.str() if hasattr(error, "str") else str(exc) or type(exc).__name__}
+            answers.write(json.dumps(out) + "\n")
+            answers.flush()
+    except KeyboardInterrupt:  # Ctrl-C on `lag --watch` reaches the whole process group
+        pass
+    finally:
+        monitor.close()
+
+
+if __name__ == "__main__":
+    main()
