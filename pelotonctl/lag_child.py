@@ -51,26 +51,26 @@ class LagInChild:
 
     def sample(self, stages: tuple[str, ...] | None = None, window: int | None = None) -> dict:
         with self._lock:
-            fresh = self._child is None
-            child = self._child or self._start()
             ask = json.dumps({"stages": list(stages) if stages else None, "window": window}) + "\n"
             # A sample asks every group, then the partitions, then their first unread messages:
             # each step waits timeout_s at most, and a dozen of them is the most a sample can take.
-            limit = 12 * self.timeout_s + (START_S if fresh else 0)
+            limit = 12 * self.timeout_s + (START_S if self._child is None else 0)
+            try:
+                child = self._child or self._start()
+            except OSError as exc:  # no process to be had (memory, limits)
+                raise LagUnavailable(f"lag of the groups at {self.settings.bootstrap} is unavailable: {exc}") from None
             try:
                 child.stdin.write(ask.encode())
                 child.stdin.flush()
-                line = self._answer(child, time.monotonic() + limit)
-            except OSError as exc:  # the child is gone (a broken pipe)
-                line, why = None, str(exc)
-            else:
-                why = f"no answer in {limit:.0f}s"
-            if line is None:
-                code = self._drop()
-                if code is not None:
-                    why = f"the sampling process ended ({'signal ' + str(-code) if code < 0 else 'exit ' + str(code)})"
+                line, why = self._answer(child, limit)
+                answer = json.loads(line) if line is not None else None
+            except BrokenPipeError:  # it ended before it read the question
+                answer, why = None, self._ended(child)
+            except (OSError, ValueError) as exc:  # a garbled answer
+                answer, why = None, str(exc)
+            if answer is None:
+                self._drop()
                 raise LagUnavailable(f"lag of the groups at {self.settings.bootstrap} is unavailable: {why}")
-            answer = json.loads(line)
             if "error" in answer:
                 raise LagUnavailable(f"broker at {self.settings.bootstrap} is unavailable: {answer['error']}")
             return answer["sample"]
@@ -87,28 +87,37 @@ class LagInChild:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**os.environ, **self.settings.env()})
         return self._child
 
-    def _answer(self, child: subprocess.Popen, deadline: float) -> bytes | None:
-        """The child's next line, or None when it ended or the deadline passed."""
-        fd = child.stdout.fileno()
+    def _answer(self, child: subprocess.Popen, limit_s: float) -> tuple[bytes | None, str]:
+        """The child's next line within limit_s; or None and why not (it ended, or no answer)."""
+        fd, deadline = child.stdout.fileno(), time.monotonic() + limit_s
         while b"\n" not in self._pending:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
-                return None
+                return None, f"no answer in {limit_s:.0f}s"
             chunk = os.read(fd, 1 << 20)
             if not chunk:
-                return None  # it ended
+                return None, self._ended(child)
             self._pending += chunk
         line, self._pending = self._pending.split(b"\n", 1)
-        return line
+        return line, ""
 
-    def _drop(self) -> int | None:
-        """Ends the child (closing its stdin ends it; a stuck one is killed); its exit code when
-        it had ended by itself."""
+    @staticmethod
+    def _ended(child: subprocess.Popen) -> str:
+        """How the child that closed its pipes ended."""
+        try:
+            code = child.wait(5)
+        except subprocess.TimeoutExpired:
+            return "the sampling process closed its pipes"
+        how = f"signal {-code}" if code < 0 else f"exit {code}"
+        log.warning("the lag sampling process ended (%s); the next sample starts another", how)
+        return f"the sampling process ended ({how})"
+
+    def _drop(self) -> None:
+        """Ends the child (a throwaway: killed, not asked)."""
         child, self._child, self._pending = self._child, None, b""
         if child is None:
-            return None
-        ended = child.poll()
-        if ended is None:
+            return
+        if child.poll() is None:
             child.kill()
         child.wait()
         for pipe in (child.stdin, child.stdout):
@@ -116,9 +125,6 @@ class LagInChild:
                 pipe.close()
             except OSError:
                 pass
-        if ended is not None:
-            log.warning("the lag sampling process ended (%s); the next sample starts another", ended)
-        return ended
 
 
 def main() -> None:

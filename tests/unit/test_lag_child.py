@@ -36,7 +36,6 @@ def test_a_sampling_process_that_died_costs_one_sample(sampler) -> None:
         sampler.sample()
     first = sampler._child
     os.kill(first.pid, signal.SIGABRT)  # what librdkafka's failed assertion does
-    first.wait()
     with pytest.raises(LagUnavailable, match=r"the sampling process ended \(signal 6\)"):
         sampler.sample()
     assert sampler._child is None
@@ -51,3 +50,23 @@ def test_close_ends_the_sampling_process(sampler) -> None:
     child = sampler._child
     sampler.close()
     assert child.wait(timeout=10) is not None and sampler._child is None
+
+
+def test_a_garbled_answer_costs_one_sample(sampler, monkeypatch) -> None:
+    with pytest.raises(LagUnavailable):
+        sampler.sample()
+    first = sampler._child
+    monkeypatch.setattr(sampler, "_answer", lambda child, limit_s: (b"{not json", ""))
+    with pytest.raises(LagUnavailable, match="is unavailable: "):
+        sampler.sample()
+    assert sampler._child is None and first.wait(timeout=10) is not None
+
+
+def test_a_sampling_process_that_died_before_the_question_is_told_as_such(sampler) -> None:
+    with pytest.raises(LagUnavailable):
+        sampler.sample()
+    first = sampler._child
+    os.kill(first.pid, signal.SIGABRT)
+    first.wait()  # gone before the next question is written: a broken pipe, said as how it ended
+    with pytest.raises(LagUnavailable, match=r"the sampling process ended \(signal 6\)"):
+        sampler.sample()
