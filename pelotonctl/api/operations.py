@@ -71,7 +71,8 @@ def add_operations(app: FastAPI, door, refused) -> Operations:
     settings = door.settings
     ops = Operations(settings)
 
-    def letters_call(fn, *args, **kwargs):
+    def or_503(fn, *args, **kwargs):
+        """fn's answer; what was behind it (broker, lag sampler) not answering is a 503 saying why."""
         try:
             return fn(*args, **kwargs)
         except (TimeoutError, ConnectionError) as exc:
@@ -90,28 +91,28 @@ def add_operations(app: FastAPI, door, refused) -> Operations:
             if found is None:
                 raise refused(400, f"stage {name!r}: not a stage group (stages: {', '.join(STAGES)})")
             stages.append(found)
-        return letters_call(ops.lag, tuple(stages), window)
+        return or_503(ops.lag, tuple(stages), window)
 
     @app.get("/v1/dead-letters", tags=["operations"], summary="Every dead letter, oldest first (admins)")
     def list_letters(creds: Creds, since_ms: int | None = None, stage: str | None = None) -> dict:
         door.allow(door.who(creds, "dead_letter.read", "dead-letters"), "dead_letter.read", "dead-letters")
-        return {"letters": letters_call(deadletters.list_letters, settings, since_ms, stage)}
+        return {"letters": or_503(deadletters.list_letters, settings, since_ms, stage)}
 
     @app.get("/v1/dead-letters/{number}", tags=["operations"],
              summary="One dead letter whole, its original decoded where possible (admins)")
     def show_letter(number: str, creds: Creds) -> dict:
         what = f"dead-letter {number}"
         door.allow(door.who(creds, "dead_letter.read", what), "dead_letter.read", what)
-        return deadletters.show(letters_call(deadletters.find_letter, settings, number))
+        return deadletters.show(or_503(deadletters.find_letter, settings, number))
 
     @app.post("/v1/dead-letters/{number}/replay", tags=["operations"],
               summary="Send a dead job command again, fixed or as it was (admins)")
     def replay_letter(number: str, creds: Creds, body: Replay = Replay()) -> dict:
         what = f"dead-letter {number}"
         door.allow(door.who(creds, "dead_letter.replay", what), "dead_letter.replay", what)
-        letter = letters_call(deadletters.find_letter, settings, number)
+        letter = or_503(deadletters.find_letter, settings, number)
         # Through the API's producer: a job command goes signed by the API, for the admin who asked.
-        return letters_call(door.send, deadletters.replay, settings, letter, body.value, body.set, body.schema_name,
+        return or_503(door.send, deadletters.replay, settings, letter, body.value, body.set, body.schema_name,
                             writable=REPLAYABLE)
 
     @app.get("/v1/cluster/instances", tags=["operations"],
