@@ -32,9 +32,9 @@ from tests.integration.conftest import Pipeline
 pytestmark = pytest.mark.integration
 
 # How long the single broker stays down; PELOTON_TEST_OUTAGE_S lengthens it for a soak run.
+OUTAGE_S = float(os.environ.get("PELOTON_TEST_OUTAGE_S", "15"))
 # A task's states from its start on.
 STARTED = ("RUNNING", "SUCCEEDED", "FAILED", "KILLED", "LOST")
-OUTAGE_S = float(os.environ.get("PELOTON_TEST_OUTAGE_S", "15"))
 HOSTS = "simagent:25:cpu=32,mem_mb=65536,disk_mb=100000"
 
 JOB = """
@@ -157,9 +157,10 @@ def test_three_brokers_lose_one_then_all_and_every_job_runs_each_task_once(kafka
     # The default session: longer than a broker's failover, so losing the broker that
     # coordinates a group does not also end its members' sessions (a 2 s one would: a rebalance)
     p = pipeline_on(cluster, tmp_path, session_timeout_ms=Settings().session_timeout_ms)
-    probe = WriteProbe(cluster.bootstrap)  # from well before the kill: a new topic's followers start late
-    probe.start()
+    probe = None
     try:
+        probe = WriteProbe(cluster.bootstrap)  # from well before the kill: a new topic's followers start late
+        probe.start()
         p.start_all()
         job = p.submit(JOB.format(name="three", count=2000))
         wait_until_done(p, job, 300)
@@ -207,7 +208,8 @@ def test_three_brokers_lose_one_then_all_and_every_job_runs_each_task_once(kafka
         each_ran_once(p, accepted, 200)
         all_alive(p)
     finally:
-        probe.running = False
+        if probe is not None:
+            probe.running = False
         p.stop()
 
 
