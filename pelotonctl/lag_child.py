@@ -81,7 +81,6 @@ class LagInChild:
 
     # -- the child ---------------------------------------------------------------------------
     def _start(self) -> subprocess.Popen:
-        self._pending = b""
         self._child = subprocess.Popen(
             [sys.executable, "-m", "pelotonctl.lag_child", str(self.window), str(self.timeout_s)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**os.environ, **self.settings.env()})

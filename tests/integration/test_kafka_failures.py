@@ -23,6 +23,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from peloton.config import Settings
+from peloton.model.states import TASK_ORDER
 from peloton.runtime import kafka_access
 from peloton.runtime.clients import producer_config
 from peloton.serde import registry, unbundle
@@ -33,8 +34,8 @@ pytestmark = pytest.mark.integration
 
 # How long the single broker stays down; PELOTON_TEST_OUTAGE_S lengthens it for a soak run.
 OUTAGE_S = float(os.environ.get("PELOTON_TEST_OUTAGE_S", "15"))
-# A task's states from its start on.
-STARTED = ("RUNNING", "SUCCEEDED", "FAILED", "KILLED", "LOST")
+# A run's states from its start on (RUNNING and every state past it).
+STARTED = frozenset(s for s, rank in TASK_ORDER.items() if rank >= TASK_ORDER["RUNNING"])
 HOSTS = "simagent:25:cpu=32,mem_mb=65536,disk_mb=100000"
 
 JOB = """
