@@ -12,6 +12,13 @@ from typing import Protocol
 
 from peloton.auth.tokens import TokenRow
 
+# How long a job command's claim (and a refusal's reason) is kept. A claim is what stops a command
+# read twice from acting twice: it must outlive the command in job-commands, which keeps a record
+# up to its retention plus one segment (a segment goes only when its newest record is past the
+# retention): 7 + 1 days in topics.yaml, and a day's margin. A wiped or expired group that reads the
+# topic from its start then finds every command there claimed. tests/unit/test_store.py checks it.
+COMMANDS_KEPT_MS = 9 * 86_400_000
+
 
 @dataclass(slots=True)
 class JobRow:
@@ -189,6 +196,11 @@ class StorageGateway(ABC):
         """What the job manager did with a command: {state: refused, job_id, pool, kind, reason,
         at_ms}, or {state: applied, job_id, at_ms} for a control command it acted on; None for one
         it has not handled (or a CREATE: its job's existence says it was applied)."""
+    @abstractmethod
+    def forget_commands(self, now_ms: int) -> int:
+        """Drop the claims and refusals of commands handled more than COMMANDS_KEPT_MS before
+        now_ms (not with their job: a claim deleted with its job would let its CREATE, read again,
+        make the job again). Returns how many went; 0 where the store expires them itself."""
 
     # allocations (entitle): a task run admitted is held until it ends; an ended run is kept as
     # released, so a redelivered demand for it is recognised without asking the job manager.
@@ -323,6 +335,7 @@ class JobStore(Protocol):
     def delete_job(self, job_id: str) -> bool: ...
     def claim_commands(self, command_ids: list[str], job_ids: list[str], at_ms: int) -> set[str]: ...
     def refuse_command(self, command_id: str, job_id: str, pool: str, kind: str, reason: str, at_ms: int) -> None: ...
+    def forget_commands(self, now_ms: int) -> int: ...
     def get_token(self, token_id: str) -> TokenRow | None: ...  # the signer of a signed command
     def save_updates(self, updates: list[dict]) -> None: ...
     def get_update(self, update_id: str) -> dict | None: ...

@@ -15,6 +15,8 @@ status (`active_jobs`, `tasks_by_state`) spread over BUCKETS partitions by job i
 
 from __future__ import annotations
 
+from peloton.store.base import COMMANDS_KEPT_MS
+
 BUCKETS = 8
 
 # Made before any migration, as the lock and the version the migrations run under.
@@ -79,6 +81,9 @@ MIGRATIONS: list[list[str]] = [
         "CREATE TABLE IF NOT EXISTS tokens (bucket int, token_id text, secret_hash text, user_name text, "
         "groups text, admin boolean, created_ms bigint, revoked_ms bigint, PRIMARY KEY (bucket, token_id))",
     ],
+    # 2: commands' claims and refusals expire (base.COMMANDS_KEPT_MS); rows written before keep no TTL.
+    [f"ALTER TABLE {table} WITH default_time_to_live = {COMMANDS_KEPT_MS // 1000}"
+     for table in ("job_commands", "refused_commands")],
 ]
 
 

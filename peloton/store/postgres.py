@@ -20,6 +20,7 @@ from psycopg_pool import ConnectionPool
 
 from peloton.model.states import UNLAUNCHED
 from peloton.store.base import (
+    COMMANDS_KEPT_MS,
     Allocation,
     JobRow,
     Launch,
@@ -148,6 +149,11 @@ MIGRATIONS = [
     """
     CREATE TABLE task_event_batches (seq BIGSERIAL PRIMARY KEY, job_id TEXT NOT NULL, events BYTEA NOT NULL);
     CREATE INDEX task_event_batches_by_job ON task_event_batches (job_id);
+    """,
+    # 12: commands' claims and refusals are forgotten by age (base.COMMANDS_KEPT_MS).
+    """
+    CREATE INDEX job_commands_by_time ON job_commands (at_ms);
+    CREATE INDEX refused_commands_by_time ON refused_commands (at_ms);
     """,
 ]
 _MIGRATION_LOCK = 0x70656C6F  # any constant shared by every process of the project
@@ -365,6 +371,12 @@ class PostgresStore(StorageGateway):
         rows = self._all("SELECT job_id, at_ms FROM job_commands WHERE command_id = %s", (command_id,))
         return {"state": "applied", "job_id": rows[0][0], "at_ms": rows[0][1]} if rows else None
 
+
+    def forget_commands(self, now_ms: int) -> int:
+        before = now_ms - COMMANDS_KEPT_MS
+        with self.transaction():
+            return (len(self._all("DELETE FROM job_commands WHERE at_ms < %s RETURNING command_id", (before,)))
+                    + len(self._all("DELETE FROM refused_commands WHERE at_ms < %s RETURNING command_id", (before,))))
     def save_updates(self, updates: list[dict]) -> None:
         self._many("INSERT INTO updates (update_id, job_id, state, body, created_ms) VALUES (%s, %s, %s, %s, %s) "
                    "ON CONFLICT (update_id) DO UPDATE SET state = EXCLUDED.state, body = EXCLUDED.body",

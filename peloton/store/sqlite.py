@@ -13,6 +13,7 @@ import orjson
 
 from peloton.model.states import UNLAUNCHED
 from peloton.store.base import (
+    COMMANDS_KEPT_MS,
     Allocation,
     JobRow,
     Launch,
@@ -77,6 +78,8 @@ CREATE TABLE IF NOT EXISTS job_commands (command_id TEXT PRIMARY KEY, job_id TEX
 CREATE TABLE IF NOT EXISTS refused_commands (
     command_id TEXT PRIMARY KEY, job_id TEXT, pool TEXT, kind TEXT, reason TEXT, at_ms INTEGER);
 CREATE INDEX IF NOT EXISTS task_events_by_job ON task_events (job_id);
+CREATE INDEX IF NOT EXISTS job_commands_by_time ON job_commands (at_ms);
+CREATE INDEX IF NOT EXISTS refused_commands_by_time ON refused_commands (at_ms);
 CREATE TABLE IF NOT EXISTS task_event_batches (job_id TEXT NOT NULL, events BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS task_event_batches_by_job ON task_event_batches (job_id);
 CREATE TABLE IF NOT EXISTS allocations (
@@ -369,6 +372,12 @@ class SqliteStore(StorageGateway):
         return {"state": "applied", "job_id": row[0], "at_ms": row[1]} if row else None
 
     # -- allocations ------------------------------------------------------------------------
+
+    def forget_commands(self, now_ms: int) -> int:
+        before = now_ms - COMMANDS_KEPT_MS
+        with self.transaction():
+            gone = self.db.execute("DELETE FROM job_commands WHERE at_ms < ?", (before,)).rowcount
+            return gone + self.db.execute("DELETE FROM refused_commands WHERE at_ms < ?", (before,)).rowcount
     def allocations(self, pools: list[str] | None = None) -> list[Allocation]:
         q = f"SELECT {ALLOCATION_COLS} FROM allocations WHERE released_ms IS NULL"
         if pools is None:

@@ -28,7 +28,7 @@ from peloton.model.states import (
     TASK_TERMINAL,
 )
 from peloton.runtime import CompactedView, Record, Stage, now_ms
-from peloton.store import JobRow, JobStore, TaskRow
+from peloton.store import COMMANDS_KEPT_MS, JobRow, JobStore, TaskRow
 from peloton.topics import partition_for
 from stages.admit.checks import fit_problems, job_id_problem, size_problems
 from stages.admit.commands import (
@@ -84,6 +84,7 @@ log = logging.getLogger("peloton.admit")
 
 LIVE = frozenset({"TASK_STAGING", "TASK_STARTING", "TASK_RUNNING"})  # a run reporting itself alive
 DRAIN_CHECK_S = 1.0  # how often the job manager looks for runs to move off hosts in maintenance
+COMMAND_SWEEP_S = 3600.0  # how often it forgets commands past store.COMMANDS_KEPT_MS
 KILLS_RESENT_MAX = 100_000  # KILLING runs killed again at a takeover (the oldest first)
 
 
@@ -101,6 +102,7 @@ class AdmitStage(Stage):
         self._slas: dict[str, tuple[int, int, int]] = {}
         self._last_deadlines = 0.0
         self._last_drains = 0.0
+        self._last_sweep = float("-inf")  # the first tick sweeps
         self._hosts_caught_up = 0.0  # when the host view, empty, last read host-state to its end
 
     def bind(self, emitter, settings, catalogue) -> None:
@@ -167,6 +169,10 @@ class AdmitStage(Stage):
             if draining:
                 with self.store.transaction():
                     self._drains(draining)
+        if now - self._last_sweep >= COMMAND_SWEEP_S:
+            self._last_sweep = now
+            if gone := self.store.forget_commands(now_ms()):
+                log.info("forgot %d commands handled more than %d days ago", gone, COMMANDS_KEPT_MS // 86_400_000)
 
     # -- deadlines and throttling -------------------------------------------------------------
     def _sla(self, job: JobRow) -> tuple[int, int, int]:

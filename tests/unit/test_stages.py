@@ -89,6 +89,20 @@ def test_admit_stores_a_job_and_sends_its_gangs(admit, store) -> None:
     assert [len(v["tasks"]) for _, _, _, v in demand] == [2, 1]
 
 
+def test_admit_forgets_commands_older_than_their_topic_keeps_and_no_newer(admit, store) -> None:
+    from peloton.runtime.record import now_ms
+    from peloton.store import COMMANDS_KEPT_MS
+
+    stage, _ = admit
+    store.claim_commands(["ancient"], ["a"], 0)
+    store.claim_commands(["fresh"], ["a"], now_ms() - COMMANDS_KEPT_MS + 60_000)
+    stage.tick(10.0)  # the first tick sweeps, the next ones an hour later
+    assert store.command_outcome("ancient") is None and store.command_outcome("fresh")["state"] == "applied"
+    store.claim_commands(["ancient2"], ["a"], 0)
+    stage.tick(20.0)
+    assert store.command_outcome("ancient2") is not None
+
+
 def test_a_gang_larger_than_its_pool_is_refused_with_the_numbers(admit, store) -> None:
     stage, out = admit
     stage.handle([command("big", JOB.format(name="big", count=10, gang=10, cpu=1))])

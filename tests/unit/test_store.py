@@ -163,6 +163,37 @@ def test_a_deleted_job_leaves_no_task_or_event_and_commands_are_claimed_once(sto
     assert store.claim_commands(["c2", "c3"], ["d", "d"], 2) == {"c3"}
 
 
+def test_commands_are_forgotten_once_their_topic_cannot_hold_them(store) -> None:
+    """Claims and refusals go by age, not with their job (a CREATE read again would make a deleted
+    job again); Cassandra expires them by its tables' TTL."""
+    from peloton.store import COMMANDS_KEPT_MS
+
+    store.claim_commands(["old", "new"], ["d", "d"], 1_000)
+    store.refuse_command("refused", "d", "/p", "CREATE", "no such pool", 1_000)
+    store.claim_commands(["later"], ["d"], COMMANDS_KEPT_MS + 5_000)
+    if store.__class__.__name__ == "CassandraStore":
+        assert store.forget_commands(COMMANDS_KEPT_MS + 2_000) == 0
+        for table in ("job_commands", "refused_commands"):
+            ttl = store.session.execute("SELECT default_time_to_live FROM system_schema.tables WHERE keyspace_name "
+                                        "= %s AND table_name = %s", (store.keyspace, table)).one()[0]
+            assert ttl == COMMANDS_KEPT_MS // 1000
+        return
+    assert store.forget_commands(COMMANDS_KEPT_MS + 2_000) == 3
+    assert store.command_outcome("refused") is None and store.command_outcome("later")["state"] == "applied"
+    assert store.claim_commands(["old", "later"], ["d", "d"], COMMANDS_KEPT_MS + 6_000) == {"old"}
+    assert store.forget_commands(COMMANDS_KEPT_MS + 2_000) == 0
+
+
+def test_a_claim_outlives_every_command_job_commands_can_still_hold() -> None:
+    """A command is in job-commands up to its retention plus a segment (the newest record of a
+    segment must pass the retention before the segment goes): its claim must last longer."""
+    from peloton.store import COMMANDS_KEPT_MS
+    from peloton.topics import Catalogue
+
+    config = dict(Catalogue()["job-commands"].config)
+    assert int(config["retention.ms"]) + int(config["segment.ms"]) < COMMANDS_KEPT_MS
+
+
 def test_an_allocation_charged_twice_is_held_once(store) -> None:
     store.add_allocations([Allocation("x", "/p", "g", 1, 2, 3, 0, 1)])
     store.add_allocations([Allocation("x", "/p", "g", 1, 2, 3, 0, 1)])
