@@ -266,6 +266,14 @@ class HostAgent:
                 log.info("adopted run %s (process group %d)", task_id, pgid)
             else:
                 self._lost(task_id, "it ended while its agent was away; its exit code is unknown")
+        self._clear_leftovers()
+
+    def _clear_leftovers(self) -> None:
+        """What runs that ended under no agent left here (cgroups, containers) goes, the runs
+        adopted kept."""
+        cleared = self.driver.clear_leftovers(set(self.adopted))
+        if cleared:
+            log.info("removed the cgroups of %d runs no agent holds any more", len(cleared))
 
     def _host_of(self, task_id: str) -> str:
         run = self.runs.get(task_id)
@@ -390,6 +398,7 @@ class HostAgent:
                     kill_orphan(self.sandbox_root, task_id)
                     self.pending.append(TaskUpdate(task_id, host_id, "TASK_KILLED", _now_ms(),
                                                    message="killed (a run adopted after the agent restarted)"))
+                    self._clear_leftovers()
 
     def _fence(self) -> None:
         """The lease ran out: every run here is killed at once (no grace: the host manager's
@@ -406,14 +415,18 @@ class HostAgent:
             del self.adopted[task_id]
             self.pending.append(TaskUpdate(task_id, self._host_of(task_id), TASK_LOST, _now_ms(), REASON_AGENT_FENCED,
                                            "killed by its agent, whose lease had run out"))
+        self._clear_leftovers()
 
     def _watch_adopted(self) -> None:
         if not self.adopted:
             return
         alive = surviving_groups(self.sandbox_root, list(self.adopted))
-        for task_id in [t for t in self.adopted if t not in alive]:
+        ended = [t for t in self.adopted if t not in alive]
+        for task_id in ended:
             del self.adopted[task_id]
             self._lost(task_id, "it ended after its agent restarted; its exit code is unknown")
+        if ended:
+            self._clear_leftovers()
 
     def _report(self, everyone: bool = True) -> None:
         """One AgentReport per host with news (every host at a heartbeat), each on its shard."""
@@ -492,16 +505,17 @@ class HostAgent:
         self._running = False
 
     def close(self) -> None:
-        """A clean stop (SIGTERM) ends the runs here: they are reported lost, and run elsewhere."""
-        self.driver.close()
-        for u in self.driver.poll():
-            self.pending.append(TaskUpdate(u.task_id, u.host_id, TASK_LOST, u.timestamp_ms, REASON_AGENT_SHUTDOWN,
-                                           "its agent was stopped"))
+        """A clean stop (SIGTERM) ends the runs here: they are reported lost, and run elsewhere.
+        Adopted runs go first, with their grace: the driver's close removes every cgroup left."""
         for task_id in list(self.adopted):
             kill_orphan(self.sandbox_root, task_id)
             self.pending.append(TaskUpdate(task_id, self._host_of(task_id), TASK_LOST, _now_ms(), REASON_AGENT_SHUTDOWN,
                                            "its agent was stopped"))
         self.adopted = {}
+        self.driver.close()
+        for u in self.driver.poll():
+            self.pending.append(TaskUpdate(u.task_id, u.host_id, TASK_LOST, u.timestamp_ms, REASON_AGENT_SHUTDOWN,
+                                           "its agent was stopped"))
         try:
             self._report()
             self.producer.flush(5.0)

@@ -106,6 +106,13 @@ def test_an_agent_restarted_with_sigkill_adopts_its_running_tasks_and_the_job_su
     lost = [e for e in p.store.task_events(job) if e["state"] == "LOST"]
     assert {(e["instance"], e["run_id"], e["reason"]) for e in lost} == {(i, 1, "REASON_AGENT_RESTARTED") for i in range(3)}
     assert processes_of(job) == []
+    # Nor their cgroups: the adopted runs' stayed behind when they ended (the agent that made them
+    # had died), until the new agent cleared what no run holds.
+    from stages.launch.agents.cgroups import find_hierarchy
+
+    hierarchy, _ = find_hierarchy("agent-0")  # the agents run in this process's cgroup
+    if hierarchy is not None:
+        assert [n for n in hierarchy.leftovers(set()) if n.startswith(job)] == []
 
 
 def test_maintenance_drains_a_host_its_tasks_run_elsewhere_and_complete_brings_it_back(pipeline_factory) -> None:

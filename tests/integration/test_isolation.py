@@ -150,3 +150,33 @@ def test_a_task_naming_an_image_runs_inside_it_and_a_host_without_a_runtime_is_n
     seen = (p.settings.home / "sandboxes" / task.task_id / "seen").read_text().split("\n")
     assert seen[0] == 'PRETTY_NAME="busybox image of the tests"'  # its own /etc, not the host's
     assert seen[1] == "65534" and seen[2] == task.task_id  # as the task user, with its identity
+
+
+def test_cgroups_of_runs_no_agent_holds_are_removed_and_what_runs_in_them_killed(tmp_path: Path) -> None:
+    """A run that ended while its agent was away, or an orphan killed, kept its cgroup: the
+    driver removes those (killing what is still inside), keeps the ones named, and its close
+    leaves no cgroup of the agent behind."""
+    import uuid
+
+    from stages.launch.agents.cgroups import Limits, find_hierarchy
+    from stages.launch.agents.local import LocalDriver
+
+    hierarchy, note = find_hierarchy(f"leftovers-{uuid.uuid4().hex[:8]}")
+    if hierarchy is None:
+        pytest.skip(f"no cgroups here: {note}")
+    kept = hierarchy.make("kept", Limits())
+    gone = hierarchy.make("gone", Limits())
+    stray = subprocess.Popen(["sleep", "60"])
+    try:
+        gone.enter(stray.pid)
+        driver = LocalDriver(tmp_path / "sandboxes", isolation=hierarchy)
+        assert driver.clear_leftovers({"kept"}) == ["gone"]
+        assert stray.wait(5) == -9  # still in a cgroup no one holds: killed
+        assert not any(d.exists() for d in gone.directories()) and all(d.exists() for d in kept.directories())
+        driver.close()
+        assert not any(d.exists() for d in kept.directories() + hierarchy.parent_directories())
+    finally:
+        stray.kill()
+        for d in kept.directories() + gone.directories() + hierarchy.parent_directories():
+            if d.exists():
+                d.rmdir()

@@ -105,6 +105,22 @@ class Hierarchy(ABC):
     def at(self, path: str) -> TaskCgroup:
         """The cgroup at `path` from the root of the tree(s): one an OCI runtime made."""
 
+    @abstractmethod
+    def task(self, name: str) -> TaskCgroup:
+        """The cgroup `make` made for task `name` (by this agent process or an earlier one)."""
+
+    def leftovers(self, keep: set[str], under: str | None = None) -> list[str]:
+        """The task cgroups in the agent's parent (or in the tree at `under`: an OCI runtime's
+        parent) whose names are not in `keep`."""
+        parents = self.parent_directories() if under is None else self.at(under).directories()
+        names = set()
+        for parent in parents:
+            try:
+                names.update(child.name for child in parent.iterdir() if child.is_dir())
+            except OSError:  # not made yet, or gone
+                continue
+        return sorted(names - keep)
+
     def describe(self) -> str:
         return f"cgroup v{self.version} ({', '.join(self.controllers)}) under {self.parent_text()}"
 
@@ -190,6 +206,9 @@ class V1(Hierarchy):
     def at(self, path: str) -> V1Task:
         return V1Task({c: self.mounts[c] / path.lstrip("/") for c in self.controllers})
 
+    def task(self, name: str) -> V1Task:
+        return V1Task({c: self.parents[c] / name for c in self.controllers})
+
     def parent_text(self) -> str:
         return str(self.parents["memory"])
 
@@ -247,6 +266,9 @@ class V2(Hierarchy):
 
     def at(self, path: str) -> V2Task:
         return V2Task(self.mount / path.lstrip("/"))
+
+    def task(self, name: str) -> V2Task:
+        return V2Task(self.parent / name)
 
     def parent_text(self) -> str:
         return str(self.parent)

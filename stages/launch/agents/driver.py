@@ -141,6 +141,12 @@ class AgentDriver(ABC):
         """reap_orphans() for one task: what was done, or None when nothing of it was running."""
         return self.reap_orphans([task_id]).get(task_id)
 
+    def clear_leftovers(self, keep: set[str]) -> list[str]:
+        """Remove what earlier drivers left of runs that neither this driver nor `keep` (runs
+        adopted from them) holds: their cgroups and containers. Returns the task ids cleared. The
+        default has none: drivers whose tasks leave nothing behind keep it."""
+        return []
+
 
 # Imported lazily so that importing the contract does not drag in every driver.
 _DRIVERS: dict[str, tuple[str, str]] = {

@@ -169,6 +169,26 @@ class LocalDriver(AgentDriver):
         theirs = [t for t in task_ids if t not in self._tasks]
         return kill_orphans(self._root, theirs, self._orphan_grace)
 
+    def clear_leftovers(self, keep: set[str]) -> list[str]:
+        """The cgroups (and containers) of runs no driver holds any more: one that ended while its
+        agent was away, or an orphan killed, kept its cgroup, and nothing else removes it (an
+        agent SIGKILLed in tests left hundreds). Whatever is still in one is killed first: this
+        agent's parent cgroup holds only runs it started, and one it does not track must not run
+        on unseen (the host manager has counted it lost). Mesos' agent destroys its unknown
+        containers at recovery alike."""
+        if self._isolation is None:
+            return []
+        keep = keep | set(self._tasks)
+        cleared = self._isolation.leftovers(keep)
+        for name in cleared:
+            self._isolation.task(name).destroy(wait_s=0.2)
+        if self._runtime is not None:
+            for name in self._isolation.leftovers(keep, under=self._runtime.cgroup_parent):
+                self._runtime.delete(name)  # its container's state, and its cgroup with it
+                self._isolation.at(self._runtime.cgroups_path(name)).destroy(wait_s=0.2)
+                cleared.append(name)
+        return cleared
+
     def close(self) -> None:
         if self._closed:
             return
@@ -184,6 +204,7 @@ class LocalDriver(AgentDriver):
             self._outbox.append(self._reap(task))
         kill_escapees({task.request.task_id for task in left})
         self._health.close()
+        self.clear_leftovers(set())
         if self._isolation is not None:
             if self._runtime is not None:  # the runtime leaves its containers' parent cgroups behind
                 self._isolation.at(self._runtime.cgroup_parent).destroy(wait_s=0)
