@@ -296,6 +296,8 @@ def check_job(settings: Settings, store: QueryStore, pool: str, text: str, job_i
     problem = job_id_problem(job_id) or leaf_pool_error(pools, pool)
     if problem:
         raise UserError(problem)
+    if (known := store.get_job(job_id)) is not None:
+        raise UserError(f"job {job_id} exists already (in {known.pool}, {known.state}): a job id names one job")
     if hosts is None:
         hosts = host_capacities(settings)
     job, tasks = expand_job(job_id, pool, spec, text, now_ms())

@@ -6,7 +6,8 @@ import sys
 
 import typer
 
-from pelotonctl.cli.common import JSON_HELP, amount, checked, client, cluster_call, commands, print_json
+from pelotonctl.cli.common import (EXIT_INVALID, JSON_HELP, amount, checked, client, cluster_call, commands, fail,
+                                   print_json)
 
 host_app = commands("Hosts: list them, query them by state, drain them for maintenance.")
 maintenance_app = commands("Host maintenance: drain a host, bring it back.")
@@ -52,23 +53,31 @@ def _print_hosts(hosts: list[dict], as_json: bool) -> None:
             sys.stdout.write(f"{'':<16} waits: {why}\n")
 
 
-def _maintenance(host_id: str, action: str, force: bool = False) -> None:
-    cluster_call(client().maintenance, host_id, action, force)
+def _maintenance(hosts: str, action: str, said: str, force: bool = False) -> None:
+    """One host, or Peloton's comma-separated list, one after the other: the first refused stops
+    the rest, and what was done before it is said."""
+    named = [h for h in (part.strip() for part in hosts.split(",")) if h]
+    if not named:
+        fail(f"no host named in {hosts!r}", EXIT_INVALID)
+    cluster = client()
+    for host_id in named:
+        cluster_call(cluster.maintenance, host_id, action, force)
+        sys.stdout.write(f"host {host_id}: {said}\n")
+        sys.stdout.flush()
 
 
 @maintenance_app.command("start")
-def maintenance_start(host_id: str, force: bool = typer.Option(
+def maintenance_start(hosts: str = typer.Argument(..., metavar="HOST[,HOST...]"), force: bool = typer.Option(
         False, "--force", help="Drain even the last UP host, or beyond PELOTON_MAX_DRAIN_SHARE of the hosts.")) -> None:
-    """Drain HOST: it takes no new placements, its tasks are killed and run elsewhere (no more of
-    a job's instances down at once than its sla.maximumUnavailableInstances), then it is DRAINED
-    and DOWN (see `host list`). Refused for the last UP host, or when more than
-    PELOTON_MAX_DRAIN_SHARE (50%) of the hosts would be in maintenance at once, unless --force."""
-    _maintenance(host_id, "START", force)
-    sys.stdout.write(f"host {host_id}: maintenance started (DRAINING)\n")
+    """Drain each HOST (one, or Peloton's h1,h2): it takes no new placements, its tasks are killed
+    and run elsewhere (no more of a job's instances down at once than its
+    sla.maximumUnavailableInstances), then it is DRAINED and DOWN (see `host list`). Refused for
+    the last UP host, or when more than PELOTON_MAX_DRAIN_SHARE (50%) of the hosts would be in
+    maintenance at once, unless --force; a refusal stops the hosts after it."""
+    _maintenance(hosts, "START", "maintenance started (DRAINING)", force)
 
 
 @maintenance_app.command("complete")
-def maintenance_complete(host_id: str) -> None:
-    """Bring HOST back UP after maintenance."""
-    _maintenance(host_id, "COMPLETE")
-    sys.stdout.write(f"host {host_id}: maintenance complete (UP)\n")
+def maintenance_complete(hosts: str = typer.Argument(..., metavar="HOST[,HOST...]")) -> None:
+    """Bring each HOST (one, or Peloton's h1,h2) back UP after maintenance."""
+    _maintenance(hosts, "COMPLETE", "maintenance complete (UP)")

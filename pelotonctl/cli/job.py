@@ -45,6 +45,9 @@ def job_validate(config: Path, as_json: bool = typer.Option(False, "--json", hel
 def job_create(
     pool: str = typer.Argument(..., help="Resource pool path, e.g. /DefaultResPool"),
     config: Path = typer.Argument(..., help="Peloton job YAML"),
+    job_id: Optional[str] = typer.Option(None, "--job-id", "--jobID", "-i",
+                                         help="The job's id (Peloton's -i/--jobID); a new UUID when not given. "
+                                              "Refused if a job has it."),
     wait: bool = typer.Option(False, "--wait", help="Wait until the job ends, showing progress."),
     timeout: float = typer.Option(600, help="Seconds to wait with --wait."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
@@ -52,7 +55,7 @@ def job_create(
     """Validate a job file and submit it to POOL: prints `Job <id> created`, as Peloton's CLI does
     (--json: {"job_id": ...}); with --wait, follow it to the end."""
     text = read_text(config)
-    job_id = cluster_call(client().submit_job, pool, text, invalid=f"{config}: ")
+    job_id = cluster_call(client().submit_job, pool, text, job_id, invalid=f"{config}: ")
     _say_not_honoured(text)
     if not as_json:
         out.print(f"Job {job_id} created", highlight=False)  # Peloton's words: scripts read the id from them
@@ -366,6 +369,24 @@ def job_query(state: list[str] = typer.Option([], "--state", "--states", "-s",
     table = Table("job", "name", "pool", "owner", "state", "instances")
     for r in rows:
         table.add_row(r["job_id"], r["name"], r["pool"], r["owner"], r["state"], str(r["instances"]))
+    out.print(table)
+
+
+@job_app.command("active-list")
+def job_active_list(limit: int = typer.Option(10_000, "--limit", min=1, help="At most this many jobs."),
+                    as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """Every job not ended yet (Peloton's active-list), the oldest first."""
+    from peloton.model.states import JOB_STATES, JOB_TERMINAL
+    from pelotonctl.queries import JobQuery
+
+    active = tuple(s for s in JOB_STATES if s not in JOB_TERMINAL)
+    rows = cluster_call(client().query_jobs, checked(JobQuery, states=active, descending=False, limit=limit))
+    if as_json:
+        print_json(rows)
+        return
+    table = Table("job", "name", "pool", "state", "instances")
+    for r in rows:
+        table.add_row(r["job_id"], r["name"], r["pool"], r["state"], str(r["instances"]))
     out.print(table)
 
 

@@ -10,7 +10,7 @@ import typer
 from peloton.config import Settings
 from pelotonctl.cli import (agent, api, auth, bench, cluster, dashboard, deadletters, dev, host, image, job, lag,
                             resmgr, respool, stage, task, topics, update)
-from pelotonctl.cli.common import EXIT_UNAVAILABLE, commands, err, masked, out
+from pelotonctl.cli.common import EXIT_INVALID, EXIT_UNAVAILABLE, commands, err, masked, out
 
 # add_completion gives --install-completion and --show-completion (bash, zsh, fish, PowerShell).
 app = commands("Peloton-style cluster scheduler on Kafka.", add_completion=True)
@@ -46,8 +46,36 @@ def _version(value: bool) -> None:
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
+    as_json: bool = typer.Option(False, "-j", "--json",
+                                 help="Peloton's form of the command's own --json (before the command)."),
 ) -> None:
     """Peloton-style cluster scheduler on Kafka."""
+
+
+def peloton_json_flag(args: list[str]) -> list[str]:
+    """Peloton's global -j/--json, written before the command (`peloton -j job get JOB`), moved
+    behind it, where every command here with JSON output takes --json. A command without one
+    refuses it with the reason (exit 2)."""
+    lead = 0
+    while lead < len(args) and args[lead].startswith("-"):
+        lead += 1
+    if not {"-j", "--json"} & set(args[:lead]):
+        return args
+    args = [a for a in args[:lead] if a not in ("-j", "--json")] + args[lead:]
+    from typer.main import get_command
+
+    command, path = get_command(app), []
+    for word in args:  # down the groups (they have commands) to the command named
+        if word not in getattr(command, "commands", {}):
+            break
+        command, path = command.commands[word], [*path, word]
+    group = hasattr(command, "commands")
+    if group or not any("--json" in p.opts for p in command.params):
+        named = " ".join(["pelotonctl", *path])
+        err.print(f"[red]error:[/red] -j/--json: `{named}` has no JSON output" + (" (name a command)" if group else ""),
+                  highlight=False)
+        sys.exit(EXIT_INVALID)
+    return [*args, "--json"]
 
 
 def main() -> None:
@@ -58,7 +86,7 @@ def main() -> None:
     # The connection pool's retries would print a warning each: the one line below says it.
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     try:
-        app()
+        app(args=peloton_json_flag(sys.argv[1:]))
     except store_unavailable() as exc:  # any command: one line naming what is away, exit 5
         try:
             where = masked(Settings.from_env().store)

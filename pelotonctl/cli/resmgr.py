@@ -13,7 +13,8 @@ from pelotonctl.cli.common import JSON_HELP, amount, checked, client, cluster_ca
 
 resmgr_app = commands("The resource manager's view: the task runs it tracks (active-list) and its pools' queues "
                       "(pending). Peloton's `resmgr tasks active|pending` are the same commands.")
-tasks_app = commands("Peloton's forms: `resmgr tasks active`, `resmgr tasks pending RESPOOL`.")
+tasks_app = commands("Peloton's forms: `resmgr tasks active`, `resmgr tasks pending RESPOOL`, and the runs it "
+                     "holds that the job manager is done with (`resmgr tasks orphan`).")
 resmgr_app.add_typer(tasks_app, name="tasks")
 
 POOL_HELP = "A pool path, e.g. /team (it and the pools below it). Pools are named by path here, not by Peloton's " \
@@ -72,6 +73,28 @@ def pending(pool: Optional[str] = typer.Argument(None, help=POOL_HELP + " Defaul
         table.add_row(r["pool"], str(r["position"]), r["gang_id"], r["job_id"], str(r["priority"]), str(r["tasks"]),
                       amount(demand.get("cpu")), amount(demand.get("mem_mb")), r["kind"], _when(r["queued_ms"]),
                       _when(r["not_before_ms"]))
+    out.print(table)
+
+
+@tasks_app.command("orphan")
+def orphans(pool: Optional[str] = typer.Option(None, "--respool", "--pool", "-r", help=POOL_HELP),
+            as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """The task runs the resource manager still holds (queued, or charged to their pool) that the
+    job manager has done with: its task moved on to a later run, ended, or went with its job.
+    Each goes once the resource manager hears of its end; one that stays is a charge that keeps
+    its pool's resources from others. Columns as `resmgr active-list`, STATE '-' where the job
+    manager has no such run any more."""
+    from peloton.model.states import TASK_TERMINAL
+
+    rows = [r for r in cluster_call(client().resmgr_tasks, None, pool, None)
+            if r["state"] is None or r["state"] in TASK_TERMINAL]
+    if as_json:
+        print_json(rows)
+        return
+    table = Table("task", "state", "resmgr", "pool", "host", "reason", "since", "updated")
+    for r in rows:
+        table.add_row(r["task_id"], r["state"] or "-", r["resmgr"], r["pool"], r["host"], r["reason"],
+                      _when(r["since_ms"]), _when(r["updated_ms"]))
     out.print(table)
 
 

@@ -25,8 +25,8 @@ class DirectClient:
         return open_store(self.settings.store)
 
     # -- jobs ---------------------------------------------------------------------------------
-    def submit_job(self, pool: str, text: str) -> str:
-        return admin.submit_job(self.settings, self.store, pool, text)
+    def submit_job(self, pool: str, text: str, job_id: str | None = None) -> str:
+        return admin.submit_job(self.settings, self.store, pool, text, job_id)
 
     def control_job(self, kind: str, job_id: str, instances: str | None = None, batch_size: int = 0,
                     config: str | None = None, options: UpdateOptions | None = None) -> dict:

@@ -68,8 +68,8 @@ class ApiClient:
     WAIT = {"wait": "true"}
     PAGE = 1000  # the most jobs the API lists in one answer
 
-    def submit_job(self, pool: str, text: str) -> str:
-        return self.call("POST", "/v1/jobs", {"pool": pool, "config": text}, self.WAIT)["job_id"]
+    def submit_job(self, pool: str, text: str, job_id: str | None = None) -> str:
+        return self.call("POST", "/v1/jobs", {"pool": pool, "config": text, "job_id": job_id}, self.WAIT)["job_id"]
 
     def control_job(self, kind: str, job_id: str, instances: str | None = None, batch_size: int = 0,
                     config: str | None = None, options: UpdateOptions | None = None) -> dict:

@@ -331,6 +331,13 @@ class AdmitStage(Stage):
                 self._refuse(r, problem)
                 continue
             if cmd["job_id"] in known:
+                job = known[cmd["job_id"]]
+                if (cmd["pool"], cmd["config"]) != (job.pool, self._created_with(job)):
+                    # Another job under an id taken (two creates with one chosen id raced past the
+                    # sender's check): refused, where a repeat of the same create is applied.
+                    self._refuse(r, f"job {cmd['job_id']} exists already with another config or pool: "
+                                    "a job id names one job")
+                    continue
                 repeats.add(cmd["job_id"])  # handled below, without judging the config again
                 continue
             if cmd["job_id"] in seen:
@@ -377,6 +384,10 @@ class AdmitStage(Stage):
                 job = known[job_id]
                 mine = [t for t in pending if t.job_id == job_id]
                 out.extend(("task-demand", job.pool, "peloton.GangDemand", g) for g in gang_records(job, mine, now))
+
+    def _created_with(self, job: JobRow) -> str | None:
+        """The config a job was created with: an update keeps the versions before it."""
+        return job.config_text if job.config_version <= 1 else self.store.job_config(job.job_id, 1)
 
     def _control(self, records: list[Record], out: list) -> None:
         """STOP, START and DELETE, in the order they came. Each acts once: its command id is

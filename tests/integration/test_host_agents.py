@@ -129,7 +129,7 @@ def test_maintenance_drains_a_host_its_tasks_run_elsewhere_and_complete_brings_i
     assert done.returncode == 0, done.stderr
 
     def state_of(host: str) -> str:
-        out = p.ctl("host", "list", "--json")
+        out = p.ctl("-j", "host", "list")  # Peloton's global form of --json
         return {h["host_id"]: h["state"] for h in json.loads(out.stdout)["hosts"]}.get(host, "?")
 
     p.wait_for(f"{busy} DOWN after its drain", lambda: state_of(busy) == "DOWN", 40)
@@ -161,9 +161,9 @@ def test_a_drain_of_two_hosts_never_has_more_of_a_job_down_than_its_budget(pipel
     wait_running(p, job, 4)
     busy = sorted({t.host_id for t in p.store.tasks_of_job(job)})
     assert len(busy) == 2, busy  # packed, two to a host (PACK_HOST)
-    for host in busy:
-        started = p.ctl("host", "maintenance", "start", host)
-        assert started.returncode == 0, started.stderr
+    started = p.ctl("host", "maintenance", "start", ",".join(busy))  # Peloton's list of hosts
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.splitlines() == [f"host {h}: maintenance started (DRAINING)" for h in busy]
     most, told = 0, ""
     deadline = time.monotonic() + 60
     while True:

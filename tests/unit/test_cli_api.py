@@ -144,7 +144,8 @@ def test_pelotons_listings_answer_the_same_through_the_api_and_directly(served, 
             (["task", "query", "etl", "-p", "state", "-a", "DESC", "-n", "2", "-o", "1"], "instance", [1, 0]),
             (["resmgr", "active-list", "--states", "RUNNING"], "task_id", ["etl-1-1"]),
             (["resmgr", "tasks", "active", "--job", "backup"], "task_id", ["backup-0-1", "backup-1-1", "backup-2-1"]),
-            (["resmgr", "tasks", "pending", "/a", "--limit", "1"], "gang_id", ["backup-2-1"])):
+            (["resmgr", "tasks", "pending", "/a", "--limit", "1"], "gang_id", ["backup-2-1"]),
+            (["resmgr", "tasks", "orphan", "-r", "/a"], "task_id", ["etl-0-7"])):  # its task is at run 1
         via_api, directly = served("alice", *args, "--json"), runner.invoke(app, [*args, "--json"], env=direct)
         assert via_api.exit_code == directly.exit_code == 0, (args, via_api.output, directly.output)
         rows = json.loads(via_api.output)
@@ -178,3 +179,32 @@ def test_a_query_word_that_means_nothing_here_exits_2_naming_it(served) -> None:
         result = served("alice", *args)
         assert result.exit_code == 2 and says in result.output, (args, result.output)
     assert served("alice", "resmgr", "pending", "/nowhere").exit_code == 3
+
+
+def test_pelotons_global_json_flag_job_ids_of_ones_own_and_active_list(served, capsys) -> None:
+    from pelotonctl.cli.main import peloton_json_flag
+
+    args = peloton_json_flag(["-j", "job", "get", "j1"])
+    assert args == ["job", "get", "j1", "--json"]
+    got = served("alice", *args)
+    assert got.exit_code == 0 and json.loads(got.output)["pool"] == "/a"
+    assert peloton_json_flag(["job", "get", "j1"]) == ["job", "get", "j1"]  # nothing to move
+    for words, says in ((["-j", "job"], "`pelotonctl job` has no JSON output (name a command)"),
+                        (["-j", "host", "maintenance", "start", "h0"], "`pelotonctl host maintenance start` has no")):
+        with pytest.raises(SystemExit) as exited:
+            peloton_json_flag(words)
+        assert exited.value.code == 2 and says in capsys.readouterr().err, words
+    # job create -i/--jobID: the id given, and refused when a job has it already
+    made = served("alice", "job", "create", "-i", "mine", "/a", served.file)
+    assert made.exit_code == 0 and made.output == "Job mine created\n", made.output
+    [(_t, key, _s, command)] = served.out.take("job-commands")
+    assert key == command["job_id"] == "mine"
+    taken = served("alice", "job", "create", "--jobID", "j1", "/a", served.file)
+    assert taken.exit_code == 2 and "job j1 exists already (in /a, PENDING): a job id names one job" in taken.output
+    assert served.out.take("job-commands") == []
+    # job active-list: the jobs not ended
+    done, tasks = expand_job("old", "/a", parse_job_config(JOB), JOB, 2)
+    done.state = "SUCCEEDED"
+    served.store.create_jobs([done], tasks)
+    active = served("alice", "job", "active-list", "--json")
+    assert active.exit_code == 0 and [j["job_id"] for j in json.loads(active.output)] == ["j1"], active.output

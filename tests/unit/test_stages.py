@@ -1026,3 +1026,21 @@ def test_a_takeover_kills_again_the_runs_a_killed_owner_left_killing(admit, stor
     stage.on_revoke([("task-status", theirs)])
     stage.on_assign([("task-status", theirs)])
     assert out.take("placements") == []  # none KILLING any more
+
+
+def test_a_create_under_a_taken_job_id_is_refused_unless_it_is_the_same_create_again(admit, store) -> None:
+    """Ids chosen by their senders (Peloton's job create -i) can collide: another job under a
+    taken id is refused with the reason; the same create delivered again (even after an update
+    changed the job's config) is applied, as a redelivery must be."""
+    stage, out = admit
+    text = running_service(stage, out, "taken", 2)
+    first = command("taken", text)
+    stage.handle([first])
+    assert out.take("dead-letters") == []
+    stage.handle([command("taken", text.replace("memlimitmb: 16", "memlimitmb: 32"))])
+    [(_, _, _, letter)] = out.take("dead-letters")
+    assert "job taken exists already with another config or pool: a job id names one job" in letter["reason"]
+    stage.handle([update_command("taken", text.replace("memlimitmb: 16", "memlimitmb: 24"), "u-taken", batch_size=2)])
+    out.take()
+    stage.handle([first])  # the create itself again, after the update
+    assert out.take("dead-letters") == [] and store.command_outcome(first.value["command_id"])["state"] == "applied"
