@@ -371,12 +371,12 @@ class PostgresStore(StorageGateway):
         rows = self._all("SELECT job_id, at_ms FROM job_commands WHERE command_id = %s", (command_id,))
         return {"state": "applied", "job_id": rows[0][0], "at_ms": rows[0][1]} if rows else None
 
-
     def forget_commands(self, now_ms: int) -> int:
         before = now_ms - COMMANDS_KEPT_MS
         with self.transaction():
             return (len(self._all("DELETE FROM job_commands WHERE at_ms < %s RETURNING command_id", (before,)))
                     + len(self._all("DELETE FROM refused_commands WHERE at_ms < %s RETURNING command_id", (before,))))
+
     def save_updates(self, updates: list[dict]) -> None:
         self._many("INSERT INTO updates (update_id, job_id, state, body, created_ms) VALUES (%s, %s, %s, %s, %s) "
                    "ON CONFLICT (update_id) DO UPDATE SET state = EXCLUDED.state, body = EXCLUDED.body",

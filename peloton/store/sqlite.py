@@ -371,13 +371,13 @@ class SqliteStore(StorageGateway):
         row = self.db.execute("SELECT job_id, at_ms FROM job_commands WHERE command_id = ?", (command_id,)).fetchone()
         return {"state": "applied", "job_id": row[0], "at_ms": row[1]} if row else None
 
-    # -- allocations ------------------------------------------------------------------------
-
     def forget_commands(self, now_ms: int) -> int:
         before = now_ms - COMMANDS_KEPT_MS
         with self.transaction():
             gone = self.db.execute("DELETE FROM job_commands WHERE at_ms < ?", (before,)).rowcount
             return gone + self.db.execute("DELETE FROM refused_commands WHERE at_ms < ?", (before,)).rowcount
+
+    # -- allocations ------------------------------------------------------------------------
     def allocations(self, pools: list[str] | None = None) -> list[Allocation]:
         q = f"SELECT {ALLOCATION_COLS} FROM allocations WHERE released_ms IS NULL"
         if pools is None:

@@ -46,6 +46,7 @@ def _version(value: bool) -> None:
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
+    # Never set here: main() moves it behind the command (peloton_json_flag); declared for --help.
     as_json: bool = typer.Option(False, "-j", "--json",
                                  help="Peloton's form of the command's own --json (before the command)."),
 ) -> None:
