@@ -59,6 +59,7 @@ log = logging.getLogger("peloton.entitle")
 
 TOPIC = "task-demand"
 WAITING_SHOWN = 20  # gangs per pool whose reason for waiting is published
+RELEASED_SWEEP_S = 3600.0  # how often ended runs older than released_keep_s are forgotten
 PREEMPTED = "PREEMPTED"
 
 
@@ -87,6 +88,7 @@ class EntitleStage(Stage):
         self._unsent: list[str] = []
         self._flushed: list[str] = []
         self._last_admit = self._last_publish = self._last_pools = self._last_reclaim = self._last_entitled = 0.0
+        self._last_forgotten = time.monotonic()  # on_assign forgets first
         self._seq = 0
         self.admitted_gangs = 0
         self.preempted_runs = 0
@@ -107,8 +109,7 @@ class EntitleStage(Stage):
     def on_assign(self, partitions: list[tuple[str, int]]) -> None:
         new = {p for t, p in partitions if t == TOPIC}
         self.owned |= new
-        # Ended runs are remembered a while, to recognise late redeliveries; then forgotten.
-        self.store.forget_released_allocations(now_ms() - int(self.settings.released_keep_s * 1000))
+        self._forget_released()
         for a in self.store.allocations():
             if self._partition(a.pool) in new:
                 self._ledger(a.pool).charge(Charge(a.task_id, a.gang_id, Resources(a.cpu, a.mem_mb, a.disk_mb, a.gpu),
@@ -156,6 +157,15 @@ class EntitleStage(Stage):
             self.queues.pop(pool, None)
             self.over_periods.pop(pool, None)
         self._dirty = True
+
+    def _forget_released(self) -> None:
+        """Ended runs are remembered a while (released_keep_s), to recognise a late redelivery of
+        their demand; then forgotten. At every assignment, and every hour between: an instance
+        whose assignment never changed kept every run that ever ended (a row per task run)."""
+        self._last_forgotten = time.monotonic()
+        gone = self.store.forget_released_allocations(now_ms() - int(self.settings.released_keep_s * 1000))
+        if gone:
+            log.info("forgot %d runs that ended more than %gs ago", gone, self.settings.released_keep_s)
 
     def _ledger(self, pool: str) -> PoolLedger:
         return self.ledgers.setdefault(pool, PoolLedger())
@@ -320,6 +330,8 @@ class EntitleStage(Stage):
         if period > 0 and now - self._last_reclaim >= period:
             self._last_reclaim = now
             self._reclaim()
+        if now - self._last_forgotten >= RELEASED_SWEEP_S:
+            self._forget_released()
         if now - self._last_publish >= self.settings.entitlement_period_s:
             self._publish(set(self.ledgers) | set(self.queues))
             self._last_publish = now

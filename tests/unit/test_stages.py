@@ -1044,3 +1044,21 @@ def test_a_create_under_a_taken_job_id_is_refused_unless_it_is_the_same_create_a
     out.take()
     stage.handle([first])  # the create itself again, after the update
     assert out.take("dead-letters") == [] and store.command_outcome(first.value["command_id"])["state"] == "applied"
+
+
+def test_entitle_forgets_ended_runs_after_a_day_also_when_its_assignment_never_changes(store) -> None:
+    """Ended runs are kept released_keep_s to recognise a late redelivery; an instance whose
+    partitions never moved kept every one (forgetting ran only at an assignment)."""
+    from peloton.runtime.record import now_ms
+    from peloton.store import Allocation
+    from stages.entitle.stage import RELEASED_SWEEP_S
+
+    stage, _, _ = entitle_with(store)
+    day = 86_400_000
+    store.add_allocations([Allocation(t, "/p", t, 1, 1, 0, 0, 1) for t in ("old-0-1", "new-0-1", "live-0-1")])
+    store.release_allocations(["old-0-1"], now_ms() - 2 * day)
+    store.release_allocations(["new-0-1"], now_ms())
+    stage.tick(time.monotonic())  # within the hour: nothing yet
+    assert store.allocation_states(["old-0-1"]) == {"old-0-1": "released"}
+    stage.tick(time.monotonic() + RELEASED_SWEEP_S)
+    assert store.allocation_states(["old-0-1", "new-0-1", "live-0-1"]) == {"new-0-1": "released", "live-0-1": "held"}
