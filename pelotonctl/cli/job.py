@@ -380,14 +380,8 @@ def job_active_list(limit: int = typer.Option(10_000, "--limit", min=1, help="At
     from pelotonctl.queries import JobQuery
 
     active = tuple(s for s in JOB_STATES if s not in JOB_TERMINAL)
-    rows = cluster_call(client().query_jobs, checked(JobQuery, states=active, descending=False, limit=limit))
-    if as_json:
-        print_json(rows)
-        return
-    table = Table("job", "name", "pool", "state", "instances")
-    for r in rows:
-        table.add_row(r["job_id"], r["name"], r["pool"], r["state"], str(r["instances"]))
-    out.print(table)
+    _print_jobs(cluster_call(client().query_jobs, checked(JobQuery, states=active, descending=False, limit=limit)),
+                as_json)
 
 
 @job_app.command("list")
@@ -395,7 +389,10 @@ def job_list(limit: int = typer.Option(20, "--limit", help="At most this many jo
     """The most recent jobs."""
     from pelotonctl.queries import JobQuery
 
-    rows = cluster_call(client().query_jobs, checked(JobQuery, limit=limit))
+    _print_jobs(cluster_call(client().query_jobs, checked(JobQuery, limit=limit)), as_json)
+
+
+def _print_jobs(rows: list[dict], as_json: bool) -> None:
     if as_json:
         print_json(rows)
         return

@@ -41,7 +41,10 @@ def active_list(job_id: Optional[str] = typer.Option(None, "--job", help="Only t
     from pelotonctl.queries import task_states, words
 
     wanted = checked(task_states, words(states))
-    rows = cluster_call(client().resmgr_tasks, job_id, pool, wanted or None)
+    _print_runs(cluster_call(client().resmgr_tasks, job_id, pool, wanted or None), as_json)
+
+
+def _print_runs(rows: list[dict], as_json: bool) -> None:
     if as_json:
         print_json(rows)
         return
@@ -86,16 +89,8 @@ def orphans(pool: Optional[str] = typer.Option(None, "--respool", "--pool", "-r"
     manager has no such run any more."""
     from peloton.model.states import TASK_TERMINAL
 
-    rows = [r for r in cluster_call(client().resmgr_tasks, None, pool, None)
-            if r["state"] is None or r["state"] in TASK_TERMINAL]
-    if as_json:
-        print_json(rows)
-        return
-    table = Table("task", "state", "resmgr", "pool", "host", "reason", "since", "updated")
-    for r in rows:
-        table.add_row(r["task_id"], r["state"] or "-", r["resmgr"], r["pool"], r["host"], r["reason"],
-                      _when(r["since_ms"]), _when(r["updated_ms"]))
-    out.print(table)
+    rows = cluster_call(client().resmgr_tasks, None, pool, None)
+    _print_runs([r for r in rows if r["state"] is None or r["state"] in TASK_TERMINAL], as_json)
 
 
 # Peloton's own paths for the same two commands.
