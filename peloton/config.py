@@ -12,6 +12,7 @@ from pathlib import Path
 
 from peloton.model.jobspec import JobLimits
 from peloton.model.safe_yaml import YamlLimits
+from peloton.store.base import CLAIMS_KEPT_MS
 
 # The repository root holds topics.yaml and schemas/avro; an installed copy finds them the same way
 # because the package is installed in editable mode from the checkout.
@@ -247,6 +248,10 @@ class Settings:
             out.append("PELOTON_CONTAINER_RUNTIME is empty: expected auto, off, or a runtime's name or path")
         if self.isolation not in ("auto", "off"):
             out.append(f"PELOTON_ISOLATION={self.isolation!r}: expected auto or off")
+        if self.released_keep_s * 1000 >= CLAIMS_KEPT_MS:
+            out.append(f"PELOTON_RELEASED_KEEP_S={self.released_keep_s:g} must be below {CLAIMS_KEPT_MS // 1000}s "
+                       f"(nine days): a deleted job's id is taken again after that, and its new runs would look "
+                       f"like the old job's ended ones")
         if self.retry_min_s > self.retry_max_s:
             out.append(f"PELOTON_RETRY_MIN_S={self.retry_min_s:g} is above PELOTON_RETRY_MAX_S={self.retry_max_s:g}")
         return out

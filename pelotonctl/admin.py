@@ -40,6 +40,7 @@ from peloton.serde import registry
 from peloton.store import QueryStore
 from peloton.topics import Catalogue, apply_topics
 from stages.admit.checks import (
+    deleted_id_problem,
     distinct_capacities,
     fit_problems,
     job_id_problem,
@@ -298,6 +299,8 @@ def check_job(settings: Settings, store: QueryStore, pool: str, text: str, job_i
         raise UserError(problem)
     if (known := store.get_job(job_id)) is not None:
         raise UserError(f"job {job_id} exists already (in {known.pool}, {known.state}): a job id names one job")
+    if deleted := store.deleted_jobs([job_id]):
+        raise UserError(deleted_id_problem(job_id, deleted[job_id]))
     if hosts is None:
         hosts = host_capacities(settings)
     job, tasks = expand_job(job_id, pool, spec, text, now_ms())

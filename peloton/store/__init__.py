@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from peloton.store.base import (
-    COMMANDS_KEPT_MS,
+    CLAIMS_KEPT_MS,
     Allocation,
     AllocationStore,
     JobRow,
@@ -86,6 +86,6 @@ def open_store(url_or_path: str | Path) -> StorageGateway:
     return SqliteStore(path)
 
 
-__all__ = ["COMMANDS_KEPT_MS", "Allocation", "AllocationStore", "JobRow", "JobStore", "Launch", "LaunchStore",
+__all__ = ["CLAIMS_KEPT_MS", "Allocation", "AllocationStore", "JobRow", "JobStore", "Launch", "LaunchStore",
            "QueryStore", "QueuedGang", "StorageGateway", "TaskRow", "open_store", "sqlite_path",
            "store_unavailable"]

@@ -12,12 +12,14 @@ from typing import Protocol
 
 from peloton.auth.tokens import TokenRow
 
-# How long a job command's claim (and a refusal's reason) is kept. A claim is what stops a command
-# read twice from acting twice: it must outlive the command in job-commands, which keeps a record
-# up to its retention plus one segment (a segment goes only when its newest record is past the
-# retention): 7 + 1 days in topics.yaml, and a day's margin. A wiped or expired group that reads the
-# topic from its start then finds every command there claimed. tests/unit/test_store.py checks it.
-COMMANDS_KEPT_MS = 9 * 86_400_000
+# How long a claim is kept: a job command's (and a refusal's reason), an ended task run's launch, and
+# a deleted job's id. A claim is what stops a record read twice from acting twice: it must outlive
+# the record in its topic (job-commands, placements), which keeps a record up to its retention plus
+# one segment (a segment goes only when its newest record is past the retention): 7 + 1 days in
+# topics.yaml, and a day's margin. A wiped or expired group that reads a topic from its start then
+# finds every record there claimed. A deleted job's id is not taken again for as long, since its
+# runs' ids (job-instance-run) are claims too. tests/unit/test_store.py checks it against topics.yaml.
+CLAIMS_KEPT_MS = 9 * 86_400_000
 
 
 @dataclass(slots=True)
@@ -183,8 +185,12 @@ class StorageGateway(ABC):
     @abstractmethod
     def task_events(self, job_id: str) -> list[dict]: ...
     @abstractmethod
-    def delete_job(self, job_id: str) -> bool:
-        """Remove a job with its tasks and task events."""
+    def delete_job(self, job_id: str, at_ms: int) -> bool:
+        """Remove a job with its tasks and task events; its id is kept as deleted (deleted_jobs)."""
+    @abstractmethod
+    def deleted_jobs(self, job_ids: list[str]) -> dict[str, int]:
+        """Job id -> when it was deleted, for those of these ids deleted and not forgotten yet
+        (forget_claims): a create under one is refused, see CLAIMS_KEPT_MS."""
     @abstractmethod
     def claim_commands(self, command_ids: list[str], job_ids: list[str], at_ms: int) -> set[str]:
         """Record job commands not seen before; returns the ids that are new (act on these)."""
@@ -197,10 +203,11 @@ class StorageGateway(ABC):
         at_ms}, or {state: applied, job_id, at_ms} for a control command it acted on; None for one
         it has not handled (or a CREATE: its job's existence says it was applied)."""
     @abstractmethod
-    def forget_commands(self, now_ms: int) -> int:
-        """Drop the claims and refusals of commands handled more than COMMANDS_KEPT_MS before
-        now_ms (not with their job: a claim deleted with its job would let its CREATE, read again,
-        make the job again). Returns how many went; 0 where the store expires them itself."""
+    def forget_claims(self, now_ms: int) -> int:
+        """Drop the claims and refusals of commands handled, and the ids of jobs deleted, more than
+        CLAIMS_KEPT_MS before now_ms (a command's claim goes by age, not with its job: the deleted
+        id is what refuses its CREATE read again). Returns how many went; 0 where the store expires
+        them itself."""
 
     # allocations (entitle): a task run admitted is held until it ends; an ended run is kept as
     # released, so a redelivered demand for it is recognised without asking the job manager.
@@ -269,6 +276,11 @@ class StorageGateway(ABC):
     @abstractmethod
     def launch_counts(self, job_id: str) -> dict[int, int]:
         """Launches per instance of a job (every run counted), for checking run-once."""
+    @abstractmethod
+    def forget_launches(self, now_ms: int) -> int:
+        """Drop the runs that ended more than CLAIMS_KEPT_MS before now_ms: their launches are
+        claims, kept while a placement of theirs may still be read. Returns how many went; 0 where
+        the store expires them itself."""
 
     # -- update workflows and config versions (the job manager writes them) ------------------
     @abstractmethod
@@ -332,10 +344,11 @@ class JobStore(Protocol):
     def task_state_counts(self, job_ids: list[str]) -> dict[str, dict[str, int]]: ...
     def record_task_events(self, events: list[tuple]) -> None: ...
     def tasks_of_job(self, job_id: str) -> list[TaskRow]: ...
-    def delete_job(self, job_id: str) -> bool: ...
+    def delete_job(self, job_id: str, at_ms: int) -> bool: ...
+    def deleted_jobs(self, job_ids: list[str]) -> dict[str, int]: ...
     def claim_commands(self, command_ids: list[str], job_ids: list[str], at_ms: int) -> set[str]: ...
     def refuse_command(self, command_id: str, job_id: str, pool: str, kind: str, reason: str, at_ms: int) -> None: ...
-    def forget_commands(self, now_ms: int) -> int: ...
+    def forget_claims(self, now_ms: int) -> int: ...
     def get_token(self, token_id: str) -> TokenRow | None: ...  # the signer of a signed command
     def save_updates(self, updates: list[dict]) -> None: ...
     def get_update(self, update_id: str) -> dict | None: ...
@@ -367,6 +380,7 @@ class QueryStore(Protocol):
     """pelotonctl and dashboards: reads for people, and the pools table the control plane owns."""
 
     def get_job(self, job_id: str) -> JobRow | None: ...
+    def deleted_jobs(self, job_ids: list[str]) -> dict[str, int]: ...
     def list_jobs(self, limit: int = 100, *, states: list[str] | None = None, pool: str | None = None,
                   owner: str | None = None, name: str | None = None, created_since_ms: int | None = None,
                   oldest_first: bool = False) -> list[JobRow]: ...
@@ -410,3 +424,4 @@ class LaunchStore(Protocol):
     def set_host_state(self, host_id: str, state: str, at_ms: int) -> None: ...
     def host_states(self) -> dict[str, str]: ...
     def ended_launches(self, host_ids: list[str], since_ms: int) -> list[dict]: ...
+    def forget_launches(self, now_ms: int) -> int: ...

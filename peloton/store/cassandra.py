@@ -49,6 +49,7 @@ from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, SimpleStatem
 from peloton.auth.tokens import TokenRow
 from peloton.model.states import JOB_TERMINAL, TASK_TERMINAL, UNLAUNCHED
 from peloton.store.base import (
+    CLAIMS_KEPT_MS,
     Allocation,
     JobRow,
     Launch,
@@ -131,6 +132,11 @@ def _insert(table: str, cols: str | tuple) -> str:
 
 def _bucket(key: str) -> int:
     return zlib.crc32(key.encode()) % BUCKETS
+
+
+def _ended_ttl(r: Launch) -> int:
+    """The TTL (seconds) of a launch's rows: CLAIMS_KEPT_MS once it has ended, none before."""
+    return CLAIMS_KEPT_MS // 1000 if r.ended_ms is not None else 0
 
 
 def _day(ms: int) -> int:
@@ -525,7 +531,7 @@ class CassandraStore(StorageGateway):
                 tx.jobs[j.job_id] = dataclasses.replace(j)
         self._job_writes(jobs, created=False)
 
-    def delete_job(self, job_id: str) -> bool:
+    def delete_job(self, job_id: str, at_ms: int) -> bool:
         job = self.get_job(job_id)
         if job is None:
             return False
@@ -546,7 +552,11 @@ class CassandraStore(StorageGateway):
                         [(TS, _bucket(job_id), job_id)], JOB_ROW)
             self._write("DELETE FROM jobs USING TIMESTAMP ? WHERE job_id = ?", [(TS, job_id)], JOB_ROW)
             self._write("DELETE FROM job_claims USING TIMESTAMP ? WHERE job_id = ?", [(TS, job_id)], CLAIM)
+            self._write(_insert("deleted_jobs", "job_id, deleted_ms"), [(job_id, at_ms, TS)], CLAIM)
         return True
+
+    def deleted_jobs(self, job_ids: list[str]) -> dict[str, int]:
+        return dict(self._rows_in("SELECT job_id, deleted_ms FROM deleted_jobs WHERE job_id IN ?", job_ids))
 
     # -- tasks ------------------------------------------------------------------------------
     def _task_writes(self, tasks: list[TaskRow], full: bool, same_run: bool = False, new: bool = False) -> None:
@@ -785,8 +795,8 @@ class CassandraStore(StorageGateway):
         rows = self._rows("SELECT job_id, at_ms FROM job_commands WHERE command_id = ?", (command_id,))
         return {"state": "applied", "job_id": rows[0][0], "at_ms": rows[0][1]} if rows else None
 
-    def forget_commands(self, now_ms: int) -> int:
-        return 0  # the two tables' default_time_to_live drops them (cassandra_schema, version 2)
+    def forget_claims(self, now_ms: int) -> int:
+        return 0  # the tables' default_time_to_live drops them (cassandra_schema, versions 2 and 3)
 
     # -- allocations and pool queues: one partition per pool ---------------------------------
     def _pools_of(self, kind: str, ids: list[str]) -> dict[str, str]:
@@ -938,19 +948,29 @@ class CassandraStore(StorageGateway):
         return list(self.session.execute(stmt))
 
     # -- launches: by host -------------------------------------------------------------------
+    # An ended run's rows expire CLAIMS_KEPT_MS after it ended, so a host's partition holds the
+    # runs of that long. Its rows are written again at its end with the TTL: an UPDATE's TTL would
+    # reach only the cells it sets, never the row. (TTL 0 is none: a run not ended.)
+    _LAUNCH_ROW = (f"INSERT INTO launches ({LAUNCH_COLS}, final_status) VALUES ({', '.join('?' * 12)}) "
+                   "USING TIMESTAMP ? AND TTL ?")
+    _LAUNCH_OF_JOB = "INSERT INTO launches_by_job (job_id, task_id, instance) VALUES (?, ?, ?) USING TIMESTAMP ? AND TTL ?"
+
     def claim_launches(self, rows: list[Launch]) -> set[str]:
-        """The launch rows first (the same whoever wins), then a claim per task run."""
+        """The launch rows first (the same whoever wins), then a claim per task run. A run claimed
+        already keeps its rows: written again, an ended run's would start again (and lose their TTL)."""
         rows = list({r.task_id: r for r in rows}.values())
+        claimed = {t for (t,) in self._rows_in("SELECT task_id FROM launch_claims WHERE task_id IN ?",
+                                               [r.task_id for r in rows])}
+        rows = [r for r in rows if r.task_id not in claimed]
         if not rows:
             return set()
         with self.transaction():
-            self._write(_insert("launches", LAUNCH_COLS), [(*launch_params(r), TS) for r in rows])
-            self._write(_insert("launches_by_job", "job_id, task_id, instance"),
-                        [(r.job_id, r.task_id, r.instance, TS) for r in rows])
+            self._write(self._LAUNCH_ROW, [(*launch_params(r), None, TS, _ended_ttl(r)) for r in rows])
+            self._write(self._LAUNCH_OF_JOB, [(r.job_id, r.task_id, r.instance, TS, _ended_ttl(r)) for r in rows])
             self._write(_insert("active_launches", "bucket, host_id, task_id"),
                         [(0, r.host_id, r.task_id, TS) for r in rows if r.ended_ms is None])
-        applied = self._applied_each("INSERT INTO launch_claims (task_id, host_id) VALUES (?, ?) IF NOT EXISTS",
-                                     [(r.task_id, r.host_id) for r in rows])
+        applied = self._applied_each("INSERT INTO launch_claims (task_id, host_id) VALUES (?, ?) IF NOT EXISTS "
+                                     "USING TTL ?", [(r.task_id, r.host_id, _ended_ttl(r)) for r in rows])
         return {r.task_id for r, ok in zip(rows, applied, strict=True) if ok}
 
     def end_launches(self, task_ids: list[str], ended_ms: int, final_status: dict[str, dict] | None = None) -> None:
@@ -959,16 +979,20 @@ class CassandraStore(StorageGateway):
         by_host: dict[str, list[str]] = {}
         for t, h in hosts.items():
             by_host.setdefault(h, []).append(t)
-        running = [(h, t) for h, t, ended in self._rows_each(
-            "SELECT host_id, task_id, ended_ms FROM launches WHERE host_id = ? AND task_id IN ?",
-            list(by_host.items())) if ended is None] if by_host else []
+        running = [launch_from_row(r) for r in self._rows_each(
+            f"SELECT {LAUNCH_COLS} FROM launches WHERE host_id = ? AND task_id IN ?",
+            list(by_host.items())) if r[10] is None] if by_host else []
+        for r in running:
+            r.ended_ms = ended_ms
         with self.transaction():
-            self._write("UPDATE launches USING TIMESTAMP ? SET ended_ms = ?, final_status = ? "
-                        "WHERE host_id = ? AND task_id = ?",
-                        [(TS, ended_ms, json_text(final_status[t]) if t in final_status else None, h, t)
-                         for h, t in running])
+            self._write(self._LAUNCH_ROW, [
+                (*launch_params(r), json_text(final_status[r.task_id]) if r.task_id in final_status else None, TS,
+                 _ended_ttl(r)) for r in running])
+            self._write(self._LAUNCH_OF_JOB, [(r.job_id, r.task_id, r.instance, TS, _ended_ttl(r)) for r in running])
+            self._write("INSERT INTO launch_claims (task_id, host_id) VALUES (?, ?) USING TIMESTAMP ? AND TTL ?",
+                        [(r.task_id, r.host_id, TS, _ended_ttl(r)) for r in running])
             self._write("DELETE FROM active_launches USING TIMESTAMP ? WHERE bucket = 0 AND host_id = ? AND task_id = ?",
-                        [(TS, h, t) for h, t in running])
+                        [(TS, r.host_id, r.task_id) for r in running])
 
     def active_launches(self, host_ids: list[str]) -> list[Launch]:
         rows = self._rows_each(f"SELECT {LAUNCH_COLS} FROM launches WHERE host_id = ?",
@@ -982,6 +1006,9 @@ class CassandraStore(StorageGateway):
         rows = self._rows_each("SELECT ended_ms, final_status FROM launches WHERE host_id = ?",
                                [(h,) for h in dict.fromkeys(host_ids)]) if host_ids else []
         return [orjson.loads(s) for _e, s in sorted(r for r in rows if r[0] is not None and r[0] >= since_ms and r[1])]
+
+    def forget_launches(self, now_ms: int) -> int:
+        return 0  # an ended run's rows carry their TTL (end_launches)
 
     def launch_counts(self, job_id: str) -> dict[int, int]:
         counts: dict[int, int] = {}

@@ -15,7 +15,7 @@ status (`active_jobs`, `tasks_by_state`) spread over BUCKETS partitions by job i
 
 from __future__ import annotations
 
-from peloton.store.base import COMMANDS_KEPT_MS
+from peloton.store.base import CLAIMS_KEPT_MS
 
 BUCKETS = 8
 
@@ -81,9 +81,13 @@ MIGRATIONS: list[list[str]] = [
         "CREATE TABLE IF NOT EXISTS tokens (bucket int, token_id text, secret_hash text, user_name text, "
         "groups text, admin boolean, created_ms bigint, revoked_ms bigint, PRIMARY KEY (bucket, token_id))",
     ],
-    # 2: commands' claims and refusals expire (base.COMMANDS_KEPT_MS); rows written before keep no TTL.
-    [f"ALTER TABLE {table} WITH default_time_to_live = {COMMANDS_KEPT_MS // 1000}"
+    # 2: commands' claims and refusals expire (base.CLAIMS_KEPT_MS); rows written before keep no TTL.
+    [f"ALTER TABLE {table} WITH default_time_to_live = {CLAIMS_KEPT_MS // 1000}"
      for table in ("job_commands", "refused_commands")],
+    # 3: a deleted job's id stays taken for as long (an ended run's launch rows get their TTL when
+    # it ends: CassandraStore.end_launches).
+    [f"CREATE TABLE IF NOT EXISTS deleted_jobs (job_id text PRIMARY KEY, deleted_ms bigint) "
+     f"WITH default_time_to_live = {CLAIMS_KEPT_MS // 1000}"],
 ]
 
 

@@ -20,7 +20,7 @@ from psycopg_pool import ConnectionPool
 
 from peloton.model.states import UNLAUNCHED
 from peloton.store.base import (
-    COMMANDS_KEPT_MS,
+    CLAIMS_KEPT_MS,
     Allocation,
     JobRow,
     Launch,
@@ -150,10 +150,17 @@ MIGRATIONS = [
     CREATE TABLE task_event_batches (seq BIGSERIAL PRIMARY KEY, job_id TEXT NOT NULL, events BYTEA NOT NULL);
     CREATE INDEX task_event_batches_by_job ON task_event_batches (job_id);
     """,
-    # 12: commands' claims and refusals are forgotten by age (base.COMMANDS_KEPT_MS).
+    # 12: commands' claims and refusals are forgotten by age (base.CLAIMS_KEPT_MS).
     """
     CREATE INDEX job_commands_by_time ON job_commands (at_ms);
     CREATE INDEX refused_commands_by_time ON refused_commands (at_ms);
+    """,
+    # 13: a deleted job's id stays taken, and ended runs' launches are forgotten, both after
+    # base.CLAIMS_KEPT_MS.
+    """
+    CREATE TABLE deleted_jobs (job_id TEXT PRIMARY KEY, deleted_ms BIGINT NOT NULL);
+    CREATE INDEX deleted_jobs_by_time ON deleted_jobs (deleted_ms);
+    CREATE INDEX launches_by_end ON launches (ended_ms);
     """,
 ]
 _MIGRATION_LOCK = 0x70656C6F  # any constant shared by every process of the project
@@ -226,6 +233,11 @@ class PostgresStore(StorageGateway):
     def _all(self, sql: str, params=()) -> list[tuple]:
         with self._conn() as conn:
             return conn.execute(sql, params).fetchall()
+
+    def _count(self, sql: str, params=()) -> int:
+        """A statement's row count (the rows a DELETE removed)."""
+        with self._conn() as conn:
+            return conn.execute(sql, params).rowcount
 
     def _many(self, sql: str, rows: list[tuple]) -> None:
         if rows:
@@ -349,14 +361,22 @@ class PostgresStore(StorageGateway):
             out.extend(events_of_batch(job_id, bytes(text)))
         return out
 
-    def delete_job(self, job_id: str) -> bool:
+    def delete_job(self, job_id: str, at_ms: int) -> bool:
         with self.transaction():
             self._all("DELETE FROM task_events WHERE job_id = %s RETURNING seq", (job_id,))
             self._all("DELETE FROM task_event_batches WHERE job_id = %s RETURNING seq", (job_id,))
             self._all("DELETE FROM tasks WHERE job_id = %s RETURNING instance", (job_id,))
             self._all("DELETE FROM updates WHERE job_id = %s RETURNING update_id", (job_id,))
             self._all("DELETE FROM job_configs WHERE job_id = %s RETURNING version", (job_id,))
-            return bool(self._all("DELETE FROM jobs WHERE job_id = %s RETURNING job_id", (job_id,)))
+            if not self._count("DELETE FROM jobs WHERE job_id = %s", (job_id,)):
+                return False
+            self._count("INSERT INTO deleted_jobs (job_id, deleted_ms) VALUES (%s, %s) ON CONFLICT (job_id) "
+                        "DO UPDATE SET deleted_ms = EXCLUDED.deleted_ms", (job_id, at_ms))
+            return True
+
+    def deleted_jobs(self, job_ids: list[str]) -> dict[str, int]:
+        return dict(self._all("SELECT job_id, deleted_ms FROM deleted_jobs WHERE job_id = ANY(%s)",
+                              (list(dict.fromkeys(job_ids)),)))
 
     def refuse_command(self, command_id: str, job_id: str, pool: str, kind: str, reason: str, at_ms: int) -> None:
         self._all("INSERT INTO refused_commands (command_id, job_id, pool, kind, reason, at_ms) "
@@ -371,11 +391,12 @@ class PostgresStore(StorageGateway):
         rows = self._all("SELECT job_id, at_ms FROM job_commands WHERE command_id = %s", (command_id,))
         return {"state": "applied", "job_id": rows[0][0], "at_ms": rows[0][1]} if rows else None
 
-    def forget_commands(self, now_ms: int) -> int:
-        before = now_ms - COMMANDS_KEPT_MS
+    def forget_claims(self, now_ms: int) -> int:
+        before = now_ms - CLAIMS_KEPT_MS
         with self.transaction():
-            return (len(self._all("DELETE FROM job_commands WHERE at_ms < %s RETURNING command_id", (before,)))
-                    + len(self._all("DELETE FROM refused_commands WHERE at_ms < %s RETURNING command_id", (before,))))
+            return (self._count("DELETE FROM job_commands WHERE at_ms < %s", (before,))
+                    + self._count("DELETE FROM deleted_jobs WHERE deleted_ms < %s", (before,))
+                    + self._count("DELETE FROM refused_commands WHERE at_ms < %s", (before,)))
 
     def save_updates(self, updates: list[dict]) -> None:
         self._many("INSERT INTO updates (update_id, job_id, state, body, created_ms) VALUES (%s, %s, %s, %s, %s) "
@@ -530,6 +551,9 @@ class PostgresStore(StorageGateway):
         return [json.loads(r[0]) for r in self._all(
             "SELECT final_status FROM launches WHERE ended_ms >= %s AND final_status IS NOT NULL "
             "AND host_id = ANY(%s) ORDER BY ended_ms", (since_ms, list(host_ids)))]
+
+    def forget_launches(self, now_ms: int) -> int:
+        return self._count("DELETE FROM launches WHERE ended_ms < %s", (now_ms - CLAIMS_KEPT_MS,))
 
     def launch_counts(self, job_id: str) -> dict[int, int]:
         return dict(self._all("SELECT instance, count(*) FROM launches WHERE job_id = %s GROUP BY instance",

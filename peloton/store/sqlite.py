@@ -13,7 +13,7 @@ import orjson
 
 from peloton.model.states import UNLAUNCHED
 from peloton.store.base import (
-    COMMANDS_KEPT_MS,
+    CLAIMS_KEPT_MS,
     Allocation,
     JobRow,
     Launch,
@@ -94,6 +94,9 @@ CREATE TABLE IF NOT EXISTS launches (
     final_status TEXT);
 CREATE INDEX IF NOT EXISTS launches_by_host ON launches (host_id, ended_ms);
 CREATE INDEX IF NOT EXISTS launches_by_job ON launches (job_id);
+CREATE INDEX IF NOT EXISTS launches_by_end ON launches (ended_ms);
+CREATE TABLE IF NOT EXISTS deleted_jobs (job_id TEXT PRIMARY KEY, deleted_ms INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS deleted_jobs_by_time ON deleted_jobs (deleted_ms);
 CREATE TABLE IF NOT EXISTS updates (
     update_id TEXT PRIMARY KEY, job_id TEXT NOT NULL, state TEXT, body TEXT NOT NULL, created_ms INTEGER);
 CREATE INDEX IF NOT EXISTS updates_by_job ON updates (job_id, created_ms);
@@ -323,14 +326,17 @@ class SqliteStore(StorageGateway):
             out.extend(events_of_batch(job_id, text))
         return out
 
-    def delete_job(self, job_id: str) -> bool:
+    def delete_job(self, job_id: str, at_ms: int) -> bool:
         with self.transaction():
             self.db.execute("DELETE FROM task_events WHERE job_id = ?", (job_id,))
             self.db.execute("DELETE FROM task_event_batches WHERE job_id = ?", (job_id,))
             self.db.execute("DELETE FROM tasks WHERE job_id = ?", (job_id,))
             self.db.execute("DELETE FROM updates WHERE job_id = ?", (job_id,))
             self.db.execute("DELETE FROM job_configs WHERE job_id = ?", (job_id,))
-            return self.db.execute("DELETE FROM jobs WHERE job_id = ?", (job_id,)).rowcount > 0
+            if not self.db.execute("DELETE FROM jobs WHERE job_id = ?", (job_id,)).rowcount:
+                return False
+            self.db.execute("INSERT OR REPLACE INTO deleted_jobs (job_id, deleted_ms) VALUES (?, ?)", (job_id, at_ms))
+            return True
 
     def save_updates(self, updates: list[dict]) -> None:
         self.db.executemany("INSERT OR REPLACE INTO updates (update_id, job_id, state, body, created_ms) "
@@ -353,6 +359,10 @@ class SqliteStore(StorageGateway):
                               (job_id, version)).fetchone()
         return row[0] if row else None
 
+    def deleted_jobs(self, job_ids: list[str]) -> dict[str, int]:
+        return {r[0]: r[1] for chunk in _chunks(list(dict.fromkeys(job_ids))) for r in self.db.execute(
+            f"SELECT job_id, deleted_ms FROM deleted_jobs WHERE job_id IN ({','.join('?' * len(chunk))})", chunk)}
+
     def claim_commands(self, command_ids: list[str], job_ids: list[str], at_ms: int) -> set[str]:
         with self.transaction():
             return {c for c, j in zip(command_ids, job_ids, strict=True) if self.db.execute(
@@ -371,10 +381,11 @@ class SqliteStore(StorageGateway):
         row = self.db.execute("SELECT job_id, at_ms FROM job_commands WHERE command_id = ?", (command_id,)).fetchone()
         return {"state": "applied", "job_id": row[0], "at_ms": row[1]} if row else None
 
-    def forget_commands(self, now_ms: int) -> int:
-        before = now_ms - COMMANDS_KEPT_MS
+    def forget_claims(self, now_ms: int) -> int:
+        before = now_ms - CLAIMS_KEPT_MS
         with self.transaction():
             gone = self.db.execute("DELETE FROM job_commands WHERE at_ms < ?", (before,)).rowcount
+            gone += self.db.execute("DELETE FROM deleted_jobs WHERE deleted_ms < ?", (before,)).rowcount
             return gone + self.db.execute("DELETE FROM refused_commands WHERE at_ms < ?", (before,)).rowcount
 
     # -- allocations ------------------------------------------------------------------------
@@ -515,6 +526,10 @@ class SqliteStore(StorageGateway):
                  f"AND host_id IN ({','.join('?' * len(chunk))}) ORDER BY ended_ms")
             out.extend(json.loads(r[0]) for r in self.db.execute(q, (since_ms, *chunk)))
         return out
+
+    def forget_launches(self, now_ms: int) -> int:
+        with self.transaction():
+            return self.db.execute("DELETE FROM launches WHERE ended_ms < ?", (now_ms - CLAIMS_KEPT_MS,)).rowcount
 
     def launch_counts(self, job_id: str) -> dict[int, int]:
         q = "SELECT instance, COUNT(*) FROM launches WHERE job_id = ? GROUP BY instance"

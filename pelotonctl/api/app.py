@@ -28,7 +28,7 @@ from peloton.auth.tokens import Principal, issue
 from peloton.config import Settings
 from peloton.model.pool import leaf_pool_error
 from peloton.runtime import BrokerUnavailable, CompactedView, DeliveryError, Emitter, now_ms
-from peloton.store import COMMANDS_KEPT_MS, store_unavailable
+from peloton.store import CLAIMS_KEPT_MS, store_unavailable
 from peloton.store.base import StorageGateway
 from pelotonctl import admin, queries
 from peloton.auth.identities import Identities
@@ -333,9 +333,9 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
             # A create the job manager has not handled yet looks the same: nothing is known of it.
             raise Refused(404, f"no job {job_id} with a command {command_id} handled (yet)")
         door.allow(who, "job.read", job_id, pool)
-        if outcome is None:  # outcomes are forgotten after COMMANDS_KEPT_MS: pending may be that too
+        if outcome is None:  # outcomes are forgotten after CLAIMS_KEPT_MS: pending may be that too
             return {"command_id": command_id, "job_id": job_id, "state": "pending",
-                    "detail": f"not handled yet, or handled more than {COMMANDS_KEPT_MS // 86_400_000} days ago "
+                    "detail": f"not handled yet, or handled more than {CLAIMS_KEPT_MS // 86_400_000} days ago "
                               "(outcomes are kept that long)"}
         return {"command_id": command_id, "job_id": job_id, **outcome}
 

@@ -11,12 +11,13 @@ queue, so it is refused at create, with the numbers.
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
 from peloton.model.jobspec import JobSpec, gang_instances
 from peloton.model.pool import controller_limit, pool_limit, pool_resources
 from peloton.model.resources import Resources
 from peloton.serde import SchemaRegistry
-from peloton.store import JobRow, TaskRow
+from peloton.store import CLAIMS_KEPT_MS, JobRow, TaskRow
 from stages.admit.expand import gang_records
 
 # Room left in a gang's record for what placement adds (see size_problems).
@@ -120,3 +121,14 @@ def job_id_problem(job_id: str) -> str | None:
     shown = job_id if len(job_id) <= 60 else job_id[:57] + "..."
     return (f"job id {shown!r} must be 1-128 letters, digits or . _ : - (starting with a letter or digit), "
             f"such as a UUID")
+
+
+def deleted_id_problem(job_id: str, deleted_ms: int) -> str:
+    """A job id deleted lately is not taken again: its runs' ids (job-instance-run) are still
+    claims in the stages (a launch, a released allocation), so a new job's runs would look like
+    the old job's and never run."""
+    def when(ms: int) -> str:
+        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+    return (f"job {job_id} was deleted at {when(deleted_ms)}; its id can be used again from about "
+            f"{when(deleted_ms + CLAIMS_KEPT_MS)}, when the stages have forgotten its runs (choose another id)")

@@ -112,8 +112,8 @@ class OwnedTasks:
             for col in cols:
                 setattr(kept, col, getattr(t, col))
 
-    def delete_job(self, job_id: str) -> bool:
-        deleted = self.store.delete_job(job_id)
+    def delete_job(self, job_id: str, at_ms: int) -> bool:
+        deleted = self.store.delete_job(job_id, at_ms)
         for key in [k for k in self.rows if k[0] == job_id]:
             del self.rows[key]
         return deleted

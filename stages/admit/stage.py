@@ -28,9 +28,9 @@ from peloton.model.states import (
     TASK_TERMINAL,
 )
 from peloton.runtime import CompactedView, Record, Stage, now_ms
-from peloton.store import COMMANDS_KEPT_MS, JobRow, JobStore, TaskRow
+from peloton.store import CLAIMS_KEPT_MS, JobRow, JobStore, TaskRow
 from peloton.topics import partition_for
-from stages.admit.checks import fit_problems, job_id_problem, size_problems
+from stages.admit.checks import deleted_id_problem, fit_problems, job_id_problem, size_problems
 from stages.admit.commands import (
     ORPHAN,
     REMOVED,
@@ -84,7 +84,7 @@ log = logging.getLogger("peloton.admit")
 
 LIVE = frozenset({"TASK_STAGING", "TASK_STARTING", "TASK_RUNNING"})  # a run reporting itself alive
 DRAIN_CHECK_S = 1.0  # how often the job manager looks for runs to move off hosts in maintenance
-COMMAND_SWEEP_S = 3600.0  # how often it forgets commands past store.COMMANDS_KEPT_MS
+CLAIM_SWEEP_S = 3600.0  # how often it forgets commands and deleted job ids past store.CLAIMS_KEPT_MS
 KILLS_RESENT_MAX = 100_000  # KILLING runs killed again at a takeover (the oldest first)
 
 
@@ -169,10 +169,11 @@ class AdmitStage(Stage):
             if draining:
                 with self.store.transaction():
                     self._drains(draining)
-        if now - self._last_sweep >= COMMAND_SWEEP_S:
+        if now - self._last_sweep >= CLAIM_SWEEP_S:
             self._last_sweep = now
-            if gone := self.store.forget_commands(now_ms()):
-                log.info("forgot %d commands handled more than %d days ago", gone, COMMANDS_KEPT_MS // 86_400_000)
+            if gone := self.store.forget_claims(now_ms()):
+                log.info("forgot %d commands and deleted job ids older than %d days", gone,
+                         CLAIMS_KEPT_MS // 86_400_000)
 
     # -- deadlines and throttling -------------------------------------------------------------
     def _sla(self, job: JobRow) -> tuple[int, int, int]:
@@ -316,6 +317,7 @@ class AdmitStage(Stage):
         now = now_ms()
         pools = self.store.list_pools()
         known = self.store.get_jobs([r.value["job_id"] for r in records])
+        gone = self.store.deleted_jobs([r.value["job_id"] for r in records])
         hosts: list[Resources] | None = None
         jobs: list[JobRow] = []
         tasks: list[TaskRow] = []
@@ -329,6 +331,11 @@ class AdmitStage(Stage):
             problem = job_id_problem(cmd["job_id"])
             if problem:
                 self._refuse(r, problem)
+                continue
+            if cmd["job_id"] in gone:
+                # The deleted job's own CREATE, read again, was applied once: it has nothing to do.
+                if (self.store.command_outcome(cmd["command_id"]) or {}).get("state") != "applied":
+                    self._refuse(r, deleted_id_problem(cmd["job_id"], gone[cmd["job_id"]]))
                 continue
             if cmd["job_id"] in known:
                 job = known[cmd["job_id"]]
@@ -419,7 +426,7 @@ class AdmitStage(Stage):
                     self._refuse(r, problem)
                 continue
             if cmd["kind"] == "DELETE":
-                self.store.delete_job(job.job_id)
+                self.store.delete_job(job.job_id, now)
                 jobs.pop(job.job_id, None)
                 log.info("job %s deleted", job.job_id)
                 continue

@@ -22,7 +22,7 @@ from peloton.model.health import DISABLED, HEALTH_UNKNOWN
 from peloton.model.resources import Resources
 from peloton.model.states import LATE_END_REASONS, REASON_RECONCILIATION
 from peloton.runtime import HeldOffsets, Record, Stage, now_ms
-from peloton.store import Launch, LaunchStore
+from peloton.store import CLAIMS_KEPT_MS, Launch, LaunchStore
 from peloton.topics import partition_for
 from stages.launch.agents import AgentDriver, LaunchRequest, TaskUpdate, make_driver
 from stages.launch.agents.remote import RemoteDriver
@@ -33,6 +33,7 @@ log = logging.getLogger("peloton.launch")
 
 
 TOPIC = "placements"
+CLAIM_SWEEP_S = 3600.0  # how often runs that ended more than store.CLAIMS_KEPT_MS ago are forgotten
 
 
 class LaunchStage(Stage):
@@ -49,6 +50,7 @@ class LaunchStage(Stage):
         self.changed_hosts: dict[str, list[str]] = {}  # host id -> placement ids applied since last report
         self.launched = 0
         self._next_host_count = 0.0  # when the peloton_hosts gauge is refreshed next
+        self._last_sweep = float("-inf")  # the first tick sweeps
         self.kill_reasons: dict[str, tuple[str, str]] = {}  # task id -> (reason, message) of a kill asked for
         self.shards: set[int] = set()  # the host shards this instance owns
         self.agent_seen: dict[str, float] = {}  # agent host id -> time.monotonic() of its last report
@@ -422,6 +424,10 @@ class LaunchStage(Stage):
                 states[state] = states.get(state, 0) + 1
             for state, n in states.items():
                 metrics.HOSTS.labels(state).set(n)
+        if now - self._last_sweep >= CLAIM_SWEEP_S:
+            self._last_sweep = now
+            if gone := self.store.forget_launches(now_ms()):
+                log.info("forgot %d runs that ended more than %d days ago", gone, CLAIMS_KEPT_MS // 86_400_000)
 
     def _check_agents(self, now: float) -> None:
         """An agent silent for agent_timeout_s is down: its runs are lost (and run elsewhere),

@@ -82,6 +82,11 @@ def test_stop_and_start_instance_ranges_then_delete_and_query(pipeline_factory) 
     assert deleted.returncode == 0, deleted.stderr
     p.wait_for("the job gone", lambda: p.store.get_job(job) is None, 30)
     assert p.store.task_events(job) == []
+    # its id stays taken: a new job under it would have the old runs' ids, which the stages still hold
+    config = p.home / "again.yaml"
+    config.write_text(LONG.format(name="again", count=1, team="blue"))
+    again = p.ctl("job", "create", "-i", job, "/test", str(config))
+    assert again.returncode == 2 and f"job {job} was deleted at" in again.stderr, again.stderr
     assert p.ctl("job", "stop", other, "--wait").returncode == 0
 
 

@@ -202,6 +202,12 @@ def test_pelotons_global_json_flag_job_ids_of_ones_own_and_active_list(served, c
     taken = served("alice", "job", "create", "--jobID", "j1", "/a", served.file)
     assert taken.exit_code == 2 and "job j1 exists already (in /a, PENDING): a job id names one job" in taken.output
     assert served.out.take("job-commands") == []
+    served.store.create_jobs([expand_job("gone", "/a", parse_job_config(JOB), JOB, 2)[0]], [])
+    served.store.delete_job("gone", 1_795_000_000_000)
+    deleted = served("alice", "job", "create", "-i", "gone", "/a", served.file)
+    assert deleted.exit_code == 2 and "job gone was deleted at 2026-11-18 11:06 UTC; its id can be used again" \
+        in deleted.output, deleted.output
+    assert served.out.take("job-commands") == []
     # job active-list: the jobs not ended
     done, tasks = expand_job("old", "/a", parse_job_config(JOB), JOB, 2)
     done.state = "SUCCEEDED"

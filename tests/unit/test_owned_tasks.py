@@ -78,7 +78,7 @@ def test_nothing_is_remembered_unless_both_inputs_hold_the_same_partitions(owned
 
 def test_a_deleted_job_is_forgotten_and_a_flood_past_the_limit_starts_again(owned) -> None:
     with owned.transaction():
-        owned.delete_job("j1")
+        owned.delete_job("j1", 1)
     assert owned.tasks_by_instance(KEYS, spec=False) == {} and owned.rows == {}
     small = OwnedTasks(owned.store, limit=4)
     small.assigned({0}, {0})

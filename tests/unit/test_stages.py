@@ -91,16 +91,35 @@ def test_admit_stores_a_job_and_sends_its_gangs(admit, store) -> None:
 
 def test_admit_forgets_commands_older_than_their_topic_keeps_and_no_newer(admit, store) -> None:
     from peloton.runtime.record import now_ms
-    from peloton.store import COMMANDS_KEPT_MS
+    from peloton.store import CLAIMS_KEPT_MS
 
     stage, _ = admit
     store.claim_commands(["ancient"], ["a"], 0)
-    store.claim_commands(["fresh"], ["a"], now_ms() - COMMANDS_KEPT_MS + 60_000)
+    store.claim_commands(["fresh"], ["a"], now_ms() - CLAIMS_KEPT_MS + 60_000)
     stage.tick(10.0)  # the first tick sweeps, the next ones an hour later
     assert store.command_outcome("ancient") is None and store.command_outcome("fresh")["state"] == "applied"
     store.claim_commands(["ancient2"], ["a"], 0)
     stage.tick(20.0)
     assert store.command_outcome("ancient2") is not None
+
+
+def test_a_deleted_jobs_id_is_not_taken_again_and_its_create_read_again_makes_nothing(admit, store) -> None:
+    """A new job under a deleted job's id would have its runs' ids (job-instance-run), which the
+    stages still hold as the old runs' claims: entitle would take its demand for the old one's."""
+    stage, out = admit
+    first = command("a", JOB.format(name="a", count=1, gang=1, cpu=1))
+    stage.handle([first])
+    store.delete_job("a", 1_795_000_000_000)
+    out.take()
+    stage.handle([first])  # the deleted job's own create, read again
+    assert store.get_job("a") is None and out.take() == []
+    again = command("a", JOB.format(name="again", count=1, gang=1, cpu=1))
+    stage.handle([again])
+    assert store.get_job("a") is None and out.take("task-demand") == []
+    [(_, _, _, letter)] = out.take("dead-letters")
+    assert letter["reason"] == ("job a was deleted at 2026-11-18 11:06 UTC; its id can be used again from about "
+                                "2026-11-27 11:06 UTC, when the stages have forgotten its runs (choose another id)")
+    assert store.command_outcome(again.value["command_id"])["state"] == "refused"
 
 
 def test_a_gang_larger_than_its_pool_is_refused_with_the_numbers(admit, store) -> None:
@@ -472,6 +491,22 @@ def test_launch_kills_a_running_run_and_keeps_an_unlaunched_one_from_ever_starti
     other_out = bound(other, hosts="sim:1:cpu=8", sim_task_seconds=600)
     other._kills([kill_of("r-0-1"), kill_of("e-0-1")])
     assert other_out.take("task-status") == []
+
+
+def test_launch_forgets_runs_that_ended_longer_ago_than_their_placements_are_kept(store) -> None:
+    from peloton.runtime.record import now_ms
+    from peloton.store import CLAIMS_KEPT_MS, Launch
+
+    stage = LaunchStage(store)
+    bound(stage, hosts="sim:1:cpu=8", sim_task_seconds=600)
+    store.claim_launches([Launch(t, "x", i, 1, "sim-0", 1, 1, 1, 0, 5) for i, t in enumerate(("old", "new"))])
+    store.end_launches(["old"], 1_000)
+    store.end_launches(["new"], now_ms() - CLAIMS_KEPT_MS + 60_000)
+    stage.tick(10.0)  # the first tick sweeps, the next ones an hour later
+    assert store.launch_counts("x") == {1: 1}
+    store.claim_launches([Launch("old2", "x", 2, 1, "sim-0", 1, 1, 1, 0, 5, 1_000)])
+    stage.tick(20.0)
+    assert store.launch_counts("x") == {1: 1, 2: 1}
 
 
 def control(kind: str, job_id: str, instances: str | None = None, command_id: str | None = None) -> Record:

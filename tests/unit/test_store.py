@@ -52,7 +52,35 @@ def test_claim_launches_once(store) -> None:
     assert [x.task_id for x in store.active_launches(["h"])] == ["t-0-1"]
     store.end_launches(["t-0-1"], 9)
     assert store.active_launches(["h"]) == []
+    assert store.claim_launches([row]) == set()  # its placement read again: it stays ended
+    assert store.active_launches(["h"]) == [] and store.active_launch_hosts() == []
     assert store.launch_counts("t") == {0: 1}
+
+
+def test_ended_runs_are_forgotten_once_their_placements_cannot_be_read_again(store) -> None:
+    """A launch is the claim that stops a placement read twice from launching twice: an ended run's
+    goes CLAIMS_KEPT_MS after it ended, a running one's never (Cassandra: by the rows' TTL)."""
+    from peloton.store import CLAIMS_KEPT_MS
+
+    store.claim_launches([Launch(f"t-{i}-1", "t", i, 1, "h", 1, 1, 1, 0, 5) for i in range(3)]
+                         + [Launch("t-3-1", "t", 3, 1, "h", 1, 1, 1, 0, 5, 6)])  # ended before it was launched
+    store.end_launches(["t-0-1"], 1_000, {"t-0-1": {"state": "TASK_FINISHED"}})
+    store.end_launches(["t-1-1"], CLAIMS_KEPT_MS + 5_000)
+    if store.__class__.__name__ == "CassandraStore":
+        assert store.forget_launches(CLAIMS_KEPT_MS + 2_000) == 0
+        for table, where, column in (("launches", "host_id = 'h' AND task_id", "instance"),
+                                     ("launch_claims", "task_id", "host_id"),
+                                     ("launches_by_job", "job_id = 't' AND task_id", "instance")):
+            ttls = {t: store.session.execute(f"SELECT TTL({column}) FROM {store.keyspace}.{table} WHERE {where} = %s",
+                                             (t,)).one()[0] for t in ("t-0-1", "t-1-1", "t-2-1", "t-3-1")}
+            assert ttls["t-2-1"] is None, table  # running: kept
+            assert all(CLAIMS_KEPT_MS // 1000 - 60 < ttls[t] <= CLAIMS_KEPT_MS // 1000
+                       for t in ("t-0-1", "t-1-1", "t-3-1")), (table, ttls)
+        return
+    assert store.forget_launches(CLAIMS_KEPT_MS + 2_000) == 2  # t-0-1 and t-3-1
+    assert [x.task_id for x in store.active_launches(["h"])] == ["t-2-1"]
+    assert store.launch_counts("t") == {1: 1, 2: 1}
+    assert store.claim_launches([Launch("t-1-1", "t", 1, 1, "h", 1, 1, 1, 0, 5)]) == set()
 
 
 def test_allocations_add_and_remove(store) -> None:
@@ -157,41 +185,46 @@ def test_the_runs_on_hosts_are_found_by_host_and_state(store) -> None:
 def test_a_deleted_job_leaves_no_task_or_event_and_commands_are_claimed_once(store) -> None:
     store.create_jobs([job("d")], [task("d", 0)])
     store.record_task_events([("d-0-1", "d", 0, 1, "KILLED", "", None, 5, "", "")])
-    assert store.delete_job("d") and not store.delete_job("d")
+    assert store.delete_job("d", 7) and not store.delete_job("d", 8)
     assert store.get_job("d") is None and store.tasks_of_job("d") == [] and store.task_events("d") == []
+    assert store.deleted_jobs(["d", "never"]) == {"d": 7}  # the id stays taken a while
     assert store.claim_commands(["c1", "c2"], ["d", "d"], 1) == {"c1", "c2"}
     assert store.claim_commands(["c2", "c3"], ["d", "d"], 2) == {"c3"}
 
 
-def test_commands_are_forgotten_once_their_topic_cannot_hold_them(store) -> None:
-    """Claims and refusals go by age, not with their job (a CREATE read again would make a deleted
-    job again); Cassandra expires them by its tables' TTL."""
-    from peloton.store import COMMANDS_KEPT_MS
+def test_commands_and_deleted_ids_are_forgotten_once_their_topic_cannot_hold_them(store) -> None:
+    """Claims and refusals go by age, not with their job, and so do deleted jobs' ids; Cassandra
+    expires them by its tables' TTL."""
+    from peloton.store import CLAIMS_KEPT_MS
 
     store.claim_commands(["old", "new"], ["d", "d"], 1_000)
     store.refuse_command("refused", "d", "/p", "CREATE", "no such pool", 1_000)
-    store.claim_commands(["later"], ["d"], COMMANDS_KEPT_MS + 5_000)
+    store.claim_commands(["later"], ["d"], CLAIMS_KEPT_MS + 5_000)
+    store.create_jobs([job("gone"), job("gone-later")], [])
+    store.delete_job("gone", 1_000)
+    store.delete_job("gone-later", CLAIMS_KEPT_MS + 5_000)
     if store.__class__.__name__ == "CassandraStore":
-        assert store.forget_commands(COMMANDS_KEPT_MS + 2_000) == 0
-        for table in ("job_commands", "refused_commands"):
+        assert store.forget_claims(CLAIMS_KEPT_MS + 2_000) == 0
+        for table in ("job_commands", "refused_commands", "deleted_jobs"):
             ttl = store.session.execute("SELECT default_time_to_live FROM system_schema.tables WHERE keyspace_name "
                                         "= %s AND table_name = %s", (store.keyspace, table)).one()[0]
-            assert ttl == COMMANDS_KEPT_MS // 1000
+            assert ttl == CLAIMS_KEPT_MS // 1000
         return
-    assert store.forget_commands(COMMANDS_KEPT_MS + 2_000) == 3
+    assert store.forget_claims(CLAIMS_KEPT_MS + 2_000) == 4
     assert store.command_outcome("refused") is None and store.command_outcome("later")["state"] == "applied"
-    assert store.claim_commands(["old", "later"], ["d", "d"], COMMANDS_KEPT_MS + 6_000) == {"old"}
-    assert store.forget_commands(COMMANDS_KEPT_MS + 2_000) == 0
+    assert store.deleted_jobs(["gone", "gone-later"]) == {"gone-later": CLAIMS_KEPT_MS + 5_000}
+    assert store.claim_commands(["old", "later"], ["d", "d"], CLAIMS_KEPT_MS + 6_000) == {"old"}
+    assert store.forget_claims(CLAIMS_KEPT_MS + 2_000) == 0
 
 
 def test_a_claim_outlives_every_command_job_commands_can_still_hold() -> None:
     """A command is in job-commands up to its retention plus a segment (the newest record of a
     segment must pass the retention before the segment goes): its claim must last longer."""
-    from peloton.store import COMMANDS_KEPT_MS
+    from peloton.store import CLAIMS_KEPT_MS
     from peloton.topics import Catalogue
 
     config = dict(Catalogue()["job-commands"].config)
-    assert int(config["retention.ms"]) + int(config["segment.ms"]) < COMMANDS_KEPT_MS
+    assert int(config["retention.ms"]) + int(config["segment.ms"]) < CLAIMS_KEPT_MS
 
 
 def test_an_allocation_charged_twice_is_held_once(store) -> None:
@@ -328,7 +361,7 @@ def test_update_workflows_are_kept_whole_newest_first_and_go_with_their_job(stor
     store.save_job_configs([("u", 1, "v1", 1), ("u", 2, "v2", 2)])
     store.save_job_configs([("u", 2, "changed", 3)])  # a version stored stays as it was
     assert store.job_config("u", 2) == "v2" and store.job_config("u", 3) is None
-    assert store.delete_job("u")
+    assert store.delete_job("u", 9)
     assert store.updates_of_job("u") == [] and store.job_config("u", 1) is None
 
 
