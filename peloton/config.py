@@ -171,6 +171,9 @@ class Settings:
     status_replay_s: float = 600.0
     # How long entitle remembers a run that ended, to recognise a late redelivery of its demand.
     released_keep_s: float = 86400.0
+    # How long a job that ended is kept (with its tasks and events) before the job manager deletes
+    # it, as Nomad's job GC does; 0 keeps it until someone deletes it (Peloton's way).
+    job_retention_s: float = 30 * 86400.0
     # What one job file may be and one task may ask for (far above real hosts: they catch typos
     # and hostile files before anything is queued).
     max_config_bytes: int = 1_048_576
@@ -252,6 +255,9 @@ class Settings:
             out.append(f"PELOTON_RELEASED_KEEP_S={self.released_keep_s:g} must be below {CLAIMS_KEPT_MS // 1000}s "
                        f"(nine days): a deleted job's id is taken again after that, and its new runs would look "
                        f"like the old job's ended ones")
+        if self.job_retention_s < 0:
+            out.append(f"PELOTON_JOB_RETENTION_S={self.job_retention_s:g} must be 0 (keep jobs that ended until "
+                       f"deleted) or above")
         if self.retry_min_s > self.retry_max_s:
             out.append(f"PELOTON_RETRY_MIN_S={self.retry_min_s:g} is above PELOTON_RETRY_MAX_S={self.retry_max_s:g}")
         return out

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import yaml
 
+from peloton.model.states import JOB_TERMINAL
 from peloton.model.termination import termination_status
 from peloton.model.usage import usage_in
 from peloton.store.base import JobRow, QueryStore, TaskRow
 
 
-def job_info(store: QueryStore, job: JobRow, version: int | None = None) -> dict:
+def job_info(store: QueryStore, job: JobRow, version: int | None = None, retention_s: float = 0) -> dict:
     """A job's config (as submitted; of `version`, when given) and runtime: state, times, task
-    counts, the update in progress. NotFound for a version the job never had."""
+    counts, the update in progress, and for a job that ended when it is deleted (retention_s
+    after its end, the job manager's PELOTON_JOB_RETENTION_S; never when 0). NotFound for a
+    version the job never had."""
     from pelotonctl.admin import NotFound
 
     text = job.config_text
@@ -25,7 +28,9 @@ def job_info(store: QueryStore, job: JobRow, version: int | None = None) -> dict
     active = job.rollout and {k: job.rollout.get(k) for k in ("update_id", "kind", "state")}
     runtime = {"state": job.state, "config_version": job.config_version, "update": active or None,
                "created_ms": job.created_ms, "updated_ms": job.updated_ms,
-               "completed_ms": job.completed_ms, "tasks": counts}
+               "completed_ms": job.completed_ms, "tasks": counts,
+               "kept_until_ms": job.completed_ms + int(retention_s * 1000)
+               if retention_s > 0 and job.completed_ms is not None and job.state in JOB_TERMINAL else None}
     info = {"job_id": job.job_id, "name": job.name, "pool": job.pool, "type": job.type, "owner": job.owner,
             "instances": job.instance_count, "priority": job.priority, "preemptible": job.preemptible,
             "revocable": job.revocable, "runtime": runtime, "config_version": version or job.config_version}

@@ -555,6 +555,22 @@ class CassandraStore(StorageGateway):
             self._write(_insert("deleted_jobs", "job_id, deleted_ms"), [(job_id, at_ms, TS)], CLAIM)
         return True
 
+    def ended_jobs(self, completed_before_ms: int, limit: int) -> list[str]:
+        """A job ended before a time was created before it: the days up to that one, oldest first."""
+        out: list[str] = []
+        for (day,) in self._rows("SELECT day FROM job_days WHERE bucket = 0 AND day <= ? ORDER BY day ASC",
+                                 (_day(completed_before_ms),)):
+            ids = [r[0] for r in self._rows("SELECT job_id FROM jobs_by_day WHERE day = ? AND created_ms < ?",
+                                            (day, completed_before_ms))]
+            for k in range(0, len(ids), 200):
+                for job in self.get_jobs(ids[k:k + 200]).values():
+                    if job.state in JOB_TERMINAL and job.completed_ms is not None and \
+                            job.completed_ms < completed_before_ms:
+                        out.append(job.job_id)
+                        if len(out) >= limit:
+                            return out
+        return out
+
     def deleted_jobs(self, job_ids: list[str]) -> dict[str, int]:
         return dict(self._rows_in("SELECT job_id, deleted_ms FROM deleted_jobs WHERE job_id IN ?", job_ids))
 

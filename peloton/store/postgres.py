@@ -18,7 +18,7 @@ import orjson
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from peloton.model.states import UNLAUNCHED
+from peloton.model.states import JOB_TERMINAL, UNLAUNCHED
 from peloton.store.base import (
     CLAIMS_KEPT_MS,
     Allocation,
@@ -161,6 +161,10 @@ MIGRATIONS = [
     CREATE TABLE deleted_jobs (job_id TEXT PRIMARY KEY, deleted_ms BIGINT NOT NULL);
     CREATE INDEX deleted_jobs_by_time ON deleted_jobs (deleted_ms);
     CREATE INDEX launches_by_end ON launches (ended_ms);
+    """,
+    # 14: jobs that ended are deleted past their retention (settings.job_retention_s).
+    """
+    CREATE INDEX jobs_by_completion ON jobs (completed_ms);
     """,
 ]
 _MIGRATION_LOCK = 0x70656C6F  # any constant shared by every process of the project
@@ -373,6 +377,11 @@ class PostgresStore(StorageGateway):
             self._count("INSERT INTO deleted_jobs (job_id, deleted_ms) VALUES (%s, %s) ON CONFLICT (job_id) "
                         "DO UPDATE SET deleted_ms = EXCLUDED.deleted_ms", (job_id, at_ms))
             return True
+
+    def ended_jobs(self, completed_before_ms: int, limit: int) -> list[str]:
+        return [r[0] for r in self._all("SELECT job_id FROM jobs WHERE completed_ms < %s AND state = ANY(%s) "
+                                        "ORDER BY completed_ms LIMIT %s",
+                                        (completed_before_ms, sorted(JOB_TERMINAL), limit))]
 
     def deleted_jobs(self, job_ids: list[str]) -> dict[str, int]:
         return dict(self._all("SELECT job_id, deleted_ms FROM deleted_jobs WHERE job_id = ANY(%s)",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import orjson
 
-from peloton.model.states import UNLAUNCHED
+from peloton.model.states import JOB_TERMINAL, UNLAUNCHED
 from peloton.store.base import (
     CLAIMS_KEPT_MS,
     Allocation,
@@ -95,6 +95,7 @@ CREATE TABLE IF NOT EXISTS launches (
 CREATE INDEX IF NOT EXISTS launches_by_host ON launches (host_id, ended_ms);
 CREATE INDEX IF NOT EXISTS launches_by_job ON launches (job_id);
 CREATE INDEX IF NOT EXISTS launches_by_end ON launches (ended_ms);
+CREATE INDEX IF NOT EXISTS jobs_by_completion ON jobs (completed_ms);
 CREATE TABLE IF NOT EXISTS deleted_jobs (job_id TEXT PRIMARY KEY, deleted_ms INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS deleted_jobs_by_time ON deleted_jobs (deleted_ms);
 CREATE TABLE IF NOT EXISTS updates (
@@ -112,6 +113,7 @@ CREATE TABLE IF NOT EXISTS tokens (
 # SQLite limits bound variables per statement; IN lists are chunked below this.
 _CHUNK = 900
 _UNLAUNCHED = "(" + ", ".join(f"'{s}'" for s in UNLAUNCHED) + ")"
+_TERMINAL = "(" + ", ".join(f"'{s}'" for s in sorted(JOB_TERMINAL)) + ")"
 
 
 def _q(cols: str) -> str:
@@ -358,6 +360,11 @@ class SqliteStore(StorageGateway):
         row = self.db.execute("SELECT config_text FROM job_configs WHERE job_id = ? AND version = ?",
                               (job_id, version)).fetchone()
         return row[0] if row else None
+
+    def ended_jobs(self, completed_before_ms: int, limit: int) -> list[str]:
+        return [r[0] for r in self.db.execute(
+            f"SELECT job_id FROM jobs WHERE completed_ms < ? AND state IN {_TERMINAL} ORDER BY completed_ms LIMIT ?",
+            (completed_before_ms, limit))]
 
     def deleted_jobs(self, job_ids: list[str]) -> dict[str, int]:
         return {r[0]: r[1] for chunk in _chunks(list(dict.fromkeys(job_ids))) for r in self.db.execute(

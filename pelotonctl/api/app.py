@@ -280,7 +280,7 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
     @app.get("/v1/jobs/{job_id}", tags=["jobs"], summary="A job's config (the current one, or a version's) and runtime")
     def get_job(job_id: str, creds: Creds,
                 version: Annotated[int | None, Query(ge=1, le=2**31 - 1, description="A config version")] = None) -> dict:
-        return job_info(store, readable_job(job_id, creds), version)
+        return job_info(store, readable_job(job_id, creds), version, settings.job_retention_s)
 
     @app.get("/v1/jobs/{job_id}/status", tags=["jobs"], summary="A job's state, task counts and why it waits")
     def job_status(job_id: str, creds: Creds,

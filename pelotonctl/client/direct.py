@@ -37,7 +37,7 @@ class DirectClient:
         job = self.store.get_job(job_id)
         if job is None and version is not None:
             raise NotFound(f"no job {job_id}")
-        return job_info(self.store, job, version) if job else None
+        return job_info(self.store, job, version, self.settings.job_retention_s) if job else None
 
     # -- updates ------------------------------------------------------------------------------
     def updates(self, job_id: str) -> list[dict]:

@@ -85,6 +85,8 @@ log = logging.getLogger("peloton.admit")
 LIVE = frozenset({"TASK_STAGING", "TASK_STARTING", "TASK_RUNNING"})  # a run reporting itself alive
 DRAIN_CHECK_S = 1.0  # how often the job manager looks for runs to move off hosts in maintenance
 CLAIM_SWEEP_S = 3600.0  # how often it forgets commands and deleted job ids past store.CLAIMS_KEPT_MS
+EXPIRY_CHECK_S = 60.0  # how often it looks for jobs that ended longer ago than settings.job_retention_s
+EXPIRED_PER_TICK = 20  # of those, how many one tick deletes (each with its tasks and events): the loop polls on
 KILLS_RESENT_MAX = 100_000  # KILLING runs killed again at a takeover (the oldest first)
 
 
@@ -103,6 +105,7 @@ class AdmitStage(Stage):
         self._last_deadlines = 0.0
         self._last_drains = 0.0
         self._last_sweep = float("-inf")  # the first tick sweeps
+        self._next_expiry = 0.0  # when it looks for jobs past their retention next
         self._hosts_caught_up = 0.0  # when the host view, empty, last read host-state to its end
 
     def bind(self, emitter, settings, catalogue) -> None:
@@ -169,11 +172,36 @@ class AdmitStage(Stage):
             if draining:
                 with self.store.transaction():
                     self._drains(draining)
+        if now >= self._next_expiry:
+            # While a look finds a full tick's worth, the next tick looks again.
+            # A short retention is looked at more often (a quarter of it, down to a second).
+            every = min(EXPIRY_CHECK_S, max(1.0, self.settings.job_retention_s / 4))
+            self._next_expiry = now + (0.0 if self._expire_jobs() >= EXPIRED_PER_TICK else every)
         if now - self._last_sweep >= CLAIM_SWEEP_S:
             self._last_sweep = now
             if gone := self.store.forget_claims(now_ms()):
                 log.info("forgot %d commands and deleted job ids older than %d days", gone,
                          CLAIMS_KEPT_MS // 86_400_000)
+
+    def _expire_jobs(self) -> int:
+        """Delete jobs that ended more than job_retention_s ago, as a DELETE would (their ids stay
+        taken a while: store.CLAIMS_KEPT_MS), those whose commands this instance owns: a command of
+        the job and its expiry never race. Returns how many went."""
+        retention = self.settings.job_retention_s
+        if retention <= 0 or not self.commands_owned:
+            return 0
+        now = now_ms()
+        partitions = self.catalogue["job-commands"].partitions
+        # Other instances' jobs come back too (they delete them): ask for more than a tick takes.
+        ids = [j for j in self.store.ended_jobs(now - int(retention * 1000), EXPIRED_PER_TICK * 8)
+               if partition_for(j, partitions) in self.commands_owned][:EXPIRED_PER_TICK]
+        if ids:
+            with self.store.transaction():
+                for job_id in ids:
+                    self.store.delete_job(job_id, now)
+            log.info("deleted %d jobs that ended more than %gs ago (PELOTON_JOB_RETENTION_S): %s", len(ids),
+                     retention, ", ".join(ids))
+        return len(ids)
 
     # -- deadlines and throttling -------------------------------------------------------------
     def _sla(self, job: JobRow) -> tuple[int, int, int]:

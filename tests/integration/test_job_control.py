@@ -90,6 +90,18 @@ def test_stop_and_start_instance_ranges_then_delete_and_query(pipeline_factory) 
     assert p.ctl("job", "stop", other, "--wait").returncode == 0
 
 
+def test_a_job_that_ended_is_deleted_after_its_retention(pipeline_factory) -> None:
+    p = pipeline_factory(hosts="local:1:cpu=2,mem_mb=1024,disk_mb=1000", job_retention_s=3)
+    p.start_all()
+    job = p.submit(LONG.format(name="brief", count=1, team="a").replace("'sleep 300 & wait'", "'true'"))
+    assert p.wait_job(job, 60) == "SUCCEEDED"
+    kept = json.loads(p.ctl("job", "get", job, "--json").stdout)["runtime"]
+    assert kept["kept_until_ms"] == kept["completed_ms"] + 3_000
+    p.wait_for("the job deleted", lambda: p.store.get_job(job) is None, 30)
+    assert p.store.tasks_of_job(job) == [] and job in p.store.deleted_jobs([job])
+    assert p.ctl("job", "get", job).returncode == 3
+
+
 def test_a_stop_survives_the_admit_instance_killed_while_handling_it(pipeline_factory) -> None:
     p = pipeline_factory(hosts="local:2:cpu=4,mem_mb=4096,disk_mb=10000")
     for stage in ("entitle", "place", "launch"):

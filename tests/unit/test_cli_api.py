@@ -210,7 +210,11 @@ def test_pelotons_global_json_flag_job_ids_of_ones_own_and_active_list(served, c
     assert served.out.take("job-commands") == []
     # job active-list: the jobs not ended
     done, tasks = expand_job("old", "/a", parse_job_config(JOB), JOB, 2)
-    done.state = "SUCCEEDED"
+    done.state, done.completed_ms = "SUCCEEDED", 1_000
     served.store.create_jobs([done], tasks)
     active = served("alice", "job", "active-list", "--json")
     assert active.exit_code == 0 and [j["job_id"] for j in json.loads(active.output)] == ["j1"], active.output
+    # a job that ended says when it goes (PELOTON_JOB_RETENTION_S after its end); a running one not
+    assert json.loads(served("alice", "job", "get", "old", "--json").output)["runtime"]["kept_until_ms"] == \
+        1_000 + 30 * 86_400_000
+    assert json.loads(served("alice", "job", "get", "j1", "--json").output)["runtime"]["kept_until_ms"] is None

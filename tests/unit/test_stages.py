@@ -122,6 +122,33 @@ def test_a_deleted_jobs_id_is_not_taken_again_and_its_create_read_again_makes_no
     assert store.command_outcome(again.value["command_id"])["state"] == "refused"
 
 
+def test_admit_deletes_jobs_of_its_partitions_that_ended_longer_ago_than_their_retention(admit, store) -> None:
+    import dataclasses
+
+    from peloton.runtime.record import now_ms
+
+    stage, out = admit
+    day = 86_400_000
+    jobs = {"old": ("SUCCEEDED", now_ms() - 31 * day), "recent": ("FAILED", now_ms() - day),
+            "running": ("RUNNING", None)}
+    jobs["theirs"] = ("KILLED", now_ms() - 40 * day)
+    for job_id in jobs:
+        stage.handle([command(job_id, JOB.format(name=job_id, count=1, gang=1, cpu=1))])
+    store.update_jobs([dataclasses.replace(store.get_job(j), state=state, completed_ms=at)
+                       for j, (state, at) in jobs.items()])
+    theirs = partition_for("theirs", 4)
+    assert partition_for("old", 4) != theirs  # the test's premise
+    stage.on_assign([("job-commands", p) for p in range(4) if p != theirs])
+    stage.tick(10.0)
+    assert store.get_job("old") is None and "old" in store.deleted_jobs(["old"])
+    assert store.tasks_of_job("old") == []
+    assert all(store.get_job(j) is not None for j in ("recent", "running", "theirs"))
+    stage.settings = dataclasses.replace(stage.settings, job_retention_s=0)  # 0: kept until deleted
+    stage.on_assign([("job-commands", theirs)])
+    stage.tick(100.0)
+    assert store.get_job("theirs") is not None
+
+
 def test_a_gang_larger_than_its_pool_is_refused_with_the_numbers(admit, store) -> None:
     stage, out = admit
     stage.handle([command("big", JOB.format(name="big", count=10, gang=10, cpu=1))])

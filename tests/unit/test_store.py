@@ -192,6 +192,17 @@ def test_a_deleted_job_leaves_no_task_or_event_and_commands_are_claimed_once(sto
     assert store.claim_commands(["c2", "c3"], ["d", "d"], 2) == {"c3"}
 
 
+def test_jobs_that_ended_before_a_time_are_found_for_their_retention(store) -> None:
+    import dataclasses
+
+    ended = {"s": ("SUCCEEDED", 100), "k": ("KILLED", 300), "f": ("FAILED", 500), "r": ("RUNNING", None)}
+    store.create_jobs([job(j) for j in ended], [])
+    store.update_jobs([dataclasses.replace(job(j), state=state, completed_ms=at) for j, (state, at) in ended.items()])
+    assert sorted(store.ended_jobs(400, 10)) == ["k", "s"]
+    assert len(store.ended_jobs(400, 1)) == 1 and store.ended_jobs(100, 10) == []
+    assert sorted(store.ended_jobs(10_000, 10)) == ["f", "k", "s"]  # never one still running
+
+
 def test_commands_and_deleted_ids_are_forgotten_once_their_topic_cannot_hold_them(store) -> None:
     """Claims and refusals go by age, not with their job, and so do deleted jobs' ids; Cassandra
     expires them by its tables' TTL."""
