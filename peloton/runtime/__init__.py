@@ -15,7 +15,7 @@ One idea per module: record.py (what a stage reads), emitter.py (what it produce
 errors.py (whose fault a failure is), stage.py (the contract and batch handling), loop.py (the
 loop, commits and rebalances), transaction.py (output and offsets committed together), views.py
 (compacted topics read as tables), readback.py (reading a partition back), clients.py (the
-clients' settings). The names a stage needs are importable from the package itself.
+clients' settings), sweep.py (a chore done a batch a tick). The names a stage needs are importable from the package itself.
 """
 
 from peloton.runtime.clients import CONSUMER_RECOVERY, QUIET, RECOVERY, kafka_access, producer_config
@@ -25,10 +25,11 @@ from peloton.runtime.held import HeldOffsets
 from peloton.runtime.loop import StageRuntime
 from peloton.runtime.record import Record, WrongSchema, decode_message, now_ms
 from peloton.runtime.stage import Stage, handle_batch
+from peloton.runtime.sweep import Sweep
 from peloton.runtime.views import CompactedView, StaticView
 
 __all__ = [
     "BUNDLE_MAX_ITEMS", "CONSUMER_RECOVERY", "QUIET", "RECOVERY", "BrokerUnavailable", "CompactedView", "DeliveryError", "Emitter",
     "HeldOffsets", "Record", "RecordError", "RecordTooLarge", "RecordingEmitter", "Stage", "StageRuntime",
-    "StaticView", "WrongSchema", "decode_message", "handle_batch", "is_transient", "kafka_access", "now_ms", "producer_config",
+    "StaticView", "Sweep", "WrongSchema", "decode_message", "handle_batch", "is_transient", "kafka_access", "now_ms", "producer_config",
 ]

@@ -230,8 +230,9 @@ class StorageGateway(ABC):
     def allocation_states(self, task_ids: list[str]) -> dict[str, str]:
         """'held' or 'released' for each of task_ids this store has admitted."""
     @abstractmethod
-    def forget_released_allocations(self, before_ms: int) -> int:
-        """Drop released runs older than before_ms; how many went."""
+    def forget_released_allocations(self, before_ms: int, limit: int) -> int:
+        """Drop released runs older than before_ms, about limit at most (Cassandra: every one its
+        scan finds); how many went."""
 
     # pool queues (entitle)
     @abstractmethod
@@ -281,10 +282,10 @@ class StorageGateway(ABC):
     def launch_counts(self, job_id: str) -> dict[int, int]:
         """Launches per instance of a job (every run counted), for checking run-once."""
     @abstractmethod
-    def forget_launches(self, now_ms: int) -> int:
-        """Drop the runs that ended more than CLAIMS_KEPT_MS before now_ms: their launches are
-        claims, kept while a placement of theirs may still be read. Returns how many went; 0 where
-        the store expires them itself."""
+    def forget_launches(self, now_ms: int, limit: int) -> int:
+        """Drop runs that ended more than CLAIMS_KEPT_MS before now_ms, limit at most: their
+        launches are claims, kept while a placement of theirs may still be read. Returns how many
+        went; 0 where the store expires them itself."""
 
     # -- update workflows and config versions (the job manager writes them) ------------------
     @abstractmethod
@@ -378,7 +379,7 @@ class AllocationStore(Protocol):
     def release_allocations(self, task_ids: list[str], released_ms: int) -> None: ...
     def remove_allocations(self, task_ids: list[str]) -> None: ...
     def allocation_states(self, task_ids: list[str]) -> dict[str, str]: ...
-    def forget_released_allocations(self, before_ms: int) -> int: ...
+    def forget_released_allocations(self, before_ms: int, limit: int) -> int: ...
 
 
 class QueryStore(Protocol):
@@ -429,4 +430,4 @@ class LaunchStore(Protocol):
     def set_host_state(self, host_id: str, state: str, at_ms: int) -> None: ...
     def host_states(self) -> dict[str, str]: ...
     def ended_launches(self, host_ids: list[str], since_ms: int) -> list[dict]: ...
-    def forget_launches(self, now_ms: int) -> int: ...
+    def forget_launches(self, now_ms: int, limit: int) -> int: ...

@@ -869,7 +869,8 @@ class CassandraStore(StorageGateway):
         return {i: "held" if released is None else "released"
                 for i, released in self._ledger_rows("a", "id, released_ms", task_ids)}
 
-    def forget_released_allocations(self, before_ms: int) -> int:
+    def forget_released_allocations(self, before_ms: int, limit: int) -> int:
+        """Every one the scan finds, whatever the limit: the scan reads the whole ledger anyway."""
         old = [(pool, i) for pool, i, released in self._ledger("a", "pool, id, released_ms")
                if released is not None and released < before_ms]
         self._write("DELETE FROM pool_ledger USING TIMESTAMP ? WHERE pool = ? AND kind = 'a' AND id = ?",
@@ -1023,7 +1024,7 @@ class CassandraStore(StorageGateway):
                                [(h,) for h in dict.fromkeys(host_ids)]) if host_ids else []
         return [orjson.loads(s) for _e, s in sorted(r for r in rows if r[0] is not None and r[0] >= since_ms and r[1])]
 
-    def forget_launches(self, now_ms: int) -> int:
+    def forget_launches(self, now_ms: int, limit: int) -> int:
         return 0  # an ended run's rows carry their TTL (end_launches)
 
     def launch_counts(self, job_id: str) -> dict[int, int]:

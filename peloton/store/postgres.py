@@ -458,8 +458,9 @@ class PostgresStore(StorageGateway):
         rows = self._all("SELECT task_id, released_ms FROM allocations WHERE task_id = ANY(%s)", (list(task_ids),))
         return {t: "held" if released is None else "released" for t, released in rows}
 
-    def forget_released_allocations(self, before_ms: int) -> int:
-        return len(self._all("DELETE FROM allocations WHERE released_ms < %s RETURNING task_id", (before_ms,)))
+    def forget_released_allocations(self, before_ms: int, limit: int) -> int:
+        return self._count("DELETE FROM allocations WHERE task_id IN (SELECT task_id FROM allocations "
+                           "WHERE released_ms < %s LIMIT %s)", (before_ms, limit))
 
     def add_allocations(self, rows: list[Allocation]) -> None:
         updates = ", ".join(f"{c} = excluded.{c}" for c in ALLOCATION_COLS.replace(" ", "").split(",")[1:])
@@ -561,8 +562,9 @@ class PostgresStore(StorageGateway):
             "SELECT final_status FROM launches WHERE ended_ms >= %s AND final_status IS NOT NULL "
             "AND host_id = ANY(%s) ORDER BY ended_ms", (since_ms, list(host_ids)))]
 
-    def forget_launches(self, now_ms: int) -> int:
-        return self._count("DELETE FROM launches WHERE ended_ms < %s", (now_ms - CLAIMS_KEPT_MS,))
+    def forget_launches(self, now_ms: int, limit: int) -> int:
+        return self._count("DELETE FROM launches WHERE task_id IN (SELECT task_id FROM launches WHERE ended_ms < %s "
+                           "LIMIT %s)", (now_ms - CLAIMS_KEPT_MS, limit))
 
     def launch_counts(self, job_id: str) -> dict[int, int]:
         return dict(self._all("SELECT instance, count(*) FROM launches WHERE job_id = %s GROUP BY instance",

@@ -152,6 +152,8 @@ class SqliteStore(StorageGateway):
             for table, column, kind in added:
                 if column not in {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}:
                     self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+            # (After the columns: files made before released_ms had none to index.)
+            self.db.execute("CREATE INDEX IF NOT EXISTS allocations_by_release ON allocations (released_ms)")
 
     @contextmanager
     def transaction(self):
@@ -415,9 +417,10 @@ class SqliteStore(StorageGateway):
             out.update((t, "held" if released is None else "released") for t, released in self.db.execute(q, chunk))
         return out
 
-    def forget_released_allocations(self, before_ms: int) -> int:
+    def forget_released_allocations(self, before_ms: int, limit: int) -> int:
         with self.transaction():
-            return self.db.execute("DELETE FROM allocations WHERE released_ms < ?", (before_ms,)).rowcount
+            return self.db.execute("DELETE FROM allocations WHERE task_id IN (SELECT task_id FROM allocations "
+                                   "WHERE released_ms < ? LIMIT ?)", (before_ms, limit)).rowcount
 
     def add_allocations(self, rows: list[Allocation]) -> None:
         with self.transaction():
@@ -534,9 +537,10 @@ class SqliteStore(StorageGateway):
             out.extend(json.loads(r[0]) for r in self.db.execute(q, (since_ms, *chunk)))
         return out
 
-    def forget_launches(self, now_ms: int) -> int:
+    def forget_launches(self, now_ms: int, limit: int) -> int:
         with self.transaction():
-            return self.db.execute("DELETE FROM launches WHERE ended_ms < ?", (now_ms - CLAIMS_KEPT_MS,)).rowcount
+            return self.db.execute("DELETE FROM launches WHERE task_id IN (SELECT task_id FROM launches "
+                                   "WHERE ended_ms < ? LIMIT ?)", (now_ms - CLAIMS_KEPT_MS, limit)).rowcount
 
     def launch_counts(self, job_id: str) -> dict[int, int]:
         q = "SELECT instance, COUNT(*) FROM launches WHERE job_id = ? GROUP BY instance"

@@ -27,7 +27,7 @@ from peloton.model.states import (
     TASK_ORDER,
     TASK_TERMINAL,
 )
-from peloton.runtime import CompactedView, Record, Stage, now_ms
+from peloton.runtime import CompactedView, Record, Stage, Sweep, now_ms
 from peloton.store import CLAIMS_KEPT_MS, JobRow, JobStore, TaskRow
 from peloton.topics import partition_for
 from stages.admit.checks import deleted_id_problem, fit_problems, job_id_problem, size_problems
@@ -85,8 +85,11 @@ log = logging.getLogger("peloton.admit")
 LIVE = frozenset({"TASK_STAGING", "TASK_STARTING", "TASK_RUNNING"})  # a run reporting itself alive
 DRAIN_CHECK_S = 1.0  # how often the job manager looks for runs to move off hosts in maintenance
 CLAIM_SWEEP_S = 3600.0  # how often it forgets commands and deleted job ids past store.CLAIMS_KEPT_MS
-EXPIRY_CHECK_S = 60.0  # how often it looks for jobs that ended longer ago than settings.job_retention_s
-EXPIRED_PER_TICK = 20  # of those, how many one tick deletes (each with its tasks and events): the loop polls on
+# How often it looks for jobs that ended longer ago than settings.job_retention_s (a quarter of
+# that when shorter, down to a second), and how many of them one tick deletes, each with its
+# tasks and events: through a backlog the loop polls on.
+EXPIRY_CHECK_S = 60.0
+EXPIRED_PER_TICK = 20
 KILLS_RESENT_MAX = 100_000  # KILLING runs killed again at a takeover (the oldest first)
 
 
@@ -105,7 +108,7 @@ class AdmitStage(Stage):
         self._last_deadlines = 0.0
         self._last_drains = 0.0
         self._last_sweep = float("-inf")  # the first tick sweeps
-        self._next_expiry = 0.0  # when it looks for jobs past their retention next
+        self.expiry: Sweep | None = None  # of jobs past their retention (bind: it needs the settings)
         self._hosts_caught_up = 0.0  # when the host view, empty, last read host-state to its end
 
     def bind(self, emitter, settings, catalogue) -> None:
@@ -113,6 +116,7 @@ class AdmitStage(Stage):
         if self.hosts is None:
             self.hosts = CompactedView(settings, "host-state", catalogue)
         self.status_partitions = catalogue["task-status"].partitions
+        self.expiry = Sweep(min(EXPIRY_CHECK_S, max(1.0, settings.job_retention_s / 4)), EXPIRED_PER_TICK)
 
     def handle(self, records: list[Record]) -> None:
         commands = [r for r in records if r.topic == "job-commands"]
@@ -172,11 +176,8 @@ class AdmitStage(Stage):
             if draining:
                 with self.store.transaction():
                     self._drains(draining)
-        if now >= self._next_expiry:
-            # While a look finds a full tick's worth, the next tick looks again.
-            # A short retention is looked at more often (a quarter of it, down to a second).
-            every = min(EXPIRY_CHECK_S, max(1.0, self.settings.job_retention_s / 4))
-            self._next_expiry = now + (0.0 if self._expire_jobs() >= EXPIRED_PER_TICK else every)
+        if self.expiry.due(now):
+            self.expiry.done(now, self._expire_jobs())
         if now - self._last_sweep >= CLAIM_SWEEP_S:
             self._last_sweep = now
             if gone := self.store.forget_claims(now_ms()):
@@ -193,8 +194,8 @@ class AdmitStage(Stage):
         now = now_ms()
         partitions = self.catalogue["job-commands"].partitions
         # Other instances' jobs come back too (they delete them): ask for more than a tick takes.
-        ids = [j for j in self.store.ended_jobs(now - int(retention * 1000), EXPIRED_PER_TICK * 8)
-               if partition_for(j, partitions) in self.commands_owned][:EXPIRED_PER_TICK]
+        ids = [j for j in self.store.ended_jobs(now - int(retention * 1000), self.expiry.batch * 8)
+               if partition_for(j, partitions) in self.commands_owned][:self.expiry.batch]
         if ids:
             with self.store.transaction():
                 for job_id in ids:

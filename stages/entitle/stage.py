@@ -32,7 +32,7 @@ from peloton.model.gang import gang_problem
 from peloton.model.host_capacities import HostCapacities
 from peloton.model.pool import pool_resources
 from peloton.model.resources import ZERO, Resources
-from peloton.runtime import CompactedView, Record, Stage, now_ms
+from peloton.runtime import CompactedView, Record, Stage, Sweep, now_ms
 from peloton.runtime.readback import committed_since
 from peloton.store import Allocation, AllocationStore, QueuedGang
 from peloton.topics import partition_for
@@ -59,7 +59,8 @@ log = logging.getLogger("peloton.entitle")
 
 TOPIC = "task-demand"
 WAITING_SHOWN = 20  # gangs per pool whose reason for waiting is published
-RELEASED_SWEEP_S = 3600.0  # how often ended runs older than released_keep_s are forgotten
+# Ended runs older than released_keep_s are forgotten hourly, up to 10,000 a tick.
+RELEASED_SWEEP = (3600.0, 10_000)
 PREEMPTED = "PREEMPTED"
 
 
@@ -88,7 +89,7 @@ class EntitleStage(Stage):
         self._unsent: list[str] = []
         self._flushed: list[str] = []
         self._last_admit = self._last_publish = self._last_pools = self._last_reclaim = self._last_entitled = 0.0
-        self._last_forgotten = time.monotonic()  # on_assign forgets first
+        self.released_sweep = Sweep(*RELEASED_SWEEP)
         self._seq = 0
         self.admitted_gangs = 0
         self.preempted_runs = 0
@@ -109,7 +110,6 @@ class EntitleStage(Stage):
     def on_assign(self, partitions: list[tuple[str, int]]) -> None:
         new = {p for t, p in partitions if t == TOPIC}
         self.owned |= new
-        self._forget_released()
         for a in self.store.allocations():
             if self._partition(a.pool) in new:
                 self._ledger(a.pool).charge(Charge(a.task_id, a.gang_id, Resources(a.cpu, a.mem_mb, a.disk_mb, a.gpu),
@@ -158,12 +158,11 @@ class EntitleStage(Stage):
             self.over_periods.pop(pool, None)
         self._dirty = True
 
-    def _forget_released(self) -> None:
+    def _forget_released(self, now: float) -> None:
         """Ended runs are remembered a while (released_keep_s), to recognise a late redelivery of
-        their demand; then forgotten. At every assignment, and every hour between: an instance
-        whose assignment never changed kept every run that ever ended (a row per task run)."""
-        self._last_forgotten = time.monotonic()
-        gone = self.store.forget_released_allocations(now_ms() - int(self.settings.released_keep_s * 1000))
+        their demand; then forgotten, a batch a tick (a busy hour ends millions of runs)."""
+        before = now_ms() - int(self.settings.released_keep_s * 1000)
+        gone = self.released_sweep.done(now, self.store.forget_released_allocations(before, self.released_sweep.batch))
         if gone:
             log.info("forgot %d runs that ended more than %gs ago", gone, self.settings.released_keep_s)
 
@@ -330,8 +329,8 @@ class EntitleStage(Stage):
         if period > 0 and now - self._last_reclaim >= period:
             self._last_reclaim = now
             self._reclaim()
-        if now - self._last_forgotten >= RELEASED_SWEEP_S:
-            self._forget_released()
+        if self.released_sweep.due(now):
+            self._forget_released(now)
         if now - self._last_publish >= self.settings.entitlement_period_s:
             self._publish(set(self.ledgers) | set(self.queues))
             self._last_publish = now

@@ -21,7 +21,7 @@ from peloton.model.gang import task_problem
 from peloton.model.health import DISABLED, HEALTH_UNKNOWN
 from peloton.model.resources import Resources
 from peloton.model.states import LATE_END_REASONS, REASON_RECONCILIATION
-from peloton.runtime import HeldOffsets, Record, Stage, now_ms
+from peloton.runtime import HeldOffsets, Record, Stage, Sweep, now_ms
 from peloton.store import CLAIMS_KEPT_MS, Launch, LaunchStore
 from peloton.topics import partition_for
 from stages.launch.agents import AgentDriver, LaunchRequest, TaskUpdate, make_driver
@@ -33,7 +33,8 @@ log = logging.getLogger("peloton.launch")
 
 
 TOPIC = "placements"
-CLAIM_SWEEP_S = 3600.0  # how often runs that ended more than store.CLAIMS_KEPT_MS ago are forgotten
+# Runs that ended more than store.CLAIMS_KEPT_MS ago are forgotten hourly, up to 10,000 a tick.
+CLAIM_SWEEP = (3600.0, 10_000)
 
 
 class LaunchStage(Stage):
@@ -50,7 +51,7 @@ class LaunchStage(Stage):
         self.changed_hosts: dict[str, list[str]] = {}  # host id -> placement ids applied since last report
         self.launched = 0
         self._next_host_count = 0.0  # when the peloton_hosts gauge is refreshed next
-        self._last_sweep = float("-inf")  # the first tick sweeps
+        self.claim_sweep = Sweep(*CLAIM_SWEEP)
         self.kill_reasons: dict[str, tuple[str, str]] = {}  # task id -> (reason, message) of a kill asked for
         self.shards: set[int] = set()  # the host shards this instance owns
         self.agent_seen: dict[str, float] = {}  # agent host id -> time.monotonic() of its last report
@@ -424,9 +425,9 @@ class LaunchStage(Stage):
                 states[state] = states.get(state, 0) + 1
             for state, n in states.items():
                 metrics.HOSTS.labels(state).set(n)
-        if now - self._last_sweep >= CLAIM_SWEEP_S:
-            self._last_sweep = now
-            if gone := self.store.forget_launches(now_ms()):
+        if self.claim_sweep.due(now):
+            gone = self.claim_sweep.done(now, self.store.forget_launches(now_ms(), self.claim_sweep.batch))
+            if gone:
                 log.info("forgot %d runs that ended more than %d days ago", gone, CLAIMS_KEPT_MS // 86_400_000)
 
     def _check_agents(self, now: float) -> None:

@@ -534,6 +534,8 @@ def test_launch_forgets_runs_that_ended_longer_ago_than_their_placements_are_kep
     store.claim_launches([Launch("old2", "x", 2, 1, "sim-0", 1, 1, 1, 0, 5, 1_000)])
     stage.tick(20.0)
     assert store.launch_counts("x") == {1: 1, 2: 1}
+    stage.tick(10.0 + stage.claim_sweep.every)
+    assert store.launch_counts("x") == {1: 1}
 
 
 def control(kind: str, job_id: str, instances: str | None = None, command_id: str | None = None) -> Record:
@@ -1108,19 +1110,28 @@ def test_a_create_under_a_taken_job_id_is_refused_unless_it_is_the_same_create_a
     assert out.take("dead-letters") == [] and store.command_outcome(first.value["command_id"])["state"] == "applied"
 
 
-def test_entitle_forgets_ended_runs_after_a_day_also_when_its_assignment_never_changes(store) -> None:
-    """Ended runs are kept released_keep_s to recognise a late redelivery; an instance whose
-    partitions never moved kept every one (forgetting ran only at an assignment)."""
+def test_entitle_forgets_ended_runs_after_a_day_a_batch_a_tick_and_then_hourly(store) -> None:
+    """Ended runs are kept released_keep_s to recognise a late redelivery, then forgotten: every
+    hour, also when the instance's assignment never changes, and a batch a tick through a backlog."""
     from peloton.runtime.record import now_ms
     from peloton.store import Allocation
-    from stages.entitle.stage import RELEASED_SWEEP_S
 
     stage, _, _ = entitle_with(store)
+    stage.released_sweep.batch = 2
     day = 86_400_000
-    store.add_allocations([Allocation(t, "/p", t, 1, 1, 0, 0, 1) for t in ("old-0-1", "new-0-1", "live-0-1")])
-    store.release_allocations(["old-0-1"], now_ms() - 2 * day)
+    old = [f"old{i}-0-1" for i in range(3)]
+    store.add_allocations([Allocation(t, "/p", t, 1, 1, 0, 0, 1) for t in [*old, "new-0-1", "live-0-1"]])
+    store.release_allocations(old, now_ms() - 2 * day)
     store.release_allocations(["new-0-1"], now_ms())
-    stage.tick(time.monotonic())  # within the hour: nothing yet
-    assert store.allocation_states(["old-0-1"]) == {"old-0-1": "released"}
-    stage.tick(time.monotonic() + RELEASED_SWEEP_S)
-    assert store.allocation_states(["old-0-1", "new-0-1", "live-0-1"]) == {"new-0-1": "released", "live-0-1": "held"}
+    start = time.monotonic()
+    stage.tick(start)  # the first tick sweeps: a batch of two
+    assert len(store.allocation_states(old)) == 1
+    stage.tick(start + 1)  # a whole batch went: the next tick goes on
+    assert store.allocation_states([*old, "new-0-1", "live-0-1"]) == {"new-0-1": "released", "live-0-1": "held"}
+    store.add_allocations([Allocation("later-0-1", "/p", "later-0-1", 1, 1, 0, 0, 1)])
+    store.release_allocations(["later-0-1"], now_ms() - 2 * day)
+    stage.tick(start + 2)
+    stage.tick(start + 60)  # within the hour: kept
+    assert store.allocation_states(["later-0-1"]) == {"later-0-1": "released"}
+    stage.tick(start + 1 + stage.released_sweep.every)
+    assert store.allocation_states(["later-0-1"]) == {}

@@ -37,12 +37,17 @@ def test_an_ended_run_is_remembered_as_released_and_a_refused_one_forgotten(stor
     store.remove_allocations(["y"])
     assert store.allocation_states(["x", "y", "z", "nope"]) == {"x": "released", "z": "held"}
     assert [a.task_id for a in store.allocations()] == ["z"]  # only what is held counts
-    assert store.forget_released_allocations(before_ms=150) == 1
+    assert store.forget_released_allocations(before_ms=150, limit=10) == 1
     assert store.allocation_states(["x"]) == {}
     store.add_allocations([Allocation("z", "/p", "g", 1, 2, 3, 0, 1)])
     store.release_allocations(["z"], 300)
     store.add_allocations([Allocation("z", "/p", "g", 1, 2, 3, 0, 2)])  # admitted again: held again
     assert store.allocation_states(["z"]) == {"z": "held"}
+    store.add_allocations([Allocation(t, "/p", "g", 1, 2, 3, 0, 1) for t in ("w1", "w2", "w3")])
+    store.release_allocations(["w1", "w2", "w3"], 100)
+    first = store.forget_released_allocations(before_ms=150, limit=2)  # a batch at a time
+    assert first == (3 if store.__class__.__name__ == "CassandraStore" else 2)  # Cassandra: all its scan found
+    assert first + store.forget_released_allocations(before_ms=150, limit=2) == 3
 
 
 def test_claim_launches_once(store) -> None:
@@ -67,7 +72,7 @@ def test_ended_runs_are_forgotten_once_their_placements_cannot_be_read_again(sto
     store.end_launches(["t-0-1"], 1_000, {"t-0-1": {"state": "TASK_FINISHED"}})
     store.end_launches(["t-1-1"], CLAIMS_KEPT_MS + 5_000)
     if store.__class__.__name__ == "CassandraStore":
-        assert store.forget_launches(CLAIMS_KEPT_MS + 2_000) == 0
+        assert store.forget_launches(CLAIMS_KEPT_MS + 2_000, 10) == 0
         for table, where, column in (("launches", "host_id = 'h' AND task_id", "instance"),
                                      ("launch_claims", "task_id", "host_id"),
                                      ("launches_by_job", "job_id = 't' AND task_id", "instance")):
@@ -77,7 +82,8 @@ def test_ended_runs_are_forgotten_once_their_placements_cannot_be_read_again(sto
             assert all(CLAIMS_KEPT_MS // 1000 - 60 < ttls[t] <= CLAIMS_KEPT_MS // 1000
                        for t in ("t-0-1", "t-1-1", "t-3-1")), (table, ttls)
         return
-    assert store.forget_launches(CLAIMS_KEPT_MS + 2_000) == 2  # t-0-1 and t-3-1
+    assert store.forget_launches(CLAIMS_KEPT_MS + 2_000, 1) == 1  # a batch at a time
+    assert store.forget_launches(CLAIMS_KEPT_MS + 2_000, 10) == 1  # of t-0-1 and t-3-1
     assert [x.task_id for x in store.active_launches(["h"])] == ["t-2-1"]
     assert store.launch_counts("t") == {1: 1, 2: 1}
     assert store.claim_launches([Launch("t-1-1", "t", 1, 1, "h", 1, 1, 1, 0, 5)]) == set()
