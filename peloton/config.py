@@ -174,6 +174,9 @@ class Settings:
     # How long a job that ended is kept (with its tasks and events) before the job manager deletes
     # it, as Nomad's job GC does; 0 keeps it until someone deletes it (Peloton's way).
     job_retention_s: float = 30 * 86400.0
+    # How long an agent keeps a run's sandbox (its stdout, stderr and files) after the run ended, as
+    # Mesos' agent gc_delay (a week there too); 0 keeps sandboxes until removed by hand.
+    sandbox_keep_s: float = 7 * 86400.0
     # What one job file may be and one task may ask for (far above real hosts: they catch typos
     # and hostile files before anything is queued).
     max_config_bytes: int = 1_048_576
@@ -255,6 +258,8 @@ class Settings:
             out.append(f"PELOTON_RELEASED_KEEP_S={self.released_keep_s:g} must be below {CLAIMS_KEPT_MS // 1000}s "
                        f"(nine days): a deleted job's id is taken again after that, and its new runs would look "
                        f"like the old job's ended ones")
+        if self.sandbox_keep_s < 0:
+            out.append(f"PELOTON_SANDBOX_KEEP_S={self.sandbox_keep_s:g} must be 0 (keep sandboxes) or above")
         if self.job_retention_s < 0:
             out.append(f"PELOTON_JOB_RETENTION_S={self.job_retention_s:g} must be 0 (keep jobs that ended until "
                        f"deleted) or above")

@@ -145,7 +145,8 @@ class HostAgent:
             self.hosts = {spec.name: spec for spec in specs}
         self.driver = SimDriver(settings.sim_task_seconds) if simulate else LocalDriver(
             self.sandbox_root, user=settings.task_user, allowed_users=settings.task_users,
-            isolation=self.isolation, pids_max=settings.task_pids_max, gpus=gpus, runtime=self.runtime)
+            isolation=self.isolation, pids_max=settings.task_pids_max, gpus=gpus, runtime=self.runtime,
+            sandbox_keep_seconds=settings.sandbox_keep_s)
         self.gpus = gpus
         self.runs: dict[str, dict] = self._load("runs.json", {})  # task id -> its launch and host, while it runs
         self.adopted: dict[str, int] = {}  # task id -> process group, of runs started before our restart
@@ -176,7 +177,7 @@ class HostAgent:
             from stages.agent.logs import LogServer
 
             self.logs = LogServer(self.sandbox_root, settings.agent_logs_secret, settings.agent_logs_host,
-                                  settings.agent_logs_port).start()
+                                  settings.agent_logs_port, settings.sandbox_keep_s).start()
         self._running = True
         self._next_report = 0.0
         self.fresh_since_ms = 0

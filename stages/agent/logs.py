@@ -27,8 +27,13 @@ MAX_CHUNK = 4 * 1024 * 1024  # per request: a client pages through a large file
 
 
 class LogServer:
-    def __init__(self, sandbox_root: Path, secret: str, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, sandbox_root: Path, secret: str, host: str = "127.0.0.1", port: int = 0,
+                 keep_s: float = 0.0):
         self.sandbox_root, self.secret = sandbox_root, secret
+        # Why a file may be missing, said with each 404: the agent removes sandboxes keep_s after
+        # their run ended (LocalDriver's collect_sandboxes).
+        self.missing_hint = (f" (sandboxes are removed {keep_s / 86400:g} days after their run ended: "
+                             f"PELOTON_SANDBOX_KEEP_S)" if keep_s > 0 else "")
         handler = type("Handler", (_Handler,), {"server_logs": self})
         self.httpd = ThreadingHTTPServer((host, port), handler)
         self.httpd.daemon_threads = True
@@ -78,7 +83,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(HTTPStatus.BAD_REQUEST, b"offset and limit are whole numbers; a task id is a run's id\n")
             return
         except OSError:
-            self._answer(HTTPStatus.NOT_FOUND, f"no {parts[3]} of run {parts[2]} on this host\n".encode())
+            self._answer(HTTPStatus.NOT_FOUND,
+                         f"no {parts[3]} of run {parts[2]} on this host{logs.missing_hint}\n".encode())
             return
         self._answer(HTTPStatus.OK, data, {"X-File-Size": str(size)})
 

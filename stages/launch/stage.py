@@ -78,7 +78,7 @@ class LaunchStage(Stage):
             if kind not in self.drivers:
                 if kind == "local":
                     options = {"sandbox_root": Path(settings.home) / "sandboxes", "user": settings.task_user,
-                               "allowed_users": settings.task_users}
+                               "allowed_users": settings.task_users, "sandbox_keep_seconds": settings.sandbox_keep_s}
                 else:
                     options = {"task_seconds": settings.sim_task_seconds}
                 self.drivers[kind] = make_driver(kind, **options)

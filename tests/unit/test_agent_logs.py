@@ -20,7 +20,7 @@ def server(tmp_path):
     (tmp_path / "secret.txt").write_text("not yours")
     (tmp_path / "sandboxes" / "job-0-2").mkdir()
     os.symlink(tmp_path / "secret.txt", tmp_path / "sandboxes" / "job-0-2" / "stdout")
-    logs = LogServer(tmp_path / "sandboxes", "s3cret").start()
+    logs = LogServer(tmp_path / "sandboxes", "s3cret", keep_s=7 * 86400).start()
     yield logs
     logs.close()
 
@@ -40,6 +40,9 @@ def test_the_api_reads_a_runs_output_a_range_at_a_time(server) -> None:
     assert get(server, "/v1/sandboxes/job-0-1/stdout?offset=6&limit=3")[1] == b"wor"
     assert get(server, "/v1/sandboxes/job-0-1/stdout?offset=99")[1] == b""
     assert get(server, "/v1/sandboxes/job-0-1/stderr")[0] == 404  # not written
+    assert get(server, "/v1/sandboxes/job-9-1/stdout")[1] == (
+        b"no stdout of run job-9-1 on this host (sandboxes are removed 7 days after their run ended: "
+        b"PELOTON_SANDBOX_KEEP_S)\n")
 
 
 def test_nobody_but_the_api_and_nothing_but_a_runs_files(server) -> None:

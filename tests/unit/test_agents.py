@@ -29,7 +29,7 @@ from stages.launch.agents import (
     TaskUpdate,
     make_driver,
 )
-from stages.launch.agents.local import PID_FILE, kill_orphan, kill_orphans
+from stages.launch.agents.local import PID_FILE, collect_sandboxes, kill_orphan, kill_orphans
 
 # --- helpers -----------------------------------------------------------------------------
 
@@ -265,6 +265,61 @@ def test_local_shell_task_writes_sandbox_stdout_and_finishes(local: LocalDriver)
     assert (local.sandbox("task-1") / "stdout").read_text() == "hello task-1\n"
     assert (local.sandbox("task-1") / "stderr").read_text() == "oops\n"
     assert local.active() == set()
+
+
+def test_sandboxes_of_runs_ended_longer_ago_than_their_keep_go_and_no_other(tmp_path: Path) -> None:
+    root, outside = tmp_path / "sandboxes", tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "precious").write_text("kept")
+    mode = outside.stat().st_mode
+    week = 7 * 86400
+    old = time.time() - week - 60
+
+    def sandbox(name: str, pid_boot: str | None = None, age: float = old) -> Path:
+        path = root / name
+        path.mkdir(parents=True)
+        (path / "stdout").write_text(name)
+        if pid_boot is not None:
+            (path / PID_FILE).write_text(json.dumps({"pgid": 4242, "start_time": 1, "boot_id": pid_boot}))
+        os.utime(path, (age, age))
+        return path
+
+    sandbox("ended")
+    linked = sandbox("linked")
+    (linked / "out").symlink_to(outside)  # a task may point a link anywhere: never followed
+    os.utime(linked, (old, old))
+    locked = sandbox("locked")
+    (locked / "shut").mkdir()
+    (locked / "shut" / "file").write_text("x")
+    os.chmod(locked / "shut", 0)
+    os.utime(locked, (old, old))
+    sandbox("earlier-boot", pid_boot="another-boot")  # written before a reboot: nothing of it runs
+    sandbox("recent", age=time.time() - 60)
+    sandbox("held")
+    sandbox("running", pid_boot=_boot_id())  # a run of this boot, perhaps another agent's: kept
+    sandbox(".bundles")
+    gone = collect_sandboxes(root, week, held={"held"}, limit=3)
+    assert len(gone) == 3
+    gone += collect_sandboxes(root, week, held={"held"})
+    assert sorted(gone) == ["earlier-boot", "ended", "linked", "locked"]
+    assert sorted(p.name for p in root.iterdir()) == [".bundles", "held", "recent", "running"]
+    assert (outside / "precious").read_text() == "kept" and outside.stat().st_mode == mode
+
+
+def test_the_local_driver_removes_an_ended_runs_sandbox_once_its_keep_is_over(tmp_path: Path) -> None:
+    from stages.launch.agents import local as local_module
+
+    driver = LocalDriver(tmp_path / "sandboxes", sandbox_keep_seconds=0.2)
+    try:
+        driver.launch([request("brief"), request("long", "sleep 30")])
+        run_to_end(driver, "brief")
+        time.sleep(0.3)
+        driver._sandboxes_checked -= local_module.SANDBOX_GC_SECONDS  # due now
+        driver.poll()
+        assert not driver.sandbox("brief").exists()
+        assert driver.sandbox("long").exists()  # running: kept however old
+    finally:
+        driver.close()
 
 
 def test_local_nonzero_exit_fails_with_exit_code(local: LocalDriver) -> None:

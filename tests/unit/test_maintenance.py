@@ -30,6 +30,7 @@ def test_settings_that_do_not_fit_are_named_with_their_numbers() -> None:
             "after that, and its new runs would look like the old job's ended ones"] == Settings(
         released_keep_s=9 * 86400).problems()
     assert any("PELOTON_JOB_RETENTION_S=-1 must be 0" in p for p in Settings(job_retention_s=-1).problems())
+    assert any("PELOTON_SANDBOX_KEEP_S=-1 must be 0" in p for p in Settings(sandbox_keep_s=-1).problems())
     assert any("agent lease (1.5s" in p and "at least 3s" in p
                for p in Settings(agent_heartbeat_s=0.5, agent_timeout_s=3.5).problems())
     shortest = Settings(agent_heartbeat_s=0.5, agent_timeout_s=5.0)  # lease 3 s, 6 heartbeats

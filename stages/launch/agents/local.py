@@ -71,6 +71,8 @@ _CLOSE_POLL_SECONDS = 0.01
 DISK_CHECK_SECONDS = 2.0
 
 PID_FILE = ".peloton-pid"  # in the task's sandbox; tasks must leave it alone
+SANDBOX_GC_SECONDS = 60.0  # how often sandboxes past their keep are looked for
+SANDBOX_GC_BATCH = 1_000  # and how many one look removes at most
 DEFAULT_ORPHAN_GRACE_SECONDS = 2.0  # SIGTERM -> SIGKILL for orphans (the task spec is not at hand)
 MAX_ORPHAN_GRACE_SECONDS = 10.0  # the new owner blocks while it waits, so the grace is capped
 _ORPHAN_SIGKILL_WAIT_SECONDS = 1.0  # how long to wait for a SIGKILLed group to disappear
@@ -106,8 +108,11 @@ class LocalDriver(AgentDriver):
         pids_max: int = 0,
         gpus: Sequence[str] = (),
         runtime: ContainerRuntime | None = None,
+        sandbox_keep_seconds: float = 0.0,
     ) -> None:
         self._root = Path(sandbox_root)
+        self._sandbox_keep = sandbox_keep_seconds  # 0: sandboxes stay (see collect_sandboxes)
+        self._sandboxes_checked = time.monotonic()
         self._runtime = runtime  # None: tasks that name an image fail to launch here
         # Each host's GPU devices: a task asking for N gets N that no running task holds, named
         # to it in CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES, and given back at its end.
@@ -374,6 +379,9 @@ class LocalDriver(AgentDriver):
         if self._isolation is not None and now - self._disk_checked >= DISK_CHECK_SECONDS:
             self._disk_checked = now
             self._watch_disks()
+        if self._sandbox_keep > 0 and now - self._sandboxes_checked >= SANDBOX_GC_SECONDS:
+            self._sandboxes_checked = now
+            collect_sandboxes(self._root, self._sandbox_keep, set(self._tasks))
         if updates:  # what left the tasks' process groups (setsid) ends with them too
             kill_escapees({u.task_id for u in updates})
         for news in self._health.step(now):
@@ -676,6 +684,76 @@ def _read_pid_file(sandbox: Path) -> tuple[int, int, str | None] | None:
         and (boot_id is None or isinstance(boot_id, str))
     )
     return (pgid, start_time, boot_id) if valid else None
+
+
+def collect_sandboxes(sandbox_root: Path, keep_seconds: float, held: set[str],
+                      limit: int = SANDBOX_GC_BATCH) -> list[str]:
+    """Remove the sandboxes of runs that ended more than keep_seconds ago, as Mesos' agent does
+    after its gc_delay; returns their names. A sandbox changes last when its run's pid file goes at
+    its end, so its own mtime says when. Kept whatever their age: the runs `held`, those whose
+    pid file is from this boot (still running, an adopted run, or ending now: other agents of the
+    machine share the root), names starting with a dot (the bundles), and any with a mount inside."""
+    cutoff = time.time() - keep_seconds
+    boot = _boot_id()
+    mounts = _mount_points()
+    gone: list[str] = []
+    try:
+        entries = list(os.scandir(sandbox_root))
+    except OSError:
+        return gone
+    for entry in entries:
+        if len(gone) >= limit:
+            break
+        name = entry.name
+        try:
+            if name.startswith(".") or name in held or not entry.is_dir(follow_symlinks=False) or \
+                    entry.stat(follow_symlinks=False).st_mtime >= cutoff:
+                continue
+        except OSError:
+            continue
+        path = Path(entry.path)
+        pid = _read_pid_file(path)
+        if (pid is not None and (pid[2] is None or pid[2] == boot)) or \
+                ((path / PID_FILE).exists() and pid is None):
+            continue  # a run of this boot (or a pid file not read): it may still run
+        if any(m == path or path in m.parents for m in mounts):
+            continue
+        _remove_tree(path)
+        gone.append(name)
+    return gone
+
+
+def _mount_points() -> list[Path]:
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return []
+    # Field 5 is the mount point, with spaces and such written as octal escapes.
+    return [Path(line.split()[4].encode().decode("unicode_escape")) for line in lines if len(line.split()) > 4]
+
+
+def _remove_tree(path: Path) -> None:
+    """rmtree; where that fails (an agent not running as root runs tasks as itself, and a task may
+    leave a directory it made unreadable), make the task's directories the agent's again first.
+    Links are never followed: a task may point one anywhere."""
+    try:
+        shutil.rmtree(path)
+        return
+    except OSError:
+        pass
+    _own(path)
+    for dirpath, dirnames, _files in os.walk(path):  # top-down: each directory made readable before it is read
+        for d in dirnames:
+            _own(Path(dirpath) / d)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _own(path: Path) -> None:
+    try:
+        if not path.is_symlink():
+            os.chmod(path, 0o700)
+    except OSError:
+        pass
 
 
 def _remove_pid_file(sandbox: Path) -> None:
