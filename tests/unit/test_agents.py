@@ -306,6 +306,22 @@ def test_sandboxes_of_runs_ended_longer_ago_than_their_keep_go_and_no_other(tmp_
     assert (outside / "precious").read_text() == "kept" and outside.stat().st_mode == mode
 
 
+def test_a_sandbox_with_a_mount_inside_is_never_removed(tmp_path: Path) -> None:
+    root = tmp_path / "sandboxes"
+    inside = root / "mounted" / "volume"
+    inside.mkdir(parents=True)
+    if subprocess.run(["mount", "-t", "tmpfs", "none", str(inside)], capture_output=True).returncode != 0:
+        pytest.skip("mounting needs root (CAP_SYS_ADMIN)")
+    try:
+        (inside / "data").write_text("on the mount")
+        old = time.time() - 8 * 86400
+        os.utime(root / "mounted", (old, old))
+        assert collect_sandboxes(root, 7 * 86400, held=set()) == []
+        assert (inside / "data").read_text() == "on the mount"
+    finally:
+        subprocess.run(["umount", str(inside)], check=True)
+
+
 def test_the_local_driver_removes_an_ended_runs_sandbox_once_its_keep_is_over(tmp_path: Path) -> None:
     from stages.launch.agents import local as local_module
 

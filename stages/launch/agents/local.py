@@ -716,10 +716,11 @@ def collect_sandboxes(sandbox_root: Path, keep_seconds: float, held: set[str],
         if (pid is not None and (pid[2] is None or pid[2] == boot)) or \
                 ((path / PID_FILE).exists() and pid is None):
             continue  # a run of this boot (or a pid file not read): it may still run
-        if any(m == path or path in m.parents for m in mounts):
+        real = path.resolve()  # mountinfo names real paths
+        if any(m == real or real in m.parents for m in mounts):
             continue
-        _remove_tree(path)
-        gone.append(name)
+        if _remove_tree(path):
+            gone.append(name)
     return gone
 
 
@@ -732,13 +733,13 @@ def _mount_points() -> list[Path]:
     return [Path(line.split()[4].encode().decode("unicode_escape")) for line in lines if len(line.split()) > 4]
 
 
-def _remove_tree(path: Path) -> None:
+def _remove_tree(path: Path) -> bool:
     """rmtree; where that fails (an agent not running as root runs tasks as itself, and a task may
     leave a directory it made unreadable), make the task's directories the agent's again first.
-    Links are never followed: a task may point one anywhere."""
+    Links are never followed: a task may point one anywhere. Whether it is gone."""
     try:
         shutil.rmtree(path)
-        return
+        return True
     except OSError:
         pass
     _own(path)
@@ -746,6 +747,7 @@ def _remove_tree(path: Path) -> None:
         for d in dirnames:
             _own(Path(dirpath) / d)
     shutil.rmtree(path, ignore_errors=True)
+    return not path.exists()
 
 
 def _own(path: Path) -> None:
