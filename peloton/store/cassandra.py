@@ -968,9 +968,14 @@ class CassandraStore(StorageGateway):
     # An ended run's rows expire CLAIMS_KEPT_MS after it ended, so a host's partition holds the
     # runs of that long. Its rows are written again at its end with the TTL: an UPDATE's TTL would
     # reach only the cells it sets, never the row. (TTL 0 is none: a run not ended.)
-    _LAUNCH_ROW = (f"INSERT INTO launches ({LAUNCH_COLS}, final_status) VALUES ({', '.join('?' * 12)}) "
-                   "USING TIMESTAMP ? AND TTL ?")
-    _LAUNCH_OF_JOB = "INSERT INTO launches_by_job (job_id, task_id, instance) VALUES (?, ?, ?) USING TIMESTAMP ? AND TTL ?"
+    def _launch_rows(self, rows: list[Launch], final_status: dict[str, dict]) -> None:
+        """A run's row in its host's launches and in its job's, whole, with its TTL."""
+        self._write(f"INSERT INTO launches ({LAUNCH_COLS}, final_status) VALUES ({', '.join('?' * 12)}) "
+                    "USING TIMESTAMP ? AND TTL ?",
+                    [(*launch_params(r), json_text(final_status[r.task_id]) if r.task_id in final_status else None,
+                      TS, _ended_ttl(r)) for r in rows])
+        self._write("INSERT INTO launches_by_job (job_id, task_id, instance) VALUES (?, ?, ?) "
+                    "USING TIMESTAMP ? AND TTL ?", [(r.job_id, r.task_id, r.instance, TS, _ended_ttl(r)) for r in rows])
 
     def claim_launches(self, rows: list[Launch]) -> set[str]:
         """The launch rows first (the same whoever wins), then a claim per task run. A run claimed
@@ -982,8 +987,7 @@ class CassandraStore(StorageGateway):
         if not rows:
             return set()
         with self.transaction():
-            self._write(self._LAUNCH_ROW, [(*launch_params(r), None, TS, _ended_ttl(r)) for r in rows])
-            self._write(self._LAUNCH_OF_JOB, [(r.job_id, r.task_id, r.instance, TS, _ended_ttl(r)) for r in rows])
+            self._launch_rows(rows, {})
             self._write(_insert("active_launches", "bucket, host_id, task_id"),
                         [(0, r.host_id, r.task_id, TS) for r in rows if r.ended_ms is None])
         applied = self._applied_each("INSERT INTO launch_claims (task_id, host_id) VALUES (?, ?) IF NOT EXISTS "
@@ -1002,10 +1006,7 @@ class CassandraStore(StorageGateway):
         for r in running:
             r.ended_ms = ended_ms
         with self.transaction():
-            self._write(self._LAUNCH_ROW, [
-                (*launch_params(r), json_text(final_status[r.task_id]) if r.task_id in final_status else None, TS,
-                 _ended_ttl(r)) for r in running])
-            self._write(self._LAUNCH_OF_JOB, [(r.job_id, r.task_id, r.instance, TS, _ended_ttl(r)) for r in running])
+            self._launch_rows(running, final_status)
             self._write("INSERT INTO launch_claims (task_id, host_id) VALUES (?, ?) USING TIMESTAMP ? AND TTL ?",
                         [(r.task_id, r.host_id, TS, _ended_ttl(r)) for r in running])
             self._write("DELETE FROM active_launches USING TIMESTAMP ? WHERE bucket = 0 AND host_id = ? AND task_id = ?",

@@ -239,7 +239,8 @@ class PostgresStore(StorageGateway):
             return conn.execute(sql, params).fetchall()
 
     def _count(self, sql: str, params=()) -> int:
-        """A statement's row count (the rows a DELETE removed)."""
+        """A statement's row count (the rows a DELETE removed); for writes whose rows nobody reads
+        (a RETURNING clause only to satisfy _all fetched every one)."""
         with self._conn() as conn:
             return conn.execute(sql, params).rowcount
 
@@ -262,7 +263,7 @@ class PostgresStore(StorageGateway):
         return {p: json.loads(c) for p, c in self._all("SELECT path, config FROM pools ORDER BY path")}
 
     def delete_pool(self, path: str) -> bool:
-        return bool(self._all("DELETE FROM pools WHERE path = %s RETURNING path", (path,)))
+        return bool(self._count("DELETE FROM pools WHERE path = %s", (path,)))
 
     def lock_pool_tree(self) -> None:
         self._all("SELECT pg_advisory_xact_lock(%s)", (_POOL_TREE_LOCK,))
@@ -367,11 +368,8 @@ class PostgresStore(StorageGateway):
 
     def delete_job(self, job_id: str, at_ms: int) -> bool:
         with self.transaction():
-            self._all("DELETE FROM task_events WHERE job_id = %s RETURNING seq", (job_id,))
-            self._all("DELETE FROM task_event_batches WHERE job_id = %s RETURNING seq", (job_id,))
-            self._all("DELETE FROM tasks WHERE job_id = %s RETURNING instance", (job_id,))
-            self._all("DELETE FROM updates WHERE job_id = %s RETURNING update_id", (job_id,))
-            self._all("DELETE FROM job_configs WHERE job_id = %s RETURNING version", (job_id,))
+            for table in ("task_events", "task_event_batches", "tasks", "updates", "job_configs"):
+                self._count(f"DELETE FROM {table} WHERE job_id = %s", (job_id,))
             if not self._count("DELETE FROM jobs WHERE job_id = %s", (job_id,)):
                 return False
             self._count("INSERT INTO deleted_jobs (job_id, deleted_ms) VALUES (%s, %s) ON CONFLICT (job_id) "
@@ -388,9 +386,9 @@ class PostgresStore(StorageGateway):
                               (list(dict.fromkeys(job_ids)),)))
 
     def refuse_command(self, command_id: str, job_id: str, pool: str, kind: str, reason: str, at_ms: int) -> None:
-        self._all("INSERT INTO refused_commands (command_id, job_id, pool, kind, reason, at_ms) "
-                  "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING command_id",
-                  (command_id, job_id, pool, kind, reason, at_ms))
+        self._count("INSERT INTO refused_commands (command_id, job_id, pool, kind, reason, at_ms) "
+                    "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                    (command_id, job_id, pool, kind, reason, at_ms))
 
     def command_outcome(self, command_id: str) -> dict | None:
         rows = self._all("SELECT job_id, pool, kind, reason, at_ms FROM refused_commands WHERE command_id = %s",
@@ -451,8 +449,8 @@ class PostgresStore(StorageGateway):
 
     def release_allocations(self, task_ids: list[str], released_ms: int) -> None:
         if task_ids:
-            self._all("UPDATE allocations SET released_ms = %s WHERE task_id = ANY(%s) AND released_ms IS NULL "
-                      "RETURNING task_id", (released_ms, list(task_ids)))
+            self._count("UPDATE allocations SET released_ms = %s WHERE task_id = ANY(%s) AND released_ms IS NULL",
+                        (released_ms, list(task_ids)))
 
     def allocation_states(self, task_ids: list[str]) -> dict[str, str]:
         rows = self._all("SELECT task_id, released_ms FROM allocations WHERE task_id = ANY(%s)", (list(task_ids),))
@@ -470,7 +468,7 @@ class PostgresStore(StorageGateway):
 
     def remove_allocations(self, task_ids: list[str]) -> None:
         if task_ids:
-            self._all("DELETE FROM allocations WHERE task_id = ANY(%s) RETURNING task_id", (list(task_ids),))
+            self._count("DELETE FROM allocations WHERE task_id = ANY(%s)", (list(task_ids),))
 
     # -- pool queues ------------------------------------------------------------------------
     def queue_gangs(self, rows: list[QueuedGang]) -> None:
@@ -494,7 +492,7 @@ class PostgresStore(StorageGateway):
 
     def unqueue_gangs(self, gang_ids: list[str]) -> None:
         if gang_ids:
-            self._all("DELETE FROM queued_gangs WHERE gang_id = ANY(%s) RETURNING gang_id", (list(gang_ids),))
+            self._count("DELETE FROM queued_gangs WHERE gang_id = ANY(%s)", (list(gang_ids),))
 
     def admit_gangs(self, gang_ids: list[str], allocations: list[Allocation]) -> set[str]:
         with self.transaction():

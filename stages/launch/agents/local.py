@@ -46,6 +46,7 @@ from pathlib import Path
 from peloton.model.health import HEALTH_UNKNOWN, HealthCheck
 from peloton.model.states import (REASON_CONTAINER_LAUNCH_FAILED, REASON_CONTAINER_LIMITATION_DISK,
                                    REASON_CONTAINER_LIMITATION_MEMORY)
+from peloton.runtime.sweep import Sweep
 
 from .driver import (
     REASON_COMMAND_EXECUTOR_FAILED,
@@ -72,7 +73,7 @@ DISK_CHECK_SECONDS = 2.0
 
 PID_FILE = ".peloton-pid"  # in the task's sandbox; tasks must leave it alone
 SANDBOX_GC_SECONDS = 60.0  # how often sandboxes past their keep are looked for
-SANDBOX_GC_BATCH = 1_000  # and how many one look removes at most
+SANDBOX_GC_BATCH = 1_000  # and how many one look removes at most (a whole batch: the next poll looks again)
 DEFAULT_ORPHAN_GRACE_SECONDS = 2.0  # SIGTERM -> SIGKILL for orphans (the task spec is not at hand)
 MAX_ORPHAN_GRACE_SECONDS = 10.0  # the new owner blocks while it waits, so the grace is capped
 _ORPHAN_SIGKILL_WAIT_SECONDS = 1.0  # how long to wait for a SIGKILLed group to disappear
@@ -112,7 +113,7 @@ class LocalDriver(AgentDriver):
     ) -> None:
         self._root = Path(sandbox_root)
         self._sandbox_keep = sandbox_keep_seconds  # 0: sandboxes stay (see collect_sandboxes)
-        self._sandboxes_checked = time.monotonic()
+        self._sandbox_sweep = Sweep(SANDBOX_GC_SECONDS, SANDBOX_GC_BATCH)
         self._runtime = runtime  # None: tasks that name an image fail to launch here
         # Each host's GPU devices: a task asking for N gets N that no running task holds, named
         # to it in CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES, and given back at its end.
@@ -379,9 +380,9 @@ class LocalDriver(AgentDriver):
         if self._isolation is not None and now - self._disk_checked >= DISK_CHECK_SECONDS:
             self._disk_checked = now
             self._watch_disks()
-        if self._sandbox_keep > 0 and now - self._sandboxes_checked >= SANDBOX_GC_SECONDS:
-            self._sandboxes_checked = now
-            collect_sandboxes(self._root, self._sandbox_keep, set(self._tasks))
+        if self._sandbox_keep > 0 and self._sandbox_sweep.due(now):
+            self._sandbox_sweep.done(now, len(collect_sandboxes(self._root, self._sandbox_keep, set(self._tasks),
+                                                                self._sandbox_sweep.batch)))
         if updates:  # what left the tasks' process groups (setsid) ends with them too
             kill_escapees({u.task_id for u in updates})
         for news in self._health.step(now):
