@@ -11,6 +11,13 @@ EXAMPLES = REPO.parent / "shared" / "peloton-examples"
 STORES = ["sqlite", "postgres", "cassandra"]
 
 
+def pytest_collection_modifyitems(items) -> None:
+    """Tests marked long (a minute or so each) go first. `make test` runs two workers that take
+    work from each other's queues (pytest-xdist's worksteal); the long ones started last would
+    leave one worker running alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 @pytest.fixture
 def peloton_examples() -> Path:
     if not EXAMPLES.is_dir():

@@ -40,7 +40,7 @@ from peloton.runtime.heap import settle_heap
 from peloton.runtime.loop import STATUS_EVERY_S, STUCK_S
 from peloton.serde import DecodeError, registry
 from peloton.topics import Catalogue, partition_for
-from stages.launch.agents.cgroups import Hierarchy, find_hierarchy
+from stages.launch.agents.cgroups import Hierarchy, agent_cgroup_name, find_hierarchy
 from stages.launch.agents.containers import RUNTIME_LABEL, find_runtime
 from stages.launch.agents.driver import TASK_LOST, LaunchRequest, TaskUpdate
 from stages.launch.agents.local import LocalDriver, kill_orphan, sandbox_path, surviving_groups
@@ -135,9 +135,10 @@ class HostAgent:
         self.state_dir = Path(settings.home) / "agents" / self.name
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.sandbox_root = Path(settings.home) / "sandboxes"
-        self.isolation, self.isolation_said = (None, "simulated runs") if simulate else isolation_for(settings, self.name)
+        cgroup_name = agent_cgroup_name(self.name, self.state_dir)
+        self.isolation, self.isolation_said = (None, "simulated runs") if simulate else isolation_for(settings, cgroup_name)
         self.runtime, self.runtime_said = (None, "simulated runs (any image)") if simulate else find_runtime(
-            settings.container_runtime, settings.images(), Path(settings.home) / "agents" / self.name / "runc", self.name)
+            settings.container_runtime, settings.images(), self.state_dir / "runc", cgroup_name)
         # The host label that lets placement send it tasks that name an image.
         runtime_label = "simulated" if simulate else (self.runtime.name if self.runtime else "")
         if runtime_label:
@@ -539,7 +540,7 @@ class _Round:
 
 
 def isolation_for(settings: Settings, agent: str) -> tuple[Hierarchy | None, str]:
-    """The cgroup hierarchy the agent's tasks run in, or None, and a sentence saying which
+    """The cgroup hierarchy the agent's tasks run in (`agent`: its agent_cgroup_name), or None, and a sentence saying which
     isolators are on, or why none is."""
     if settings.isolation == "off":
         return None, "off (PELOTON_ISOLATION=off): tasks are bare process groups, their resources only counted"

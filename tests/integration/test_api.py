@@ -50,6 +50,7 @@ def serve_api(p, command_token: str = "") -> str:
     return f"http://127.0.0.1:{port}"
 
 
+@pytest.mark.long
 def test_teams_act_in_their_own_pools_only_and_every_decision_is_audited(pipeline_factory) -> None:
     p = pipeline_factory()
     create_pool(p.settings, p.store, "/a", "name: a\nowningTeam: team-a\n" + RESOURCES)

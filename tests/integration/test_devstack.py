@@ -34,6 +34,7 @@ def ctl_in(env: dict[str, str], timeout: float):
     return ctl
 
 
+@pytest.mark.long
 def test_dev_up_status_and_down(tmp_path) -> None:
     ctl = ctl_in(stack_env(tmp_path), 120)
 

@@ -66,6 +66,7 @@ def test_with_the_store_stopped_commands_answer_in_one_line_and_work_when_it_is_
         server.stop()
 
 
+@pytest.mark.long
 def test_with_the_broker_away_commands_answer_in_one_line(pipeline_factory, tmp_path) -> None:
     p = pipeline_factory(hosts="sim:2:cpu=4,mem_mb=4096,disk_mb=1000")
     config = tmp_path / "job.yaml"

@@ -93,6 +93,7 @@ def history_checks(p: Pipeline, job: str) -> None:
         assert [e for e in mine if e[0] == 2 and e[1] == "SUCCEEDED" and e[3] != "agent-0"], mine
 
 
+@pytest.mark.long
 def test_a_partitioned_agent_kills_its_runs_before_they_run_elsewhere(kafka_cluster, tmp_path) -> None:
     cluster = kafka_cluster(1, proxied=True)
     node = cluster.nodes[0]
@@ -126,6 +127,7 @@ def test_a_partitioned_agent_kills_its_runs_before_they_run_elsewhere(kafka_clus
         p.stop()
 
 
+@pytest.mark.long
 def test_a_frozen_agent_kills_its_stale_runs_as_soon_as_it_wakes(pipeline_factory) -> None:
     p = pipeline_factory(hosts="agent:3:cpu=2,mem_mb=1024,disk_mb=1000", **TIMEOUTS)
     job = start(p)

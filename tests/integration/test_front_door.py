@@ -50,6 +50,7 @@ def produce(config: dict, topic: str, key: bytes = b"k", value: bytes = b"v") ->
     return "delivered" if results and results[0] is None else str(results[0] if results else errors[:1])
 
 
+@pytest.mark.long
 def test_the_front_door_of_the_dev_stack(tmp_path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PELOTON_")}
     env.update(PELOTON_HOME=str(tmp_path), PELOTON_SESSION_TIMEOUT_MS="2000")

@@ -128,6 +128,7 @@ def pipeline_on(cluster, tmp_path, **overrides) -> Pipeline:
                     flush_timeout_s=5.0, **overrides)
 
 
+@pytest.mark.long
 def test_a_killed_broker_started_again_on_its_log_loses_nothing_and_runs_every_task_once(kafka_cluster, tmp_path) -> None:
     cluster = kafka_cluster(1)
     p = pipeline_on(cluster, tmp_path)
@@ -153,6 +154,7 @@ def test_a_killed_broker_started_again_on_its_log_loses_nothing_and_runs_every_t
         p.stop()
 
 
+@pytest.mark.long
 def test_three_brokers_lose_one_then_all_and_every_job_runs_each_task_once(kafka_cluster, tmp_path) -> None:
     cluster = kafka_cluster(3)
     # The default session: longer than a broker's failover, so losing the broker that
@@ -252,6 +254,7 @@ def identities(p: Pipeline, topics: list[str]) -> list[tuple]:
 # A host manager learns its hosts from their agents' reports: a placement it reads before a host's
 # first report after its restart is refused and that run goes again (a race of its own, not of
 # the transactions tested here), so the test lets launch hear from its hosts first.
+@pytest.mark.long
 def test_a_stage_killed_mid_job_leaves_no_output_record_twice(pipeline_factory) -> None:
     p = pipeline_factory(hosts="simagent:10:cpu=32,mem_mb=65536,disk_mb=100000", sim_task_seconds=1.0)
     p.start_all()

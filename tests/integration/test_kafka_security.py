@@ -4,6 +4,7 @@ write job commands, nobody but the host manager writes agent commands."""
 
 from __future__ import annotations
 
+import pytest
 from confluent_kafka import Producer
 
 from peloton.runtime import kafka_access
@@ -30,6 +31,7 @@ def as_component(p: Pipeline, user: str) -> dict:
             "sasl.password": env["PELOTON_KAFKA_PASSWORD"]}
 
 
+@pytest.mark.long
 def test_without_a_name_nothing_is_written_and_each_user_writes_only_its_own_topics(pipeline_factory) -> None:
     p = pipeline_factory()
     assert p.settings.kafka_user, "the session's broker runs without security"

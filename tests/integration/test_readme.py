@@ -70,6 +70,7 @@ def test_every_line_of_the_readmes_java_producer_is_a_line_of_submit_job_in_the_
         at = source.index(line, at) + 1
 
 
+@pytest.mark.long
 def test_every_example_in_the_readme_runs_as_written(tmp_path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PELOTON_")}
     env.update(PELOTON_HOME=str(tmp_path / "home"), PELOTON_SESSION_TIMEOUT_MS="2000", PYTHONUNBUFFERED="1")

@@ -47,6 +47,7 @@ def runs(p, job: str) -> dict[int, tuple[int, str]]:
     return {t.instance: (t.run_id, t.state) for t in p.store.tasks_of_job(job)}
 
 
+@pytest.mark.long
 def test_an_update_pauses_between_batches_resumes_to_the_end_and_another_aborts_where_it_is(
         pipeline_factory, tmp_path) -> None:
     p = pipeline_factory(hosts="local:2:cpu=4,mem_mb=4096,disk_mb=10000")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from stages.launch.agents.cgroups import V1, V2, Limits, find_hierarchy, own_cgroups
+from stages.launch.agents.cgroups import V1, V2, Limits, agent_cgroup_name, find_hierarchy, own_cgroups
 
 
 def v1_tree(root: Path) -> dict[str, Path]:
@@ -77,6 +77,13 @@ def test_v1_is_chosen_where_v2_offers_too_little_and_the_parent_is_made_inside_t
     assert h.parents["memory"] == tmp_path / "memory" / "me" / "peloton-agent-a1"
     assert h.parents["cpuacct"] == tmp_path / "cpu,cpuacct" / "me" / "peloton-agent-a1"
     assert h.parents["memory"].is_dir()
+
+
+def test_two_agents_of_one_name_in_two_stacks_have_cgroups_of_their_own(tmp_path: Path) -> None:
+    one, other = tmp_path / "a" / "agents" / "agent-0", tmp_path / "b" / "agents" / "agent-0"
+    assert agent_cgroup_name("agent-0", one) != agent_cgroup_name("agent-0", other)
+    assert agent_cgroup_name("agent-0", one) == agent_cgroup_name("agent-0", tmp_path / "a" / "." / "agents" / "agent-0")
+    assert agent_cgroup_name("agent-0", one).startswith("agent-0-")
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the agent makes cgroups only as root")

@@ -11,6 +11,7 @@ count says so, and the agent reports it with Mesos' reason REASON_CONTAINER_LIMI
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import time
@@ -306,6 +307,15 @@ def own_cgroups(text: str) -> dict[str, str]:
 
 def _inside(mount: Path, path: str) -> Path:
     return mount / path.lstrip("/")
+
+
+def agent_cgroup_name(agent: str, state_dir: Path) -> str:
+    """What an agent's cgroups are named by on this machine: its name and a digest of its state
+    directory. Two stacks here (two developers', two test workers') may each run an agent-0, and
+    one's cleanup must not remove the other's cgroups; the same agent started again keeps its
+    directory, so it finds its leftovers."""
+    digest = hashlib.sha1(str(state_dir.resolve()).encode()).hexdigest()[:8]
+    return f"{agent}-{digest}"
 
 
 def find_hierarchy(agent: str, root: Path = Path("/sys/fs/cgroup"),
