@@ -22,6 +22,12 @@ from peloton.auth.tokens import TokenRow
 CLAIMS_KEPT_MS = 9 * 86_400_000
 
 
+# The states tasks_in_states can be asked for (the launch deadline's, and KILLING: the job
+# manager's kills sent again at a takeover). The stores index only these: indexing every state
+# would rewrite an index entry at every status for reads nobody makes.
+INDEXED_STATES = ("LAUNCHING", "LAUNCHED", "STARTING", "KILLING")
+
+
 @dataclass(slots=True)
 class JobRow:
     job_id: str
@@ -172,7 +178,7 @@ class StorageGateway(ABC):
         their run, task and gang ids are as stored too; only STATE_COLS are written."""
     @abstractmethod
     def tasks_in_states(self, states: list[str], updated_before_ms: int, limit: int = 1000) -> list[TaskRow]:
-        """Tasks in one of `states` since before the given time (the oldest first)."""
+        """Tasks in one of `states` (of INDEXED_STATES) since before the given time (the oldest first)."""
     @abstractmethod
     def tasks_on_hosts(self, host_ids: list[str], states: list[str]) -> list[TaskRow]:
         """Tasks whose current run is on one of these hosts, in one of `states` (by job, instance)."""

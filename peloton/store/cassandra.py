@@ -50,6 +50,7 @@ from peloton.auth.tokens import TokenRow
 from peloton.model.states import JOB_TERMINAL, TASK_TERMINAL, UNLAUNCHED
 from peloton.store.base import (
     CLAIMS_KEPT_MS,
+    INDEXED_STATES,
     Allocation,
     JobRow,
     Launch,
@@ -87,10 +88,6 @@ from peloton.store.rows import (
 )
 
 DEFAULT_PORT = 9042
-# The states tasks_in_states can be asked for (the launch deadline's, and KILLING: the job
-# manager's kills sent again at a takeover); a task in one has a row in tasks_by_state. Indexing
-# every state would write an index row per status for reads nobody makes.
-INDEXED_STATES = ("LAUNCHING", "LAUNCHED", "STARTING", "KILLING")
 # A partition's writes in one batch: under 1 MiB (a mutation must fit in half a commit log
 # segment, 16 MiB by default; ?batch_kb= changes it).
 BATCH_KB = 1024

@@ -14,6 +14,7 @@ import orjson
 from peloton.model.states import JOB_TERMINAL, UNLAUNCHED
 from peloton.store.base import (
     CLAIMS_KEPT_MS,
+    INDEXED_STATES,
     Allocation,
     JobRow,
     Launch,
@@ -55,6 +56,12 @@ from peloton.store.rows import (
     update_params,
 )
 
+# The partial index of tasks in INDEXED_STATES, its condition as equalities joined by OR: with an
+# IN list SQLite evaluated the list as a table at every row an UPDATE wrote, which cost more than
+# the index saved. 300,000 status updates of 50,000 tasks: 1.8 s of CPU with no such index, 3.1
+# with (state, updated_ms) over every state, 3.6 partial with IN, 2.4 partial with OR.
+# tasks_in_states repeats the condition word for word: SQLite uses a partial index only then.
+_WAITING = "(" + " OR ".join(f"state = '{s}'" for s in INDEXED_STATES) + ")"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS pools (
     path TEXT PRIMARY KEY, config TEXT NOT NULL, updated_ms INTEGER NOT NULL DEFAULT 0);
@@ -69,7 +76,7 @@ CREATE TABLE IF NOT EXISTS tasks (
     host_id TEXT, reason TEXT, message TEXT, exit_code INTEGER, signal INTEGER, updated_ms INTEGER, health TEXT,
     PRIMARY KEY (job_id, instance));
 CREATE INDEX IF NOT EXISTS tasks_by_task_id ON tasks (task_id);
-CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks (state, updated_ms);
+CREATE INDEX IF NOT EXISTS tasks_waiting_by_state ON tasks (state, updated_ms) WHERE {waiting};
 CREATE INDEX IF NOT EXISTS tasks_by_host ON tasks (host_id);
 CREATE TABLE IF NOT EXISTS task_events (
     task_id TEXT, job_id TEXT, instance INTEGER, run_id INTEGER, state TEXT, reason TEXT,
@@ -108,7 +115,7 @@ CREATE TABLE IF NOT EXISTS host_maintenance (host_id TEXT PRIMARY KEY, state TEX
 CREATE TABLE IF NOT EXISTS tokens (
     token_id TEXT PRIMARY KEY, secret_hash TEXT NOT NULL, user_name TEXT NOT NULL, groups TEXT NOT NULL,
     admin INTEGER NOT NULL, created_ms INTEGER NOT NULL, revoked_ms INTEGER);
-"""
+""".replace("{waiting}", _WAITING)
 
 # SQLite limits bound variables per statement; IN lists are chunked below this.
 _CHUNK = 900
@@ -152,6 +159,8 @@ class SqliteStore(StorageGateway):
             for table, column, kind in added:
                 if column not in {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}:
                     self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+            # Files made before the partial index had one over every state.
+            self.db.execute("DROP INDEX IF EXISTS tasks_by_state")
             # (After the columns: files made before released_ms had none to index.)
             self.db.execute("CREATE INDEX IF NOT EXISTS allocations_by_release ON allocations (released_ms)")
 
@@ -269,8 +278,12 @@ class SqliteStore(StorageGateway):
         return out
 
     def tasks_in_states(self, states: list[str], updated_before_ms: int, limit: int = 1000) -> list[TaskRow]:
-        q = (f"SELECT {TASK_COLS} FROM tasks WHERE state IN ({','.join('?' * len(states))}) AND updated_ms < ? "
-             "ORDER BY updated_ms LIMIT ?")
+        unknown = [s for s in states if s not in INDEXED_STATES]
+        if unknown:
+            raise ValueError(f"tasks_in_states: the SQLite store indexes {', '.join(INDEXED_STATES)} only, "
+                             f"not {', '.join(unknown)}")
+        q = (f"SELECT {TASK_COLS} FROM tasks WHERE {_WAITING} AND state IN ({','.join('?' * len(states))}) "
+             "AND updated_ms < ? ORDER BY updated_ms LIMIT ?")
         return [task_from_row(r) for r in self.db.execute(q, (*states, updated_before_ms, limit))]
 
     def tasks_on_hosts(self, host_ids: list[str], states: list[str]) -> list[TaskRow]:

@@ -429,6 +429,35 @@ def test_an_index_row_left_by_a_moved_run_is_not_returned(store) -> None:
     assert store.tasks_in_states(["LAUNCHED"], 10**15) == []
 
 
+def test_sqlite_indexes_only_the_states_asked_for_and_its_query_uses_that_index(tmp_path) -> None:
+    """A status rewrote an index entry over every state (a third of a task row's update); the
+    partial index holds INDEXED_STATES only, and tasks_in_states must still be served by it."""
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    open_store(str(path)).close()
+    old = sqlite3.connect(path)  # made a file of before: the index over every state
+    old.executescript("DROP INDEX tasks_waiting_by_state; CREATE INDEX tasks_by_state ON tasks (state, updated_ms);")
+    old.close()
+    store = open_store(str(path))
+    try:
+        indexes = {r[0] for r in store.db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert "tasks_by_state" not in indexes and "tasks_waiting_by_state" in indexes
+        store.create_jobs([job("w")], [task("w", 0, "RUNNING"), task("w", 1, "LAUNCHED")])
+        assert [x.instance for x in store.tasks_in_states(["LAUNCHED", "STARTING"], 10**15)] == [1]
+        traced: list[str] = []
+        store.db.set_trace_callback(traced.append)
+        store.tasks_in_states(["LAUNCHED"], 10**15)
+        store.db.set_trace_callback(None)
+        [query] = [q for q in traced if "updated_ms" in q]  # with its values filled in
+        plan = " ".join(str(r) for r in store.db.execute("EXPLAIN QUERY PLAN " + query))
+        assert "USING INDEX tasks_waiting_by_state" in plan, plan
+        with pytest.raises(ValueError, match="RUNNING"):
+            store.tasks_in_states(["RUNNING"], 10**15)
+    finally:
+        store.close()
+
+
 def test_the_cassandra_schema_is_versioned_and_migrated_once(cassandra_node) -> None:
     import uuid
 
