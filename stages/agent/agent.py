@@ -136,7 +136,8 @@ class HostAgent:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.sandbox_root = Path(settings.home) / "sandboxes"
         cgroup_name = agent_cgroup_name(self.name, self.state_dir)
-        self.isolation, self.isolation_said = (None, "simulated runs") if simulate else isolation_for(settings, cgroup_name)
+        self.isolation, self.isolation_said = ((None, "simulated runs") if simulate
+                                               else isolation_for(settings, cgroup_name))
         self.runtime, self.runtime_said = (None, "simulated runs (any image)") if simulate else find_runtime(
             settings.container_runtime, settings.images(), self.state_dir / "runc", cgroup_name)
         # The host label that lets placement send it tasks that name an image.
@@ -540,8 +541,8 @@ class _Round:
 
 
 def isolation_for(settings: Settings, agent: str) -> tuple[Hierarchy | None, str]:
-    """The cgroup hierarchy the agent's tasks run in (`agent`: its agent_cgroup_name), or None, and a sentence saying which
-    isolators are on, or why none is."""
+    """The cgroup hierarchy the agent's tasks run in (`agent`: its agent_cgroup_name), or None,
+    and a sentence saying which isolators are on, or why none is."""
     if settings.isolation == "off":
         return None, "off (PELOTON_ISOLATION=off): tasks are bare process groups, their resources only counted"
     hierarchy, note = find_hierarchy(agent)
