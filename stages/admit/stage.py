@@ -761,6 +761,9 @@ class AdmitStage(Stage):
             # A stop wins over the reason of an earlier kill of the same run (a restart's, say),
             # which the host manager reports since it came first.
             reason = STOPPED if task.state == "KILLING" and task.reason == STOPPED else ev["reason"]
+            # A run being replaced that ended on its own before the kill reached it: its next run
+            # is still the replacement.
+            replaced = ev["reason"] == RESTARTED or (task.state == "KILLING" and task.reason == RESTARTED)
             move = task_transition(task.state, task.run_id, ev["run_id"], ev["state"], task.failures, task.max_failures,
                                    reason, service)
             if move is not None and move.state in TASK_TERMINAL and task.job_id in jobs \
@@ -811,7 +814,7 @@ class AdmitStage(Stage):
             if move.retry:
                 next_run(task, now)
                 respecced.add((task.job_id, task.instance))
-                if ev["reason"] == RESTARTED:  # a replacement runs the job's config as it is now
+                if replaced:  # a replacement runs the job's config as it is now
                     self._respec(jobs[task.job_id], task, specs)
                     rollout = jobs[task.job_id].rollout or {}
                     if rollout.get("options", {}).get("in_place") and task.host_id:

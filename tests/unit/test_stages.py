@@ -984,6 +984,21 @@ def test_an_update_whose_new_runs_fail_rolls_back_to_the_old_config(admit, store
     assert store.get_job("fb").rollout is None and [t.run_id for t in store.tasks_of_job("fb")] == [5, 2, 1]
 
 
+def test_a_run_being_replaced_that_ends_on_its_own_first_reruns_with_the_jobs_config_as_it_is_now(admit, store) -> None:
+    """The kill of a replacement (an update's, a rollback's) can come after the run ended by
+    itself: its next run is still the replacement, not a retry of the config it ran (a rollback
+    ran the broken config again on an instance whose run exited before the kill landed)."""
+    stage, out = admit
+    text = running_service(stage, out, "oe", 2)
+    new = text.replace("value: 'true'", "value: 'echo new'")
+    stage.handle([update_command("oe", new, "u3", batch_size=1)])
+    assert killed_instances(out) == ["oe-0-1"]
+    out.take("task-demand")
+    stage.handle([status_record("oe-0-1", "TASK_FAILED")])  # exited before the kill reached it
+    [gang] = [v for _, _, schema, v in out.take("task-demand") if schema == "peloton.GangDemand"]
+    assert gang["tasks"][0]["task_id"] == "oe-0-2" and "echo new" in str(gang["tasks"][0]["command"])
+
+
 def test_a_new_update_aborts_the_one_in_progress_and_a_stop_aborts_any(admit, store) -> None:
     stage, out = admit
     text = running_service(stage, out, "ab", 2)
