@@ -28,6 +28,14 @@ CLAIMS_KEPT_MS = 9 * 86_400_000
 INDEXED_STATES = ("LAUNCHING", "LAUNCHED", "STARTING", "KILLING")
 
 
+def require_indexed(states: list[str], store: str) -> None:
+    """Refuses a tasks_in_states question about a state the stores do not index."""
+    unknown = [s for s in states if s not in INDEXED_STATES]
+    if unknown:
+        raise ValueError(f"tasks_in_states: the {store} store indexes {', '.join(INDEXED_STATES)} only, "
+                         f"not {', '.join(unknown)}")
+
+
 @dataclass(slots=True)
 class JobRow:
     job_id: str

@@ -57,6 +57,7 @@ from peloton.store.base import (
     QueuedGang,
     StorageGateway,
     TaskRow,
+    require_indexed,
 )
 from peloton.store.cassandra_schema import (
     BOOTSTRAP,
@@ -745,10 +746,7 @@ class CassandraStore(StorageGateway):
         return [t for k in keys if (t := self._seen(k[0], k[1], stored.get(k))) is not None]
 
     def tasks_in_states(self, states: list[str], updated_before_ms: int, limit: int = 1000) -> list[TaskRow]:
-        unknown = [s for s in states if s not in INDEXED_STATES]
-        if unknown:
-            raise ValueError(f"tasks_in_states: the Cassandra store indexes {', '.join(INDEXED_STATES)} only, "
-                             f"not {', '.join(unknown)}")
+        require_indexed(states, "Cassandra")
         index = self._rows_each("SELECT state, job_id, instance FROM tasks_by_state WHERE state = ? AND bucket = ?",
                                 [(s, b) for s in states for b in range(BUCKETS)])
         tasks = self._indexed("tasks_by_state", "state", index,

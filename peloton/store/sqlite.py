@@ -21,6 +21,7 @@ from peloton.store.base import (
     QueuedGang,
     StorageGateway,
     TaskRow,
+    require_indexed,
 )
 from peloton.auth.tokens import TokenRow
 from peloton.store.rows import (
@@ -278,10 +279,7 @@ class SqliteStore(StorageGateway):
         return out
 
     def tasks_in_states(self, states: list[str], updated_before_ms: int, limit: int = 1000) -> list[TaskRow]:
-        unknown = [s for s in states if s not in INDEXED_STATES]
-        if unknown:
-            raise ValueError(f"tasks_in_states: the SQLite store indexes {', '.join(INDEXED_STATES)} only, "
-                             f"not {', '.join(unknown)}")
+        require_indexed(states, "SQLite")
         q = (f"SELECT {TASK_COLS} FROM tasks WHERE {_WAITING} AND state IN ({','.join('?' * len(states))}) "
              "AND updated_ms < ? ORDER BY updated_ms LIMIT ?")
         return [task_from_row(r) for r in self.db.execute(q, (*states, updated_before_ms, limit))]

@@ -132,7 +132,7 @@ class HostAgent:
         self.catalogue = Catalogue(settings.topic_prefix)
         self.serde = registry()
         self.agent_id = uuid.uuid4().hex[:12]
-        self.state_dir = Path(settings.home) / "agents" / self.name
+        self.state_dir = agent_state_dir(settings.home, self.name)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.sandbox_root = Path(settings.home) / "sandboxes"
         cgroup_name = agent_cgroup_name(self.name, self.state_dir)
@@ -538,6 +538,12 @@ class _Round:
     waiting: int  # reports not acknowledged yet
     updates: list[TaskUpdate]
     failed: bool = False
+
+
+def agent_state_dir(home: str | Path, name: str) -> Path:
+    """Where an agent keeps what it must find again after a restart (its runs, runc's state), and
+    what names its cgroups (agent_cgroup_name)."""
+    return Path(home) / "agents" / name
 
 
 def isolation_for(settings: Settings, agent: str) -> tuple[Hierarchy | None, str]:

@@ -108,10 +108,11 @@ def test_an_agent_restarted_with_sigkill_adopts_its_running_tasks_and_the_job_su
     assert processes_of(job) == []
     # Nor their cgroups: the adopted runs' stayed behind when they ended (the agent that made them
     # had died), until the new agent cleared what no run holds.
+    from stages.agent.agent import agent_state_dir
     from stages.launch.agents.cgroups import agent_cgroup_name, find_hierarchy
 
     # The agents run in this process's cgroup.
-    hierarchy, _ = find_hierarchy(agent_cgroup_name("agent-0", p.home / "agents" / "agent-0"))
+    hierarchy, _ = find_hierarchy(agent_cgroup_name("agent-0", agent_state_dir(p.home, "agent-0")))
     if hierarchy is not None:
         assert [n for n in hierarchy.leftovers(set()) if n.startswith(job)] == []
 

@@ -436,7 +436,7 @@ def test_sqlite_indexes_only_the_states_asked_for_and_its_query_uses_that_index(
 
     path = tmp_path / "old.db"
     open_store(str(path)).close()
-    old = sqlite3.connect(path)  # made a file of before: the index over every state
+    old = sqlite3.connect(path)  # now as files made before had it: an index over every state
     old.executescript("DROP INDEX tasks_waiting_by_state; CREATE INDEX tasks_by_state ON tasks (state, updated_ms);")
     old.close()
     store = open_store(str(path))
