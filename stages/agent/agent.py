@@ -40,7 +40,7 @@ from peloton.runtime.heap import settle_heap
 from peloton.runtime.loop import STATUS_EVERY_S, STUCK_S
 from peloton.serde import DecodeError, registry
 from peloton.topics import Catalogue, partition_for
-from stages.launch.agents.cgroups import Hierarchy, agent_cgroup_name, find_hierarchy
+from stages.launch.agents.cgroups import Hierarchy, agent_cgroup_name, agent_parent_leaf, find_hierarchy
 from stages.launch.agents.containers import RUNTIME_LABEL, find_runtime
 from stages.launch.agents.driver import TASK_LOST, LaunchRequest, TaskUpdate
 from stages.launch.agents.local import LocalDriver, kill_orphan, sandbox_path, surviving_groups
@@ -152,6 +152,10 @@ class HostAgent:
         self.gpus = gpus
         self.runs: dict[str, dict] = self._load("runs.json", {})  # task id -> its launch and host, while it runs
         self.adopted: dict[str, int] = {}  # task id -> process group, of runs started before our restart
+        # An agent of a release before cgroups were named by the state directory (36457f0) made its
+        # runs' cgroups under its name alone: those of its runs go as the runs end, then the parent.
+        self.former = self.isolation.beside(agent_parent_leaf(self.name)) if self.isolation else None
+        self.former_runs = set(self.former.leftovers(set())) & set(self.runs) if self.former else set()
         self.pending: list[TaskUpdate] = []  # not yet delivered to the broker
         # Runs that ended lately: a launch of one read again (a host manager that took over sends
         # the launches its predecessor may not have sent) starts nothing.
@@ -275,6 +279,14 @@ class HostAgent:
         """What runs that ended under no agent left here (cgroups, containers) goes, the runs
         adopted kept."""
         cleared = self.driver.clear_leftovers(set(self.adopted))
+        if self.former is not None:
+            for task_id in sorted(self.former_runs - set(self.adopted)):
+                self.former.task(task_id).destroy(wait_s=0.2)
+                self.former_runs.discard(task_id)
+                cleared.append(task_id)
+            if not self.former_runs:
+                self.former.close()  # only once empty: another stack's agent of that name may use it
+                self.former = None
         if cleared:
             log.info("removed the cgroups of %d runs no agent holds any more", len(cleared))
 

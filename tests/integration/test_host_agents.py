@@ -117,6 +117,40 @@ def test_an_agent_restarted_with_sigkill_adopts_its_running_tasks_and_the_job_su
         assert [n for n in hierarchy.leftovers(set()) if n.startswith(job)] == []
 
 
+def test_an_agent_upgraded_from_cgroups_named_by_its_name_alone_removes_them_as_its_adopted_runs_end(
+        pipeline_factory) -> None:
+    from stages.agent.agent import agent_state_dir
+    from stages.launch.agents.cgroups import Limits, agent_cgroup_name, find_hierarchy
+
+    p = pipeline_factory(hosts="agent:1:cpu=4,mem_mb=1024,disk_mb=1000", agent_timeout_s=20.0)
+    hierarchy, said = find_hierarchy(agent_cgroup_name("agent-0", agent_state_dir(p.home, "agent-0")))
+    if hierarchy is None:
+        pytest.skip(said)
+    p.start_all()
+    job = p.submit(sleepers(2, 6))
+    wait_running(p, job, 2)
+    p.procs["agent-0"].send_signal(signal.SIGKILL)
+    p.procs["agent-0"].wait()
+    # The runs go where an agent of the release before 36457f0 made them: under its name alone.
+    former, _ = find_hierarchy("agent-0")
+    runs = [n for n in hierarchy.leftovers(set()) if n.startswith(job)]
+    assert len(runs) == 2, runs
+    try:
+        for task_id in runs:
+            moved = former.make(task_id, Limits())
+            for pid in hierarchy.task(task_id).pids():
+                moved.enter(pid)
+            hierarchy.task(task_id).destroy(wait_s=0)
+        p.start_agent("agent-0")
+        assert p.wait_job(job, timeout=60) == "SUCCEEDED"
+        assert p.log("agent-0").read_text().count("adopted run") == 2
+        p.wait_for("the former cgroups removed", lambda: not any(d.exists() for d in former.parent_directories()), 10)
+    finally:
+        for task_id in runs:
+            former.task(task_id).destroy(wait_s=0)
+        former.close()
+
+
 def test_maintenance_drains_a_host_its_tasks_run_elsewhere_and_complete_brings_it_back(pipeline_factory) -> None:
     import json
 

@@ -86,6 +86,20 @@ def test_two_agents_of_one_name_in_two_stacks_have_cgroups_of_their_own(tmp_path
     assert agent_cgroup_name("agent-0", one).startswith("agent-0-")
 
 
+def test_the_parent_an_older_agent_made_beside_its_own_is_found_only_where_it_is(tmp_path: Path) -> None:
+    parents = v1_tree(tmp_path)
+    assert V1(parents).beside("peloton-agent-a1") is None  # nothing is made
+    assert not (tmp_path / "memory" / "peloton-agent-a1").exists()
+    (tmp_path / "memory" / "peloton-agent-a1").mkdir()  # in one controller's tree is enough
+    former = V1(parents).beside("peloton-agent-a1")
+    assert former.parents["memory"] == tmp_path / "memory" / "peloton-agent-a1"
+    assert former.parents["pids"] == tmp_path / "pids" / "peloton-agent-a1"
+    v2 = V2(tmp_path / "me" / "peloton-agent-a1-0123abcd", tmp_path)
+    assert v2.beside("peloton-agent-a1") is None
+    (tmp_path / "me" / "peloton-agent-a1").mkdir(parents=True)
+    assert v2.beside("peloton-agent-a1").parent == tmp_path / "me" / "peloton-agent-a1"
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="the agent makes cgroups only as root")
 def test_no_controllers_means_no_cgroups_and_says_which_is_missing(tmp_path: Path) -> None:
     proc = tmp_path / "self-cgroup"

@@ -126,6 +126,11 @@ class Hierarchy(ABC):
         return f"cgroup v{self.version} ({', '.join(self.controllers)}) under {self.parent_text()}"
 
     @abstractmethod
+    def beside(self, leaf: str) -> Hierarchy | None:
+        """The same kind of hierarchy with its parent named `leaf` beside this one's, if that
+        parent is there (nothing is made)."""
+
+    @abstractmethod
     def parent_text(self) -> str:
         ...
 
@@ -216,6 +221,10 @@ class V1(Hierarchy):
     def parent_directories(self) -> list[Path]:
         return list(dict.fromkeys(self.parents.values()))
 
+    def beside(self, leaf: str) -> V1 | None:
+        parents = {c: p.parent / leaf for c, p in self.parents.items()}
+        return V1(parents, self.mounts) if any(p.is_dir() for p in parents.values()) else None
+
     def make(self, name: str, limits: Limits) -> V1Task:
         dirs = {c: self.parents[c] / name for c in self.controllers}
         for d in dict.fromkeys(dirs.values()):
@@ -277,6 +286,10 @@ class V2(Hierarchy):
     def parent_directories(self) -> list[Path]:
         return [self.parent]
 
+    def beside(self, leaf: str) -> V2 | None:
+        parent = self.parent.parent / leaf
+        return V2(parent, self.mount) if parent.is_dir() else None
+
     def make(self, name: str, limits: Limits) -> V2Task:
         d = self.parent / name
         d.mkdir(exist_ok=True)
@@ -309,6 +322,12 @@ def _inside(mount: Path, path: str) -> Path:
     return mount / path.lstrip("/")
 
 
+def agent_parent_leaf(agent: str) -> str:
+    """The name of the cgroup an agent's tasks' cgroups are made in (`agent`: its
+    agent_cgroup_name; before 36457f0, the agent's name alone)."""
+    return f"peloton-agent-{agent}"
+
+
 def agent_cgroup_name(agent: str, state_dir: Path) -> str:
     """What an agent's cgroups are named by on this machine: its name and a digest of its state
     directory. Two stacks here (two developers', two test workers') may each run an agent-0, and
@@ -328,7 +347,7 @@ def find_hierarchy(agent: str, root: Path = Path("/sys/fs/cgroup"),
         own = own_cgroups(self_cgroup.read_text())
     except OSError as exc:
         return None, f"cgroups off: {self_cgroup} unreadable ({exc.strerror})"
-    leaf = f"peloton-agent-{agent}"
+    leaf = agent_parent_leaf(agent)
     why_not_v2 = ""
     for mount in (root, root / "unified"):
         offered = (mount / "cgroup.controllers")
