@@ -346,6 +346,14 @@ class KafkaCluster:
             time.sleep(0.1)
         raise KafkaError(f"Kafka node {n.node_id} did not start within {timeout:.0f}s:\n{tail(n.log)}")
 
+    def port_was_taken(self, node_id: int) -> bool:
+        """Whether the node stopped because its client port was someone else's by then."""
+        n = self.node(node_id)
+        try:
+            return f"failed to bind to 127.0.0.1:{n.port}: Address already in use" in n.log.read_text(errors="replace")
+        except OSError:
+            return False
+
     def pid(self, node_id: int) -> int | None:
         """The node's process id while it runs."""
         try:

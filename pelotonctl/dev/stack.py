@@ -47,6 +47,26 @@ def port_is_free(port: int) -> bool:
     return True
 
 
+def start_kafka_cluster(dir: Path, brokers: int):
+    """A new cluster of `brokers` nodes in `dir` (clients on SASL_SSL, every request authorized),
+    started: its first node on Kafka's own port when that is free, so clients' defaults reach it.
+    Free when asked may be taken by the time the broker binds it (two stacks started at once on
+    one machine): the cluster is then made again on ports nobody holds. Raises KafkaError."""
+    from pelotonctl.dev.kafka import KafkaCluster
+
+    wanted = KAFKA_PORT if port_is_free(KAFKA_PORT) else None
+    cluster = KafkaCluster.create(dir, brokers, wanted, secure=True)
+    try:
+        cluster.start()
+    except Exception:
+        cluster.stop()  # the nodes that did start
+        if wanted is None or not cluster.port_was_taken(1):
+            raise
+        cluster = KafkaCluster.create(dir, brokers, None, secure=True)
+        cluster.start()
+    return cluster
+
+
 def settings_store(settings: Settings) -> str:
     try:
         return str(Path(settings.store).relative_to(Path.cwd()))
@@ -352,13 +372,10 @@ class DevStack:
     def _start_kafka(self, components: list[dict], brokers: int, progress) -> dict:
         """A new Kafka cluster of `brokers` nodes in dev/kafka, clients on SASL_SSL and every
         request authorized; the settings that reach it as its admin user."""
-        from pelotonctl.dev.kafka import KafkaCluster, KafkaError
+        from pelotonctl.dev.kafka import KafkaError
 
         try:
-            # Kafka's own port when it is free, so clients' defaults reach the dev broker.
-            cluster = KafkaCluster.create(self.dir / "kafka", brokers, KAFKA_PORT if port_is_free(KAFKA_PORT) else None,
-                                          secure=True)
-            cluster.start()
+            cluster = start_kafka_cluster(self.dir / "kafka", brokers)
         except KafkaError as exc:
             raise StackError(str(exc)) from None
         for n in cluster.nodes:

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -96,6 +97,29 @@ def test_dev_up_status_and_down(tmp_path) -> None:
     for stage in ("admit", "entitle", "place", "launch"):
         assert f"{stage}-0 stopped after" in (tmp_path / "dev" / "logs" / f"{stage}.log").read_text()
     assert ctl("dev", "status", "--json").returncode == 5
+
+
+def test_a_broker_whose_port_was_taken_after_it_was_found_free_starts_on_another(tmp_path, monkeypatch) -> None:
+    """Two stacks started at once both find Kafka's port free, and the second broker to bind it
+    exits (seen: a `make demo` beside the suite's `dev up`). The cluster is made again elsewhere."""
+    from pelotonctl.dev import stack
+
+    held = socket.socket()
+    try:
+        held.bind(("127.0.0.1", stack.KAFKA_PORT))
+        held.listen()
+    except OSError:
+        pass  # another stack's broker holds it: taken all the same
+    monkeypatch.setattr(stack, "port_is_free", lambda port: True)  # what the check saw a moment before
+    try:
+        cluster = stack.start_kafka_cluster(tmp_path / "kafka", 1)
+        try:
+            assert cluster.nodes[0].port != stack.KAFKA_PORT
+            assert cluster.pid(1) is not None
+        finally:
+            cluster.stop()
+    finally:
+        held.close()
 
 
 def test_two_dev_up_at_once_start_one_stack_and_the_other_names_it(tmp_path) -> None:
