@@ -285,7 +285,9 @@ class HostAgent:
                 self.former_runs.discard(task_id)
                 cleared.append(task_id)
             if not self.former_runs:
-                self.former.close()  # only once empty: another stack's agent of that name may use it
+                # Removed only if empty; another stack's agent of the old release and this name
+                # would have to make it again (see docs/design.md, Isolation).
+                self.former.close()
                 self.former = None
         if cleared:
             log.info("removed the cgroups of %d runs no agent holds any more", len(cleared))
