@@ -16,7 +16,6 @@ hold (an alias bomb, .inf, a huge number) can crash or balloon a process further
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from peloton.model.fields import ROOT, is_integer
@@ -26,7 +25,7 @@ from peloton.model.fields import mapping as _mapping
 from peloton.model.fields import text as _text
 from peloton.model.jobfields import Problems, read_boolean, read_integer, read_labels, read_mapping, read_string
 from peloton.model.jobspec import (DEFAULT_CONFIG, DEFAULT_PLACEMENT_STRATEGY, JOB_TYPES, MAX_AVRO_INT, MAX_INSTANCES,
-                                   PLACEMENT_STRATEGIES, JobConfigError, JobLimits, JobSpec, TaskSpec)
+                                   PLACEMENT_STRATEGIES, JobConfigError, JobLimits, JobSpec, TaskSpec, instances_of)
 from peloton.model.safe_yaml import YamlError, YamlLimits, read_yaml
 from peloton.model.stateless import as_v0, is_stateless
 from peloton.model.taskconfig import Merged, check_instance, merge_over_default, read_task_config, task_spec
@@ -201,11 +200,8 @@ class _JobReader:
         if self.problems:
             return ()
         # Instances without an override share one spec, copied with their own instance id.
-        template = task_spec(0, base)
-        return tuple(
-            task_spec(i, merged_configs[i]) if i in merged_configs else dataclasses.replace(template, instance=i)
-            for i in range(instance_count)
-        )
+        shared = iter(instances_of(task_spec(0, base), [i for i in range(instance_count) if i not in merged_configs]))
+        return tuple(task_spec(i, merged_configs[i]) if i in merged_configs else next(shared) for i in range(instance_count))
 
     def _placement_strategy(self) -> str:
         value = self.fields.get("placementstrategy", 0)

@@ -5,7 +5,7 @@ a file into these."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from peloton.model.constraint import Constraint
 from peloton.model.health import HealthCheck
@@ -84,6 +84,14 @@ class TaskSpec:
     health_check: HealthCheck | None  # an enabled health check (peloton/model/health.py), else None
     revocable: bool
     image: str = ""  # the container image it runs in; "": the host's own file system
+
+
+def instances_of(template: TaskSpec, instances) -> list[TaskSpec]:
+    """The template as each of `instances`: every other field the template's own objects (which
+    expand_job relies on to build a launch spec once for them all). dataclasses.replace took
+    twice as long, 7 us a task."""
+    rest = tuple(getattr(template, f.name) for f in fields(TaskSpec)[1:])
+    return [TaskSpec(i, *rest) for i in instances]
 
 
 @dataclass(frozen=True, slots=True)

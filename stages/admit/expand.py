@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from dataclasses import fields
+from operator import attrgetter
 
 from peloton.model.constraint import constraint_to_record
 from peloton.model.jobspec import JobSpec, TaskSpec, gang_instances
@@ -54,19 +56,37 @@ def expand_job(job_id: str, pool: str, spec: JobSpec, config_text: str, now_ms: 
     tasks: list[TaskRow] = []
     # sla.maximumRunningInstances: the instances beyond it wait INITIALIZED until others end.
     throttle = spec.max_running_instances or spec.instance_count
+    # Instances alike in every field but their instance (most: instances_of) have one launch
+    # spec, built once and copied (4 us a task); its inner values are shared and never changed.
+    shared: tuple[TaskSpec, dict] | None = None
     for instances in gang_instances(spec):
         gang_id = task_id_of(job_id, instances[0], 1)
         for i in instances:
             t = spec.tasks[i]
+            task_id = task_id_of(job_id, i, 1)
+            if shared is not None and _same_template(shared[0], t):
+                launch = {**shared[1], "task_id": task_id, "instance": i}
+            else:
+                launch = launch_spec(job_id, spec, t, 1)
+                shared = (t, launch)
             tasks.append(
                 TaskRow(
-                    job_id=job_id, instance=i, run_id=1, task_id=task_id_of(job_id, i, 1), pool=pool,
+                    job_id=job_id, instance=i, run_id=1, task_id=task_id, pool=pool,
                     gang_id=gang_id, state="PENDING" if i < throttle else "INITIALIZED",
-                    spec=launch_spec(job_id, spec, t, 1),
-                    max_failures=t.max_failures, updated_ms=now_ms,
+                    spec=launch, max_failures=t.max_failures, updated_ms=now_ms,
                 )
             )
     return job, tasks
+
+
+# Every field of a TaskSpec but its instance, as one tuple.
+_ALL_BUT_INSTANCE = attrgetter(*(f.name for f in fields(TaskSpec) if f.name != "instance"))
+
+
+def _same_template(a: TaskSpec, b: TaskSpec) -> bool:
+    """Whether b is a as another instance (the tuples compare their items by identity first, so
+    instances made from one template compare in C at once)."""
+    return _ALL_BUT_INSTANCE(a) == _ALL_BUT_INSTANCE(b)
 
 
 def next_run(task: TaskRow, now_ms: int) -> None:

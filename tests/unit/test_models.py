@@ -12,7 +12,7 @@ from peloton.model.pool import PoolConfigError, leaf_pool_error, parse_pool_conf
 from peloton.model.resources import Resources
 from peloton.runtime import HeldOffsets
 from peloton.topics import murmur2, partition_for
-from stages.admit.expand import expand_job, gang_records, next_run
+from stages.admit.expand import expand_job, gang_records, launch_spec, next_run
 from stages.launch.inventory import InventoryError, parse_inventory
 from stages.place.task_need import TaskNeed
 
@@ -106,6 +106,28 @@ defaultconfig:
     assert TaskNeed.from_spec(tasks[1].spec).constraint == spec.tasks[1].constraint == OrConstraint((
         LabelConstraint("HOST", "EQUAL", "zone", "7", 1), LabelConstraint("TASK", "LESS_THAN", "app", "web", 2)))
     assert tasks[0].spec["constraint_json"] == record
+
+
+def test_instances_alike_share_one_launch_spec_built_once_and_each_reads_as_if_built_alone() -> None:
+    text = """
+instancecount: 4
+labels: [{key: team, value: a}]
+defaultconfig:
+  resource: {cpulimit: 1, memlimitmb: 64}
+  ports: [{name: http, envname: PORT}]
+  command: {value: "serve", environment: {MODE: fast}}
+instanceconfig:
+  2: {command: {value: "other"}}
+"""
+    spec = parse_job_config(text)
+    assert spec.tasks[1].command is spec.tasks[3].command  # one template's objects
+    assert spec.tasks[2].command.value == "other" and spec.tasks[1].instance == 1
+    job, tasks = expand_job("j1", "/pool", spec, text, now_ms=1)
+    for t in tasks:
+        assert t.spec == launch_spec("j1", spec, spec.tasks[t.instance], 1), t.instance
+    assert [t.spec["command"] for t in tasks] == ["serve", "serve", "other", "serve"]
+    assert [(t.spec["task_id"], t.spec["instance"]) for t in tasks] == [(f"j1-{i}-1", i) for i in range(4)]
+    assert tasks[0].spec["environment"] is tasks[1].spec["environment"]  # shared, never changed
 
 
 def test_jobs_go_to_existing_leaf_pools_only() -> None:
