@@ -200,8 +200,9 @@ class _JobReader:
         if self.problems:
             return ()
         # Instances without an override share one spec, copied with their own instance id.
-        shared = iter(instances_of(task_spec(0, base), [i for i in range(instance_count) if i not in merged_configs]))
-        return tuple(task_spec(i, merged_configs[i]) if i in merged_configs else next(shared) for i in range(instance_count))
+        alike = iter(instances_of(task_spec(0, base), [i for i in range(instance_count) if i not in merged_configs]))
+        return tuple(task_spec(i, merged_configs[i]) if i in merged_configs else next(alike)
+                     for i in range(instance_count))
 
     def _placement_strategy(self) -> str:
         value = self.fields.get("placementstrategy", 0)
