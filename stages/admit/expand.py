@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-from dataclasses import fields
-from operator import attrgetter
 
 from peloton.model.constraint import constraint_to_record
-from peloton.model.jobspec import JobSpec, TaskSpec, gang_instances
+from peloton.model.jobspec import JobSpec, TaskSpec, alike, gang_instances
 from peloton.store import JobRow, TaskRow
 
 
@@ -64,7 +62,7 @@ def expand_job(job_id: str, pool: str, spec: JobSpec, config_text: str, now_ms: 
         for i in instances:
             t = spec.tasks[i]
             task_id = task_id_of(job_id, i, 1)
-            if shared is not None and _same_template(shared[0], t):
+            if shared is not None and alike(shared[0], t):
                 launch = {**shared[1], "task_id": task_id, "instance": i}
             else:
                 launch = launch_spec(job_id, spec, t, 1)
@@ -78,15 +76,6 @@ def expand_job(job_id: str, pool: str, spec: JobSpec, config_text: str, now_ms: 
             )
     return job, tasks
 
-
-# Every field of a TaskSpec but its instance, as one tuple.
-_ALL_BUT_INSTANCE = attrgetter(*(f.name for f in fields(TaskSpec) if f.name != "instance"))
-
-
-def _same_template(a: TaskSpec, b: TaskSpec) -> bool:
-    """Whether b is a as another instance (the tuples compare their items by identity first, so
-    instances made from one template compare in C at once)."""
-    return _ALL_BUT_INSTANCE(a) == _ALL_BUT_INSTANCE(b)
 
 
 def next_run(task: TaskRow, now_ms: int) -> None:

@@ -27,6 +27,15 @@ def sleepers(count: int, seconds: float, cpu: float = 0.1) -> str:
     return SLEEPERS.format(count=count, seconds=seconds, cpu=cpu)
 
 
+def agent_hierarchy(p, name: str):
+    """Where the pipeline's agent `name` makes its tasks' cgroups, as find_hierarchy answers (the
+    agents run in this process's cgroup)."""
+    from stages.agent.agent import agent_state_dir
+    from stages.launch.agents.cgroups import agent_cgroup_name, find_hierarchy
+
+    return find_hierarchy(agent_cgroup_name(name, agent_state_dir(p.home, name)))
+
+
 def wait_running(p, job_id: str, count: int, timeout: float = 40) -> None:
     p.wait_for(f"{count} tasks of {job_id} RUNNING", lambda: p.counts(job_id).get("RUNNING", 0) >= count, timeout)
 
@@ -108,22 +117,17 @@ def test_an_agent_restarted_with_sigkill_adopts_its_running_tasks_and_the_job_su
     assert processes_of(job) == []
     # Nor their cgroups: the adopted runs' stayed behind when they ended (the agent that made them
     # had died), until the new agent cleared what no run holds.
-    from stages.agent.agent import agent_state_dir
-    from stages.launch.agents.cgroups import agent_cgroup_name, find_hierarchy
-
-    # The agents run in this process's cgroup.
-    hierarchy, _ = find_hierarchy(agent_cgroup_name("agent-0", agent_state_dir(p.home, "agent-0")))
+    hierarchy, _ = agent_hierarchy(p, "agent-0")
     if hierarchy is not None:
         assert [n for n in hierarchy.leftovers(set()) if n.startswith(job)] == []
 
 
 def test_an_agent_upgraded_from_cgroups_named_by_its_name_alone_removes_them_as_its_adopted_runs_end(
         pipeline_factory) -> None:
-    from stages.agent.agent import agent_state_dir
-    from stages.launch.agents.cgroups import Limits, agent_cgroup_name, find_hierarchy
+    from stages.launch.agents.cgroups import Limits, find_hierarchy
 
     p = pipeline_factory(hosts="agent:1:cpu=4,mem_mb=1024,disk_mb=1000", agent_timeout_s=20.0)
-    hierarchy, said = find_hierarchy(agent_cgroup_name("agent-0", agent_state_dir(p.home, "agent-0")))
+    hierarchy, said = agent_hierarchy(p, "agent-0")
     if hierarchy is None:
         pytest.skip(said)
     p.start_all()
