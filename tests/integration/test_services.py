@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from peloton.config import REPO_ROOT
+from tests.conftest import EXAMPLES
 
 pytestmark = pytest.mark.integration
 
@@ -123,10 +123,9 @@ def test_an_update_whose_new_runs_fail_rolls_back_to_the_old_config_everywhere(p
     assert p.ctl("job", "stop", job, "--wait").returncode == 0
 
 
-STATELESS = REPO_ROOT.parent / "shared" / "peloton-examples" / "stateless" / "testspec.yaml"
+STATELESS = EXAMPLES / "stateless" / "testspec.yaml"
 
 
-@pytest.mark.skipif(not STATELESS.is_file(), reason="peloton-examples not available")
 def test_pelotons_stateless_spec_runs_as_written(pipeline_factory) -> None:
     p = pipeline_factory(hosts="local:1:cpu=4,mem_mb=4096,disk_mb=10000")
     p.start_all()

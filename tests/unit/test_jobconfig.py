@@ -15,21 +15,27 @@ from peloton.model.jobconfig import job_spec_from_dict, parse_job_config
 from peloton.model.jobspec import CommandSpec, JobConfigError, JobLimits, JobSpec, PortSpec, gang_instances
 from peloton.model.resources import Resources
 from peloton.model.safe_yaml import YamlLimits
+from tests.conftest import EXAMPLES
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "shared" / "peloton-examples"
 RESPOOL_FILES = {"default_respool.yaml", "helloworld_pool.yaml"}
 
 
 def example_files() -> list[Path]:
-    if not EXAMPLES.is_dir():
-        return []
     return sorted(p for p in EXAMPLES.glob("*.yaml") if p.name not in RESPOOL_FILES)
+
+
+def test_the_examples_kept_here_are_pelotons_files_unchanged() -> None:
+    """The copy in tests/fixtures is byte for byte the shared folder's, where that folder is."""
+    shared = EXAMPLES.parents[3] / "shared" / "peloton-examples"
+    if not shared.is_dir():
+        pytest.skip(f"no shared copy at {shared} to compare with")
+    files = sorted(p.relative_to(shared) for p in shared.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(EXAMPLES) for p in EXAMPLES.rglob("*") if p.is_file())
+    assert [f for f in files if (shared / f).read_bytes() != (EXAMPLES / f).read_bytes()] == []
 
 
 def load_example(name: str) -> JobSpec:
     path = EXAMPLES / name
-    if not path.is_file():
-        pytest.skip(f"{path} not available")
     return parse_job_config(path.read_text())
 
 
@@ -64,7 +70,6 @@ def with_default(**task: Any) -> dict:
 # Peloton's own example files
 
 
-@pytest.mark.skipif(not example_files(), reason="peloton-examples not available")
 @pytest.mark.parametrize("path", example_files(), ids=lambda p: p.name)
 def test_every_example_job_parses_and_validates(path: Path) -> None:
     spec = parse_job_config(path.read_text())
@@ -197,8 +202,6 @@ def rename_keys(value: Any, rename) -> Any:
 )
 def test_camel_case_and_lowercase_give_equal_specs(name: str) -> None:
     path = EXAMPLES / name
-    if not path.is_file():
-        pytest.skip(f"{path} not available")
     doc = yaml.safe_load(path.read_text())
     camel = rename_keys(doc, lambda k: CAMEL.get(k, k))
     assert camel != doc  # the renaming did something
@@ -207,8 +210,6 @@ def test_camel_case_and_lowercase_give_equal_specs(name: str) -> None:
 
 def test_camel_case_file_equals_its_lowercased_form() -> None:
     path = EXAMPLES / "testjob_base.yaml"
-    if not path.is_file():
-        pytest.skip(f"{path} not available")
     doc = yaml.safe_load(path.read_text())
     assert job_spec_from_dict(rename_keys(doc, str.lower)) == job_spec_from_dict(doc)
 
@@ -664,7 +665,6 @@ def test_max_failures_above_pelotons_cap_is_capped_not_refused() -> None:
 STATELESS = EXAMPLES / "stateless"
 
 
-@pytest.mark.skipif(not STATELESS.is_dir(), reason="peloton-examples not available")
 @pytest.mark.parametrize("name", ["testspec.yaml", "testspec_sla.yaml"])
 def test_pelotons_stateless_specs_read_as_service_jobs(name: str) -> None:
     spec = parse_job_config((STATELESS / name).read_text())

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import time
 import tracemalloc
-from pathlib import Path
 
 import pytest
 import yaml
 
 from peloton.model.safe_yaml import YamlLimitError, YamlLimits, load_yaml, yaml_error_text
+from tests.conftest import EXAMPLES
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "shared" / "peloton-examples"
 
 
 def billion_laughs(levels: int = 9) -> str:
@@ -108,7 +107,6 @@ def test_the_limits_are_inclusive() -> None:
     assert len(load_yaml(text)["b"]) == 1000
 
 
-@pytest.mark.skipif(not EXAMPLES.is_dir(), reason="peloton-examples not available")
 def test_pelotons_example_files_load_exactly_as_safe_load_gives_them() -> None:
     for path in sorted(EXAMPLES.glob("*.yaml")):
         text = path.read_text()
