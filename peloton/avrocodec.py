@@ -9,6 +9,13 @@ resolution) and anything these functions do not cover.
 
 Covered: null, boolean, int, long, double, string, bytes, enum, array, map, record, and unions of
 null with one other type; `Unsupported` is raised for the rest.
+
+A shared tail: the fields of a record from a given one on that are alike in many records one
+after another (a job's tasks' launch specs are alike but for their ids). The writer keeps the
+last tail's bytes and reuses them while the values are equal; the reader keeps the last tail's
+bytes and values, and where the same bytes follow, hands out the same values without reading them
+again. So a bundle of a job's 1,000 alike tasks reads and writes its spec about once; records that
+share a tail share its value objects, which readers treat as read-only.
 """
 
 from __future__ import annotations
@@ -54,8 +61,9 @@ def _truncated(*_args) -> None:
 class _Source:
     """Lines of generated code, and the constants they refer to."""
 
-    def __init__(self, named: dict[str, Any]):
+    def __init__(self, named: dict[str, Any], shared_tails: dict[str, str]):
         self.named = named
+        self.shared_tails = shared_tails  # record's full name -> the first field of its shared tail
         self.functions: dict[str, list[str]] = {}  # function name -> its lines
         self.constants: dict[str, Any] = {}
         self._n = 0
@@ -159,19 +167,48 @@ def _record_writer(src: _Source, schema: dict) -> str:
         return name
     src.functions[name] = []  # claimed first: a record that refers to itself
     lines = [f"def {name}(r, out):"]
-    for field in schema["fields"]:
-        v = src.var()
-        if "default" in field:
-            lines.append(f"    {v} = r.get({field['name']!r}, {src.constant(field['default'], 'default')})")
-        elif isinstance(field["type"], list) and "null" in field["type"]:
-            lines.append(f"    {v} = r.get({field['name']!r})")
-        else:
-            lines.append(f"    {v} = r[{field['name']!r}]")
-        _write(src, field["type"], v, lines, "    ")
+    fields = schema["fields"]
+    tail_at = _tail_at(src, schema)
+    values = []
+    for field in fields[:tail_at]:
+        values.append(_field_value(src, field, lines))
+        _write(src, field["type"], values[-1], lines, "    ")
+    if tail_at < len(fields):
+        # The tail's bytes of the last record written, reused while its values are equal.
+        memo = src.constant([None], "tail")
+        tail = [_field_value(src, field, lines) for field in fields[tail_at:]]
+        lines += ["    now = (" + ", ".join(tail) + ",)", f"    last = {memo}[0]",
+                  "    if last is not None and last[1] == now:", "        out += last[0]", "        return",
+                  "    start = len(out)"]
+        for field, v in zip(fields[tail_at:], tail, strict=True):
+            _write(src, field["type"], v, lines, "    ")
+        lines.append(f"    {memo}[0] = (bytes(out[start:]), now)")
     if len(lines) == 1:
         lines.append("    pass")
     src.functions[name] = lines
     return name
+
+
+def _field_value(src: _Source, field: dict, lines: list[str]) -> str:
+    v = src.var()
+    if "default" in field:
+        lines.append(f"    {v} = r.get({field['name']!r}, {src.constant(field['default'], 'default')})")
+    elif isinstance(field["type"], list) and "null" in field["type"]:
+        lines.append(f"    {v} = r.get({field['name']!r})")
+    else:
+        lines.append(f"    {v} = r[{field['name']!r}]")
+    return v
+
+
+def _tail_at(src: _Source, schema: dict) -> int:
+    """Index of the first field of the record's shared tail (the field count when it has none)."""
+    first = src.shared_tails.get(schema["name"])
+    names = [f["name"] for f in schema["fields"]]
+    if first is None:
+        return len(names)
+    if first not in names:
+        raise ValueError(f"{schema['name']} has no field {first} to begin its shared tail")
+    return names.index(first)
 
 
 # -- reader ------------------------------------------------------------------------------------
@@ -241,20 +278,36 @@ def _record_reader(src: _Source, schema: dict) -> str:
         return name
     src.functions[name] = []
     lines = [f"def {name}(data, pos, end):"]
+    fields = schema["fields"]
+    tail_at = _tail_at(src, schema)
     names = []
-    for field in schema["fields"]:
+    for field in fields[:tail_at]:
         v = src.var()
         _read(src, field["type"], v, lines, "    ")
         names.append((field["name"], v))
+    if tail_at < len(fields):
+        # The same bytes as the last tail read: the same values (one tuple, swapped whole, so a
+        # reader on another thread never pairs one tail's bytes with another's values).
+        memo = src.constant([None], "tail")
+        tail = [(field["name"], src.var()) for field in fields[tail_at:]]
+        unpack = ", ".join(v for _, v in tail) + ","
+        lines += [f"    last = {memo}[0]", "    if last is not None and data.startswith(last[0], pos):",
+                  f"        {unpack} = last[1]", "        pos += len(last[0])", "    else:", "        start = pos"]
+        for field, (_, v) in zip(fields[tail_at:], tail, strict=True):
+            _read(src, field["type"], v, lines, "        ")
+        lines.append(f"        {memo}[0] = (data[start:pos], ({unpack}))")
+        names += tail
     lines.append("    return {" + ", ".join(f"{n!r}: {v}" for n, v in names) + "}, pos")
     src.functions[name] = lines
     return name
 
 
-def compile_codec(schema: dict, named: dict[str, Any]) -> tuple[Callable[[dict], bytes], Callable[[bytes, int], dict]]:
+def compile_codec(schema: dict, named: dict[str, Any], shared_tails: dict[str, str] | None = None,
+                  ) -> tuple[Callable[[dict], bytes], Callable[[bytes, int], dict]]:
     """(encode(record) -> bytes, decode(data, pos) -> record) for a parsed record schema; `named`
-    holds the parsed named types it refers to. Raises Unsupported."""
-    src = _Source(named)
+    holds the parsed named types it refers to; `shared_tails` maps a record's full name to the
+    first field of its shared tail (the module's docstring). Raises Unsupported."""
+    src = _Source(named, shared_tails or {})
     writer, reader = _record_writer(src, schema), _record_reader(src, schema)
     code = "\n\n".join("\n".join(lines) for lines in src.functions.values())
     scope: dict[str, Any] = {"write_long": write_long, "read_long": read_long, "truncated": _truncated,

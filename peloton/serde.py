@@ -20,6 +20,9 @@ from peloton.avrocodec import Unsupported, compile_codec
 from peloton.config import REPO_ROOT
 
 SCHEMA_DIR = REPO_ROOT / "schemas" / "avro"
+# A task's launch spec: its ids first, then what the job's tasks have alike (its config), which
+# the codecs read and write once for a run of alike tasks (avrocodec: a shared tail).
+SHARED_TAILS = {"peloton.TaskLaunchSpec": "resources"}
 _HEADER = struct.Struct(">bI")
 MAGIC = 0
 
@@ -65,7 +68,7 @@ class SchemaRegistry:
         self._codecs: dict[str, tuple] = {}
         for name, (_id, parsed) in self.by_name.items():
             try:
-                self._codecs[name] = compile_codec(parsed, named)
+                self._codecs[name] = compile_codec(parsed, named, SHARED_TAILS)
             except Unsupported:
                 pass
 

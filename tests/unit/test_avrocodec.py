@@ -3,14 +3,16 @@ every schema of the project, and refuse what fastavro refuses."""
 
 from __future__ import annotations
 
+import copy
 import io
 import random
+import struct
 
 import fastavro
 import pytest
 
 from peloton.avrocodec import Truncated, compile_codec
-from peloton.serde import DecodeError, registry
+from peloton.serde import SHARED_TAILS, DecodeError, registry
 
 REG = registry()
 PRIMITIVES = {"null", "boolean", "int", "long", "double", "bytes", "string"}
@@ -113,3 +115,37 @@ def test_an_enum_index_out_of_range_is_refused() -> None:
     data[6] = 0x7E  # 63: past the last symbol
     with pytest.raises(IndexError):
         decode(bytes(data))
+
+
+def _gang(spec: dict, instance: int, **changes) -> dict:
+    task = {**spec, "task_id": f"j-{instance}-1", "instance": instance, **changes}
+    return {"gang_id": f"j-{instance}", "job_id": "j", "pool": "/p", "priority": 0, "preemptible": True,
+            "revocable": False, "not_before_ms": 0, "avoid_hosts": [], "placement_strategy": "", "tasks": [task],
+            "created_ms": 1_700_000_000_000 + instance}
+
+
+def test_alike_launch_specs_read_and_write_their_shared_tail_once_and_as_fastavro_does() -> None:
+    encode, decode = compile_codec(REG.schema("peloton.GangDemands"), REG.named, SHARED_TAILS)
+    spec = value_of(REG.named["peloton.TaskLaunchSpec"], random.Random(3))
+    spec.update(environment={"A": "1"}, labels={"team": "x"}, prefer_host="")
+    other = {**value_of(REG.named["peloton.TaskLaunchSpec"], random.Random(4)), "environment": {"B": "2"}}
+    # Runs of alike specs, broken by another spec, by a copy equal to the first (not the same
+    # objects), and by one tail field changed on one task.
+    gangs = [_gang(spec, 0), _gang(spec, 1), _gang(other, 2), _gang(spec, 3), _gang(spec, 4, prefer_host="h9"),
+             _gang(copy.deepcopy(spec), 5), _gang(spec, 6)]
+    record = {"gangs": gangs}
+    data = encode(record)
+    assert data == fastavro_bytes("peloton.GangDemands", record)
+    read = decode(data)
+    assert read == fastavro_record("peloton.GangDemands", data) == record
+    tasks = [g["tasks"][0] for g in read["gangs"]]
+    # Alike tasks in a row share their tail's values, read once; a changed tail is read anew.
+    assert tasks[1]["environment"] is tasks[0]["environment"]
+    assert tasks[3]["environment"] is not tasks[2]["environment"]
+    assert tasks[6]["environment"] is tasks[5]["environment"]
+    assert tasks[4]["prefer_host"] == "h9" and tasks[5]["prefer_host"] == ""
+    assert encode(record) == data  # the writer's kept tail, reused, writes the same bytes again
+    for cut in range(0, len(data), 7):  # bytes cut inside a tail that began like the last one
+        with pytest.raises((Truncated, IndexError, struct.error)):
+            decode(data[:cut])
+    assert decode(data) == record  # and a failed read leaves nothing wrong behind
