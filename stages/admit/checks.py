@@ -54,10 +54,17 @@ def fit_problems(spec: JobSpec, pool: str, pool_config: dict, hosts: list[Resour
                         "host-limit constraint instead")
     limit = pool_limit(pool_config)
     reservation = pool_resources(pool_config, "reservation")
+    asked: set[Resources] = set()  # gangs of one task: each distinct need is checked once
     for instances in gang_instances(spec):
-        need = Resources()
-        for i in instances:
-            need = need + spec.tasks[i].resources
+        if len(instances) == 1:
+            need = spec.tasks[instances[0]].resources
+            if need in asked:
+                continue
+            asked.add(need)
+        else:
+            need = Resources()
+            for i in instances:
+                need = need + spec.tasks[i].resources
         if not need.fits_in(limit):
             problems.append(f"{_instances(instances)} (one gang) need more than pool {pool}'s limit: "
                             f"{_short(need, limit)}")

@@ -18,6 +18,10 @@ class LaunchSpecError(ValueError):
 
 
 
+# The last launch spec's asks and the TaskNeed made of them (see from_spec): one tuple, swapped whole.
+_LAST: list = [None]
+
+
 @dataclass(slots=True)
 class TaskNeed:
     """What one task asks of a host, decoded once from its launch spec."""
@@ -40,12 +44,21 @@ class TaskNeed:
 
         Ports: `ports` ([{name, value, env_name}], value 0 = dynamic) wins when present;
         otherwise `dynamic_ports` counts the dynamic ones."""
-        c = spec.get("constraint_json")
-        dynamic, static = _ports_of(spec)
-        return TaskNeed(spec["task_id"], Resources.from_record(spec["resources"]),
-                        constraint_from_json(c) if c else None, dict(spec.get("labels") or {}),
-                        spec.get("job_id") or "", dynamic, static, spec.get("prefer_host") or "",
-                        spec.get("image") or "")
+        # A job's alike tasks come one after another with equal (mostly the very same) values
+        # (avrocodec's shared tail): what they ask is decoded for the first and shared after it.
+        asks = (spec["resources"], spec.get("constraint_json"), spec.get("labels"), spec.get("ports"),
+                spec.get("dynamic_ports", 0), spec.get("image"))
+        last = _LAST[0]
+        if last is not None and last[0] == asks:
+            like = last[1]
+        else:
+            c = asks[1]
+            dynamic, static = _ports_of(spec)
+            like = TaskNeed("", Resources.from_record(asks[0]), constraint_from_json(c) if c else None,
+                            dict(asks[2] or {}), "", dynamic, static, "", asks[5] or "")
+            _LAST[0] = (asks, like)
+        return TaskNeed(spec["task_id"], like.resources, like.constraint, like.labels, spec.get("job_id") or "",
+                        like.dynamic_ports, like.static_ports, spec.get("prefer_host") or "", like.image)
 
     def same_needs(self, other: TaskNeed) -> bool:
         """Whether a host that takes one takes the other alike (all but the task id equal)."""
@@ -59,6 +72,8 @@ class TaskNeed:
 def port_names(spec: Mapping, ports: tuple[int, ...]) -> dict[str, int]:
     """Name -> port for the ports placement picked, in the order _ports_of reads them
     and pick_ports gives them: static first, in the order the spec names them, then dynamic."""
+    if not ports:
+        return {}
     named = spec.get("ports") or []
     order = [p["name"] for p in named if p["value"]] + [p["name"] for p in named if not p["value"]]
     order += [f"dynamic-{i}" for i in range(len(ports) - len(order))]

@@ -218,3 +218,21 @@ def test_a_launch_spec_names_the_host_it_prefers() -> None:
             "prefer_host": "h7"}
     assert TaskNeed.from_spec(spec).prefer_host == "h7"
     assert not TaskNeed.from_spec(spec).same_needs(TaskNeed.from_spec({**spec, "task_id": "j-1-2"}))
+
+
+def test_alike_specs_one_after_another_share_what_they_ask_and_a_change_is_read_anew() -> None:
+    base = spec_with(json.dumps({"type": "LABEL", "labelconstraint": {
+        "kind": "HOST", "condition": "EQUAL", "requirement": 1, "label": {"key": "rack", "value": "a"}}}))
+    first, second = TaskNeed.from_spec(base), TaskNeed.from_spec({**base, "task_id": "t2", "job_id": "j2"})
+    assert (second.task_id, second.job_id) == ("t2", "j2") and first.task_id == "t1"
+    assert second.constraint is first.constraint and second.same_needs(first) is False  # another job
+    ports = [{"name": "http", "value": 8080, "env_name": ""}]
+    changed = [TaskNeed.from_spec({**base, "labels": {"app": "db"}}), TaskNeed.from_spec({**base, "ports": ports}),
+               TaskNeed.from_spec({**base, "resources": Resources(cpu=3).to_record()}),
+               TaskNeed.from_spec({**base, "constraint_json": None}), TaskNeed.from_spec({**base, "image": "img"})]
+    assert [n.labels for n in changed[:2]] == [{"app": "db"}, {"app": "web"}]
+    assert changed[1].static_ports == (8080,) and changed[2].static_ports == ()
+    assert changed[2].resources == Resources(cpu=3) and changed[3].constraint is None and changed[4].image == "img"
+    with pytest.raises(LaunchSpecError):  # a bad spec after good alike ones still fails
+        TaskNeed.from_spec({**base, "ports": [{"value": 8080}, {"value": 8080}]})
+    assert TaskNeed.from_spec(base).constraint == first.constraint

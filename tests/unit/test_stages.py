@@ -157,6 +157,15 @@ def test_a_gang_larger_than_its_pool_is_refused_with_the_numbers(admit, store) -
     assert "instances 0-9 (one gang) need more than pool /p's limit: cpu 10 > 8" in letter["reason"]
 
 
+def test_one_task_among_alike_ones_larger_than_its_pool_is_refused_by_its_instance(admit, store) -> None:
+    stage, out = admit
+    text = JOB.format(name="odd", count=6, gang=0, cpu=1) + "instanceconfig:\n  4:\n    resource: {cpulimit: 9, memlimitmb: 16}\n"
+    stage.handle([command("odd", text)])
+    assert store.get_job("odd") is None
+    [(_, _, _, letter)] = out.take("dead-letters")
+    assert "instance 4 (one gang) need more than pool /p's limit: cpu 9 > 8" in letter["reason"], letter["reason"]
+
+
 def test_a_non_preemptible_gang_beyond_the_reservation_is_refused_and_a_preemptible_one_may_borrow(admit,
                                                                                                    store) -> None:
     store.put_pool("/r", parse_pool_config(POOL.replace("reservation: 8, limit: 8", "reservation: 2, limit: 8"), "/r"))
