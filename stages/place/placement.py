@@ -34,6 +34,7 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from peloton.model.quick_init import quick_init
 from stages.place.checks import Check, Tentative, checks_for, pick_ports, reason_text, refusal
 from stages.place.host_view import HostView
 from stages.place.rank import PACK, Ranker, ranker_for, spreads
@@ -42,6 +43,7 @@ from stages.place.task_need import TaskNeed
 DEFAULT_CANDIDATES = 16  # feasible hosts ranked per task; more ranks better and costs more
 
 
+@quick_init  # one per task placed
 @dataclass(frozen=True, slots=True)
 class Assignment:
     """Where one task of a gang goes, and the ports it gets there (static ones first, in the

@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from peloton.model.quick_init import quick_init
 from peloton.model.resources import Resources
 
 # Mesos task states a driver reports.
@@ -34,6 +35,7 @@ REASON_HEALTH_CHECK_STATUS_UPDATED = "REASON_TASK_HEALTH_CHECK_STATUS_UPDATED"
 REASON_TASK_UNHEALTHY = "REASON_TASK_UNHEALTHY"
 
 
+@quick_init  # one per run launched
 @dataclass(frozen=True, slots=True)
 class LaunchRequest:
     task_id: str
@@ -52,6 +54,7 @@ class LaunchRequest:
     health_check: str | None = None  # the task's health check as JSON (peloton/model/health.py); None: none
 
 
+@quick_init  # several per run
 @dataclass(frozen=True, slots=True)
 class TaskUpdate:
     task_id: str
