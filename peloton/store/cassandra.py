@@ -602,7 +602,8 @@ class CassandraStore(StorageGateway):
                 tx.tasks[(t.job_id, t.instance)] = dataclasses.replace(t)
         self._task_writes(tasks, full=True)
 
-    def update_task_runs(self, tasks: list[TaskRow], same_run: bool = False) -> None:
+    def update_task_runs(self, tasks: list[TaskRow], same_run: bool = False, same_host: bool = False) -> None:
+        # same_host: writing host_id again costs Cassandra nothing more, so it is written as same_run.
         tx = self._tx()
         if tx is not None:
             cols = STATE_COLS if same_run else RUN_COLS

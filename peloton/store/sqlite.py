@@ -33,8 +33,6 @@ from peloton.store.rows import (
     JOB_COLS,
     LAUNCH_COLS,
     QUEUED_COLS,
-    RUN_COLS,
-    STATE_COLS,
     TASK_COLS,
     TASK_COLS_NO_SPEC,
     allocation_from_row,
@@ -48,6 +46,7 @@ from peloton.store.rows import (
     launch_params,
     placeholders,
     queued_from_row,
+    moved_cols,
     run_params,
     queued_params,
     task_from_row,
@@ -309,11 +308,13 @@ class SqliteStore(StorageGateway):
                 [task_params(t) for t in tasks],
             )
 
-    def update_task_runs(self, tasks: list[TaskRow], same_run: bool = False) -> None:
+    def update_task_runs(self, tasks: list[TaskRow], same_run: bool = False, same_host: bool = False) -> None:
+        if not tasks:
+            return
         with self.transaction():
-            cols = STATE_COLS if same_run else RUN_COLS
+            cols = moved_cols(same_run, same_host)
             self.db.executemany(f"UPDATE tasks SET {', '.join(f'{c} = ?' for c in cols)} "
-                                "WHERE job_id = ? AND instance = ?", [run_params(t, same_run) for t in tasks])
+                                "WHERE job_id = ? AND instance = ?", [run_params(t, same_run, same_host) for t in tasks])
 
     def task_state_counts(self, job_ids: list[str]) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {j: {} for j in job_ids}

@@ -97,10 +97,20 @@ class OwnedTasks:
         self._keep(tasks)
 
     def update_task_runs(self, tasks: list[TaskRow], same_run: bool = False) -> None:
-        self.store.update_task_runs(tasks, same_run=same_run)
+        rows = self.rows
+        if same_run and rows:
+            # Those whose remembered row (the store's) has the host they have now leave host_id,
+            # and its index, alone.
+            stayed, moved = [], []
+            for t in tasks:
+                kept = rows.get((t.job_id, t.instance))
+                (stayed if kept is not None and kept.host_id == t.host_id else moved).append(t)
+            self.store.update_task_runs(stayed, same_run=True, same_host=True)
+            self.store.update_task_runs(moved, same_run=True)
+        else:
+            self.store.update_task_runs(tasks, same_run=same_run)
         # Only the columns written change, and only on a row remembered whole before.
         cols = STATE_COLS if same_run else RUN_COLS
-        rows = self.rows
         for t in tasks:
             key = (t.job_id, t.instance)
             kept = rows.get(key)

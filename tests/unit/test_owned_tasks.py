@@ -52,6 +52,26 @@ def test_a_status_changes_the_columns_it_wrote_and_an_ended_run_is_not_kept(owne
     assert again == owned.store.tasks_by_instance(KEYS, spec=False)
 
 
+def test_a_step_on_the_same_host_leaves_host_id_alone_and_a_move_writes_it(owned) -> None:
+    rows = owned.tasks_by_instance(KEYS, spec=False)
+    rows[("j1", 0)].state, rows[("j1", 0)].host_id = "PLACED", "h1"
+    with owned.transaction():
+        owned.update_task_runs([rows[("j1", 0)]], same_run=True)
+    statements: list[str] = []
+    owned.store.db.set_trace_callback(statements.append)
+    rows = owned.tasks_by_instance(KEYS, spec=False)
+    rows[("j1", 0)].state = "RUNNING"  # stays on h1
+    rows[("j1", 1)].state, rows[("j1", 1)].host_id = "PLACED", "h2"  # comes to h2
+    with owned.transaction():
+        owned.update_task_runs([rows[("j1", 0)], rows[("j1", 1)]], same_run=True)
+    owned.store.db.set_trace_callback(None)
+    updates = [s for s in statements if s.startswith("UPDATE tasks")]
+    assert len(updates) == 2 and sum("host_id" in s for s in updates) == 1, updates
+    stored = owned.store.tasks_by_instance(KEYS, spec=False)
+    assert [(stored[k].state, stored[k].host_id) for k in KEYS[:2]] == [("RUNNING", "h1"), ("PLACED", "h2")]
+    assert owned.tasks_by_instance(KEYS, spec=False) == stored
+
+
 def test_a_transaction_that_fails_forgets_what_it_wrote(owned) -> None:
     row = owned.tasks_by_instance([("j1", 0)], spec=False)[("j1", 0)]
     row.state = "RUNNING"

@@ -169,6 +169,13 @@ def test_tasks_are_found_by_instance_saved_and_their_events_kept_in_order(store)
     assert (again.state, again.exit_code, again.updated_ms, again.run_id, again.task_id, again.gang_id) == (
         "SUCCEEDED", 0, 10, 2, "a-0-2", gang)
     t.run_id, t.task_id, t.gang_id = 2, "a-0-2", gang
+    # same_host: a step on the host it is on; the state columns move, the host stays.
+    t.state, t.reason, t.updated_ms = "KILLING", "stop", 11
+    store.update_task_runs([t], same_run=True, same_host=True)
+    again = store.tasks_by_instance([("a", 0)])[("a", 0)]
+    assert (again.state, again.reason, again.updated_ms, again.host_id, again.run_id) == ("KILLING", "stop", 11, "h2", 2)
+    t.state, t.reason, t.updated_ms = "SUCCEEDED", "why", 10
+    store.update_task_runs([t], same_run=True)
     t.spec = {"x": [1]}
     store.record_task_events([("a-0-1", "a", 0, 1, "FAILED", "r", 3, 5, "h1", "boom"),
                               ("a-0-2", "a", 0, 2, "PENDING", "", None, 6, "", "")])
