@@ -169,10 +169,8 @@ def _record_writer(src: _Source, schema: dict) -> str:
     lines = [f"def {name}(r, out):"]
     fields = schema["fields"]
     tail_at = _tail_at(src, schema)
-    values = []
     for field in fields[:tail_at]:
-        values.append(_field_value(src, field, lines))
-        _write(src, field["type"], values[-1], lines, "    ")
+        _write(src, field["type"], _field_value(src, field, lines), lines, "    ")
     if tail_at < len(fields):
         # The tail's bytes of the last record written, reused while its values are equal.
         memo = src.constant([None], "tail")

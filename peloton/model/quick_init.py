@@ -1,8 +1,8 @@
 """A faster __init__ for frozen, slotted dataclasses: the records stages make per task.
 
 A frozen dataclass's generated __init__ sets each field through object.__setattr__ (its own
-__setattr__ refuses), about 0.25 us a field; a TaskUpdate of eleven fields took 3 us, and launch
-makes several per task. The slots' own descriptors set a field for a third of that. The class
+__setattr__ refuses), about 0.25 us a field; a TaskUpdate of eleven fields took 3.3 us, and launch
+makes several per task. The slots' own descriptors set them in half the time (1.6 us). The class
 stays a frozen dataclass in every other way: equality, hashing, repr, replace and pickling are
 the dataclass's own, and assigning a field after construction still raises.
 """
