@@ -344,7 +344,7 @@ class PostgresStore(StorageGateway):
     def update_task_runs(self, tasks: list[TaskRow], same_run: bool = False, same_host: bool = False) -> None:
         cols = moved_cols(same_run, same_host)
         self._many(f"UPDATE tasks SET {', '.join(f'{c} = %s' for c in cols)} WHERE job_id = %s AND instance = %s",
-                   [run_params(t, same_run, same_host) for t in tasks])
+                   list(map(run_params(cols), tasks)))
 
     def task_state_counts(self, job_ids: list[str]) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {j: {} for j in job_ids}

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from operator import attrgetter
+
 import orjson
 
 from peloton.auth.tokens import TokenRow
@@ -90,16 +93,13 @@ def moved_cols(same_run: bool = False, same_host: bool = False) -> tuple[str, ..
     return STEP_COLS if same_host else STATE_COLS if same_run else RUN_COLS
 
 
-def run_params(t: TaskRow, same_run: bool = False, same_host: bool = False) -> tuple:
-    """moved_cols(same_run, same_host) of the task, then its key (job id, instance)."""
-    if same_host:
-        return (t.state, t.failures, t.reason, t.message, t.exit_code, t.signal, t.updated_ms, t.health,
-                t.job_id, t.instance)
-    if same_run:
-        return (t.state, t.failures, t.host_id, t.reason, t.message, t.exit_code, t.signal, t.updated_ms, t.health,
-                t.job_id, t.instance)
-    return (t.run_id, t.task_id, t.gang_id, t.state, t.failures, t.host_id, t.reason, t.message, t.exit_code,
-            t.signal, t.updated_ms, t.health, t.job_id, t.instance)
+def run_params(cols: tuple[str, ...]) -> Callable[[TaskRow], tuple]:
+    """For one of moved_cols's column sets: a task's values of those columns, then its key (job id,
+    instance), in the order update_task_runs binds them."""
+    return _RUN_PARAMS[cols]
+
+
+_RUN_PARAMS = {cols: attrgetter(*cols, "job_id", "instance") for cols in (RUN_COLS, STATE_COLS, STEP_COLS)}
 
 
 def job_from_row(row) -> JobRow:

@@ -314,7 +314,7 @@ class SqliteStore(StorageGateway):
         with self.transaction():
             cols = moved_cols(same_run, same_host)
             self.db.executemany(f"UPDATE tasks SET {', '.join(f'{c} = ?' for c in cols)} "
-                                "WHERE job_id = ? AND instance = ?", [run_params(t, same_run, same_host) for t in tasks])
+                                "WHERE job_id = ? AND instance = ?", map(run_params(cols), tasks))
 
     def task_state_counts(self, job_ids: list[str]) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {j: {} for j in job_ids}

@@ -77,7 +77,6 @@ def expand_job(job_id: str, pool: str, spec: JobSpec, config_text: str, now_ms: 
     return job, tasks
 
 
-
 def next_run(task: TaskRow, now_ms: int) -> None:
     """Turn a task row into its next run, PENDING, in a one-task gang of its own."""
     task.run_id += 1
