@@ -70,8 +70,6 @@ from peloton.store.rows import (
     JOB_COLS,
     LAUNCH_COLS,
     QUEUED_COLS,
-    RUN_COLS,
-    STATE_COLS,
     TASK_COLS,
     TOKEN_COLUMNS,
     allocation_from_row,
@@ -81,6 +79,7 @@ from peloton.store.rows import (
     json_text,
     launch_from_row,
     launch_params,
+    moved_cols,
     queued_from_row,
     task_from_row,
     task_params,
@@ -584,7 +583,7 @@ class CassandraStore(StorageGateway):
             rows = [(*task_params(t), TS) for t in tasks]
             self._write(_insert("tasks", TASK_COLS), [_unset_nulls(r) for r in rows] if new else rows)
         else:
-            cols = STATE_COLS if same_run else RUN_COLS
+            cols = moved_cols(same_run)
             sets = ", ".join(f"{c} = ?" for c in cols)
             self._write(f"UPDATE tasks USING TIMESTAMP ? SET {sets} WHERE job_id = ? AND instance = ?",
                         [(TS, *(UNSET_VALUE if same_run and v is None and c in _END_COLS and t.state not in TASK_TERMINAL
@@ -606,7 +605,7 @@ class CassandraStore(StorageGateway):
         # same_host: writing host_id again costs Cassandra nothing more, so it is written as same_run.
         tx = self._tx()
         if tx is not None:
-            cols = STATE_COLS if same_run else RUN_COLS
+            cols = moved_cols(same_run)
             for t in tasks:
                 key = (t.job_id, t.instance)
                 change = {c: getattr(t, c) for c in cols}

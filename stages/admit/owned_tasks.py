@@ -18,7 +18,7 @@ from contextlib import contextmanager
 
 from peloton.model.states import TASK_TERMINAL
 from peloton.store import JobRow, JobStore, TaskRow
-from peloton.store.rows import RUN_COLS, STATE_COLS
+from peloton.store.rows import moved_cols
 
 LIMIT = 200_000  # rows: about 80 MB
 
@@ -110,7 +110,7 @@ class OwnedTasks:
         else:
             self.store.update_task_runs(tasks, same_run=same_run)
         # Only the columns written change, and only on a row remembered whole before.
-        cols = STATE_COLS if same_run else RUN_COLS
+        cols = moved_cols(same_run)
         for t in tasks:
             key = (t.job_id, t.instance)
             kept = rows.get(key)
