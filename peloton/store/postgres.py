@@ -52,7 +52,7 @@ from peloton.store.rows import (
     placeholders,
     queued_from_row,
     moved_cols,
-    run_params,
+    alike_moves,
     queued_params,
     task_from_row,
     task_params,
@@ -343,8 +343,8 @@ class PostgresStore(StorageGateway):
 
     def update_task_runs(self, tasks: list[TaskRow], same_run: bool = False, same_host: bool = False) -> None:
         cols = moved_cols(same_run, same_host)
-        self._many(f"UPDATE tasks SET {', '.join(f'{c} = %s' for c in cols)} WHERE job_id = %s AND instance = %s",
-                   list(map(run_params(cols), tasks)))
+        self._many(f"UPDATE tasks SET {', '.join(f'{c} = %s' for c in cols)} WHERE job_id = %s AND instance = ANY(%s)",
+                   [(*values, instances) for values, instances in alike_moves(tasks, cols).items()])
 
     def task_state_counts(self, job_ids: list[str]) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {j: {} for j in job_ids}

@@ -47,7 +47,7 @@ from peloton.store.rows import (
     placeholders,
     queued_from_row,
     moved_cols,
-    run_params,
+    alike_moves,
     queued_params,
     task_from_row,
     task_params,
@@ -311,10 +311,22 @@ class SqliteStore(StorageGateway):
     def update_task_runs(self, tasks: list[TaskRow], same_run: bool = False, same_host: bool = False) -> None:
         if not tasks:
             return
+        cols = moved_cols(same_run, same_host)
+        one, many = [], []  # a run alone: its instance; alike runs of a job: theirs as a JSON array
+        for values, instances in alike_moves(tasks, cols).items():
+            if len(instances) == 1:
+                one.append((*values, instances[0]))
+            else:
+                many.append((*values, json_text(instances)))
+        sets = ", ".join(f"{c} = ?" for c in cols)
         with self.transaction():
-            cols = moved_cols(same_run, same_host)
-            self.db.executemany(f"UPDATE tasks SET {', '.join(f'{c} = ?' for c in cols)} "
-                                "WHERE job_id = ? AND instance = ?", map(run_params(cols), tasks))
+            if one:
+                self.db.executemany(f"UPDATE tasks SET {sets} WHERE job_id = ? AND instance = ?", one)
+            if many:
+                # json_each keeps one statement text (cached) for any number of instances, and
+                # SQLite still finds each row by its primary key.
+                self.db.executemany(f"UPDATE tasks SET {sets} WHERE job_id = ? AND instance IN "
+                                    "(SELECT value FROM json_each(?))", many)
 
     def task_state_counts(self, job_ids: list[str]) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {j: {} for j in job_ids}

@@ -195,6 +195,25 @@ def test_the_runs_on_hosts_are_found_by_host_and_state(store) -> None:
     assert store.tasks_on_hosts(["h9"], ["RUNNING"]) == []
 
 
+def test_alike_moves_of_many_runs_are_written_each_to_its_own_row(store) -> None:
+    # Runs of one job moved alike go as one statement per job and step; every row must still get
+    # its own values, another job's rows with the same instance numbers none, and a run given twice
+    # its last values.
+    store.create_jobs([job("a"), job("b")], [task(j, i) for j in "ab" for i in range(6)])
+    moved = [task("a", i, "RUNNING") for i in range(6)]
+    for t in moved:
+        t.updated_ms, t.host_id = 7, f"h{t.instance % 2}"
+    moved[4].state, moved[4].exit_code = "FAILED", 3
+    again = task("a", 5, "LAUNCHED")
+    store.update_task_runs(moved + [again], same_run=True)
+    rows = {t.instance: t for t in store.tasks_of_job("a")}
+    assert [(rows[i].state, rows[i].host_id, rows[i].exit_code, rows[i].updated_ms) for i in range(6)] == [
+        ("RUNNING", "h0", None, 7), ("RUNNING", "h1", None, 7), ("RUNNING", "h0", None, 7),
+        ("RUNNING", "h1", None, 7), ("FAILED", "h0", 3, 7), ("LAUNCHED", "", None, 0)]
+    assert {t.state for t in store.tasks_of_job("b")} == {"PENDING"}
+    assert store.task_state_counts(["a"]) == {"a": {"RUNNING": 4, "FAILED": 1, "LAUNCHED": 1}}
+
+
 def test_a_deleted_job_leaves_no_task_or_event_and_commands_are_claimed_once(store) -> None:
     store.create_jobs([job("d")], [task("d", 0)])
     store.record_task_events([("d-0-1", "d", 0, 1, "KILLED", "", None, 5, "", "")])
