@@ -430,9 +430,13 @@ class SqliteStore(StorageGateway):
                 for r in self.db.execute(f"{q} AND pool IN ({','.join('?' * len(chunk))})", chunk)]
 
     def release_allocations(self, task_ids: list[str], released_ms: int) -> None:
+        if not task_ids:
+            return
         with self.transaction():
-            self.db.executemany("UPDATE allocations SET released_ms = ? WHERE task_id = ? AND released_ms IS NULL",
-                                [(released_ms, t) for t in task_ids])
+            # `+`: without it SQLite walks the release index over every held allocation and tests
+            # each against the list, rather than finding the listed ones by their key.
+            self.db.execute("UPDATE allocations SET released_ms = ? WHERE task_id IN (SELECT value FROM json_each(?)) "
+                            "AND +released_ms IS NULL", (released_ms, json_text(task_ids)))
 
     def allocation_states(self, task_ids: list[str]) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -479,14 +483,18 @@ class SqliteStore(StorageGateway):
         self.unqueue_gangs(gang_ids)
 
     def unqueue_gangs(self, gang_ids: list[str]) -> None:
+        if not gang_ids:
+            return
         with self.transaction():
-            self.db.executemany("DELETE FROM queued_gangs WHERE gang_id = ?", [(g,) for g in gang_ids])
+            self.db.execute("DELETE FROM queued_gangs WHERE gang_id IN (SELECT value FROM json_each(?))",
+                            (json_text(gang_ids),))
 
     def admit_gangs(self, gang_ids: list[str], allocations: list[Allocation]) -> set[str]:
         with self.transaction():
             at = int(time.time() * 1000)
-            taken = {g for g in gang_ids if self.db.execute(
-                "UPDATE queued_gangs SET admitted_ms = ? WHERE gang_id = ? AND admitted_ms IS NULL", (at, g)).rowcount}
+            taken = {g for (g,) in self.db.execute(
+                "UPDATE queued_gangs SET admitted_ms = ? WHERE gang_id IN (SELECT value FROM json_each(?)) "
+                "AND admitted_ms IS NULL RETURNING gang_id", (at, json_text(gang_ids)))}
             self.add_allocations([a for a in allocations if a.gang_id in taken])
             return taken
 

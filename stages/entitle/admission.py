@@ -316,10 +316,13 @@ def plan_admission(queue: PoolQueue, ledger: PoolLedger, now: float = 0.0,
     return admitted
 
 
-def apply_admission(queue: PoolQueue, ledger: PoolLedger, admitted: list[QueuedGang], admitted_ms: int = 0) -> None:
+def apply_admission(queue: PoolQueue, ledger: PoolLedger, admitted: list[QueuedGang], admitted_ms: int = 0,
+                    charges: dict[str, list[Charge]] | None = None) -> None:
+    """Take the gangs off their queue and charge their tasks to the ledger. `charges`: each gang's
+    (by gang id), where the caller has made them already."""
     for q in admitted:
         queue.remove(q)
-        for c in charges_of(q, admitted_ms):
+        for c in charges[q.gang["gang_id"]] if charges is not None else charges_of(q, admitted_ms):
             ledger.charge(c)
 
 

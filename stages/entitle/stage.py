@@ -345,6 +345,7 @@ class EntitleStage(Stage):
         now = self._last_admit = time.monotonic()
         admitted_at = now_ms()
         rows: list[Allocation] = []
+        charges: dict[str, list] = {}  # gang id -> its tasks' charges, for the rows and the ledger alike
         plans = []
         for pool, queue in self.queues.items():
             if not len(queue):
@@ -359,7 +360,8 @@ class EntitleStage(Stage):
                 continue
             plans.append((pool, queue, ledger, chosen))
             for q in chosen:
-                for c in charges_of(q, admitted_at):
+                charges[q.gang["gang_id"]] = of_gang = charges_of(q, admitted_at)
+                for c in of_gang:
                     r = c.resources
                     rows.append(Allocation(c.task_id, pool, c.gang_id, r.cpu, r.mem_mb, r.disk_mb, r.gpu, admitted_at,
                                            c.priority, c.preemptible, c.revocable, c.controller))
@@ -371,7 +373,7 @@ class EntitleStage(Stage):
             for q in lost:  # another instance admitted it (it owned the pool a moment ago)
                 queue.remove(q)
             chosen = [q for q in chosen if q.gang["gang_id"] in taken]
-            apply_admission(queue, ledger, chosen, admitted_at)
+            apply_admission(queue, ledger, chosen, admitted_at, charges)
             # READY goes out first, so the job manager hears it before placement can say PLACING
             send_progress(self.emit, "READY", [(t, "") for q in chosen for t in q.gang["tasks"]])
             for q in chosen:

@@ -518,3 +518,30 @@ def test_events_a_file_holds_one_row_each_are_read_before_the_batches(tmp_path) 
                  "host_id, message) VALUES ('a-0-1', 'a', 0, 1, 'PENDING', '', NULL, 1, '', '')")
     s.record_task_events([("a-0-1", "a", 0, 1, "READY", "", None, 2, "", "")])
     assert [e["state"] for e in s.task_events("a")] == ["PENDING", "READY"]
+
+
+def test_sqlite_finds_the_rows_of_an_id_list_by_their_key(tmp_path) -> None:
+    # A statement over a JSON list of ids (json_each) must look each id up by its key: SQLite may
+    # otherwise prefer another index and test every row it holds against the list.
+    from peloton.store.sqlite import SqliteStore
+
+    store = SqliteStore(tmp_path / "s.db")
+    statements: list[str] = []
+    store.db.set_trace_callback(statements.append)
+    store.create_jobs([job("a")], [task("a", i) for i in range(3)])
+    moved = [task("a", i, "RUNNING") for i in range(3)]
+    store.update_task_runs(moved, same_run=True, same_host=True)
+    store.update_task_runs(moved, same_run=True)
+    store.update_task_runs(moved)
+    gangs = [QueuedGang(f"g{i}", "/p", 0, i, {"gang_id": f"g{i}"}) for i in range(3)]
+    store.queue_gangs(gangs)
+    store.admit_gangs([g.gang_id for g in gangs], [Allocation(f"t{i}", "/p", f"g{i}", 1, 1, 1, 0, 1) for i in range(3)])
+    store.release_allocations(["t0", "t1"], 5)
+    store.unqueue_gangs(["g0", "g1"])
+    store.db.set_trace_callback(None)
+    listed = {s for s in statements if "json_each" in s}
+    assert len(listed) >= 5, listed
+    for sql in listed:
+        plan = [row[3] for row in store.db.execute("EXPLAIN QUERY PLAN " + sql.replace("RETURNING gang_id", ""))]
+        assert plan[0].startswith("SEARCH") and "sqlite_autoindex" in plan[0], (sql, plan)
+    store.close()
