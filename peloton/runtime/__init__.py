@@ -15,7 +15,7 @@ One idea per module: record.py (what a stage reads), emitter.py (what it produce
 errors.py (whose fault a failure is), stage.py (the contract and batch handling), loop.py (the
 loop, commits and rebalances), transaction.py (output and offsets committed together), views.py
 (compacted topics read as tables), readback.py (reading a partition back), clients.py (the
-clients' settings), sweep.py (a chore done a batch a tick). The names a stage needs are importable from the package itself.
+clients' settings), sweep.py (a chore done a batch a tick), stuck.py (a watchdog on a loop's turns). The names a stage needs are importable from the package itself.
 """
 
 from peloton.runtime.clients import CONSUMER_RECOVERY, QUIET, RECOVERY, kafka_access, producer_config

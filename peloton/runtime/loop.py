@@ -4,7 +4,6 @@ rebalance callbacks, the broker checks and the lag it exports around it."""
 
 from __future__ import annotations
 
-import faulthandler
 import logging
 import signal
 import time
@@ -30,6 +29,7 @@ from peloton.runtime.errors import is_transient
 from peloton.runtime.record import Record, WrongSchema, decode_message
 from peloton.runtime.membership import group_members
 from peloton.runtime.stage import Stage, handle_batch
+from peloton.runtime.stuck import StuckWatch
 from peloton.runtime.transaction import BatchTransaction
 from peloton.serde import DecodeError, registry
 from peloton.topics import Catalogue
@@ -37,10 +37,6 @@ from peloton.topics import Catalogue
 log = logging.getLogger("peloton.runtime")
 
 
-# A loop that has not come round for this long writes every thread's stack to stderr (the
-# stage's log): a wait that never ends shows where it is. Waiting out a broker or store outage
-# inside one turn writes it once, which is harmless.
-STUCK_S = 60.0
 # How often the loop says it is alive, with what it has and what it did since (INFO).
 STATUS_EVERY_S = 30.0
 # An instance that has held no partition this long asks the broker whether it is in its group at
@@ -253,13 +249,14 @@ class StageRuntime:
         self._subscribe()
         deadline = time.monotonic() + max_seconds if max_seconds else None
         self._status_at, self._status_records, self._status_turns = time.monotonic(), 0, 0
+        watch = StuckWatch()  # a turn stuck for a minute writes every thread's stack to the log
         try:
             while self._running and (deadline is None or time.monotonic() < deadline):
-                faulthandler.dump_traceback_later(STUCK_S)  # re-armed every turn: fires only if one sticks
+                watch.turn()
                 self.run_once()
                 self._status()
         finally:
-            faulthandler.cancel_dump_traceback_later()
+            watch.stop()
             self._shutdown()
 
     def _status(self) -> None:

@@ -19,7 +19,6 @@ groups, verified by pid file) and reports the others lost.
 
 from __future__ import annotations
 
-import faulthandler
 import itertools
 import json
 import logging
@@ -37,7 +36,8 @@ from peloton.config import Settings
 from peloton.model.resources import Resources
 from peloton.model.states import REASON_AGENT_FENCED
 from peloton.runtime.heap import settle_heap
-from peloton.runtime.loop import STATUS_EVERY_S, STUCK_S
+from peloton.runtime.loop import STATUS_EVERY_S
+from peloton.runtime.stuck import StuckWatch
 from peloton.serde import DecodeError, registry
 from peloton.topics import Catalogue, partition_for
 from stages.launch.agents.cgroups import Hierarchy, agent_cgroup_name, agent_parent_leaf, find_hierarchy
@@ -307,14 +307,14 @@ class HostAgent:
     def run(self, max_seconds: float | None = None) -> None:
         self.start()
         deadline = time.monotonic() + max_seconds if max_seconds else None
+        watch = StuckWatch()  # as the stages' loop: a stuck step writes every thread's stack to the log
         try:
             while self._running and (deadline is None or time.monotonic() < deadline):
-                # As the stages' loop: a step stuck for STUCK_S writes every thread's stack to the log.
-                faulthandler.dump_traceback_later(STUCK_S)
+                watch.turn()
                 self.step()
                 self._status()
         finally:
-            faulthandler.cancel_dump_traceback_later()
+            watch.stop()
             self.close()
 
     def _status(self) -> None:
