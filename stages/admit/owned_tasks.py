@@ -18,7 +18,7 @@ from contextlib import contextmanager
 
 from peloton.model.states import TASK_TERMINAL
 from peloton.store import JobRow, JobStore, TaskRow
-from peloton.store.rows import moved_cols
+from peloton.store.rows import RUN_COLS, STATE_COLS, STEP_COLS, moved_cols
 
 LIMIT = 200_000  # rows: about 80 MB
 
@@ -27,6 +27,17 @@ def _copy(t: TaskRow) -> TaskRow:
     """A row of its own, without its spec (callers change what they read)."""
     return TaskRow(t.job_id, t.instance, t.run_id, t.task_id, t.pool, t.gang_id, t.state, None, t.max_failures,
                    t.failures, t.host_id, t.reason, t.message, t.exit_code, t.signal, t.updated_ms, t.health)
+
+
+def _copier(cols: tuple[str, ...]):
+    """copy(dst, src): dst.<col> = src.<col> for each of the columns, as straight-line code (our
+    own column names): 0.2 us for nine, against 1.0 through getattr and setattr in a loop."""
+    scope: dict = {}
+    exec("def copy(dst, src):\n" + "".join(f"    dst.{c} = src.{c}\n" for c in cols), scope)  # noqa: S102
+    return scope["copy"]
+
+
+_COPY_COLS = {cols: _copier(cols) for cols in (RUN_COLS, STATE_COLS, STEP_COLS)}
 
 
 class OwnedTasks:
@@ -110,7 +121,7 @@ class OwnedTasks:
         else:
             self.store.update_task_runs(tasks, same_run=same_run)
         # Only the columns written change, and only on a row remembered whole before.
-        cols = moved_cols(same_run)
+        copy = _COPY_COLS[moved_cols(same_run)]
         for t in tasks:
             key = (t.job_id, t.instance)
             kept = rows.get(key)
@@ -119,8 +130,7 @@ class OwnedTasks:
             if t.state in TASK_TERMINAL:
                 del rows[key]
                 continue
-            for col in cols:
-                setattr(kept, col, getattr(t, col))
+            copy(kept, t)
 
     def delete_job(self, job_id: str, at_ms: int) -> bool:
         deleted = self.store.delete_job(job_id, at_ms)
