@@ -79,6 +79,7 @@ integration: $(STAMP) system jars
 bench: $(STAMP) jars
 	$(BIN)/pelotonctl respool bench
 	$(BIN)/python -m pelotonctl.bench.placement
+	$(BIN)/python -m pelotonctl.bench.job_manager
 	$(BIN)/pelotonctl bench --targets
 
 # Scale and soak runs (tests marked slow), left out of `make test` to keep it within CI's time.

@@ -1,0 +1,139 @@
+"""How much CPU the job manager (the admit stage) spends per task, the stage alone: no Kafka.
+
+    .venv/bin/python -m pelotonctl.bench.job_manager              # 10 jobs of 1,000 tasks
+    .venv/bin/python -m pelotonctl.bench.job_manager 20 500       # jobs, tasks per job
+
+Admit is the largest stage's CPU in `pelotonctl bench`, and that bench's figure moves with
+whatever else the shared machine runs. Here the stage's own work is timed alone, in CPU seconds:
+each job is created, then its runs go through each step a pipeline reports (READY, PLACED and
+LAUNCHING as TaskProgress records, then TASK_STARTING, TASK_RUNNING and TASK_FINISHED as
+TaskStatus), one batch per job and step, as the runtime hands them over (decoded from the
+bundles a stage sends, outside the clock). The store is a real SQLite file; what the stage emits
+is bundled and encoded as the runtime would, then dropped. Two trees compare by running this one
+after the other, a few times each.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from peloton.config import Settings
+from peloton.model.pool import parse_pool_config
+from peloton.runtime import Emitter, Record, StaticView, decode_message
+from peloton.serde import registry
+from peloton.store import open_store
+from peloton.topics import Catalogue
+
+POOL = """
+resources:
+- {kind: cpu, reservation: 1000000, limit: 1000000, share: 1}
+- {kind: memory, reservation: 1000000000, limit: 1000000000, share: 1}
+- {kind: disk, reservation: 1000000000, limit: 1000000000, share: 1}
+"""
+JOB = """
+name: bench
+instancecount: {count}
+defaultconfig:
+  resource: {{cpulimit: 0.01, memlimitmb: 16}}
+  command: {{shell: true, value: 'true'}}
+"""
+PROGRESS = ("READY", "PLACED", "LAUNCHING")
+STATUSES = ("TASK_STARTING", "TASK_RUNNING", "TASK_FINISHED")
+HOSTS = 97  # the hosts a job's runs are spread over
+
+
+class _Dropped(Emitter):
+    """Bundles and encodes what the stage emits, as the runtime's emitter does, then drops it."""
+
+    def send(self) -> None:
+        self.produced += len(self._messages())
+
+
+def _records(catalogue: Catalogue, key: str, schema: str, values: list[dict]) -> list[Record]:
+    """The records a reader gets from the bundles a stage sends these values in."""
+    emitter = _Dropped(None, catalogue, registry(), "bench")
+    emitter.holding = True
+    for v in values:
+        emitter.emit("task-status", key, schema, v)
+    spec = catalogue["task-status"]
+    return [r for _, _, raw, _ in emitter._messages()
+            for r in decode_message(registry(), spec, 0, 0, key.encode(), raw)]
+
+
+def _host(host_id: str) -> dict:
+    return {"host_id": host_id, "shard": 0, "driver": "sim", "state": "UP",
+            "capacity": {"cpu": 64.0, "mem_mb": 262144.0, "disk_mb": 1000000.0, "gpu": 0.0},
+            "allocated": {"cpu": 0.0, "mem_mb": 0.0, "disk_mb": 0.0, "gpu": 0.0}, "task_count": 0,
+            "labels": {}, "applied_placements": [], "updated_ms": 1, "task_labels": [], "job_tasks": {},
+            "used_ports": [], "port_ranges": []}
+
+
+def bench_job_manager(jobs: int = 10, tasks_per_job: int = 1000) -> dict:
+    """CPU microseconds per task of each step and in all, and the jobs' final states."""
+    from stages.admit.stage import AdmitStage
+
+    home = Path(tempfile.mkdtemp(prefix="peloton-jm-bench-"))
+    try:
+        catalogue = Catalogue()
+        store = open_store(home / "peloton.db")
+        store.put_pool("/p", parse_pool_config(POOL, "/p"))
+        stage = AdmitStage(store, hosts=StaticView({f"h{i}": _host(f"h{i}") for i in range(HOSTS)}))
+        emitter = _Dropped(None, catalogue, registry(), "admit")
+        emitter.holding = True
+        stage.bind(emitter, Settings(), catalogue)
+        # every partition of both inputs, as one instance holding them all (its rows remembered)
+        stage.on_assign([(t, p) for t in ("job-commands", "task-status") for p in range(catalogue["task-status"].partitions)])
+        cpu: dict[str, float] = {}
+
+        def timed(step: str, records: list[Record]) -> None:
+            start = time.process_time()
+            stage.handle(records)
+            emitter.send()
+            cpu[step] = cpu.get(step, 0.0) + time.process_time() - start
+
+        job_ids = [f"{uuid.uuid4()}" for _ in range(jobs)]
+        for job_id in job_ids:
+            command = {"command_id": uuid.uuid4().hex, "kind": "CREATE", "job_id": job_id, "pool": "/p",
+                       "config": JOB.format(count=tasks_per_job), "requested_by": "bench", "timestamp_ms": 1}
+            raw = registry().encode("peloton.JobCommand", command)
+            timed("create", decode_message(registry(), catalogue["job-commands"], 0, 0, job_id.encode(), raw))
+        for job_id in job_ids:
+            hosts = [f"h{i % HOSTS}" for i in range(tasks_per_job)]
+            for state in PROGRESS:
+                runs = [{"instance": i, "run_id": 1, "host_id": "" if state == "READY" else hosts[i]}
+                        for i in range(tasks_per_job)]
+                timed(state, _records(catalogue, job_id, "peloton.TaskProgress", [{
+                    "event_id": uuid.uuid4().hex, "job_id": job_id, "state": state, "runs": runs,
+                    "timestamp_ms": int(time.time() * 1000)}]))
+            for state in STATUSES:
+                end = state == "TASK_FINISHED"
+                timed(state, _records(catalogue, job_id, "peloton.TaskStatus", [{
+                    "event_id": uuid.uuid4().hex, "task_id": f"{job_id}-{i}-1", "job_id": job_id, "instance": i,
+                    "run_id": 1, "host_id": hosts[i], "state": state, "reason": "", "message": "",
+                    "exit_code": 0 if end else None, "signal": None, "timestamp_ms": int(time.time() * 1000),
+                    "health": ""} for i in range(tasks_per_job)]))
+        states = sorted({store.get_job(j).state for j in job_ids})
+        store.close()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    tasks = jobs * tasks_per_job
+    per_step = {step: round(seconds / tasks * 1e6, 1) for step, seconds in cpu.items()}
+    return {"jobs": jobs, "tasks_per_job": tasks_per_job, "cpu_us_per_task": per_step,
+            "cpu_us_per_task_total": round(sum(cpu.values()) / tasks * 1e6, 1), "job_states": states}
+
+
+def main() -> None:
+    args = [int(a) for a in sys.argv[1:3]]
+    r = bench_job_manager(*args)
+    steps = ", ".join(f"{step} {us}" for step, us in r["cpu_us_per_task"].items())
+    print(f"job manager alone, {r['jobs']} jobs of {r['tasks_per_job']:,} tasks: "
+          f"{r['cpu_us_per_task_total']} us of CPU per task ({steps}); jobs {', '.join(r['job_states'])}")
+
+
+if __name__ == "__main__":
+    main()
