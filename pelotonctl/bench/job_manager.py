@@ -1,16 +1,17 @@
 """How much CPU the job manager (the admit stage) spends per task, the stage alone: no Kafka.
 
     .venv/bin/python -m pelotonctl.bench.job_manager              # 10 jobs of 1,000 tasks
-    .venv/bin/python -m pelotonctl.bench.job_manager 20 500       # jobs, tasks per job
+    .venv/bin/python -m pelotonctl.bench.job_manager 20 500 50    # jobs, tasks per job, batch
 
 Admit is the largest stage's CPU in `pelotonctl bench`, and that bench's figure moves with
 whatever else the shared machine runs. Here the stage's own work is timed alone, in CPU seconds:
 each job is created, then its runs go through each step a pipeline reports (READY, PLACED and
 LAUNCHING as TaskProgress records, then TASK_STARTING, TASK_RUNNING and TASK_FINISHED as
-TaskStatus), one batch per job and step, as the runtime hands them over (decoded from the
-bundles a stage sends, outside the clock). The store is a real SQLite file; what the stage emits
-is bundled and encoded as the runtime would, then dropped. Two trees compare by running this one
-after the other, a few times each.
+TaskStatus), each step in batches of 100 runs of the job (a pipeline's turns rarely hold a whole
+job's), as the runtime hands them over (decoded from the bundles a stage sends, outside the
+clock). The store is a real SQLite file; what the stage emits is bundled and encoded as the
+runtime would, then dropped. Two trees compare by running this one after the other, a few times
+each.
 """
 
 from __future__ import annotations
@@ -73,8 +74,9 @@ def _host(host_id: str) -> dict:
             "used_ports": [], "port_ranges": []}
 
 
-def bench_job_manager(jobs: int = 10, tasks_per_job: int = 1000) -> dict:
-    """CPU microseconds per task of each step and in all, and the jobs' final states."""
+def bench_job_manager(jobs: int = 10, tasks_per_job: int = 1000, batch: int = 100) -> dict:
+    """CPU microseconds per task of each step and in all, and the jobs' final states. Each step
+    of a job comes in batches of `batch` runs (a pipeline's turns rarely hold a whole job's)."""
     from stages.admit.stage import AdmitStage
 
     home = Path(tempfile.mkdtemp(prefix="peloton-jm-bench-"))
@@ -104,34 +106,37 @@ def bench_job_manager(jobs: int = 10, tasks_per_job: int = 1000) -> dict:
             timed("create", decode_message(registry(), catalogue["job-commands"], 0, 0, job_id.encode(), raw))
         for job_id in job_ids:
             hosts = [f"h{i % HOSTS}" for i in range(tasks_per_job)]
+            parts = [range(k, min(k + batch, tasks_per_job)) for k in range(0, tasks_per_job, batch)]
             for state in PROGRESS:
-                runs = [{"instance": i, "run_id": 1, "host_id": "" if state == "READY" else hosts[i]}
-                        for i in range(tasks_per_job)]
-                timed(state, _records(catalogue, job_id, "peloton.TaskProgress", [{
-                    "event_id": uuid.uuid4().hex, "job_id": job_id, "state": state, "runs": runs,
-                    "timestamp_ms": int(time.time() * 1000)}]))
+                for part in parts:
+                    runs = [{"instance": i, "run_id": 1, "host_id": "" if state == "READY" else hosts[i]} for i in part]
+                    timed(state, _records(catalogue, job_id, "peloton.TaskProgress", [{
+                        "event_id": uuid.uuid4().hex, "job_id": job_id, "state": state, "runs": runs,
+                        "timestamp_ms": int(time.time() * 1000)}]))
             for state in STATUSES:
                 end = state == "TASK_FINISHED"
-                timed(state, _records(catalogue, job_id, "peloton.TaskStatus", [{
-                    "event_id": uuid.uuid4().hex, "task_id": f"{job_id}-{i}-1", "job_id": job_id, "instance": i,
-                    "run_id": 1, "host_id": hosts[i], "state": state, "reason": "", "message": "",
-                    "exit_code": 0 if end else None, "signal": None, "timestamp_ms": int(time.time() * 1000),
-                    "health": ""} for i in range(tasks_per_job)]))
+                for part in parts:
+                    timed(state, _records(catalogue, job_id, "peloton.TaskStatus", [{
+                        "event_id": uuid.uuid4().hex, "task_id": f"{job_id}-{i}-1", "job_id": job_id, "instance": i,
+                        "run_id": 1, "host_id": hosts[i], "state": state, "reason": "", "message": "",
+                        "exit_code": 0 if end else None, "signal": None, "timestamp_ms": int(time.time() * 1000),
+                        "health": ""} for i in part]))
         states = sorted({store.get_job(j).state for j in job_ids})
         store.close()
     finally:
         shutil.rmtree(home, ignore_errors=True)
     tasks = jobs * tasks_per_job
     per_step = {step: round(seconds / tasks * 1e6, 1) for step, seconds in cpu.items()}
-    return {"jobs": jobs, "tasks_per_job": tasks_per_job, "cpu_us_per_task": per_step,
+    return {"jobs": jobs, "tasks_per_job": tasks_per_job, "batch": batch, "cpu_us_per_task": per_step,
             "cpu_us_per_task_total": round(sum(cpu.values()) / tasks * 1e6, 1), "job_states": states}
 
 
 def main() -> None:
-    args = [int(a) for a in sys.argv[1:3]]
+    args = [int(a) for a in sys.argv[1:4]]
     r = bench_job_manager(*args)
     steps = ", ".join(f"{step} {us}" for step, us in r["cpu_us_per_task"].items())
-    print(f"job manager alone, {r['jobs']} jobs of {r['tasks_per_job']:,} tasks: "
+    print(f"job manager alone, {r['jobs']} jobs of {r['tasks_per_job']:,} tasks, their steps in batches of "
+          f"{r['batch']}: "
           f"{r['cpu_us_per_task_total']} us of CPU per task ({steps}); jobs {', '.join(r['job_states'])}")
 
 
