@@ -10,7 +10,13 @@ remembered is what was written. Memory is forgotten when it could be wrong: a tr
 fails (its writes rolled back), partitions that move, an assignment that does not pair the two
 topics' partitions (then nothing is remembered until one does). Ended runs are not kept (few
 statuses follow them), nor specs (the largest column; read from the store when a run needs it), and
-at most `limit` rows are."""
+at most `limit` rows are.
+
+Each job's count of tasks by state is kept the same way, once read or made: every write of a task
+through here moves it from the state its remembered row had to the one written. A write of a task
+whose row is not remembered (its old state unknown) forgets its job's counts, which the store
+counts again when next asked. Its GROUP BY over a job's rows, after every batch that moved any of
+them, was 3.4 % of admit alone."""
 
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ from peloton.store import JobRow, JobStore, TaskRow
 from peloton.store.rows import RUN_COLS, STATE_COLS, STEP_COLS, moved_cols
 
 LIMIT = 200_000  # rows: about 80 MB
+COUNTS_LIMIT = 50_000  # jobs whose counts are kept (each a few hundred bytes)
 
 
 def _copy(t: TaskRow) -> TaskRow:
@@ -48,6 +55,7 @@ class OwnedTasks:
         self.store = store
         self.limit = limit
         self.rows: dict[tuple[str, int], TaskRow] = {}
+        self.counts: dict[str, dict[str, int]] = {}  # job id -> its tasks by state, as the store has them
         self.enabled = False  # only while the assignment pairs the two topics' partitions
         self.reads = 0  # rows read from the store for lack of memory (a test reads it)
 
@@ -63,6 +71,7 @@ class OwnedTasks:
 
     def forget(self) -> None:
         self.rows.clear()
+        self.counts.clear()
 
     @contextmanager
     def transaction(self):
@@ -100,12 +109,46 @@ class OwnedTasks:
 
     def create_jobs(self, jobs: list[JobRow], tasks: list[TaskRow]) -> set[str]:
         new = self.store.create_jobs(jobs, tasks)
-        self._keep([t for t in tasks if t.job_id in new])
+        made = [t for t in tasks if t.job_id in new]
+        if self.enabled:
+            for job_id in new:
+                self.counts[job_id] = {}
+            for t in made:
+                counts = self.counts[t.job_id]
+                counts[t.state] = counts.get(t.state, 0) + 1
+        self._keep(made)
         return new
 
     def save_tasks(self, tasks: list[TaskRow]) -> None:
         self.store.save_tasks(tasks)
-        self._keep(tasks)
+        for t in tasks:  # one by one: a task given twice moves from the first to the second
+            self._count(t, self.rows.get((t.job_id, t.instance)))
+            self._keep([t])
+
+    def _count(self, t: TaskRow, kept: TaskRow | None) -> None:
+        """`t` was written over the row remembered as `kept` (None: not remembered)."""
+        counts = self.counts.get(t.job_id)
+        if counts is None:
+            return
+        if kept is None:
+            del self.counts[t.job_id]  # from a state not known here: the store counts again
+            return
+        old, new = kept.state, t.state
+        if old != new:
+            counts[old] -= 1  # there: the remembered row was counted
+            counts[new] = counts.get(new, 0) + 1
+
+    def task_state_counts(self, job_ids: list[str]) -> dict[str, dict[str, int]]:
+        if not self.enabled:
+            return self.store.task_state_counts(job_ids)
+        missing = [j for j in job_ids if j not in self.counts]
+        if missing:
+            if len(self.counts) + len(missing) > COUNTS_LIMIT:
+                self.counts.clear()  # ended jobs wait here for their retention: start again
+                missing = list(job_ids)
+            for job_id, of_job in self.store.task_state_counts(missing).items():
+                self.counts[job_id] = dict(of_job)
+        return {j: {state: n for state, n in self.counts[j].items() if n} for j in job_ids}
 
     def update_task_runs(self, tasks: list[TaskRow], same_run: bool = False) -> None:
         rows = self.rows
@@ -125,6 +168,7 @@ class OwnedTasks:
         for t in tasks:
             key = (t.job_id, t.instance)
             kept = rows.get(key)
+            self._count(t, kept)
             if kept is None:
                 continue
             if t.state in TASK_TERMINAL:
@@ -134,6 +178,7 @@ class OwnedTasks:
 
     def delete_job(self, job_id: str, at_ms: int) -> bool:
         deleted = self.store.delete_job(job_id, at_ms)
+        self.counts.pop(job_id, None)
         for key in [k for k in self.rows if k[0] == job_id]:
             del self.rows[key]
         return deleted

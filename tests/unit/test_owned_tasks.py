@@ -107,3 +107,44 @@ def test_a_deleted_job_is_forgotten_and_a_flood_past_the_limit_starts_again(owne
         small.create_jobs([job("b")], tasks("b", 3))
     assert set(small.rows) == {("b", 0), ("b", 1), ("b", 2)}
     assert dataclasses.asdict(small.tasks_by_instance([("a", 2)], spec=False)[("a", 2)])["task_id"] == "a-2-1"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_counts_by_state_kept_in_memory_are_always_the_stores(owned, seed) -> None:
+    # Random writes of every kind admit makes, through the remembered rows and around them (a row
+    # not remembered, a task added by save_tasks, a failed transaction, a flood past the limit):
+    # after each, the counts served are the store's own GROUP BY.
+    import random
+
+    rng = random.Random(seed)
+    states = ["PENDING", "READY", "PLACED", "LAUNCHING", "RUNNING", "KILLING", "SUCCEEDED", "FAILED", "KILLED"]
+    owned.limit = 8
+    with owned.transaction():
+        owned.create_jobs([job("j2")], tasks("j2", 5))
+    served = 0
+    for _ in range(120):
+        job_id = rng.choice(["j1", "j2"])
+        n = 3 if job_id == "j1" else 5
+        keys = [(job_id, i) for i in rng.sample(range(n + 1), rng.randint(1, 3))]
+        rows = owned.tasks_by_instance(keys, spec=rng.random() < 0.2)
+        for row in rows.values():
+            row.state, row.host_id = rng.choice(states), rng.choice(["", "h1", "h2"])
+        written = list(rows.values()) + ([rows[keys[0]]] if keys[0] in rows and rng.random() < 0.2 else [])
+        kind = rng.random()
+        try:
+            with owned.transaction():
+                if kind < 0.15:  # a task of the job not made yet, or made again whole
+                    new = TaskRow(job_id, n, 1, f"{job_id}-{n}-1", "/p", "g", rng.choice(states), {"cmd": "true"})
+                    owned.save_tasks([new, *rows.values()])
+                else:
+                    owned.update_task_runs(written, same_run=kind < 0.8)
+                if rng.random() < 0.1:
+                    raise RuntimeError("the batch broke")
+        except RuntimeError:
+            pass
+        if rng.random() < 0.05:
+            owned.forget()
+        for j in ("j1", "j2"):
+            served += j in owned.counts
+            assert owned.task_state_counts([j]) == owned.store.task_state_counts([j])
+    assert served > 60  # mostly from memory
