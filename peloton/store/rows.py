@@ -95,8 +95,8 @@ def moved_cols(same_run: bool = False, same_host: bool = False) -> tuple[str, ..
 def alike_moves(tasks: list[TaskRow], cols: tuple[str, ...]) -> dict[tuple, list[int]]:
     """The tasks whose values of `cols` are the same, job by job: (those values, then the job id)
     -> their instances. A batch moves many runs of a job to the same step at the same time, and
-    SQLite wrote them 2.2 times as fast as one statement per job and step as one per row. A task
-    given twice is written with its last values."""
+    SQLite writes them 2.2 times as fast with one statement per job and step as with one per row.
+    A task given twice is written with its last values."""
     values = _MOVE_VALUES[cols]
     last = {(t.job_id, t.instance): values(t) for t in tasks}
     out: dict[tuple, list[int]] = {}

@@ -15,8 +15,8 @@ at most `limit` rows are.
 Each job's count of tasks by state is kept the same way, once read or made: every write of a task
 through here moves it from the state its remembered row had to the one written. A write of a task
 whose row is not remembered (its old state unknown) forgets its job's counts, which the store
-counts again when next asked. Its GROUP BY over a job's rows, after every batch that moved any of
-them, was 3.4 % of admit alone."""
+counts again when next asked. Its GROUP BY read every row of each job a batch moved: 100 runs of
+a 1,000-task job read 1,000 rows (admit alone, steps in batches of 100: 143 -> 112 us a task)."""
 
 from __future__ import annotations
 
