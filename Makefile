@@ -80,6 +80,7 @@ bench: $(STAMP) jars
 	$(BIN)/pelotonctl respool bench
 	$(BIN)/python -m pelotonctl.bench.placement
 	$(BIN)/python -m pelotonctl.bench.job_manager
+	$(BIN)/python -m pelotonctl.bench.entitle_stage
 	$(BIN)/pelotonctl bench --targets
 
 # Scale and soak runs (tests marked slow), left out of `make test` to keep it within CI's time.

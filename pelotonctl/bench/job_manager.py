@@ -25,10 +25,11 @@ from pathlib import Path
 
 from peloton.config import Settings
 from peloton.model.pool import parse_pool_config
-from peloton.runtime import Emitter, Record, StaticView, decode_message
+from peloton.runtime import StaticView, decode_message
 from peloton.serde import registry
 from peloton.store import open_store
 from peloton.topics import Catalogue
+from pelotonctl.bench.alone import dropped, host_state, records
 
 POOL = """
 resources:
@@ -48,32 +49,6 @@ STATUSES = ("TASK_STARTING", "TASK_RUNNING", "TASK_FINISHED")
 HOSTS = 97  # the hosts a job's runs are spread over
 
 
-class _Dropped(Emitter):
-    """Bundles and encodes what the stage emits, as the runtime's emitter does, then drops it."""
-
-    def send(self) -> None:
-        self.produced += len(self._messages())
-
-
-def _records(catalogue: Catalogue, key: str, schema: str, values: list[dict]) -> list[Record]:
-    """The records a reader gets from the bundles a stage sends these values in."""
-    emitter = _Dropped(None, catalogue, registry(), "bench")
-    emitter.holding = True
-    for v in values:
-        emitter.emit("task-status", key, schema, v)
-    spec = catalogue["task-status"]
-    return [r for _, _, raw, _ in emitter._messages()
-            for r in decode_message(registry(), spec, 0, 0, key.encode(), raw)]
-
-
-def _host(host_id: str) -> dict:
-    return {"host_id": host_id, "shard": 0, "driver": "sim", "state": "UP",
-            "capacity": {"cpu": 64.0, "mem_mb": 262144.0, "disk_mb": 1000000.0, "gpu": 0.0},
-            "allocated": {"cpu": 0.0, "mem_mb": 0.0, "disk_mb": 0.0, "gpu": 0.0}, "task_count": 0,
-            "labels": {}, "applied_placements": [], "updated_ms": 1, "task_labels": [], "job_tasks": {},
-            "used_ports": [], "port_ranges": []}
-
-
 def bench_job_manager(jobs: int = 10, tasks_per_job: int = 1000, batch: int = 100) -> dict:
     """CPU microseconds per task of each step and in all, and the jobs' final states. Each step
     of a job comes in batches of `batch` runs (a pipeline's turns rarely hold a whole job's)."""
@@ -84,17 +59,16 @@ def bench_job_manager(jobs: int = 10, tasks_per_job: int = 1000, batch: int = 10
         catalogue = Catalogue()
         store = open_store(home / "peloton.db")
         store.put_pool("/p", parse_pool_config(POOL, "/p"))
-        stage = AdmitStage(store, hosts=StaticView({f"h{i}": _host(f"h{i}") for i in range(HOSTS)}))
-        emitter = _Dropped(None, catalogue, registry(), "admit")
-        emitter.holding = True
+        stage = AdmitStage(store, hosts=StaticView({f"h{i}": host_state(f"h{i}") for i in range(HOSTS)}))
+        emitter = dropped(catalogue, "admit")
         stage.bind(emitter, Settings(), catalogue)
         # every partition of both inputs, as one instance holding them all (its rows remembered)
         stage.on_assign([(t, p) for t in ("job-commands", "task-status") for p in range(catalogue["task-status"].partitions)])
         cpu: dict[str, float] = {}
 
-        def timed(step: str, records: list[Record]) -> None:
+        def timed(step: str, given: list) -> None:
             start = time.process_time()
-            stage.handle(records)
+            stage.handle(given)
             emitter.send()
             cpu[step] = cpu.get(step, 0.0) + time.process_time() - start
 
@@ -110,13 +84,13 @@ def bench_job_manager(jobs: int = 10, tasks_per_job: int = 1000, batch: int = 10
             for state in PROGRESS:
                 for part in parts:
                     runs = [{"instance": i, "run_id": 1, "host_id": "" if state == "READY" else hosts[i]} for i in part]
-                    timed(state, _records(catalogue, job_id, "peloton.TaskProgress", [{
+                    timed(state, records(catalogue, "task-status", job_id, "peloton.TaskProgress", [{
                         "event_id": uuid.uuid4().hex, "job_id": job_id, "state": state, "runs": runs,
                         "timestamp_ms": int(time.time() * 1000)}]))
             for state in STATUSES:
                 end = state == "TASK_FINISHED"
                 for part in parts:
-                    timed(state, _records(catalogue, job_id, "peloton.TaskStatus", [{
+                    timed(state, records(catalogue, "task-status", job_id, "peloton.TaskStatus", [{
                         "event_id": uuid.uuid4().hex, "task_id": f"{job_id}-{i}-1", "job_id": job_id, "instance": i,
                         "run_id": 1, "host_id": hosts[i], "state": state, "reason": "", "message": "",
                         "exit_code": 0 if end else None, "signal": None, "timestamp_ms": int(time.time() * 1000),
