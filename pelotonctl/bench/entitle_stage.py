@@ -23,18 +23,10 @@ import uuid
 from pathlib import Path
 
 from peloton.config import Settings
-from peloton.model.pool import parse_pool_config
 from peloton.runtime import StaticView
-from peloton.store import open_store
 from peloton.topics import Catalogue
-from pelotonctl.bench.alone import dropped, host_state, records
+from pelotonctl.bench.alone import CpuByStep, batches, dropped, host_state, pooled_store, records
 
-POOL = """
-resources:
-- {kind: cpu, reservation: 1000000, limit: 1000000, share: 1}
-- {kind: memory, reservation: 1000000000, limit: 1000000000, share: 1}
-- {kind: disk, reservation: 1000000000, limit: 1000000000, share: 1}
-"""
 HOSTS = 1000
 STEPS = ("demand", "tick", "release")
 
@@ -59,8 +51,7 @@ def bench_entitle_stage(jobs: int = 10, gangs_per_job: int = 1000, batch: int = 
     home = Path(tempfile.mkdtemp(prefix="peloton-entitle-bench-"))
     try:
         catalogue = Catalogue()
-        store = open_store(home / "peloton.db")
-        store.put_pool("/p", parse_pool_config(POOL, "/p"))
+        store = pooled_store(home)
         stage = EntitleStage(store, usage=StaticView(),
                              hosts=StaticView({f"h{i}": host_state(f"h{i}") for i in range(HOSTS)}))
         stage.read_back = lambda *_args: []  # no earlier owner's admissions to read back
@@ -69,17 +60,11 @@ def bench_entitle_stage(jobs: int = 10, gangs_per_job: int = 1000, batch: int = 
         stage.on_assign([("task-demand", p) for p in range(catalogue["task-demand"].partitions)])
         stage.tick(time.monotonic())  # the pool tree read, entitlements made
         emitter.send()
-        cpu = dict.fromkeys(STEPS, 0.0)
-
-        def timed(step: str, work) -> None:
-            start = time.process_time()
-            work()
-            emitter.send()
-            cpu[step] += time.process_time() - start
-
+        cpu = CpuByStep(emitter)
+        timed = cpu.timed
         for _ in range(jobs):
             job_id = str(uuid.uuid4())
-            parts = [range(k, min(k + batch, gangs_per_job)) for k in range(0, gangs_per_job, batch)]
+            parts = batches(gangs_per_job, batch)
             for part in parts:
                 demand = records(catalogue, "task-demand", "/p", "peloton.GangDemand", [_gang(job_id, i) for i in part])
                 timed("demand", lambda: stage.handle(demand))
@@ -93,10 +78,8 @@ def bench_entitle_stage(jobs: int = 10, gangs_per_job: int = 1000, batch: int = 
         store.close()
     finally:
         shutil.rmtree(home, ignore_errors=True)
-    tasks = jobs * gangs_per_job
     return {"jobs": jobs, "gangs_per_job": gangs_per_job, "batch": batch, "gangs_admitted": admitted,
-            "cpu_us_per_task": {step: round(seconds / tasks * 1e6, 1) for step, seconds in cpu.items()},
-            "cpu_us_per_task_total": round(sum(cpu.values()) / tasks * 1e6, 1)}
+            **cpu.per_task(jobs * gangs_per_job)}
 
 
 def main() -> None:

@@ -24,19 +24,11 @@ import uuid
 from pathlib import Path
 
 from peloton.config import Settings
-from peloton.model.pool import parse_pool_config
 from peloton.runtime import StaticView, decode_message
 from peloton.serde import registry
-from peloton.store import open_store
 from peloton.topics import Catalogue
-from pelotonctl.bench.alone import dropped, host_state, records
+from pelotonctl.bench.alone import CpuByStep, batches, dropped, host_state, pooled_store, records
 
-POOL = """
-resources:
-- {kind: cpu, reservation: 1000000, limit: 1000000, share: 1}
-- {kind: memory, reservation: 1000000000, limit: 1000000000, share: 1}
-- {kind: disk, reservation: 1000000000, limit: 1000000000, share: 1}
-"""
 JOB = """
 name: bench
 instancecount: {count}
@@ -57,20 +49,16 @@ def bench_job_manager(jobs: int = 10, tasks_per_job: int = 1000, batch: int = 10
     home = Path(tempfile.mkdtemp(prefix="peloton-jm-bench-"))
     try:
         catalogue = Catalogue()
-        store = open_store(home / "peloton.db")
-        store.put_pool("/p", parse_pool_config(POOL, "/p"))
+        store = pooled_store(home)
         stage = AdmitStage(store, hosts=StaticView({f"h{i}": host_state(f"h{i}") for i in range(HOSTS)}))
         emitter = dropped(catalogue, "admit")
         stage.bind(emitter, Settings(), catalogue)
         # every partition of both inputs, as one instance holding them all (its rows remembered)
         stage.on_assign([(t, p) for t in ("job-commands", "task-status") for p in range(catalogue["task-status"].partitions)])
-        cpu: dict[str, float] = {}
+        cpu = CpuByStep(emitter)
 
         def timed(step: str, given: list) -> None:
-            start = time.process_time()
-            stage.handle(given)
-            emitter.send()
-            cpu[step] = cpu.get(step, 0.0) + time.process_time() - start
+            cpu.timed(step, lambda: stage.handle(given))
 
         job_ids = [f"{uuid.uuid4()}" for _ in range(jobs)]
         for job_id in job_ids:
@@ -80,7 +68,7 @@ def bench_job_manager(jobs: int = 10, tasks_per_job: int = 1000, batch: int = 10
             timed("create", decode_message(registry(), catalogue["job-commands"], 0, 0, job_id.encode(), raw))
         for job_id in job_ids:
             hosts = [f"h{i % HOSTS}" for i in range(tasks_per_job)]
-            parts = [range(k, min(k + batch, tasks_per_job)) for k in range(0, tasks_per_job, batch)]
+            parts = batches(tasks_per_job, batch)
             for state in PROGRESS:
                 for part in parts:
                     runs = [{"instance": i, "run_id": 1, "host_id": "" if state == "READY" else hosts[i]} for i in part]
@@ -99,10 +87,8 @@ def bench_job_manager(jobs: int = 10, tasks_per_job: int = 1000, batch: int = 10
         store.close()
     finally:
         shutil.rmtree(home, ignore_errors=True)
-    tasks = jobs * tasks_per_job
-    per_step = {step: round(seconds / tasks * 1e6, 1) for step, seconds in cpu.items()}
-    return {"jobs": jobs, "tasks_per_job": tasks_per_job, "batch": batch, "cpu_us_per_task": per_step,
-            "cpu_us_per_task_total": round(sum(cpu.values()) / tasks * 1e6, 1), "job_states": states}
+    return {"jobs": jobs, "tasks_per_job": tasks_per_job, "batch": batch, **cpu.per_task(jobs * tasks_per_job),
+            "job_states": states}
 
 
 def main() -> None:
