@@ -10,12 +10,13 @@ resolution) and anything these functions do not cover.
 Covered: null, boolean, int, long, double, string, bytes, enum, array, map, record, and unions of
 null with one other type; `Unsupported` is raised for the rest.
 
-A shared tail: the fields of a record from a given one on that are alike in many records one
-after another (a job's tasks' launch specs are alike but for their ids). The writer keeps the
-last tail's bytes and reuses them while the values are equal; the reader keeps the last tail's
-bytes and values, and where the same bytes follow, hands out the same values without reading them
-again. So a bundle of a job's 1,000 alike tasks reads and writes its spec about once; records that
-share a tail share its value objects, which readers treat as read-only.
+A shared tail: the fields of a record from a given one on that are alike in many records near
+each other (a job's tasks' launch specs are alike but for their ids; a host manager's statuses
+but for their runs and hosts). The writer keeps the last few tails' bytes and reuses them where
+the values come again; the reader keeps the last few tails' bytes and values, and where the same
+bytes follow, hands out the same values without reading them again. So a bundle of a job's 1,000
+alike tasks reads and writes its spec about once; records that share a tail share its value
+objects, which readers treat as read-only.
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ from typing import Any, Callable
 
 _DOUBLE = struct.Struct("<d")
 _PRIMITIVES = {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
+
+
+# Tails a record's writer and reader each keep: a host's statuses go out interleaved (a run's
+# TASK_STARTING, then its TASK_RUNNING, then the next run's), so one kept tail would never match.
+TAILS_KEPT = 4
 
 
 class Unsupported(ValueError):
@@ -172,15 +178,15 @@ def _record_writer(src: _Source, schema: dict) -> str:
     for field in fields[:tail_at]:
         _write(src, field["type"], _field_value(src, field, lines), lines, "    ")
     if tail_at < len(fields):
-        # The tail's bytes of the last record written, reused while its values are equal.
-        memo = src.constant([None], "tail")
+        # The bytes of the last few tails written, reused while their values come again.
+        memo = src.constant([()], "tail")
         tail = [_field_value(src, field, lines) for field in fields[tail_at:]]
-        lines += ["    now = (" + ", ".join(tail) + ",)", f"    last = {memo}[0]",
-                  "    if last is not None and last[1] == now:", "        out += last[0]", "        return",
+        lines += ["    now = (" + ", ".join(tail) + ",)", f"    kept = {memo}[0]", "    for written, values in kept:",
+                  "        if values == now:", "            out += written", "            return",
                   "    start = len(out)"]
         for field, v in zip(fields[tail_at:], tail, strict=True):
             _write(src, field["type"], v, lines, "    ")
-        lines.append(f"    {memo}[0] = (bytes(out[start:]), now)")
+        lines.append(f"    {memo}[0] = ((bytes(out[start:]), now),) + kept[:TAILS_KEPT - 1]")
     if len(lines) == 1:
         lines.append("    pass")
     src.functions[name] = lines
@@ -284,16 +290,18 @@ def _record_reader(src: _Source, schema: dict) -> str:
         _read(src, field["type"], v, lines, "    ")
         names.append((field["name"], v))
     if tail_at < len(fields):
-        # The same bytes as the last tail read: the same values (one tuple, swapped whole, so a
-        # reader on another thread never pairs one tail's bytes with another's values).
-        memo = src.constant([None], "tail")
+        # The same bytes as one of the last few tails read: the same values (pairs in one tuple,
+        # swapped whole, so a reader on another thread never pairs one tail's bytes with another's
+        # values).
+        memo = src.constant([()], "tail")
         tail = [(field["name"], src.var()) for field in fields[tail_at:]]
         unpack = ", ".join(v for _, v in tail) + ","
-        lines += [f"    last = {memo}[0]", "    if last is not None and data.startswith(last[0], pos):",
-                  f"        {unpack} = last[1]", "        pos += len(last[0])", "    else:", "        start = pos"]
+        lines += [f"    kept = {memo}[0]", "    for read, values in kept:", "        if data.startswith(read, pos):",
+                  f"            {unpack} = values", "            pos += len(read)", "            break",
+                  "    else:", "        start = pos"]
         for field, (_, v) in zip(fields[tail_at:], tail, strict=True):
             _read(src, field["type"], v, lines, "        ")
-        lines.append(f"        {memo}[0] = (data[start:pos], ({unpack}))")
+        lines.append(f"        {memo}[0] = ((data[start:pos], ({unpack})),) + kept[:TAILS_KEPT - 1]")
         names += tail
     lines.append("    return {" + ", ".join(f"{n!r}: {v}" for n, v in names) + "}, pos")
     src.functions[name] = lines
@@ -309,6 +317,7 @@ def compile_codec(schema: dict, named: dict[str, Any], shared_tails: dict[str, s
     writer, reader = _record_writer(src, schema), _record_reader(src, schema)
     code = "\n\n".join("\n".join(lines) for lines in src.functions.values())
     scope: dict[str, Any] = {"write_long": write_long, "read_long": read_long, "truncated": _truncated,
+                             "TAILS_KEPT": TAILS_KEPT,
                              "pack_double": _DOUBLE.pack, "unpack_double": _DOUBLE.unpack_from, **src.constants}
     exec(compile(code, f"<avro codec {schema['name']}>", "exec"), scope)  # noqa: S102 - our own generated source
     write, read = scope[writer], scope[reader]

@@ -20,9 +20,10 @@ from peloton.avrocodec import Unsupported, compile_codec
 from peloton.config import REPO_ROOT
 
 SCHEMA_DIR = REPO_ROOT / "schemas" / "avro"
-# A task's launch spec: its ids first, then what the job's tasks have alike (its config), which
-# the codecs read and write once for a run of alike tasks (avrocodec: a shared tail).
-SHARED_TAILS = {"peloton.TaskLaunchSpec": "resources"}
+# Records whose last fields are alike in many records of a bundle, which the codecs read and write
+# once (avrocodec: a shared tail): a task's launch spec after its ids (its job's config), and a
+# task status after its run and host (its state, reason, time).
+SHARED_TAILS = {"peloton.TaskLaunchSpec": "resources", "peloton.TaskStatus": "state"}
 _HEADER = struct.Struct(">bI")
 MAGIC = 0
 

@@ -149,3 +149,29 @@ def test_alike_launch_specs_read_and_write_their_shared_tail_once_and_as_fastavr
         with pytest.raises((Truncated, IndexError, struct.error)):
             decode(data[:cut])
     assert decode(data) == record  # and a failed read leaves nothing wrong behind
+
+
+def test_interleaved_statuses_share_their_few_tails_and_read_as_fastavro_does() -> None:
+    # A host manager's statuses alternate between states run by run (a run's TASK_STARTING, then
+    # its TASK_RUNNING): each of those tails is kept, not only the last one.
+    encode, decode = compile_codec(REG.schema("peloton.TaskStatuses"), REG.named, SHARED_TAILS)
+    states = ["TASK_STARTING", "TASK_RUNNING"] * 4 + ["TASK_FINISHED", "TASK_KILLED", "TASK_LOST", "TASK_FAILED",
+                                                      "TASK_STARTING", "TASK_RUNNING"]
+    statuses = [{"event_id": f"e{i}", "task_id": f"j-{i // 2}-1", "job_id": "j", "instance": i // 2, "run_id": 1,
+                 "host_id": f"h{i // 2}", "state": state, "reason": "", "message": "", "exit_code": None,
+                 "signal": None, "timestamp_ms": 1_700_000_000_000, "health": ""} for i, state in enumerate(states)]
+    record = {"job_id": "j", "statuses": statuses}
+    data = encode(record)
+    assert data == fastavro_bytes("peloton.TaskStatuses", record)
+    read = decode(data)
+    assert read == fastavro_record("peloton.TaskStatuses", data) == record
+    assert encode(record) == data
+    stamps = [s["timestamp_ms"] for s in read["statuses"]]  # a large int: one object per read
+    assert stamps[2] is stamps[0] and stamps[7] is stamps[1]  # the two alternating tails, each read once
+    assert stamps[8] is not stamps[0]
+    # Four other tails came between the last TASK_STARTING and the one before: it was read anew.
+    assert stamps[12] is not stamps[0] and stamps[13] is not stamps[1]
+    for cut in range(0, len(data), 5):
+        with pytest.raises((Truncated, IndexError, struct.error)):
+            decode(data[:cut])
+    assert decode(data) == record
