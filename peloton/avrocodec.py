@@ -308,6 +308,29 @@ def _record_reader(src: _Source, schema: dict) -> str:
     return name
 
 
+def compile_head_reader(schema: dict, named: dict[str, Any], last: str) -> Callable[[bytes, int], dict]:
+    """decode(data, pos) -> the record's fields up to `last` (Avro writes fields in order), not
+    reading the rest: for a reader that needs a few leading fields of a large record it keeps
+    many of (a host's state and capacity out of its whole HostState). Only for a record that is
+    the whole message: it does not find where the record ends. Raises Unsupported."""
+    names = [f["name"] for f in schema["fields"]]
+    if last not in names:
+        raise ValueError(f"{schema['name']} has no field {last}")
+    head = {**schema, "name": f"{schema['name']}.head", "fields": schema["fields"][:names.index(last) + 1]}
+    src = _Source(named, {})
+    reader = _record_reader(src, head)
+    code = "\n\n".join("\n".join(lines) for lines in src.functions.values())
+    scope: dict[str, Any] = {"read_long": read_long, "truncated": _truncated, "unpack_double": _DOUBLE.unpack_from,
+                             "TAILS_KEPT": TAILS_KEPT, **src.constants}
+    exec(compile(code, f"<avro head reader {schema['name']}>", "exec"), scope)  # noqa: S102 - our own generated source
+    read = scope[reader]
+
+    def decode(data: bytes, pos: int = 0) -> dict:
+        return read(data, pos, len(data))[0]
+
+    return decode
+
+
 def compile_codec(schema: dict, named: dict[str, Any], shared_tails: dict[str, str] | None = None,
                   ) -> tuple[Callable[[dict], bytes], Callable[[bytes, int], dict]]:
     """(encode(record) -> bytes, decode(data, pos) -> record) for a parsed record schema; `named`

@@ -11,12 +11,12 @@ import io
 import json
 import struct
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import fastavro
 import yaml
 
-from peloton.avrocodec import Unsupported, compile_codec
+from peloton.avrocodec import Unsupported, compile_codec, compile_head_reader
 from peloton.config import REPO_ROOT
 
 SCHEMA_DIR = REPO_ROOT / "schemas" / "avro"
@@ -119,6 +119,23 @@ class SchemaRegistry:
         except Exception as exc:  # fastavro raises several types on corrupt payloads
             raise DecodeError(f"payload does not decode as {name}: {exc.__class__.__name__}: {exc}") from exc
         return name, record
+
+    def head_decoder(self, name: str, last: str) -> Callable[[bytes | None], tuple[str, dict]]:
+        """A decode() for a reader that needs the fields of `name` up to `last` only, and reads no
+        further (avrocodec.compile_head_reader); other schemas and older versions of this one it
+        decodes in full."""
+        read = compile_head_reader(self.by_name[name][1], self.named, last)
+        header = self.header(name)
+
+        def decode(data: bytes | None) -> tuple[str, dict]:
+            if data is None or not data.startswith(header):
+                return self.decode(data)
+            try:
+                return name, read(data, 5)
+            except Exception as exc:
+                raise DecodeError(f"payload does not decode as {name}: {exc.__class__.__name__}: {exc}") from exc
+
+        return decode
 
     def schema(self, name: str) -> Any:
         return self.by_name[name][1]

@@ -15,6 +15,11 @@ from peloton.model.resources import Resources
 
 _Capacity = tuple[float, float, float, float]  # cpu, mem_mb, disk_mb, gpu
 
+# What the stages that need only capacity read of a HostState record: its fields up to its
+# capacity (its state among them), for a view's head decoder. The rest, which changes with every
+# task started or ended (allocations, labels, ports, placements applied), is neither read nor kept.
+HOST_CAPACITY = ("peloton.HostState", "capacity")
+
 
 class HostCapacities:
     def __init__(self) -> None:

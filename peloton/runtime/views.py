@@ -24,10 +24,14 @@ class CompactedView:
     It reads what compaction left (one record per key, plus the open segment) and keeps the latest
     per key, as any reader of a compacted Kafka topic must."""
 
-    def __init__(self, settings: Settings, topic: str, catalogue: Catalogue | None = None, quiet: bool = False):
+    def __init__(self, settings: Settings, topic: str, catalogue: Catalogue | None = None, quiet: bool = False,
+                 head: tuple[str, str] | None = None):
         self.catalogue = catalogue or Catalogue(settings.topic_prefix)
         self.spec = self.catalogue[topic]
         self.serde = registry()
+        # (schema, field): a reader that needs that schema's fields up to the one named keeps
+        # only those, and reads no further (SchemaRegistry.head_decoder).
+        self._decode = self.serde.head_decoder(*head) if head else self.serde.decode
         self.values: dict[str, dict] = {}
         self._said_refused = False
         self.consumer = Consumer(
@@ -58,7 +62,7 @@ class CompactedView:
                 if m.key() is None:
                     continue
                 try:
-                    _, value = self.serde.decode(m.value())
+                    _, value = self._decode(m.value())
                 except DecodeError:
                     log.warning("skipping undecodable record on %s@%d", self.spec.name, m.offset())
                     continue

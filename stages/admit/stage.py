@@ -14,7 +14,7 @@ from collections import Counter
 from peloton import metrics
 from peloton.model.events import task_kill
 from peloton.model.health import DISABLED
-from peloton.model.host_capacities import HostCapacities
+from peloton.model.host_capacities import HOST_CAPACITY, HostCapacities
 from peloton.model.jobconfig import parse_job_config
 from peloton.model.jobspec import JobConfigError
 from peloton.model.pool import leaf_pool_error
@@ -114,7 +114,7 @@ class AdmitStage(Stage):
     def bind(self, emitter, settings, catalogue) -> None:
         super().bind(emitter, settings, catalogue)
         if self.hosts is None:
-            self.hosts = CompactedView(settings, "host-state", catalogue)
+            self.hosts = CompactedView(settings, "host-state", catalogue, head=HOST_CAPACITY)
         self.status_partitions = catalogue["task-status"].partitions
         self.expiry = Sweep(min(EXPIRY_CHECK_S, max(1.0, settings.job_retention_s / 4)), EXPIRED_PER_TICK)
 

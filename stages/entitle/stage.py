@@ -29,7 +29,7 @@ import time
 from peloton import metrics
 from peloton.model.events import send_progress, split_task_id, task_kill, task_status
 from peloton.model.gang import gang_problem
-from peloton.model.host_capacities import HostCapacities
+from peloton.model.host_capacities import HOST_CAPACITY, HostCapacities
 from peloton.model.pool import pool_resources
 from peloton.model.resources import ZERO, Resources
 from peloton.runtime import CompactedView, Record, Stage, Sweep, now_ms
@@ -100,7 +100,7 @@ class EntitleStage(Stage):
         if self.usage_view is None:
             self.usage_view = CompactedView(settings, "entitlements", catalogue)
         if self.hosts is None:
-            self.hosts = CompactedView(settings, "host-state", catalogue)
+            self.hosts = CompactedView(settings, "host-state", catalogue, head=HOST_CAPACITY)
         self._read_pools()
 
     # -- ownership ----------------------------------------------------------------------------

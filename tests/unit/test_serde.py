@@ -216,3 +216,26 @@ def test_records_written_before_launch_specs_named_the_user_still_read() -> None
     # and what is written now names the user
     _, back = reg.decode(reg.encode("peloton.GangDemand", {**gang, "tasks": [{**task, "user": "alice"}]}))
     assert back["tasks"][0]["user"] == "alice"
+
+
+def test_a_head_decoder_reads_a_records_leading_fields_and_the_rest_in_full() -> None:
+    reg = registry()
+    host = sample(reg.schema("peloton.HostState"), dict(reg.named))
+    host.update(host_id="h1", state="DRAINING", capacity={"cpu": 8.0, "mem_mb": 1.0, "disk_mb": 2.0, "gpu": 0.0},
+                applied_placements=["p"] * 50, job_tasks={f"j{i}": i for i in range(50)})
+    head = reg.head_decoder("peloton.HostState", "capacity")
+    data = reg.encode("peloton.HostState", host)
+    name, value = head(data)
+    assert name == "peloton.HostState"
+    assert value == {k: host[k] for k in ("host_id", "shard", "driver", "state", "reachable", "capacity")}
+    # An older version of the record, and any other schema, are decoded in full.
+    older = {k: v for k, v in host.items() if k != "log_url"}
+    assert head(written_by_older_version(reg, 38, older))[1]["job_tasks"] == host["job_tasks"]
+    release = {"task_id": "t", "job_id": "j", "pool": "/p", "reason": "TASK_FINISHED", "timestamp_ms": 1}
+    assert head(reg.encode("peloton.TaskRelease", release)) == ("peloton.TaskRelease", release)
+    with pytest.raises(DecodeError):  # its head cut short
+        head(data[:12])
+    with pytest.raises(DecodeError):
+        head(b"\x00\x00")
+    with pytest.raises(ValueError, match="no field"):
+        reg.head_decoder("peloton.HostState", "nothing")
