@@ -265,11 +265,14 @@ class StorageGateway(ABC):
     def admissions_sent(self, gang_ids: list[str]) -> None:
         """Their admissions reached the broker: forget them."""
     @abstractmethod
-    def admit_gangs(self, gang_ids: list[str], allocations: list[Allocation]) -> set[str]:
+    def admit_gangs(self, gang_ids: list[str], allocations: list[Allocation],
+                    unqueued: list[Allocation] = ()) -> set[str]:
         """In one transaction: take the gangs off their queues and charge their tasks. Only gangs
         still queued are admitted (returned); the allocations of the others are not written, so
         two instances that both believe they own a pool never admit one gang twice. An admitted
-        gang stays, marked, as an unsent admission until admissions_sent."""
+        gang stays, marked, as an unsent admission until admissions_sent. `unqueued` charges the
+        tasks of gangs admitted by the batch that brought them, never queued here, as they are:
+        their admission commits with their demand's offset, which fences a second instance."""
 
     # launches (launch)
     @abstractmethod
@@ -387,7 +390,8 @@ class AllocationStore(Protocol):
     def unqueue_gangs(self, gang_ids: list[str]) -> None: ...
     def unsent_admissions(self) -> list[QueuedGang]: ...
     def admissions_sent(self, gang_ids: list[str]) -> None: ...
-    def admit_gangs(self, gang_ids: list[str], allocations: list[Allocation]) -> set[str]: ...
+    def admit_gangs(self, gang_ids: list[str], allocations: list[Allocation],
+                    unqueued: list[Allocation] = ()) -> set[str]: ...
 
     def allocations(self, pools: list[str] | None = None) -> list[Allocation]: ...
     def add_allocations(self, rows: list[Allocation]) -> None: ...

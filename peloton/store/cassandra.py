@@ -907,11 +907,15 @@ class CassandraStore(StorageGateway):
                     [(TS, pool, g) for g, pool in pools.items()])
         self._write("DELETE FROM ledger_index USING TIMESTAMP ? WHERE id = ?", [(TS, f"g:{g}") for g in pools])
 
-    def admit_gangs(self, gang_ids: list[str], allocations: list[Allocation]) -> set[str]:
+    def admit_gangs(self, gang_ids: list[str], allocations: list[Allocation],
+                    unqueued: list[Allocation] = ()) -> set[str]:
         """Per pool, one conditional batch on its partition: its gangs are marked admitted and
         their tasks charged, only if every one is still queued; both or neither. One Paxos round
         per pool (a round per gang would contend for the same partition). If a gang was taken
-        meanwhile, the pool's batch applies nothing and goes again without it."""
+        meanwhile, the pool's batch applies nothing and goes again without it. The unqueued
+        charges go first, as plain writes: no condition holds them."""
+        if unqueued:
+            self.add_allocations(list(unqueued))
         pools = self._pools_of("g", gang_ids)
         by_gang: dict[str, list[Allocation]] = {}
         for a in allocations:

@@ -493,8 +493,12 @@ class PostgresStore(StorageGateway):
         if gang_ids:
             self._count("DELETE FROM queued_gangs WHERE gang_id = ANY(%s)", (list(gang_ids),))
 
-    def admit_gangs(self, gang_ids: list[str], allocations: list[Allocation]) -> set[str]:
+    def admit_gangs(self, gang_ids: list[str], allocations: list[Allocation],
+                    unqueued: list[Allocation] = ()) -> set[str]:
         with self.transaction():
+            self.add_allocations(list(unqueued))
+            if not gang_ids:
+                return set()
             taken = {r[0] for r in self._all(
                 "UPDATE queued_gangs SET admitted_ms = %s WHERE gang_id = ANY(%s) AND admitted_ms IS NULL "
                 "RETURNING gang_id", (int(time.time() * 1000), list(gang_ids)))}

@@ -489,8 +489,12 @@ class SqliteStore(StorageGateway):
             self.db.execute("DELETE FROM queued_gangs WHERE gang_id IN (SELECT value FROM json_each(?))",
                             (json_text(gang_ids),))
 
-    def admit_gangs(self, gang_ids: list[str], allocations: list[Allocation]) -> set[str]:
+    def admit_gangs(self, gang_ids: list[str], allocations: list[Allocation],
+                    unqueued: list[Allocation] = ()) -> set[str]:
         with self.transaction():
+            self.add_allocations(list(unqueued))
+            if not gang_ids:
+                return set()
             at = int(time.time() * 1000)
             taken = {g for (g,) in self.db.execute(
                 "UPDATE queued_gangs SET admitted_ms = ? WHERE gang_id IN (SELECT value FROM json_each(?)) "

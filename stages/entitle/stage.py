@@ -88,6 +88,12 @@ class EntitleStage(Stage):
         # the runtime flushes after every tick), whose outbox rows can go.
         self._unsent: list[str] = []
         self._flushed: list[str] = []
+        # Gangs queued by this batch whose queue row is not written yet (gang id -> its row and
+        # its entry in the pool's queue). One admitted in the batch it came in never needs a row:
+        # its demand's offset commits with its admission, and a demand read again finds its
+        # allocation held and sends the admission again. The rest are written before the batch
+        # ends, so their offsets never commit before they are stored.
+        self._unstored: dict[str, tuple[QueuedGang, object]] = {}
         self._last_admit = self._last_publish = self._last_pools = self._last_reclaim = self._last_entitled = 0.0
         self.released_sweep = Sweep(*RELEASED_SWEEP)
         self._seq = 0
@@ -177,10 +183,20 @@ class EntitleStage(Stage):
 
     # -- input --------------------------------------------------------------------------------
     def handle(self, records: list[Record]) -> None:
-        # In the order they came: a gang and the end of one of its runs may share a batch.
-        for is_release, run in itertools.groupby(records, key=lambda r: r.schema == "peloton.TaskRelease"):
-            (self._release if is_release else self._enqueue)(list(run))
-        self._admit()
+        try:
+            # In the order they came: a gang and the end of one of its runs may share a batch.
+            for is_release, run in itertools.groupby(records, key=lambda r: r.schema == "peloton.TaskRelease"):
+                (self._release if is_release else self._enqueue)(list(run))
+            self._admit()
+            if self._unstored:  # still waiting: queued in the store before the batch's offsets commit
+                self.store.queue_gangs([row for row, _ in self._unstored.values()])
+        except BaseException:
+            # The batch is read or handled again: what it queued goes, as if it never came.
+            for row, entry in self._unstored.values():
+                self.queues[row.pool].remove(entry)
+            raise
+        finally:
+            self._unstored.clear()
 
     def _release(self, records: list[Record]) -> None:
         ended, requeued = [], []
@@ -196,10 +212,16 @@ class EntitleStage(Stage):
                 dropped = self.queues[pool].drop_task(task_id)
                 if dropped is not None:
                     before, after = dropped
-                    unqueued.append(before.gang["gang_id"])
+                    unstored = self._unstored.pop(before.gang["gang_id"], None) is not None
+                    if not unstored:
+                        unqueued.append(before.gang["gang_id"])
                     if after is not None:
-                        changed.append(QueuedGang(after.gang["gang_id"], pool, after.priority, after.seq,
-                                                  after.gang, after.not_before_ms))
+                        row = QueuedGang(after.gang["gang_id"], pool, after.priority, after.seq, after.gang,
+                                         after.not_before_ms)
+                        if unstored:
+                            self._unstored[row.gang_id] = (row, after)
+                        else:
+                            changed.append(row)
                     self._changed_pools.add(pool)
             # A refused placement sends the same run back to the queue: forget it, so it
             # can be admitted again. Any other release ends the run for good.
@@ -212,9 +234,10 @@ class EntitleStage(Stage):
         self._dirty = True
 
     def _enqueue(self, records: list[Record]) -> None:
-        """Queue new gangs, in the store first (then their offsets may commit). What this pool
-        already queued is dropped; what it admitted is sent again (see below); a run it admitted
-        that has ended is never admitted again. Entitle knows all of this from its own tables."""
+        """Queue new gangs: in the store by the batch's end unless admitted by then, so before
+        their offsets commit (see _unstored). What this pool already queued is dropped; what it
+        admitted is sent again (see below); a run it admitted that has ended is never admitted
+        again. Entitle knows all of this from its own tables."""
         candidates = []
         for r in records:
             g = r.value
@@ -227,7 +250,6 @@ class EntitleStage(Stage):
                 continue
             candidates.append(r)
         states = self.store.allocation_states([t["task_id"] for r in candidates for t in r.value["tasks"]])
-        rows: list[QueuedGang] = []
         fresh: list[tuple[Record, QueuedGang]] = []
         seen_now: set[str] = set()
         backoff_ms = int(self.settings.requeue_backoff_s * 1000)
@@ -246,14 +268,12 @@ class EntitleStage(Stage):
             # A gang sent back by placement (its id says so) waits out a backoff first, and a
             # SERVICE task's next run its restart backoff.
             not_before = max(now_ms() + backoff_ms if "~" in g["gang_id"] else 0, g.get("not_before_ms", 0))
-            row = QueuedGang(g["gang_id"], g["pool"], g["priority"], self._next_seq(), g, not_before)
-            rows.append(row)
-            fresh.append((r, row))
-        if not rows:
+            fresh.append((r, QueuedGang(g["gang_id"], g["pool"], g["priority"], self._next_seq(), g, not_before)))
+        if not fresh:
             return
-        self.store.queue_gangs(rows)
-        for r, row in fresh:
-            self.queues.setdefault(row.pool, PoolQueue()).push(row.gang, row.seq, row.not_before_ms, r)
+        for r, row in fresh:  # stored at the batch's end, if not admitted by then (self._unstored)
+            entry = self.queues.setdefault(row.pool, PoolQueue()).push(row.gang, row.seq, row.not_before_ms, r)
+            self._unstored[row.gang_id] = (row, entry)
             self._changed_pools.add(row.pool)
         self._dirty = True
 
@@ -367,7 +387,13 @@ class EntitleStage(Stage):
                                            c.priority, c.preemptible, c.revocable, c.controller))
         if not plans:
             return
-        taken = self.store.admit_gangs([q.gang["gang_id"] for *_, chosen in plans for q in chosen], rows)
+        ids = [q.gang["gang_id"] for *_, chosen in plans for q in chosen]
+        unstored = {i for i in ids if i in self._unstored}  # queued by this batch: no row to mark
+        taken = self.store.admit_gangs([i for i in ids if i not in unstored],
+                                       [a for a in rows if a.gang_id not in unstored],
+                                       [a for a in rows if a.gang_id in unstored]) | unstored
+        for i in unstored:
+            del self._unstored[i]
         for pool, queue, ledger, chosen in plans:
             lost = [q for q in chosen if q.gang["gang_id"] not in taken]
             for q in lost:  # another instance admitted it (it owned the pool a moment ago)
@@ -378,7 +404,8 @@ class EntitleStage(Stage):
             send_progress(self.emit, "READY", [(t, "") for q in chosen for t in q.gang["tasks"]])
             for q in chosen:
                 self.emit.emit("admitted-gangs", pool, "peloton.AdmittedGang", {"gang": q.gang, "admitted_ms": admitted_at})
-                self._unsent.append(q.gang["gang_id"])
+                if q.gang["gang_id"] not in unstored:  # its row, marked admitted, goes once this is sent
+                    self._unsent.append(q.gang["gang_id"])
             self.admitted_gangs += len(chosen)
             metrics.ADMISSIONS.labels(pool).inc(len(chosen))
             metrics.ADMITTED_TASKS.labels(pool).inc(sum(len(q.gang["tasks"]) for q in chosen))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import time
 import uuid
 
@@ -450,14 +451,63 @@ def test_a_new_entitle_owner_rebuilds_queues_and_charges_from_the_store(store) -
     assert store.queued_gangs() == []
 
 
+def waited_then_admitted(stage: EntitleStage, out: RecordingEmitter, count: int, prefix: str) -> list[dict]:
+    """Gangs that waited in the store's queue and were admitted by a later batch (two 3-cpu gangs
+    fill the pool's 8 cpu first, and end), as the admissions of that batch sent them."""
+    stage.handle([record("task-demand", "peloton.GangDemand", one_task_gang(f"{prefix}-{i}-1", cpu=3), key="/p")
+                  for i in range(2 + count)])
+    assert len(out.take("admitted-gangs")) == 2
+    assert sorted(q.gang_id for q in stage.store.queued_gangs()) == [f"{prefix}-{i}-1" for i in range(2, 2 + count)]
+    stage.handle([record("task-demand", "peloton.TaskRelease", {
+        "task_id": f"{prefix}-{i}-1", "job_id": prefix, "pool": "/p", "reason": "TASK_FINISHED", "timestamp_ms": 1},
+        key="/p") for i in range(2)])
+    return [v for _, _, _, v in out.take("admitted-gangs")]
+
+
+def test_a_gang_admitted_by_the_batch_that_brought_it_is_never_queued_in_the_store(store) -> None:
+    first, out, _ = entitle_with(store)
+    demands = [record("task-demand", "peloton.GangDemand", one_task_gang(f"u-{i}-1", cpu=3), key="/p")
+               for i in range(2)]
+    first.handle(demands)
+    assert len(out.take("admitted-gangs")) == 2
+    assert store.queued_gangs() == [] and store.unsent_admissions() == []  # no row written, marked, deleted
+    assert sorted(a.task_id for a in store.allocations()) == ["u-0-1", "u-1-1"]
+    # ... and the process dies before its transaction commits: the next owner reads the demand
+    # again, finds the runs held, and sends their admissions again, charged once.
+    second, out2, _ = entitle_with(store)
+    assert out2.take("admitted-gangs") == []
+    second.handle(demands)
+    assert sorted(v["gang"]["gang_id"] for _, _, _, v in out2.take("admitted-gangs")) == ["u-0-1", "u-1-1"]
+    assert second.ledgers["/p"].held.total.cpu == 6
+
+
+def test_a_batch_that_fails_leaves_none_of_its_gangs_queued(store) -> None:
+    stage, out, _ = entitle_with(store)
+    demands = [record("task-demand", "peloton.GangDemand", one_task_gang(f"f-{i}-1", cpu=3), key="/p")
+               for i in range(3)]
+    real = store.queue_gangs
+
+    def away(rows):
+        raise sqlite3.OperationalError("database is locked")
+    store.queue_gangs = away  # the third gang waits, and the store is away when it is to be queued
+    with pytest.raises(sqlite3.OperationalError):
+        handle_batch(stage, demands, out)  # (its output discarded, as the runtime does)
+    assert out.take("admitted-gangs") == []
+    # The two admitted are stored and charged; the third is not queued, here or in the store.
+    assert len(stage.queues["/p"]) == 0 and stage.ledgers["/p"].held.total.cpu == 6
+    store.queue_gangs = real
+    handle_batch(stage, demands, out)  # the batch again: two found held (sent again), the third queued
+    assert sorted(v["gang"]["gang_id"] for _, _, _, v in out.take("admitted-gangs")) == ["f-0-1", "f-1-1"]
+    assert [q.gang_id for q in store.queued_gangs()] == ["f-2-1"] and len(stage.queues["/p"]) == 1
+
+
 def test_admissions_stored_but_maybe_never_sent_are_sent_again_by_the_next_owner(store) -> None:
     first, out, _ = entitle_with(store)
-    first.handle([record("task-demand", "peloton.GangDemand", one_task_gang(f"u-{i}-1", cpu=3), key="/p")
-                  for i in range(2)])
-    assert len(out.take("admitted-gangs")) == 2  # ... and the process dies before the broker has them
+    sent = waited_then_admitted(first, out, 1, "u")
+    assert [v["gang"]["gang_id"] for v in sent] == ["u-2-1"]  # ... and the process dies before the broker has it
     second, out2, _ = entitle_with(store)
-    assert sorted(v["gang"]["gang_id"] for _, _, _, v in out2.take("admitted-gangs")) == ["u-0-1", "u-1-1"]
-    assert second.ledgers["/p"].held.total.cpu == 6  # charged once, not again
+    assert [v["gang"]["gang_id"] for _, _, _, v in out2.take("admitted-gangs")] == ["u-2-1"]
+    assert second.ledgers["/p"].held.total.cpu == 3  # charged once, not again
     second.tick(time.monotonic())
     second.tick(time.monotonic())
     assert store.unsent_admissions() == [] and store.queued_gangs() == []
@@ -466,14 +516,13 @@ def test_admissions_stored_but_maybe_never_sent_are_sent_again_by_the_next_owner
 @pytest.mark.parametrize("readable", [True, False])
 def test_a_new_owner_sends_again_only_the_admissions_the_topic_does_not_hold(store, readable) -> None:
     first, out, _ = entitle_with(store)
-    first.handle([record("task-demand", "peloton.GangDemand", one_task_gang(f"u-{i}-1", cpu=3), key="/p")
-                  for i in range(2)])
-    sent = [("peloton.AdmittedGang", v) for _, _, _, v in out.take("admitted-gangs") if v["gang"]["gang_id"] == "u-0-1"]
-    # the transaction holding u-0-1 committed; the process died before the store heard it went
+    admitted = waited_then_admitted(first, out, 2, "u")
+    sent = [("peloton.AdmittedGang", v) for v in admitted if v["gang"]["gang_id"] == "u-2-1"]
+    # the transaction holding u-2-1 committed; the process died before the store heard it went
     second, out2, _ = entitle_with(store, on_topic=sent if readable else None)
     again = sorted(v["gang"]["gang_id"] for _, _, _, v in out2.take("admitted-gangs"))
-    assert again == (["u-1-1"] if readable else ["u-0-1", "u-1-1"])
-    assert [q.gang_id for q in store.unsent_admissions()] == (["u-1-1"] if readable else ["u-0-1", "u-1-1"])
+    assert again == (["u-3-1"] if readable else ["u-2-1", "u-3-1"])
+    assert [q.gang_id for q in store.unsent_admissions()] == (["u-3-1"] if readable else ["u-2-1", "u-3-1"])
 
 
 def placement_of(gang: dict, host_id: str = "sim-0") -> Record:

@@ -356,6 +356,17 @@ def test_queued_gangs_survive_and_are_admitted_once(store) -> None:
     assert store.unsent_admissions() == []
 
 
+def test_gangs_admitted_by_the_batch_that_brought_them_are_charged_without_a_queue_row(store) -> None:
+    store.queue_gangs([QueuedGang("g1", "/p", 0, 1, {"gang_id": "g1"})])
+    taken = store.admit_gangs(["g1"], [Allocation("t1", "/p", "g1", 1, 0, 0, 0, 10)],
+                              [Allocation("t2", "/p", "g2", 2, 0, 0, 0, 10), Allocation("t3", "/p", "g3", 3, 0, 0, 0, 10)])
+    assert taken == {"g1"}
+    assert sorted((a.task_id, a.cpu) for a in store.allocations()) == [("t1", 1), ("t2", 2), ("t3", 3)]
+    assert [q.gang_id for q in store.unsent_admissions()] == ["g1"]  # only the queued one has an outbox row
+    assert store.admit_gangs([], [], [Allocation("t4", "/p", "g4", 4, 0, 0, 0, 10)]) == set()
+    assert store.allocation_states(["t4"]) == {"t4": "held"}
+
+
 def test_the_queues_and_charges_of_some_pools_are_read_alone(store) -> None:
     store.queue_gangs([QueuedGang("g1", "/p", 0, 2, {"gang_id": "g1"}), QueuedGang("g2", "/q", 0, 1, {"gang_id": "g2"}),
                        QueuedGang("g3", "/p", 9, 3, {"gang_id": "g3"})])
