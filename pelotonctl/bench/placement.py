@@ -18,7 +18,7 @@ import time
 from peloton.model.constraint import LabelConstraint
 from peloton.model.resources import Resources
 from stages.place.host_view import HostView
-from stages.place.placement import DEFAULT_CANDIDATES, HostRing, place_gang
+from stages.place.placement import DEFAULT_CANDIDATES, HostRing, LastCandidates, place_gang
 from stages.place.task_need import TaskNeed
 
 HOST_CAPACITY = Resources(cpu=32, mem_mb=131_072, disk_mb=1_000_000)
@@ -41,10 +41,12 @@ def build_hosts(count: int, rng: random.Random) -> list[HostView]:
     return hosts
 
 
-def build_gangs(gangs: int, gang_size: int) -> list[list[TaskNeed]]:
+def build_gangs(gangs: int, gang_size: int, in_a_row: bool = False) -> list[list[TaskNeed]]:
+    """The gangs of JOBS jobs: interleaved, or each job's one after another (as entitle admits a
+    job's gangs from its queue)."""
     result = []
     for g in range(gangs):
-        job = f"job-{g % JOBS}"
+        job = f"job-{g * JOBS // gangs if in_a_row else g % JOBS}"
         limited = g % JOBS % 10 == 0  # one job in ten: at most two of its tasks per host
         constraint = LabelConstraint("TASK", "LESS_THAN", "app", job, 2) if limited else None
         result.append([TaskNeed(f"{job}-{g}-{i}", TASK, constraint, {"app": job}, job, dynamic_ports=1)
@@ -53,19 +55,22 @@ def build_gangs(gangs: int, gang_size: int) -> list[list[TaskNeed]]:
 
 
 def bench_placement(hosts: int = 50_000, gangs: int = 10_000, gang_size: int = 1, strategy: str = "PACK_HOST",
-                    seed: int = 1, candidates: int = DEFAULT_CANDIDATES) -> dict:
-    """Place `gangs` gangs of `gang_size` tasks on `hosts` hosts, one after another; returns the
-    task placements per second and the seconds the placing took (building excluded)."""
+                    seed: int = 1, candidates: int = DEFAULT_CANDIDATES, in_a_row: bool = False) -> dict:
+    """Place `gangs` gangs of `gang_size` tasks on `hosts` hosts, one after another, in one pass
+    as the stage's tick does (LastCandidates carried from gang to gang); returns the task
+    placements per second and the seconds the placing took (building excluded). `in_a_row`: each
+    job's gangs come one after another."""
     rng = random.Random(seed)
     views = build_hosts(hosts, rng)
-    work = build_gangs(gangs, gang_size)
+    work = build_gangs(gangs, gang_size, in_a_row)
     ring = HostRing(views, rng)
     now = 1_000.0
     placed_tasks = unplaced = 0
     hosts_used: set[str] = set()
+    last = LastCandidates()
     start, cpu_start = time.perf_counter(), time.process_time()
     for g, needs in enumerate(work):
-        placed = place_gang(needs, ring, now, strategy, candidates=candidates)
+        placed = place_gang(needs, ring, now, strategy, candidates=candidates, last=last)
         if placed is None:
             unplaced += 1
             continue
@@ -77,7 +82,7 @@ def bench_placement(hosts: int = 50_000, gangs: int = 10_000, gang_size: int = 1
         placed_tasks += len(needs)
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     return {"hosts": hosts, "gangs": gangs, "gang_size": gang_size, "strategy": strategy,
-            "candidates": candidates, "tasks_placed": placed_tasks, "gangs_unplaced": unplaced,
+            "candidates": candidates, "in_a_row": in_a_row, "tasks_placed": placed_tasks, "gangs_unplaced": unplaced,
             "hosts_used": len(hosts_used), "seconds": round(seconds, 3),
             "cpu_seconds": round(cpu_seconds, 3),
             "placements_per_s": round(placed_tasks / seconds) if seconds else 0}
@@ -85,9 +90,10 @@ def bench_placement(hosts: int = 50_000, gangs: int = 10_000, gang_size: int = 1
 
 def main() -> None:
     for strategy in ("PACK_HOST", "SPREAD_JOB"):
-        for gangs, size in ((10_000, 1), (100, 100)):
-            r = bench_placement(gangs=gangs, gang_size=size, strategy=strategy)
-            print(f"placement {strategy:<10} {gangs:>6,} gangs of {size:<3} on {r['hosts']:,} hosts: "
+        for gangs, size, in_a_row in ((10_000, 1, False), (10_000, 1, True), (100, 100, False)):
+            r = bench_placement(gangs=gangs, gang_size=size, strategy=strategy, in_a_row=in_a_row)
+            order = "a job's in a row" if in_a_row else "jobs interleaved"
+            print(f"placement {strategy:<10} {gangs:>6,} gangs of {size:<3} ({order}) on {r['hosts']:,} hosts: "
                   f"{r['placements_per_s']:>7,} task placements/s ({r['seconds']:.2f} s, {r['hosts_used']:,} hosts used, "
                   f"{r['gangs_unplaced']} gangs unplaced)")
 

@@ -107,9 +107,28 @@ class HostRing:
 _Candidate = tuple[tuple, int, HostView]
 
 
+class LastCandidates:
+    """The candidates of the last one-task gang placed, for the next gang of a pass (one of
+    place's ticks) to start from. Tasks with identical needs share their candidates within a
+    gang; a job's one-task gangs, one after another, are the same case, one call each. Valid only
+    while the hosts change by nothing but the placements the caller records on them (each with
+    HostView.add_pending before the next call), with the same `now`: so one per pass."""
+
+    __slots__ = ("avoid", "chosen_at", "need", "pool", "resume", "strategy")
+
+    def __init__(self) -> None:
+        self.need: TaskNeed | None = None  # None: nothing kept
+
+    def keep(self, need: TaskNeed | None, pool: list[_Candidate], chosen_at: int, resume: int, strategy: str,
+             avoid: frozenset | set) -> None:
+        self.need, self.pool, self.chosen_at, self.resume = need, pool, chosen_at, resume
+        self.strategy, self.avoid = strategy, avoid
+
+
 def place_gang(needs: Sequence[TaskNeed], hosts: HostRing | Sequence[HostView], now: float,
                strategy: str = PACK, avoid: Iterable[str] = frozenset(), rng: random.Random | None = None,
-               candidates: int = DEFAULT_CANDIDATES) -> dict[str, Assignment] | None:
+               candidates: int = DEFAULT_CANDIDATES, last: LastCandidates | None = None,
+               ) -> dict[str, Assignment] | None:
     """Hosts for a whole gang: task id -> Assignment for every task, or None when one task finds
     no host (all or nothing; then nothing changes, the ring's cursors included).
 
@@ -119,7 +138,8 @@ def place_gang(needs: Sequence[TaskNeed], hosts: HostRing | Sequence[HostView], 
     only (its cursors start at a host drawn from `rng`, or at the first). Hosts in `avoid` are
     taken only when no other host fits; a task's `prefer_host` (an in-place update's previous host)
     is taken first wherever it fits. `candidates` (at least 1) bounds the feasible hosts
-    ranked per task."""
+    ranked per task. `last`, kept by the caller for a pass, carries a one-task gang's candidates
+    to the next one-task gang (see LastCandidates)."""
     ring = hosts if isinstance(hosts, HostRing) else HostRing(hosts, rng)
     if not needs:
         return {}
@@ -137,6 +157,9 @@ def place_gang(needs: Sequence[TaskNeed], hosts: HostRing | Sequence[HostView], 
     chosen_at = -1  # position in `pool` of the host the previous task took
     previous: TaskNeed | None = None
     resume = 0  # where the last walk stopped
+    if last is not None and last.need is not None and len(needs) == 1 and last.strategy == strategy \
+            and last.avoid == avoid:
+        pool, chosen_at, previous, resume = last.pool, last.chosen_at, last.need, last.resume
     for need in needs:
         start = None  # the strategy's cursor
         preferred = _preferred(need, ring, now, shares, avoid, rank) if need.prefer_host else None
@@ -156,6 +179,8 @@ def place_gang(needs: Sequence[TaskNeed], hosts: HostRing | Sequence[HostView], 
             pool, resume = _walk(need, checks_for(need), ring, start, now, shares, avoid, limit, rank, spread)
         if not pool:
             ring.pack_at, ring.spread_at = cursors
+            if last is not None:
+                last.need = None
             return None
         best = min(pool)
         chosen_at = pool.index(best)
@@ -171,6 +196,8 @@ def place_gang(needs: Sequence[TaskNeed], hosts: HostRing | Sequence[HostView], 
         else:
             ring.pack_at = index
         previous = need
+    if last is not None:  # a gang of several tasks moved its hosts' rank keys: nothing to carry
+        last.keep(previous if len(needs) == 1 else None, pool, chosen_at, resume, strategy, avoid)
     return result
 
 

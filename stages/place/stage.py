@@ -20,7 +20,7 @@ from peloton.model.gang import gang_problem
 from peloton.model.resources import Resources
 from peloton.runtime import CompactedView, HeldOffsets, Record, Stage, is_transient, now_ms
 from stages.place.host_view import HostView
-from stages.place.placement import HostRing, explain, place_gang, refusal_counts
+from stages.place.placement import HostRing, LastCandidates, explain, place_gang, refusal_counts
 from stages.place.task_need import LaunchSpecError, TaskNeed, port_names
 
 log = logging.getLogger("peloton.place")
@@ -117,12 +117,13 @@ class PlaceStage(Stage):
         still_waiting: deque[WaitingGang] = deque()
         placed_at = now_ms()
         placed: list[tuple[WaitingGang, list[dict]]] = []  # a gang and its Placement records
+        last = LastCandidates()  # a job's one-task gangs in a row start from the last one's candidates
         for w in self.waiting:
             if w.next_try > now:
                 still_waiting.append(w)
                 continue
             try:
-                records = self._choose(w, now, placed_at)
+                records = self._choose(w, now, placed_at, last)
             except Exception as exc:  # a bug this gang meets: it alone is given up, with the reason
                 log.exception("placing gang %s failed", w.gang["gang_id"])
                 self.refuse(w.record, w.gang["tasks"], f"placement failed: {type(exc).__name__}: {exc}")
@@ -161,12 +162,13 @@ class PlaceStage(Stage):
         self.waiting_ids.discard(w.gang["gang_id"])
         self.held.release(w.source, w.offset)
 
-    def _choose(self, w: WaitingGang, now: float, placed_at: int) -> list[dict] | None:
+    def _choose(self, w: WaitingGang, now: float, placed_at: int, last: LastCandidates | None = None,
+                ) -> list[dict] | None:
         """Hosts for one gang: its Placement records, one per host shard (counted against those
         hosts at once, so the next gang sees them taken); None if it waits for another try; []
         if its placement cycle is over and it went back to its pool."""
         chosen = place_gang(w.needs, self.ring, now, strategy=w.gang.get("placement_strategy") or "PACK_HOST",
-                            avoid=frozenset(w.gang.get("avoid_hosts") or ())) if self.ring.hosts else None
+                            avoid=frozenset(w.gang.get("avoid_hosts") or ()), last=last) if self.ring.hosts else None
         if chosen is None:
             self.failed_attempts += 1
             metrics.PLACEMENT_FAILED_TRIES.inc()

@@ -11,7 +11,8 @@ import pytest
 from peloton.model.constraint import AndConstraint, ConstraintError, LabelConstraint, OrConstraint, evaluate
 from peloton.model.resources import Resources
 from stages.place.host_view import HostView
-from stages.place.placement import HostRing, place_gang
+from stages.place import placement
+from stages.place.placement import HostRing, LastCandidates, place_gang
 from stages.place.task_need import LaunchSpecError, TaskNeed
 
 
@@ -53,6 +54,35 @@ def test_a_gang_that_finds_no_host_changes_no_host_and_no_cursor() -> None:
     assert place_gang([need("t1"), need("t2"), need("t3"), need("t4"), need("t5")], ring, now=0) is None
     assert ring.pack_at == 1
     assert all(not h.pending and h.free(0).cpu == 2 for h in ring)
+
+
+@pytest.mark.parametrize("strategy", ["PACK_HOST", "SPREAD_JOB"])
+def test_a_jobs_one_task_gangs_in_a_row_start_from_the_last_ones_candidates(monkeypatch, strategy) -> None:
+    walks = []
+    real = placement._walk
+    monkeypatch.setattr(placement, "_walk", lambda *a: walks.append(1) or real(*a))
+    ring = HostRing([host(f"h{i}", cpu=2) for i in range(40)])
+    last = LastCandidates()
+    for i in range(12):  # as place's tick: each placement counted on its host before the next gang
+        placed = place_gang([need(f"t{i}")], ring, now=0, strategy=strategy, last=last)
+        record(ring.hosts[0], f"p{i}", [need(f"t{i}")], placed)
+    assert len(walks) == 1  # the first gang walked; the others took its 16 candidates again
+    # No host was given more than it has, though each gang saw the hosts through the last one's
+    # candidates: the host the last gang took is looked at again.
+    assert all(h.free(0).cpu >= 0 for h in ring)
+    assert sum(2 - h.free(0).cpu for h in ring) == 12
+    if strategy == "SPREAD_JOB":
+        assert sum(1 for h in ring if h.free(0).cpu < 2) == 12  # one each: the job's tasks spread
+    else:
+        assert sorted(h.free(0).cpu for h in ring if h.free(0).cpu < 2) == [0] * 6  # hosts filled in turn
+    # A gang of other needs, of two tasks, or one that finds no host carries nothing on.
+    place_gang([need("x", cpu=2)], ring, now=0, strategy=strategy, last=last)
+    assert last.need is not None and last.need.task_id == "x"
+    place_gang([need("y1"), need("y2")], ring, now=0, strategy=strategy, last=last)
+    assert last.need is None
+    place_gang([need("z")], ring, now=0, strategy=strategy, last=last)
+    assert place_gang([need("big", cpu=3)], ring, now=0, strategy=strategy, last=last) is None
+    assert last.need is None
 
 
 def test_an_empty_gang_takes_nothing_and_no_hosts_place_nothing() -> None:
