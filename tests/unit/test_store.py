@@ -495,6 +495,45 @@ def test_sqlite_indexes_only_the_states_asked_for_and_its_query_uses_that_index(
         store.close()
 
 
+def test_sqlite_indexes_launches_by_host_while_they_run_and_by_end_once_ended(tmp_path) -> None:
+    """Over every row, each claim and end wrote a page of an index as large as the table; the
+    partial indexes hold the running launches by host and the ended ones by end, and every query
+    of launch's is still served by one."""
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    open_store(str(path)).close()
+    old = sqlite3.connect(path)  # as files made before had them
+    old.executescript("DROP INDEX launches_running_by_host; DROP INDEX launches_ended; "
+                      "CREATE INDEX launches_by_host ON launches (host_id, ended_ms); "
+                      "CREATE INDEX launches_by_end ON launches (ended_ms);")
+    old.close()
+    store = open_store(str(path))
+    try:
+        indexes = {r[0] for r in store.db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert not {"launches_by_host", "launches_by_end"} & indexes
+        assert {"launches_running_by_host", "launches_ended"} <= indexes
+        rows = [Launch(f"t{i}", "j", i, 1, f"h{i % 2}", 1, 1, 1, 0, 10) for i in range(4)]
+        assert store.claim_launches(rows) == {"t0", "t1", "t2", "t3"}
+        assert store.claim_launches(rows[:2] + [Launch("t9", "j", 9, 1, "h0", 1, 1, 1, 0, 10)]) == {"t9"}
+        store.end_launches(["t0", "t1"], 20, {"t0": {"task_id": "t0"}, "t1": {"task_id": "t1"}})
+        traced: list[str] = []
+        store.db.set_trace_callback(traced.append)
+        assert sorted(x.task_id for x in store.active_launches(["h0"])) == ["t2", "t9"]
+        assert sorted(store.active_launch_hosts()) == ["h0", "h1"]
+        assert store.ended_launches(["h1"], 15) == [{"task_id": "t1"}]
+        assert store.forget_launches(10**15, 10) == 2
+        store.db.set_trace_callback(None)
+        for query, index in (("WHERE ended_ms IS NULL AND host_id", "launches_running_by_host"),
+                             ("SELECT DISTINCT host_id", "launches_running_by_host"),
+                             ("WHERE ended_ms >= ", "launches_ended"), ("WHERE ended_ms < ", "launches_ended")):
+            [sql] = [q for q in traced if query in q]
+            plan = " ".join(str(r) for r in store.db.execute("EXPLAIN QUERY PLAN " + sql))
+            assert index in plan, (query, plan)
+    finally:
+        store.close()
+
+
 def test_the_cassandra_schema_is_versioned_and_migrated_once(cassandra_node) -> None:
     import uuid
 
