@@ -27,6 +27,16 @@ class Transition:
 
 # A move and nothing more, one per state: made once (frozen, so shared), not per status.
 _MOVES = {state: Transition(state) for state in TASK_ORDER}
+_MADE: dict[tuple, Transition] = {}  # every other transition, made once too (a frozen init is 1.5 us)
+
+
+def _transition(state: str, retry: bool = False, requeue: bool = False, count_failure: bool = False,
+                release: bool = False) -> Transition:
+    key = (state, retry, requeue, count_failure, release)
+    made = _MADE.get(key)
+    if made is None:
+        made = _MADE[key] = Transition(state, retry, requeue, count_failure, release)
+    return made
 
 
 def status_problem(task_known: bool, event: dict) -> str | None:
@@ -90,35 +100,35 @@ def task_transition(
         # placement refused elsewhere) and changes nothing.
         if TASK_ORDER[current_state] >= TASK_ORDER["LAUNCHED"]:
             return None
-        return Transition("PENDING", requeue=True, release=True)
+        return _transition("PENDING", requeue=True, release=True)
     if reason == PREEMPTED and mesos_state == "TASK_KILLING":
         new = "PREEMPTING"
     if TASK_ORDER[new] <= TASK_ORDER[current_state]:
         return None
     if reason == PREEMPTED and new == "KILLED" and current_state != "KILLING":  # a stop wins
-        return Transition("KILLED", retry=True, release=True)
+        return _transition("KILLED", retry=True, release=True)
     # A drain's kill: the job manager's own (the run was KILLING for it) or, from an older host
     # manager, the host's. The caller passes STOPPED instead where a stop came first.
     if reason == HOST_MAINTENANCE and new == "KILLED":
-        return Transition("KILLED", retry=True, release=True)
+        return _transition("KILLED", retry=True, release=True)
     if reason == RESTARTED and new == "KILLED":  # replaced by a restart or an update
-        return Transition("KILLED", retry=True, release=True)
+        return _transition("KILLED", retry=True, release=True)
     if reason == DEADLINE_EXCEEDED and new == "KILLED":  # Peloton's deadline: KILLED, for good
-        return Transition("KILLED", release=True)
+        return _transition("KILLED", release=True)
     if reason == LAUNCH_TIMEOUT and new == "KILLED":  # the system's fault: rerun as a lost run
         new = "LOST"
     if mesos_state == "TASK_ERROR":
-        return Transition("FAILED", count_failure=True, release=True)
+        return _transition("FAILED", count_failure=True, release=True)
     if new == "LOST":
-        return Transition("LOST", retry=reason != STOPPED, release=True)
+        return _transition("LOST", retry=reason != STOPPED, release=True)
     if service and new in ("SUCCEEDED", "FAILED"):
-        return Transition(new, retry=True, count_failure=True, release=True)
+        return _transition(new, retry=True, count_failure=True, release=True)
     # Rerun until the failure count reaches maxFailures: maxFailures 4 means at most 4 runs.
     limit = max(max_failures, SYSTEM_FAILURE_RUNS) if reason == REASON_CONTAINER_LAUNCH_FAILED else max_failures
     if new == "FAILED" and failures + 1 < limit:
-        return Transition("FAILED", retry=True, count_failure=True, release=True)
+        return _transition("FAILED", retry=True, count_failure=True, release=True)
     if new in TASK_TERMINAL:
-        return Transition(new, count_failure=new == "FAILED", release=True)
+        return _transition(new, count_failure=new == "FAILED", release=True)
     return _MOVES[new]
 
 
