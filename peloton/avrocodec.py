@@ -22,6 +22,7 @@ objects, which readers treat as read-only.
 from __future__ import annotations
 
 import struct
+from collections.abc import Collection
 from typing import Any, Callable
 
 _DOUBLE = struct.Struct("<d")
@@ -31,6 +32,48 @@ _PRIMITIVES = {"null", "boolean", "int", "long", "float", "double", "bytes", "st
 # Tails a record's writer and reader each keep: a host's statuses go out interleaved (a run's
 # TASK_STARTING, then its TASK_RUNNING, then the next run's), so one kept tail would never match.
 TAILS_KEPT = 4
+
+
+class Encoded(dict):
+    """A record as a reader decoded it, with its bytes (`raw`), for a stage that passes it on
+    unchanged (entitle sends the gangs it reads as they came): a writer of its schema writes
+    those bytes again instead of encoding it anew. Setting or removing a key drops them; the
+    values inside are read-only by convention, as shared tails' are."""
+
+    __slots__ = ("raw",)
+
+    def __setitem__(self, key, value) -> None:
+        self.raw = None
+        dict.__setitem__(self, key, value)
+
+    def __delitem__(self, key) -> None:
+        self.raw = None
+        dict.__delitem__(self, key)
+
+    def pop(self, *args):
+        self.raw = None
+        return dict.pop(self, *args)
+
+    def popitem(self):
+        self.raw = None
+        return dict.popitem(self)
+
+    def setdefault(self, key, default=None):
+        if key not in self:
+            self.raw = None
+        return dict.setdefault(self, key, default)
+
+    def update(self, *args, **kwargs) -> None:
+        self.raw = None
+        dict.update(self, *args, **kwargs)
+
+    def clear(self) -> None:
+        self.raw = None
+        dict.clear(self)
+
+    def __ior__(self, other):
+        self.raw = None
+        return dict.__ior__(self, other)
 
 
 class Unsupported(ValueError):
@@ -67,9 +110,12 @@ def _truncated(*_args) -> None:
 class _Source:
     """Lines of generated code, and the constants they refer to."""
 
-    def __init__(self, named: dict[str, Any], shared_tails: dict[str, str]):
+    def __init__(self, named: dict[str, Any], shared_tails: dict[str, str], raw: Collection[str] = (),
+                 keep_raw: bool = False):
         self.named = named
         self.shared_tails = shared_tails  # record's full name -> the first field of its shared tail
+        self.raw = raw  # records whose writer writes an Encoded one's bytes again
+        self.keep_raw = keep_raw  # and whose reader keeps them (an Encoded), in this codec
         self.functions: dict[str, list[str]] = {}  # function name -> its lines
         self.constants: dict[str, Any] = {}
         self._n = 0
@@ -173,6 +219,9 @@ def _record_writer(src: _Source, schema: dict) -> str:
         return name
     src.functions[name] = []  # claimed first: a record that refers to itself
     lines = [f"def {name}(r, out):"]
+    if schema["name"] in src.raw:  # read and passed on unchanged: its bytes again
+        lines += ["    if r.__class__ is Encoded:", "        raw = r.raw", "        if raw is not None:",
+                  "            out += raw", "            return"]
     fields = schema["fields"]
     tail_at = _tail_at(src, schema)
     for field in fields[:tail_at]:
@@ -282,6 +331,9 @@ def _record_reader(src: _Source, schema: dict) -> str:
         return name
     src.functions[name] = []
     lines = [f"def {name}(data, pos, end):"]
+    keep = src.keep_raw and schema["name"] in src.raw
+    if keep:
+        lines.append("    start = pos")
     fields = schema["fields"]
     tail_at = _tail_at(src, schema)
     names = []
@@ -303,7 +355,11 @@ def _record_reader(src: _Source, schema: dict) -> str:
             _read(src, field["type"], v, lines, "        ")
         lines.append(f"        {memo}[0] = ((data[start:pos], ({unpack})),) + kept[:TAILS_KEPT - 1]")
         names += tail
-    lines.append("    return {" + ", ".join(f"{n!r}: {v}" for n, v in names) + "}, pos")
+    record = "{" + ", ".join(f"{n!r}: {v}" for n, v in names) + "}"
+    if keep:
+        lines += [f"    r = Encoded({record})", "    r.raw = data[start:pos]", "    return r, pos"]
+    else:
+        lines.append(f"    return {record}, pos")
     src.functions[name] = lines
     return name
 
@@ -332,15 +388,18 @@ def compile_head_reader(schema: dict, named: dict[str, Any], last: str) -> Calla
 
 
 def compile_codec(schema: dict, named: dict[str, Any], shared_tails: dict[str, str] | None = None,
+                  raw: Collection[str] = (), keep_raw: bool = False,
                   ) -> tuple[Callable[[dict], bytes], Callable[[bytes, int], dict]]:
     """(encode(record) -> bytes, decode(data, pos) -> record) for a parsed record schema; `named`
     holds the parsed named types it refers to; `shared_tails` maps a record's full name to the
-    first field of its shared tail (the module's docstring). Raises Unsupported."""
-    src = _Source(named, shared_tails or {})
+    first field of its shared tail (the module's docstring). The records named in `raw` are
+    written as their bytes where they are an Encoded one, and with `keep_raw` read as Encoded
+    ones. Raises Unsupported."""
+    src = _Source(named, shared_tails or {}, raw, keep_raw)
     writer, reader = _record_writer(src, schema), _record_reader(src, schema)
     code = "\n\n".join("\n".join(lines) for lines in src.functions.values())
     scope: dict[str, Any] = {"write_long": write_long, "read_long": read_long, "truncated": _truncated,
-                             "TAILS_KEPT": TAILS_KEPT,
+                             "TAILS_KEPT": TAILS_KEPT, "Encoded": Encoded,
                              "pack_double": _DOUBLE.pack, "unpack_double": _DOUBLE.unpack_from, **src.constants}
     exec(compile(code, f"<avro codec {schema['name']}>", "exec"), scope)  # noqa: S102 - our own generated source
     write, read = scope[writer], scope[reader]

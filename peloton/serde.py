@@ -24,6 +24,11 @@ SCHEMA_DIR = REPO_ROOT / "schemas" / "avro"
 # once (avrocodec: a shared tail): a task's launch spec after its ids (its job's config), and a
 # task status after its run and host (its state, reason, time).
 SHARED_TAILS = {"peloton.TaskLaunchSpec": "resources", "peloton.TaskStatus": "state"}
+# Records a stage passes on as it read them: entitle sends each gang it reads from a GangDemands
+# bundle inside its AdmittedGang. Read from those messages (KEEP_BYTES), such a record keeps its
+# bytes (avrocodec.Encoded), and any writer of it writes them again rather than encoding it anew.
+PASSED_ON = frozenset({"peloton.GangDemand"})
+KEEP_BYTES = frozenset({"peloton.GangDemands"})
 _HEADER = struct.Struct(">bI")
 MAGIC = 0
 
@@ -69,7 +74,7 @@ class SchemaRegistry:
         self._codecs: dict[str, tuple] = {}
         for name, (_id, parsed) in self.by_name.items():
             try:
-                self._codecs[name] = compile_codec(parsed, named, SHARED_TAILS)
+                self._codecs[name] = compile_codec(parsed, named, SHARED_TAILS, PASSED_ON, name in KEEP_BYTES)
             except Unsupported:
                 pass
 

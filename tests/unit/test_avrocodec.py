@@ -11,7 +11,7 @@ import struct
 import fastavro
 import pytest
 
-from peloton.avrocodec import Truncated, compile_codec
+from peloton.avrocodec import Encoded, Truncated, compile_codec
 from peloton.serde import SHARED_TAILS, DecodeError, registry
 
 REG = registry()
@@ -175,3 +175,36 @@ def test_interleaved_statuses_share_their_few_tails_and_read_as_fastavro_does() 
         with pytest.raises((Truncated, IndexError, struct.error)):
             decode(data[:cut])
     assert decode(data) == record
+
+
+def test_a_gang_read_from_a_demand_bundle_is_sent_on_as_its_bytes_until_changed() -> None:
+    spec = value_of(REG.named["peloton.TaskLaunchSpec"], random.Random(5))
+    gangs = [_gang(spec, i) for i in range(3)]
+    name, bundle = REG.decode(REG.bundle("peloton.GangDemand", [REG.encode_body("peloton.GangDemand", g)
+                                                                 for g in gangs], "/p"))
+    read = bundle["gangs"]
+    assert all(isinstance(g, Encoded) and g.raw for g in read) and read == gangs
+    for g, plain in zip(read, gangs, strict=True):
+        admitted = REG.encode_body("peloton.AdmittedGang", {"gang": g, "admitted_ms": 7})
+        assert admitted == REG.encode_body("peloton.AdmittedGang", {"gang": plain, "admitted_ms": 7})
+        assert admitted == fastavro_bytes("peloton.AdmittedGang", {"gang": plain, "admitted_ms": 7})
+    kept = read[2]
+    kept.raw = b"\x01\x02"  # what is written is the bytes kept, not an encoding of the values
+    assert REG.encode_body("peloton.AdmittedGang", {"gang": kept, "admitted_ms": 7}) == b"\x01\x02\x0e"
+    # Changed, it is encoded anew: its bytes are dropped by any change of a key.
+    changed = read[0]
+    changed["priority"] = 9
+    assert changed.raw is None
+    again = REG.decode(REG.header("peloton.AdmittedGang") + REG.encode_body(
+        "peloton.AdmittedGang", {"gang": changed, "admitted_ms": 7}))[1]
+    assert again["gang"]["priority"] == 9
+    for change in (lambda g: g.pop("pool"), lambda g: g.update(pool="/q"), lambda g: g.setdefault("x", 1),
+                   lambda g: g.__delitem__("pool"), lambda g: g.clear()):
+        g = REG.decode(REG.bundle("peloton.GangDemand", [REG.encode_body("peloton.GangDemand", gangs[1])] * 2,
+                                  "/p"))[1]["gangs"][0]
+        change(g)
+        assert g.raw is None
+    # Read anywhere else (place's AdmittedGangs, a lone GangDemand), a gang is a plain dict.
+    lone = REG.decode(REG.encode("peloton.GangDemand", gangs[0]))[1]
+    assert type(lone) is dict
+    assert type(REG.decode(REG.encode("peloton.AdmittedGang", {"gang": read[1], "admitted_ms": 1}))[1]["gang"]) is dict
