@@ -17,6 +17,10 @@ the values come again; the reader keeps the last few tails' bytes and values, an
 bytes follow, hands out the same values without reading them again. So a bundle of a job's 1,000
 alike tasks reads and writes its spec about once; records that share a tail share its value
 objects, which readers treat as read-only.
+
+A record passed on: a stage that sends on a record as it read it (entitle, each gang) can have
+it read as an `Encoded`, which keeps its bytes, and the writers of its schema write those again.
+A head reader reads a large record's leading fields and stops (compile_head_reader).
 """
 
 from __future__ import annotations
@@ -364,6 +368,16 @@ def _record_reader(src: _Source, schema: dict) -> str:
     return name
 
 
+def _compiled(src: _Source, title: str) -> dict[str, Any]:
+    """The generated functions, compiled: their names -> the functions."""
+    code = "\n\n".join("\n".join(lines) for lines in src.functions.values())
+    scope: dict[str, Any] = {"write_long": write_long, "read_long": read_long, "truncated": _truncated,
+                             "TAILS_KEPT": TAILS_KEPT, "Encoded": Encoded,
+                             "pack_double": _DOUBLE.pack, "unpack_double": _DOUBLE.unpack_from, **src.constants}
+    exec(compile(code, title, "exec"), scope)  # noqa: S102 - our own generated source
+    return scope
+
+
 def compile_head_reader(schema: dict, named: dict[str, Any], last: str) -> Callable[[bytes, int], dict]:
     """decode(data, pos) -> the record's fields up to `last` (Avro writes fields in order), not
     reading the rest: for a reader that needs a few leading fields of a large record it keeps
@@ -375,11 +389,7 @@ def compile_head_reader(schema: dict, named: dict[str, Any], last: str) -> Calla
     head = {**schema, "name": f"{schema['name']}.head", "fields": schema["fields"][:names.index(last) + 1]}
     src = _Source(named, {})
     reader = _record_reader(src, head)
-    code = "\n\n".join("\n".join(lines) for lines in src.functions.values())
-    scope: dict[str, Any] = {"read_long": read_long, "truncated": _truncated, "unpack_double": _DOUBLE.unpack_from,
-                             "TAILS_KEPT": TAILS_KEPT, **src.constants}
-    exec(compile(code, f"<avro head reader {schema['name']}>", "exec"), scope)  # noqa: S102 - our own generated source
-    read = scope[reader]
+    read = _compiled(src, f"<avro head reader {schema['name']}>")[reader]
 
     def decode(data: bytes, pos: int = 0) -> dict:
         return read(data, pos, len(data))[0]
@@ -397,11 +407,7 @@ def compile_codec(schema: dict, named: dict[str, Any], shared_tails: dict[str, s
     ones. Raises Unsupported."""
     src = _Source(named, shared_tails or {}, raw, keep_raw)
     writer, reader = _record_writer(src, schema), _record_reader(src, schema)
-    code = "\n\n".join("\n".join(lines) for lines in src.functions.values())
-    scope: dict[str, Any] = {"write_long": write_long, "read_long": read_long, "truncated": _truncated,
-                             "TAILS_KEPT": TAILS_KEPT, "Encoded": Encoded,
-                             "pack_double": _DOUBLE.pack, "unpack_double": _DOUBLE.unpack_from, **src.constants}
-    exec(compile(code, f"<avro codec {schema['name']}>", "exec"), scope)  # noqa: S102 - our own generated source
+    scope = _compiled(src, f"<avro codec {schema['name']}>")
     write, read = scope[writer], scope[reader]
 
     def encode(record: dict) -> bytes:
