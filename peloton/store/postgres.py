@@ -496,7 +496,8 @@ class PostgresStore(StorageGateway):
     def admit_gangs(self, gang_ids: list[str], allocations: list[Allocation],
                     unqueued: list[Allocation] = ()) -> set[str]:
         with self.transaction():
-            self.add_allocations(list(unqueued))
+            if unqueued:
+                self.add_allocations(list(unqueued))
             if not gang_ids:
                 return set()
             taken = {r[0] for r in self._all(

@@ -497,7 +497,8 @@ class SqliteStore(StorageGateway):
     def admit_gangs(self, gang_ids: list[str], allocations: list[Allocation],
                     unqueued: list[Allocation] = ()) -> set[str]:
         with self.transaction():
-            self.add_allocations(list(unqueued))
+            if unqueued:
+                self.add_allocations(list(unqueued))
             if not gang_ids:
                 return set()
             at = int(time.time() * 1000)
