@@ -25,6 +25,7 @@ import logging
 import os
 import re
 import signal
+import threading
 import time
 import uuid
 from collections import OrderedDict
@@ -52,6 +53,9 @@ HOST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 REASON_AGENT_RESTARTED = "REASON_AGENT_RESTARTED"
 REASON_AGENT_SHUTDOWN = "REASON_AGENT_SHUTDOWN"
 ENDED_KEPT = 100_000  # ended runs remembered (ids only), for launches read again
+# How long past its message timeout a report may wait for the Kafka client's answer (delivered or
+# failed) before the client is taken for stuck (HostAgent._check_unanswered).
+REPORT_ANSWER_GRACE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -122,9 +126,9 @@ class HostAgent:
 
     def __init__(self, settings: Settings, specs: list[AgentSpec], simulate: bool = False, name: str | None = None,
                  gpus: tuple[str, ...] = ()):
-        from confluent_kafka import Consumer, Producer
+        from confluent_kafka import Consumer
 
-        from peloton.runtime import CONSUMER_RECOVERY, kafka_access, producer_config
+        from peloton.runtime import CONSUMER_RECOVERY, kafka_access
 
         self.settings = settings
         self.hosts = {spec.name: spec for spec in specs}
@@ -169,8 +173,9 @@ class HostAgent:
         # whose updates go again in the next. Never waiting for ever also lets an idempotent
         # producer that lost its broker-side state (a whole cluster restarted) start afresh
         # instead of holding its queue, and the agent's reports, back.
-        self.producer = Producer({**producer_config(settings),
-                                  "message.timeout.ms": max(1000, int(self.lease_s * 1000))})
+        self.report_timeout_s = max(1.0, self.lease_s)
+        self.producer = self._new_producer()
+        self.producer_renewals = 0
         self.consumer = Consumer({
             **kafka_access(settings), "group.id": f"{self.catalogue.prefix}peloton.agent.{self.name}",
             "enable.auto.commit": False, "auto.offset.reset": "latest", "fetch.wait.max.ms": 100,
@@ -197,6 +202,13 @@ class HostAgent:
         self._rounds: dict[int, _Round] = {}  # reports not yet acknowledged, per heartbeat round
         self._round_ids = itertools.count()
         self._status_at, self._steps, self._commands_read = time.monotonic(), 0, 0
+
+    def _new_producer(self):
+        from confluent_kafka import Producer
+
+        from peloton.runtime import producer_config
+
+        return Producer({**producer_config(self.settings), "message.timeout.ms": int(self.report_timeout_s * 1000)})
 
     # -- state on disk --------------------------------------------------------------------------
     def _load(self, name: str, default):
@@ -334,6 +346,7 @@ class HostAgent:
 
     def step(self) -> None:
         self.producer.poll(0)  # acknowledgements of reports: they extend the lease
+        self._check_unanswered()
         if self.fenced_at is None and time.monotonic() >= self.lease_until:
             self._fence()
         messages = self.consumer.consume(num_messages=500, timeout=0.1)
@@ -490,6 +503,32 @@ class HostAgent:
             self.pending = sending.updates + self.pending
         self.producer.poll(0)
 
+    def _check_unanswered(self) -> None:
+        """A report the Kafka client has neither delivered nor failed well past its message
+        timeout will not be answered: a new producer takes over, and the updates of every round
+        still waiting go again with the next report. Seen once, after a whole-cluster restart: an
+        idempotent producer held 19 rounds (475 reports) for 157 s with no callback and no client
+        error, so no report got through, the agent stayed fenced, and the host manager refused
+        every placement on its hosts as unknown."""
+        if not self._rounds:
+            return
+        oldest = next(iter(self._rounds.values()))  # rounds are kept in the order they were sent
+        waited = time.monotonic() - oldest.sent
+        if waited < self.report_timeout_s + REPORT_ANSWER_GRACE_S:
+            return
+        log.warning("the Kafka client neither delivered nor failed reports sent %.0fs ago (their timeout is %gs; "
+                    "%d report rounds and %d messages held): a new producer takes over, and their updates go again",
+                    waited, self.report_timeout_s, len(self._rounds), len(self.producer))
+        old, self.producer = self.producer, self._new_producer()
+        self.producer_renewals += 1
+        metrics.AGENT_PRODUCER_RENEWALS.inc()
+        held = [u for sending in self._rounds.values() for u in sending.updates]
+        self._rounds.clear()  # an answer the old producer gives after all finds no round: ignored
+        self.pending = held + self.pending
+        # Away from the loop: purging and freeing a client may wait on its broker threads.
+        threading.Thread(target=_abandon, args=(old,), name="report-producer-abandoned", daemon=True).start()
+        del old
+
     def _delivered(self, round_id: int, err) -> None:
         """A report's acknowledgement (or failure). A round whose reports all got through extends
         the lease and forgets the runs it reported ended; a failed one sends its updates again."""
@@ -552,6 +591,16 @@ class _Round:
     waiting: int  # reports not acknowledged yet
     updates: list[TaskUpdate]
     failed: bool = False
+
+
+def _abandon(producer) -> None:
+    """Lets go of a producer that stopped answering: its queue is purged (the updates it held go
+    again through its successor) and the client is freed when this thread ends."""
+    try:
+        producer.purge()
+        producer.flush(0)
+    except Exception:  # it is being thrown away: nothing it says matters
+        pass
 
 
 def agent_state_dir(home: str | Path, name: str) -> Path:

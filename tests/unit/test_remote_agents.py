@@ -133,3 +133,80 @@ def test_an_agent_runs_its_hosts_launches_and_skips_what_it_cannot_use(tmp_path)
     finally:
         agent.driver.close()
         agent.consumer.close()
+
+
+class SilentProducer:
+    """Takes reports and never answers them: the Kafka client seen stuck after a whole-cluster
+    restart (neither delivered nor timed out). `answering` ones acknowledge at each poll."""
+
+    def __init__(self, answering: bool = False) -> None:
+        self.answering = answering
+        self.held: list = []
+        self.purged = False
+
+    def produce(self, topic, key=None, value=None, partition=None, on_delivery=None) -> None:
+        self.held.append(on_delivery)
+
+    def poll(self, timeout: float = 0) -> int:
+        if not self.answering:
+            return 0
+        answered, self.held = self.held, []
+        for callback in answered:
+            callback(None, None)
+        return len(answered)
+
+    def purge(self, *args, **kwargs) -> None:
+        self.purged = True
+
+    def flush(self, timeout: float = 0) -> int:
+        return len(self.held)
+
+    def __len__(self) -> int:
+        return len(self.held)
+
+
+def test_an_agent_replaces_a_producer_that_never_answers_and_sends_its_updates_again(tmp_path) -> None:
+    from peloton.config import Settings
+    from stages.agent.agent import REPORT_ANSWER_GRACE_S, AgentSpec, HostAgent
+    from stages.launch.agents.driver import TaskUpdate
+
+    agent = HostAgent(Settings(bootstrap="127.0.0.1:1", home=tmp_path), [AgentSpec("h1", Resources(cpu=4), {})],
+                      simulate=True)
+    try:
+        stuck, made = SilentProducer(), []
+        agent.producer = stuck
+        agent._new_producer = lambda: made.append(SilentProducer(answering=True)) or made[-1]
+        agent.pending.append(TaskUpdate("j-0-1", "h1", "TASK_FINISHED", 1, exit_code=0))
+        agent._report()
+        agent._report()  # a heartbeat round with no news
+        assert len(agent._rounds) == 2 and not agent.pending
+
+        # Within the message timeout and its grace, an unanswered round is only waiting.
+        for sending in agent._rounds.values():
+            sending.sent -= agent.report_timeout_s + REPORT_ANSWER_GRACE_S - 2
+        agent._check_unanswered()
+        assert agent.producer is stuck and not made
+
+        for sending in agent._rounds.values():
+            sending.sent -= 3
+        lease_before = agent.lease_until
+        agent._check_unanswered()
+        assert agent.producer is made[0] and agent.producer_renewals == 1
+        assert not agent._rounds and [u.task_id for u in agent.pending] == ["j-0-1"]
+        deadline = time.monotonic() + 5
+        while not stuck.purged and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert stuck.purged  # its queue let go, away from the loop
+
+        # An answer the old client gives after all finds no round, and changes nothing.
+        for callback in stuck.held:
+            callback(None, None)
+        assert [u.task_id for u in agent.pending] == ["j-0-1"] and agent.lease_until == lease_before
+
+        # The new producer's acknowledgement renews the lease, and the update is delivered.
+        agent._report()
+        agent.producer.poll(0)
+        assert not agent._rounds and not agent.pending and agent.lease_until > lease_before
+    finally:
+        agent.driver.close()
+        agent.consumer.close()
