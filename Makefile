@@ -81,6 +81,7 @@ bench: $(STAMP) jars
 	$(BIN)/python -m pelotonctl.bench.placement
 	$(BIN)/python -m pelotonctl.bench.job_manager
 	$(BIN)/python -m pelotonctl.bench.entitle_stage
+	$(BIN)/python -m pelotonctl.bench.launch_stage
 	$(BIN)/pelotonctl bench --targets
 
 # Scale and soak runs (tests marked slow), left out of `make test` to keep it within CI's time.

@@ -165,6 +165,11 @@ MIGRATIONS = [
     """
     CREATE INDEX jobs_by_completion ON jobs (completed_ms);
     """,
+    # 15: no production query reads launches by job (only tests count a job's: launch_counts),
+    # and each claim wrote the index.
+    """
+    DROP INDEX IF EXISTS launches_by_job;
+    """,
 ]
 _MIGRATION_LOCK = 0x70656C6F  # any constant shared by every process of the project
 _POOL_TREE_LOCK = 0x706F6F6C

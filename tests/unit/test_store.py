@@ -498,7 +498,7 @@ def test_sqlite_indexes_only_the_states_asked_for_and_its_query_uses_that_index(
 def test_sqlite_indexes_launches_by_host_while_they_run_and_by_end_once_ended(tmp_path) -> None:
     """Over every row, each claim and end wrote a page of an index as large as the table; the
     partial indexes hold the running launches by host and the ended ones by end, and every query
-    of launch's is still served by one."""
+    of launch's is still served by one. Nothing indexes them by job: only tests count a job's."""
     import sqlite3
 
     path = tmp_path / "old.db"
@@ -506,12 +506,13 @@ def test_sqlite_indexes_launches_by_host_while_they_run_and_by_end_once_ended(tm
     old = sqlite3.connect(path)  # as files made before had them
     old.executescript("DROP INDEX launches_running_by_host; DROP INDEX launches_ended; "
                       "CREATE INDEX launches_by_host ON launches (host_id, ended_ms); "
-                      "CREATE INDEX launches_by_end ON launches (ended_ms);")
+                      "CREATE INDEX launches_by_end ON launches (ended_ms); "
+                      "CREATE INDEX launches_by_job ON launches (job_id);")
     old.close()
     store = open_store(str(path))
     try:
         indexes = {r[0] for r in store.db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
-        assert not {"launches_by_host", "launches_by_end"} & indexes
+        assert not {"launches_by_host", "launches_by_end", "launches_by_job"} & indexes
         assert {"launches_running_by_host", "launches_ended"} <= indexes
         rows = [Launch(f"t{i}", "j", i, 1, f"h{i % 2}", 1, 1, 1, 0, 10) for i in range(4)]
         assert store.claim_launches(rows) == {"t0", "t1", "t2", "t3"}
@@ -522,6 +523,7 @@ def test_sqlite_indexes_launches_by_host_while_they_run_and_by_end_once_ended(tm
         assert sorted(x.task_id for x in store.active_launches(["h0"])) == ["t2", "t9"]
         assert sorted(store.active_launch_hosts()) == ["h0", "h1"]
         assert store.ended_launches(["h1"], 15) == [{"task_id": "t1"}]
+        assert store.launch_counts("j") == {0: 1, 1: 1, 2: 1, 3: 1, 9: 1}  # a test's question: it reads every row
         assert store.forget_launches(10**15, 10) == 2
         store.db.set_trace_callback(None)
         for query, index in (("WHERE ended_ms IS NULL AND host_id", "launches_running_by_host"),
