@@ -87,19 +87,36 @@ class TaskSpec:
     image: str = ""  # the container image it runs in; "": the host's own file system
 
 
-# Every field of a TaskSpec but its instance, as one tuple: instances_of passes them by position
-# after the instance.
+# Every field of a TaskSpec but its instance, as one tuple (alike compares them).
 _ALL_BUT_INSTANCE = attrgetter(*[f.name for f in fields(TaskSpec)][1:])
 if fields(TaskSpec)[0].name != "instance":
     raise TypeError("TaskSpec's first field must be its instance (instances_of)")
 
 
+def _cloner():
+    """clone(template, instances): straight-line code that fills each new TaskSpec's slots
+    through their descriptors, as a frozen dataclass's __init__ would through object.__setattr__
+    (TaskSpec checks nothing at init): 1.5 us a task against 3.1 through __init__."""
+    names = [f.name for f in fields(TaskSpec)]
+    args = ", ".join(f"g_{n}=TaskSpec.{n}.__get__, s_{n}=TaskSpec.{n}.__set__" for n in names)
+    src = (f"def clone(template, instances, new=object.__new__, cls=TaskSpec, {args}):\n"
+           + "".join(f"    v_{n} = g_{n}(template)\n" for n in names[1:])
+           + "    out = []\n    for i in instances:\n        o = new(cls)\n        s_instance(o, i)\n"
+           + "".join(f"        s_{n}(o, v_{n})\n" for n in names[1:])
+           + "        out.append(o)\n    return out\n")
+    scope: dict = {"TaskSpec": TaskSpec}
+    exec(src, scope)  # noqa: S102 (our own field names)
+    return scope["clone"]
+
+
+_clone = _cloner()
+
+
 def instances_of(template: TaskSpec, instances) -> list[TaskSpec]:
     """The template as each of `instances`: every other field the template's own objects (which
     expand_job relies on to build a launch spec once for them all). dataclasses.replace took
-    twice as long, 7 us a task."""
-    rest = _ALL_BUT_INSTANCE(template)
-    return [TaskSpec(i, *rest) for i in instances]
+    7 us a task, the dataclass's __init__ 3.1."""
+    return _clone(template, instances)
 
 
 def alike(a: TaskSpec, b: TaskSpec) -> bool:

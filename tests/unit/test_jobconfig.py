@@ -441,6 +441,20 @@ def test_missing_command_for_some_instances() -> None:
     assert errors_of(doc) == ["defaultconfig.command: every instance needs a command with a non-empty value (instances 1-2)"]
 
 
+def test_instances_on_a_clean_default_are_checked_once_and_overrides_each() -> None:
+    """The default config is checked for its first and last instance only when clean there;
+    an override's problem is still found, and a default's problem still names every instance."""
+    doc = minimal(instancecount=1000, instanceconfig={500: {"controller": True}})
+    assert errors_of(doc) == ["instanceconfig.500.controller: only instance 0 may be the controller"]
+    doc = minimal(instancecount=1000, instanceconfig={0: {"name": "first"}})
+    doc["defaultconfig"]["controller"] = True  # fine for instance 0 only, which has an override
+    assert errors_of(doc) == ["defaultconfig.controller: only instance 0 may be the controller (instances 1-999)"]
+    spec = job_spec_from_dict(minimal(instancecount=1000, instanceconfig={7: {"name": "seven"}}))
+    assert [t.instance for t in spec.tasks] == list(range(1000))
+    assert spec.tasks[7].name == "seven" and spec.tasks[8].name == spec.tasks[999].name == ""
+    assert spec.tasks[8].command is spec.tasks[999].command  # the alike share the default's objects
+
+
 def test_service_tasks_may_have_a_health_check() -> None:
     doc = with_default(healthcheck={"enabled": True, "type": 1, "commandCheck": {"command": "true"}})
     doc["type"] = 1
