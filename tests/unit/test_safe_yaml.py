@@ -130,6 +130,26 @@ def test_values_that_cannot_be_built_are_yaml_errors_with_their_place(text: str,
     assert yaml_error_text(info.value).startswith(f"{where}: invalid YAML: ")
 
 
+@pytest.mark.skipif(not yaml.__with_libyaml__, reason="PyYAML built without libyaml")
+def test_documents_are_read_by_libyaml_and_errors_said_by_the_python_reader(monkeypatch) -> None:
+    from peloton.model import safe_yaml
+
+    python_reader = safe_yaml._SafeLoader
+    monkeypatch.setattr(safe_yaml, "_SafeLoader", None)  # any use of it now fails
+    for path in sorted(EXAMPLES.glob("*.yaml")) + sorted(EXAMPLES.glob("stateless/*.yaml")):
+        text = path.read_text()
+        assert load_yaml(text) == yaml.safe_load(text), path.name
+    monkeypatch.setattr(safe_yaml, "_SafeLoader", python_reader)
+    # What libyaml says less well, the Python reader says: the character, the alias's name.
+    for text, said in (("a:\n\tb: 1\n", "found character '\\t' that cannot start any token"),
+                       ("a: *nowhere\n", "found undefined alias 'nowhere'"),
+                       ("a: b: c\n", "mapping values are not allowed here")):
+        with pytest.raises(yaml.YAMLError) as info:
+            load_yaml(text)
+        assert said in yaml_error_text(info.value), text
+    assert "alias bomb" in refused_quickly(billion_laughs())
+
+
 def test_the_limits_are_a_value_error() -> None:
     assert issubclass(YamlLimitError, ValueError)
     limits = YamlLimits()
