@@ -261,10 +261,10 @@ class PostgresStore(StorageGateway):
 
     def get_pool(self, path: str) -> dict | None:
         rows = self._all("SELECT config FROM pools WHERE path = %s", (path,))
-        return json.loads(rows[0][0]) if rows else None
+        return orjson.loads(rows[0][0]) if rows else None
 
     def list_pools(self) -> dict[str, dict]:
-        return {p: json.loads(c) for p, c in self._all("SELECT path, config FROM pools ORDER BY path")}
+        return {p: orjson.loads(c) for p, c in self._all("SELECT path, config FROM pools ORDER BY path")}
 
     def delete_pool(self, path: str) -> bool:
         return bool(self._count("DELETE FROM pools WHERE path = %s", (path,)))

@@ -2,6 +2,7 @@
 
     .venv/bin/python -m pelotonctl.bench.job_manager              # 10 jobs of 1,000 tasks
     .venv/bin/python -m pelotonctl.bench.job_manager 20 500 50    # jobs, tasks per job, batch
+    .venv/bin/python -m pelotonctl.bench.job_manager 500 10 10 1000  # ... and pools beside the job's
 
 Admit is the largest stage's CPU in `pelotonctl bench`, and that bench's figure moves with
 whatever else the shared machine runs. Here the stage's own work is timed alone, in CPU seconds:
@@ -27,7 +28,8 @@ from peloton.config import Settings
 from peloton.runtime import StaticView, decode_message
 from peloton.serde import registry
 from peloton.topics import Catalogue
-from pelotonctl.bench.alone import CpuByStep, batches, dropped, host_state, pooled_store, records
+from peloton.model.pool import parse_pool_config
+from pelotonctl.bench.alone import POOL, CpuByStep, batches, dropped, host_state, pooled_store, records
 
 JOB = """
 name: bench
@@ -41,15 +43,18 @@ STATUSES = ("TASK_STARTING", "TASK_RUNNING", "TASK_FINISHED")
 HOSTS = 97  # the hosts a job's runs are spread over
 
 
-def bench_job_manager(jobs: int = 10, tasks_per_job: int = 1000, batch: int = 100) -> dict:
+def bench_job_manager(jobs: int = 10, tasks_per_job: int = 1000, batch: int = 100, pools: int = 0) -> dict:
     """CPU microseconds per task of each step and in all, and the jobs' final states. Each step
-    of a job comes in batches of `batch` runs (a pipeline's turns rarely hold a whole job's)."""
+    of a job comes in batches of `batch` runs (a pipeline's turns rarely hold a whole job's).
+    `pools` more pools stand beside the jobs' own: a create reads the pool tree."""
     from stages.admit.stage import AdmitStage
 
     home = Path(tempfile.mkdtemp(prefix="peloton-jm-bench-"))
     try:
         catalogue = Catalogue()
         store = pooled_store(home)
+        for i in range(pools):
+            store.put_pool(f"/other{i}", parse_pool_config(POOL, f"/other{i}"))
         stage = AdmitStage(store, hosts=StaticView({f"h{i}": host_state(f"h{i}") for i in range(HOSTS)}))
         emitter = dropped(catalogue, "admit")
         stage.bind(emitter, Settings(), catalogue)
@@ -87,16 +92,17 @@ def bench_job_manager(jobs: int = 10, tasks_per_job: int = 1000, batch: int = 10
         store.close()
     finally:
         shutil.rmtree(home, ignore_errors=True)
-    return {"jobs": jobs, "tasks_per_job": tasks_per_job, "batch": batch, **cpu.per_task(jobs * tasks_per_job),
-            "job_states": states}
+    return {"jobs": jobs, "tasks_per_job": tasks_per_job, "batch": batch, "pools": pools,
+            **cpu.per_task(jobs * tasks_per_job), "job_states": states}
 
 
 def main() -> None:
-    args = [int(a) for a in sys.argv[1:4]]
+    args = [int(a) for a in sys.argv[1:5]]
     r = bench_job_manager(*args)
     steps = ", ".join(f"{step} {us}" for step, us in r["cpu_us_per_task"].items())
+    beside = f", beside {r['pools']:,} more pools" if r["pools"] else ""
     print(f"job manager alone, {r['jobs']} jobs of {r['tasks_per_job']:,} tasks, their steps in batches of "
-          f"{r['batch']}: "
+          f"{r['batch']}{beside}: "
           f"{r['cpu_us_per_task_total']} us of CPU per task ({steps}); jobs {', '.join(r['job_states'])}")
 
 

