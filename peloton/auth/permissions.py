@@ -34,7 +34,25 @@ class Decision:
     reason: str
 
 
-def owners(pools: dict[str, dict], path: str) -> tuple[str, frozenset[str]]:
+class PoolsAbove:
+    """The pools `owners` reads, each fetched when it first asks (get_pool(path) -> config or
+    None): a pool and those above it, no more. For a caller that has not read the whole tree
+    anyway: the API read every pool's config for each call it checked (4.8 ms with 1,000 pools),
+    where owners needs at most the pool's line up to the root, and an administrator or a read
+    action none."""
+
+    def __init__(self, get_pool) -> None:
+        self._get_pool = get_pool
+        self._read: dict[str, dict | None] = {}
+
+    def get(self, path: str, default=None):
+        if path not in self._read:
+            self._read[path] = self._get_pool(path)
+        found = self._read[path]
+        return default if found is None else found
+
+
+def owners(pools: dict[str, dict] | PoolsAbove, path: str) -> tuple[str, frozenset[str]]:
     """The pool (this one or the nearest parent) that names owning groups, and those groups;
     ("", {}) when no pool up to the root names any."""
     at = path
@@ -50,7 +68,7 @@ def owners(pools: dict[str, dict], path: str) -> tuple[str, frozenset[str]]:
     return "", frozenset()
 
 
-def decide(principal: Principal, action: str, pool: str | None, pools: dict[str, dict],
+def decide(principal: Principal, action: str, pool: str | None, pools: dict[str, dict] | PoolsAbove,
            admin_groups: frozenset[str] = frozenset()) -> Decision:
     """May this principal do this action (in this pool, for job actions)? Always with the reason."""
     if principal.admin:

@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, Field
 
-from peloton.auth.permissions import decide
+from peloton.auth.permissions import PoolsAbove, decide
 from peloton.auth.tokens import Principal, issue
 from peloton.config import Settings
 from peloton.model.pool import leaf_pool_error
@@ -121,7 +121,7 @@ class Door:
             raise
 
     def allow(self, principal: Principal, action: str, obj: str, pool: str | None = None) -> None:
-        decision = decide(principal, action, pool, self.store.list_pools(), self.admin_groups)
+        decision = decide(principal, action, pool, PoolsAbove(self.store.get_pool), self.admin_groups)
         self.audit.record(principal, action, obj, pool, decision.allowed, decision.reason)
         if not decision.allowed:
             raise Refused(403, f"{action} on {obj} refused: {decision.reason}")

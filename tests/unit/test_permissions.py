@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from peloton.auth.permissions import decide, owners
+from peloton.auth.permissions import PoolsAbove, decide, owners
 from peloton.auth.tokens import Principal, TokenError, issue, token_id_of, verify
 from peloton.model.pool import PoolConfigError, parse_pool_config
 
@@ -66,3 +66,24 @@ def test_a_token_is_its_own_proof_and_nothing_else_passes() -> None:
         token_id_of("nope")
     with pytest.raises(ValueError, match="a user or group name"):
         issue("alice smith", [], False, now_ms=1)
+
+
+def test_decisions_read_only_the_pools_above_the_one_asked_for() -> None:
+    asked: list[str] = []
+
+    def get_pool(path: str) -> dict | None:
+        asked.append(path)
+        return POOLS.get(path)
+
+    for who, action, path in ((ALICE, "job.create", "/a/batch"), (ALICE, "job.stop", "/b"),
+                              (BOB, "job.create", "/orphan"), (BOB, "job.read", "/b/missing/deeper")):
+        asked.clear()
+        assert decide(who, action, path, PoolsAbove(get_pool)) == decide(who, action, path, POOLS)
+        line = [path]
+        while line[-1] != "/":
+            line.append(line[-1].rsplit("/", 1)[0] or "/")
+        assert asked == line[:len(asked)] and len(set(asked)) == len(asked), asked  # up the line, each once
+    asked.clear()
+    decide(Principal("root", admin=True), "job.stop", "/b", PoolsAbove(get_pool))
+    decide(BOB, "pool.read", None, PoolsAbove(get_pool))
+    assert asked == []  # administrators and read actions need no pool
