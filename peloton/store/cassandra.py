@@ -67,6 +67,7 @@ from peloton.store.cassandra_schema import (
 )
 from peloton.store.rows import (
     EVENT_COLS,
+    pool_path_range,
     JOB_COLS,
     LAUNCH_COLS,
     QUEUED_COLS,
@@ -392,6 +393,11 @@ class CassandraStore(StorageGateway):
 
     def list_pools(self) -> dict[str, dict]:
         return {p: orjson.loads(c) for p, c in self._rows("SELECT path, config FROM pools WHERE bucket = 0")}
+
+    def has_pools_below(self, path: str) -> bool:
+        low, high = pool_path_range(path)  # a range of the clustering column (text: UTF-8 byte order)
+        return bool(self._rows("SELECT path FROM pools WHERE bucket = 0 AND path > ? AND path < ? LIMIT 1",
+                               (low, high)))
 
     def delete_pool(self, path: str) -> bool:
         if self.get_pool(path) is None:

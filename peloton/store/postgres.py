@@ -266,6 +266,12 @@ class PostgresStore(StorageGateway):
     def list_pools(self) -> dict[str, dict]:
         return {p: orjson.loads(c) for p, c in self._all("SELECT path, config FROM pools ORDER BY path")}
 
+    def has_pools_below(self, path: str) -> bool:
+        # By prefix, not by range: PostgreSQL orders text by the database's collation.
+        prefix = path.rstrip("/") + "/"
+        return bool(self._all("SELECT 1 FROM pools WHERE left(path, %s) = %s AND path <> %s LIMIT 1",
+                              (len(prefix), prefix, path)))
+
     def delete_pool(self, path: str) -> bool:
         return bool(self._count("DELETE FROM pools WHERE path = %s", (path,)))
 

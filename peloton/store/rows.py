@@ -160,6 +160,14 @@ def launch_params(r: Launch) -> tuple:
             r.launched_ms, r.ended_ms)
 
 
+def pool_path_range(path: str) -> tuple[str, str]:
+    """(low, high), both excluded: the paths below `path` in byte order, for stores that order
+    text so (SQLite's BINARY, Cassandra's text). Those below "/a" start with "/a/", and "0" is the
+    character after "/"; below "/" lies every other path."""
+    prefix = path.rstrip("/") + "/"
+    return prefix, prefix[:-1] + "0"
+
+
 def placeholders(cols: str, mark: str) -> str:
     """'?, ?, ?' (SQLite) or '%s, %s, %s' (PostgreSQL): one per column."""
     return ", ".join([mark] * (cols.count(",") + 1))

@@ -26,6 +26,7 @@ from peloton.store.base import (
 from peloton.auth.tokens import TokenRow
 from peloton.store.rows import (
     TOKEN_COLUMNS,
+    pool_path_range,
     ALLOCATION_COLS,
     EVENT_COLS,
     event_batches,
@@ -203,6 +204,11 @@ class SqliteStore(StorageGateway):
     def list_pools(self) -> dict[str, dict]:
         # orjson: 3.8 ms for 1,000 pools against 11.3 with json (every admit batch and API call reads them)
         return {p: orjson.loads(c) for p, c in self.db.execute("SELECT path, config FROM pools ORDER BY path")}
+
+    def has_pools_below(self, path: str) -> bool:
+        low, high = pool_path_range(path)
+        row = self.db.execute("SELECT 1 FROM pools WHERE path > ? AND path < ? LIMIT 1", (low, high)).fetchone()
+        return row is not None
 
     def delete_pool(self, path: str) -> bool:
         with self.transaction():

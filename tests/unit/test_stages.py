@@ -90,6 +90,23 @@ def test_admit_stores_a_job_and_sends_its_gangs(admit, store) -> None:
     assert [len(v["tasks"]) for _, _, _, v in demand] == [2, 1]
 
 
+def test_admit_reads_only_the_pools_a_batch_names_and_the_whole_tree_to_say_what_is_wrong(admit, store) -> None:
+    stage, out = admit
+    store.put_pool("/p2", parse_pool_config(POOL, "/p2"))
+    store.put_pool("/p2/leaf", parse_pool_config(POOL, "/p2/leaf"))
+    whole_reads = []
+    list_pools = store.list_pools
+    store.list_pools = lambda: whole_reads.append(1) or list_pools()
+    spec = JOB.format(name="a", count=1, gang=1, cpu=1)
+    stage.handle([command("a", spec), command("b", spec, pool="/p2/leaf"), command("c", spec)])
+    assert [store.get_job(j).state for j in "abc"] == ["PENDING"] * 3 and not whole_reads
+    stage.handle([command("d", spec, pool="/p2"), command("e", spec, pool="/nowhere")])
+    assert store.get_job("d") is None and store.get_job("e") is None and len(whole_reads) == 2
+    d, e = (letter["reason"] for _, _, _, letter in out.take("dead-letters"))
+    assert d == "resource pool '/p2' is not a leaf pool; jobs go to leaf pools only"
+    assert e == "unknown resource pool '/nowhere' (known pools: /p, /p2, /p2/leaf)"
+
+
 def test_admit_forgets_commands_older_than_their_topic_keeps_and_no_newer(admit, store) -> None:
     from peloton.runtime.record import now_ms
     from peloton.store import CLAIMS_KEPT_MS

@@ -379,6 +379,16 @@ def test_the_queues_and_charges_of_some_pools_are_read_alone(store) -> None:
     assert store.allocations(["/r"]) == [] and [a.task_id for a in store.allocations(["/p", "/r"])] == ["t1"]
 
 
+def test_a_pool_knows_whether_pools_lie_below_it(store) -> None:
+    for path in ("/", "/a", "/a/b", "/a/b/c", "/a-b", "/a0", "/ab", "/z"):
+        store.put_pool(path, {"path": path})
+    below = {path: store.has_pools_below(path) for path in ("/", "/a", "/a/b", "/a/b/c", "/a-b", "/a0", "/ab", "/z",
+                                                               "/missing")}
+    # "/a-b", "/a0" and "/ab" sort around "/a/" but lie beside /a, not below it
+    assert below == {"/": True, "/a": True, "/a/b": True, "/a/b/c": False, "/a-b": False, "/a0": False,
+                     "/ab": False, "/z": False, "/missing": False}
+
+
 def test_pools_can_be_deleted_and_know_their_jobs(store) -> None:
     store.put_pool("/p", {"path": "/p"})
     store.create_jobs([job("j1")], [])
