@@ -48,6 +48,15 @@ def host_state(host_id: str, cpu: float = 64.0) -> dict:
             "used_ports": [], "port_ranges": []}
 
 
+def launch_spec(job_id: str, instance: int) -> dict:
+    """The TaskLaunchSpec of a small task's first run, as admit makes it (a one-task gang's)."""
+    return {"task_id": f"{job_id}-{instance}-1", "job_id": job_id, "instance": instance, "run_id": 1,
+            "resources": {"cpu": 0.01, "mem_mb": 16.0, "disk_mb": 0.0, "gpu": 0.0}, "dynamic_ports": 0,
+            "ports": [], "command": "true", "shell": True, "arguments": [], "environment": {}, "labels": {},
+            "constraint_json": None, "kill_grace_seconds": 30.0, "controller": False, "image": "", "user": "",
+            "health_check_json": None, "prefer_host": ""}
+
+
 # A pool no bench's demand reaches the limit of: every gang is admitted at once, nothing waits.
 POOL = """
 resources:

@@ -25,7 +25,7 @@ from pathlib import Path
 from peloton.config import Settings
 from peloton.runtime import StaticView
 from peloton.topics import Catalogue
-from pelotonctl.bench.alone import CpuByStep, batches, dropped, host_state, pooled_store, records
+from pelotonctl.bench.alone import CpuByStep, batches, dropped, host_state, launch_spec, pooled_store, records
 
 HOSTS = 1000
 STEPS = ("demand", "tick", "release")
@@ -33,13 +33,8 @@ STEPS = ("demand", "tick", "release")
 
 def _gang(job_id: str, instance: int) -> dict:
     """A one-task gang as admit sends it (GangDemand)."""
-    task_id = f"{job_id}-{instance}-1"
-    task = {"task_id": task_id, "job_id": job_id, "instance": instance, "run_id": 1,
-            "resources": {"cpu": 0.01, "mem_mb": 16.0, "disk_mb": 0.0, "gpu": 0.0}, "dynamic_ports": 0,
-            "ports": [], "command": "true", "shell": True, "arguments": [], "environment": {}, "labels": {},
-            "constraint_json": None, "kill_grace_seconds": 30.0, "controller": False, "image": "", "user": "",
-            "health_check_json": None, "prefer_host": ""}
-    return {"gang_id": task_id, "job_id": job_id, "pool": "/p", "priority": 0, "preemptible": True,
+    task = launch_spec(job_id, instance)
+    return {"gang_id": task["task_id"], "job_id": job_id, "pool": "/p", "priority": 0, "preemptible": True,
             "revocable": False, "not_before_ms": 0, "avoid_hosts": [], "placement_strategy": "PACK_HOST",
             "tasks": [task], "created_ms": int(time.time() * 1000)}
 

@@ -25,19 +25,10 @@ from pathlib import Path
 from peloton.config import Settings
 from peloton.store import open_store
 from peloton.topics import Catalogue, partition_for
-from pelotonctl.bench.alone import CpuByStep, batches, dropped, records
+from pelotonctl.bench.alone import CpuByStep, batches, dropped, launch_spec, records
 
 HOSTS = 1000
 STEPS = ("placement", "tick")
-
-
-def _task(job_id: str, instance: int) -> dict:
-    """A task's launch spec, as place sends it in a Placement."""
-    return {"task_id": f"{job_id}-{instance}-1", "job_id": job_id, "instance": instance, "run_id": 1,
-            "resources": {"cpu": 0.01, "mem_mb": 16.0, "disk_mb": 0.0, "gpu": 0.0}, "dynamic_ports": 0,
-            "ports": [], "command": "true", "shell": True, "arguments": [], "environment": {}, "labels": {},
-            "constraint_json": None, "kill_grace_seconds": 30.0, "controller": False, "image": "", "user": "",
-            "health_check_json": None, "prefer_host": ""}
 
 
 def bench_launch_stage(jobs: int = 10, gangs_per_job: int = 1000, batch: int = 100, per_host: int = 20) -> dict:
@@ -69,7 +60,7 @@ def bench_launch_stage(jobs: int = 10, gangs_per_job: int = 1000, batch: int = 1
                     by_shard.setdefault(partition_for(host_id, shards), []).append({
                         "placement_id": uuid.uuid4().hex, "gang_id": f"{job_id}-{i}-1", "pool": "/p",
                         "shard": partition_for(host_id, shards), "placed_ms": 1,
-                        "assignments": [{"host_id": host_id, "task": _task(job_id, i), "ports": {}}]})
+                        "assignments": [{"host_id": host_id, "task": launch_spec(job_id, i), "ports": {}}]})
                 placements = [r for shard, values in sorted(by_shard.items())
                               for r in records(catalogue, "placements", str(shard), "peloton.Placement", values)]
                 timed("placement", lambda: stage.handle(placements))
