@@ -30,6 +30,7 @@ from peloton.store.base import (
 )
 from peloton.auth.tokens import TokenRow
 from peloton.store.rows import (
+    pool_prefix,
     TOKEN_COLUMNS,
     ALLOCATION_COLS,
     EVENT_COLS,
@@ -268,7 +269,7 @@ class PostgresStore(StorageGateway):
 
     def has_pools_below(self, path: str) -> bool:
         # By prefix, not by range: PostgreSQL orders text by the database's collation.
-        prefix = path.rstrip("/") + "/"
+        prefix = pool_prefix(path)
         return bool(self._all("SELECT 1 FROM pools WHERE left(path, %s) = %s AND path <> %s LIMIT 1",
                               (len(prefix), prefix, path)))
 

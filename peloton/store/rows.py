@@ -160,11 +160,17 @@ def launch_params(r: Launch) -> tuple:
             r.launched_ms, r.ended_ms)
 
 
+def pool_prefix(path: str) -> str:
+    """What the paths of the pools below `path` start with: "/a/" below "/a"; below "/" lies
+    every other path ("/")."""
+    return path.rstrip("/") + "/"
+
+
 def pool_path_range(path: str) -> tuple[str, str]:
     """(low, high), both excluded: the paths below `path` in byte order, for stores that order
-    text so (SQLite's BINARY, Cassandra's text). Those below "/a" start with "/a/", and "0" is the
-    character after "/"; below "/" lies every other path."""
-    prefix = path.rstrip("/") + "/"
+    text so (SQLite's BINARY, Cassandra's text): after its prefix, before the prefix with its
+    last "/" made "0", the character after it."""
+    prefix = pool_prefix(path)
     return prefix, prefix[:-1] + "0"
 
 
