@@ -140,12 +140,20 @@ def progress_events(progress: dict) -> list[dict]:
             for run in progress["runs"]]
 
 
+# Where a step leaves the run, where that is not the step itself: a host manager says LAUNCHING
+# as it hands the run to its host's agent, so the run is launched then. Mesos' TASK_STAGING, the
+# state of a task the master has handed on, is not sent besides (frameworks never see it either).
+PROGRESS_LANDS = {"LAUNCHING": "LAUNCHED"}
+
+
 def progress_transition(current_state: str, current_run: int, event_run: int, state: str) -> Transition | None:
     """The effect of a step before launch (READY, PLACING, PLACED, LAUNCHING) on the current run:
     forward only, like a status. Stages report these steps in order, but from different
-    producers: a step that arrives after a later one (or after the run ended) is ignored."""
+    producers: a step that arrives after a later one (or after the run ended) is ignored.
+    LAUNCHING moves the run to LAUNCHED (PROGRESS_LANDS)."""
     if event_run != current_run or current_state in TASK_TERMINAL or state not in TASK_ORDER:
         return None
+    state = PROGRESS_LANDS.get(state, state)
     if TASK_ORDER[state] <= TASK_ORDER[current_state]:
         return None
     return _MOVES[state]

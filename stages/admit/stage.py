@@ -749,12 +749,16 @@ class AdmitStage(Stage):
                 # says nothing any more: it is dropped, not dead-lettered.
                 move = progress_transition(task.state, task.run_id, ev["run_id"], ev["state"]) if task else None
                 if move is not None:
+                    if move.state != ev["state"] and TASK_ORDER[ev["state"]] > TASK_ORDER[task.state]:
+                        # the step itself, then where it leaves the run (LAUNCHING: launched)
+                        events.append((ev["task_id"], ev["job_id"], ev["instance"], ev["run_id"], ev["state"], "",
+                                       None, ev["timestamp_ms"], ev["host_id"], ""))
                     events.append((ev["task_id"], ev["job_id"], ev["instance"], ev["run_id"], move.state, "", None,
                                    ev["timestamp_ms"], ev["host_id"], ""))
                     task.state = move.state
                     task.host_id = ev["host_id"] or task.host_id
                     task.updated_ms = now
-                    if move.state in ("PLACED", "LAUNCHING"):  # why it waited is over
+                    if move.state in ("PLACED", "LAUNCHED"):  # why it waited is over
                         task.reason, task.message = "", ""
                     changed[(task.job_id, task.instance)] = task
                 continue

@@ -363,8 +363,8 @@ class LaunchStage(Stage):
                     self.ledgers[host_id].release(t["task_id"])
                     continue
                 self.running[t["task_id"]] = (t, host_id)
+                # LAUNCHING tells the job manager the run is launched: no TASK_STAGING besides.
                 self.last_state[t["task_id"]] = "TASK_STAGING"
-                self._status(t["job_id"], t["instance"], t["run_id"], t["task_id"], host_id, "TASK_STAGING")
                 by_driver.setdefault(self.inventory[host_id].driver, []).append(_request(t, host_id))
             for kind, requests in by_driver.items():
                 self.drivers[kind].launch(requests)
@@ -379,7 +379,6 @@ class LaunchStage(Stage):
             for t, host_id in again:
                 self.running[t["task_id"]] = (t, host_id)
                 self.last_state[t["task_id"]] = "TASK_STAGING"
-                self._status(t["job_id"], t["instance"], t["run_id"], t["task_id"], host_id, "TASK_STAGING")
             self.remote.launch([_request(t, host_id) for t, host_id in again], again=True)
 
     def _settling(self, r: Record) -> bool:

@@ -370,6 +370,21 @@ def test_the_steps_before_launch_show_in_the_task_and_its_history_once(admit, st
     assert history[-4:] == ["READY", "PLACING", "PLACED", "LAUNCHED"]
 
 
+def test_a_host_managers_launching_leaves_the_run_launched_with_both_steps_in_its_history(admit, store) -> None:
+    stage, out = admit
+    stage.handle([command("l", JOB.format(name="l", count=1, gang=0, cpu=1))])
+    out.take()
+    stage.handle([progress_record("l", "READY", [(0, 1, "")]), progress_record("l", "PLACED", [(0, 1, "h1")])])
+    stage.handle([progress_record("l", "LAUNCHING", [(0, 1, "h1")])])
+    [task] = store.tasks_of_job("l")
+    assert (task.state, task.host_id) == ("LAUNCHED", "h1")
+    stage.handle([progress_record("l", "LAUNCHING", [(0, 1, "h1")]), status_record("l-0-1", "TASK_STAGING")])  # again
+    history = [(e["state"], e["host_id"]) for e in store.task_events("l")]
+    assert history[-3:] == [("PLACED", "h1"), ("LAUNCHING", "h1"), ("LAUNCHED", "h1")]
+    stage.handle([status_record("l-0-1", "TASK_RUNNING")])
+    assert store.tasks_of_job("l")[0].state == "RUNNING"
+
+
 def test_a_failed_task_runs_again_away_from_the_host_it_failed_on(admit, store) -> None:
     stage, out = admit
     retried = JOB.format(name="f", count=1, gang=0, cpu=1) + "  restartpolicy: {maxfailures: 3}\n"
@@ -562,7 +577,9 @@ def test_place_and_launch_tell_the_job_manager_each_step_before_the_next_can_hap
     launched.take()
     launch.handle([placement_of(one_task_gang("s-0-1"))])
     steps = [(v["state"], v.get("runs")) for _, _, _, v in launched.take("task-status")]
-    assert steps[:2] == [("LAUNCHING", [{"instance": 0, "run_id": 1, "host_id": "sim-0"}]), ("TASK_STAGING", None)]
+    # LAUNCHING says the run is launched: no TASK_STAGING besides (frameworks never see it in Mesos)
+    assert steps[0] == ("LAUNCHING", [{"instance": 0, "run_id": 1, "host_id": "sim-0"}])
+    assert "TASK_STAGING" not in [state for state, _ in steps]
 
 
 def kill_of(task_id: str) -> Record:
@@ -955,8 +972,8 @@ def test_a_host_manager_that_takes_over_waits_for_its_agents_and_launches_what_n
     stage.tick(time.monotonic())
     [(_, _, _, launch)] = out.take("agent-commands")
     assert [t["task_id"] for t in launch["launches"]] == ["a-0-1"]
-    assert ("a-0-1", "TASK_STAGING") in [(v["task_id"], v["state"]) for _, _, _, v in out.take("task-status")
-                                         if "task_id" in v]
+    assert ("LAUNCHING", [0]) in [(v["state"], [r["instance"] for r in v["runs"]]) for _, _, _, v in out.take("task-status")
+                                  if "runs" in v]
     assert stage.held_offsets() == {}
     assert store.launch_counts("a") == {0: 1}
 
