@@ -23,6 +23,12 @@ TASK_ORDER = {
     "SUCCEEDED": 10, "FAILED": 10, "KILLED": 10, "LOST": 10, "DELETED": 10,
 }
 
+# Where a step before launch (a TaskProgress record) leaves the run, where that is not the step
+# itself: a host manager says LAUNCHING as it hands the run to its host's agent, so the run is
+# launched then. Mesos' TASK_STAGING, the state of a task its master has handed on, is not sent
+# besides (frameworks never receive it either). A run's history shows the step, then LAUNCHED.
+PROGRESS_LANDS = {"LAUNCHING": "LAUNCHED"}
+
 # Mesos task state -> Peloton task state (TASK_DROPPED: a host manager refused the placement).
 MESOS_TO_TASK = {
     "TASK_STAGING": "LAUNCHED",

@@ -13,12 +13,13 @@ from collections.abc import Callable, Iterator
 from confluent_kafka import Consumer, TopicPartition
 
 from peloton.config import Settings
-from peloton.model.states import MESOS_TO_TASK
+from peloton.model.states import MESOS_TO_TASK, PROGRESS_LANDS
 from peloton.runtime import CONSUMER_RECOVERY, QUIET, kafka_access
 from peloton.serde import DecodeError, registry, unbundle
 from peloton.topics import Catalogue, partition_for
 
 KEEPALIVE_S = 15.0
+PROGRESS = "peloton.TaskProgress"
 
 
 class Position:
@@ -88,13 +89,15 @@ def task_events(settings: Settings, wanted: Callable[[str], bool], job_id: str |
                 item, values = unbundle(schema, value)
                 bundled = item != schema
                 for index, v in enumerate(values):
-                    at = (m.partition(), m.offset(), index if bundled else -1)
-                    if resume is not None and resume.passed(*at):
-                        continue
                     if not wanted(v["job_id"]):
                         continue
-                    position.at[at[0]] = (at[1], at[2])
-                    for event in _events(item, v):
+                    # Where each event stands: a bundle's by the status's place in it, a progress
+                    # record's (many runs, each maybe two events) by the event's place in it.
+                    for k, event in enumerate(_events(item, v)):
+                        at = (m.partition(), m.offset(), index if bundled else k if item == PROGRESS else -1)
+                        if resume is not None and resume.passed(*at):
+                            continue
+                        position.at[at[0]] = (at[1], at[2])
                         yield f"id: {position}\nevent: task\ndata: {json.dumps(event)}\n\n"
                         quiet_since = time.monotonic()
             if not follow and all(_read_to(consumer, spec.name, p) >= end for p, end in ends.items()):
@@ -135,10 +138,13 @@ def _read_to(consumer: Consumer, topic: str, partition: int) -> int:
 
 def _events(schema: str, v: dict) -> list[dict]:
     """A status record as the events people read: one per run, Peloton's state words."""
-    if schema == "peloton.TaskProgress":
-        return [{"job_id": v["job_id"], "instance": r["instance"], "run_id": r["run_id"], "state": v["state"],
+    if schema == PROGRESS:
+        # the step, and where it leaves the run where that differs (LAUNCHING: LAUNCHED), as the
+        # run's history in the store shows it
+        states = [v["state"]] + ([PROGRESS_LANDS[v["state"]]] if v["state"] in PROGRESS_LANDS else [])
+        return [{"job_id": v["job_id"], "instance": r["instance"], "run_id": r["run_id"], "state": state,
                  "host": r.get("host_id") or "", "reason": "", "message": "", "exit_code": None, "health": "",
-                 "timestamp_ms": v["timestamp_ms"]} for r in v["runs"]]
+                 "timestamp_ms": v["timestamp_ms"]} for r in v["runs"] for state in states]
     return [{"job_id": v["job_id"], "instance": v["instance"], "run_id": v["run_id"],
              "state": MESOS_TO_TASK.get(v["state"], v["state"]), "host": v.get("host_id") or "",
              "reason": v.get("reason") or "", "message": v.get("message") or "", "exit_code": v.get("exit_code"),

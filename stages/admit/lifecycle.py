@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from peloton.model.states import (JOB_TERMINAL, MESOS_TO_TASK, REASON_CONTAINER_LAUNCH_FAILED, TASK_ORDER,
-                                   TASK_TERMINAL)
+from peloton.model.states import (JOB_TERMINAL, MESOS_TO_TASK, PROGRESS_LANDS, REASON_CONTAINER_LAUNCH_FAILED,
+                                   TASK_ORDER, TASK_TERMINAL)
 from stages.admit.expand import task_id_of
 
 # A run whose process could not start (REASON_CONTAINER_LAUNCH_FAILED) is a system failure in
@@ -138,12 +138,6 @@ def progress_events(progress: dict) -> list[dict]:
     return [{"job_id": job_id, "instance": run["instance"], "run_id": run["run_id"], "host_id": run["host_id"],
              "task_id": task_id_of(job_id, run["instance"], run["run_id"]), "state": state, "timestamp_ms": at}
             for run in progress["runs"]]
-
-
-# Where a step leaves the run, where that is not the step itself: a host manager says LAUNCHING
-# as it hands the run to its host's agent, so the run is launched then. Mesos' TASK_STAGING, the
-# state of a task the master has handed on, is not sent besides (frameworks never see it either).
-PROGRESS_LANDS = {"LAUNCHING": "LAUNCHED"}
 
 
 def progress_transition(current_state: str, current_run: int, event_run: int, state: str) -> Transition | None:

@@ -140,6 +140,16 @@ def test_a_stream_position_names_every_partition_and_what_it_passed() -> None:
     assert Position.parse("garbage") is None and Position.parse(None) is None
 
 
+def test_a_streamed_launching_step_shows_the_run_launched_as_its_history_does() -> None:
+    from pelotonctl.api.stream import _events
+
+    progress = {"event_id": "e", "job_id": "j", "state": "LAUNCHING", "timestamp_ms": 7,
+                "runs": [{"instance": 0, "run_id": 1, "host_id": "h1"}, {"instance": 1, "run_id": 1, "host_id": "h2"}]}
+    assert [(e["instance"], e["state"], e["host"]) for e in _events("peloton.TaskProgress", progress)] == [
+        (0, "LAUNCHING", "h1"), (0, "LAUNCHED", "h1"), (1, "LAUNCHING", "h2"), (1, "LAUNCHED", "h2")]
+    assert [e["state"] for e in _events("peloton.TaskProgress", {**progress, "state": "PLACED"})] == ["PLACED"] * 2
+
+
 def test_a_commands_status_says_what_the_job_manager_did_and_only_to_who_may_read_the_job(api) -> None:
     made = api.post("/v1/jobs", json={"pool": "/a", "config": JOB}, headers=api.tokens["alice"]).json()
     job_id, command_id = made["job_id"], made["command_id"]
