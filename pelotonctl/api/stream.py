@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from confluent_kafka import Consumer, TopicPartition
 
 from peloton.config import Settings
+from peloton.model.events import status_of_run
 from peloton.model.states import MESOS_TO_TASK, PROGRESS_LANDS
 from peloton.runtime import CONSUMER_RECOVERY, QUIET, kafka_access
 from peloton.serde import DecodeError, registry, unbundle
@@ -20,6 +21,7 @@ from peloton.topics import Catalogue, partition_for
 
 KEEPALIVE_S = 15.0
 PROGRESS = "peloton.TaskProgress"
+OF_MANY_RUNS = (PROGRESS, "peloton.TaskStatusRuns")  # records that tell of many runs
 
 
 class Position:
@@ -91,10 +93,10 @@ def task_events(settings: Settings, wanted: Callable[[str], bool], job_id: str |
                 for index, v in enumerate(values):
                     if not wanted(v["job_id"]):
                         continue
-                    # Where each event stands: a bundle's by the status's place in it, a progress
-                    # record's (many runs, each maybe two events) by the event's place in it.
+                    # Where each event stands: a bundle's by the status's place in it, a record of
+                    # many runs' (each run maybe two events) by the event's place in it.
                     for k, event in enumerate(_events(item, v)):
-                        at = (m.partition(), m.offset(), index if bundled else k if item == PROGRESS else -1)
+                        at = (m.partition(), m.offset(), index if bundled else k if item in OF_MANY_RUNS else -1)
                         if resume is not None and resume.passed(*at):
                             continue
                         position.at[at[0]] = (at[1], at[2])
@@ -145,6 +147,8 @@ def _events(schema: str, v: dict) -> list[dict]:
         return [{"job_id": v["job_id"], "instance": r["instance"], "run_id": r["run_id"], "state": state,
                  "host": r.get("host_id") or "", "reason": "", "message": "", "exit_code": None, "health": "",
                  "timestamp_ms": v["timestamp_ms"]} for r in v["runs"] for state in states]
+    if schema == "peloton.TaskStatusRuns":
+        return [_events("peloton.TaskStatus", status_of_run(v, run))[0] for run in v["runs"]]
     return [{"job_id": v["job_id"], "instance": v["instance"], "run_id": v["run_id"],
              "state": MESOS_TO_TASK.get(v["state"], v["state"]), "host": v.get("host_id") or "",
              "reason": v.get("reason") or "", "message": v.get("message") or "", "exit_code": v.get("exit_code"),

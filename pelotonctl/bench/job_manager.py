@@ -8,7 +8,7 @@ Admit is the largest stage's CPU in `pelotonctl bench`, and that bench's figure 
 whatever else the shared machine runs. Here the stage's own work is timed alone, in CPU seconds:
 each job is created, then its runs go through each step a pipeline reports (READY, PLACED and
 LAUNCHING as TaskProgress records, then TASK_STARTING, TASK_RUNNING and TASK_FINISHED as
-TaskStatus), each step in batches of 100 runs of the job (a pipeline's turns rarely hold a whole
+TaskStatusRuns, as the host manager sends them), each step in batches of 100 runs of the job (a pipeline's turns rarely hold a whole
 job's), as the runtime hands them over (decoded from the bundles a stage sends, outside the
 clock). The store is a real SQLite file; what the stage emits is bundled and encoded as the
 runtime would, then dropped. Two trees compare by running this one after the other, a few times
@@ -25,6 +25,7 @@ import uuid
 from pathlib import Path
 
 from peloton.config import Settings
+from peloton.model.events import StatusRuns
 from peloton.runtime import StaticView, decode_message
 from peloton.serde import registry
 from peloton.topics import Catalogue
@@ -81,13 +82,14 @@ def bench_job_manager(jobs: int = 10, tasks_per_job: int = 1000, batch: int = 10
                         "event_id": uuid.uuid4().hex, "job_id": job_id, "state": state, "runs": runs,
                         "timestamp_ms": int(time.time() * 1000)}]))
             for state in STATUSES:
-                end = state == "TASK_FINISHED"
                 for part in parts:
-                    timed(state, records(catalogue, "task-status", job_id, "peloton.TaskStatus", [{
-                        "event_id": uuid.uuid4().hex, "task_id": f"{job_id}-{i}-1", "job_id": job_id, "instance": i,
-                        "run_id": 1, "host_id": hosts[i], "state": state, "reason": "", "message": "",
-                        "exit_code": 0 if end else None, "signal": None, "timestamp_ms": int(time.time() * 1000),
-                        "health": ""} for i in part]))
+                    runs = StatusRuns()
+                    for i in part:
+                        runs.add(job_id, i, 1, hosts[i], state, int(time.time() * 1000),
+                                 exit_code=0 if state == "TASK_FINISHED" else None,
+                                 health="DISABLED" if state == "TASK_RUNNING" else "")
+                    timed(state, records(catalogue, "task-status", job_id, "peloton.TaskStatusRuns",
+                                         [r for _, r in runs.records]))
         states = sorted({store.get_job(j).state for j in job_ids})
         store.close()
     finally:

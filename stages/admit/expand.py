@@ -5,12 +5,9 @@ from __future__ import annotations
 import json
 
 from peloton.model.constraint import constraint_to_record
+from peloton.model.events import task_id_of
 from peloton.model.jobspec import JobSpec, TaskSpec, alike, gang_instances
 from peloton.store import JobRow, TaskRow
-
-
-def task_id_of(job_id: str, instance: int, run_id: int) -> str:
-    return f"{job_id}-{instance}-{run_id}"
 
 
 def launch_spec(job_id: str, spec: JobSpec, task: TaskSpec, run_id: int) -> dict:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from peloton.model.events import task_id_of
 from peloton.model.states import (JOB_TERMINAL, MESOS_TO_TASK, PROGRESS_LANDS, REASON_CONTAINER_LAUNCH_FAILED,
                                    TASK_ORDER, TASK_TERMINAL)
-from stages.admit.expand import task_id_of
 
 # A run whose process could not start (REASON_CONTAINER_LAUNCH_FAILED) is a system failure in
 # Peloton's words: the task gets at least this many runs, whatever its maxFailures.

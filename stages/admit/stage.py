@@ -13,7 +13,7 @@ from collections import Counter
 
 from peloton import metrics
 from peloton.auth.permissions import PoolsAbove
-from peloton.model.events import task_kill
+from peloton.model.events import status_of_run, task_id_of, task_kill
 from peloton.model.health import DISABLED
 from peloton.model.host_capacities import HOST_CAPACITY, HostCapacities
 from peloton.model.jobconfig import parse_job_config
@@ -66,7 +66,7 @@ from stages.admit.workflow import (
     options_problem,
     steer,
 )
-from stages.admit.expand import expand_job, gang_records, launch_spec, next_run, requeued_gang_id, task_id_of
+from stages.admit.expand import expand_job, gang_records, launch_spec, next_run, requeued_gang_id
 from stages.admit.lifecycle import (
     DEADLINE_EXCEEDED,
     HOST_MAINTENANCE,
@@ -727,6 +727,8 @@ class AdmitStage(Stage):
         for r in records:
             if r.schema == "peloton.TaskProgress":
                 steps.extend((r, ev, True) for ev in progress_events(r.value))
+            elif r.schema == "peloton.TaskStatusRuns":  # a status of many runs: each as its TaskStatus
+                steps.extend((r, status_of_run(r.value, run), False) for run in r.value["runs"])
             else:
                 steps.append((r, r.value, False))
         keys = list({(ev["job_id"], ev["instance"]) for _, ev, _ in steps})
@@ -769,7 +771,7 @@ class AdmitStage(Stage):
                     # a run on a host of a task no longer known (its job deleted): stop it
                     self._send_kill(ev["job_id"], ev["instance"], ev["run_id"], ev["task_id"], ORPHAN,
                                     f"orphan: {problem}", now)
-                self.emit.dead_letter(r, problem)
+                self.emit.dead_letter(_one_status(r, ev), problem)
                 continue
             if ev["run_id"] < task.run_id and ev["state"] in LIVE:
                 # An older run still reports itself alive (its host came back): only the current
@@ -909,6 +911,17 @@ class AdmitStage(Stage):
 
     def close(self) -> None:
         self.hosts.close()
+
+
+def _one_status(r: Record, ev: dict) -> Record:
+    """The record a status came in, or, for one run of a TaskStatusRuns, that run's TaskStatus
+    alone (a dead letter holds it alone, to be replayed as it is)."""
+    if r.schema != "peloton.TaskStatusRuns":
+        return r
+    at = next(i for i, run in enumerate(r.value["runs"]) if (run["instance"], run["run_id"], run["timestamp_ms"])
+              == (ev["instance"], ev["run_id"], ev["timestamp_ms"]))
+    return Record(r.topic, r.partition, r.offset, r.key, "peloton.TaskStatus", ev, r.raw_key, r.raw_value, at,
+                  r.headers)
 
 
 def _health_news(task: TaskRow, ev: dict) -> bool:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from peloton import metrics
-from peloton.model.events import send_progress, send_statuses, split_task_id, task_status
+from peloton.model.events import StatusRuns, send_progress, split_task_id, task_status
 from peloton.model.gang import task_problem
 from peloton.model.health import DISABLED, HEALTH_UNKNOWN
 from peloton.model.resources import Resources
@@ -468,7 +468,7 @@ class LaunchStage(Stage):
     def _apply_updates(self) -> None:
         """Publish what the drivers reported. The ends are stored first: if the store is away the
         updates stay queued for the next tick, since the drivers will not report them again."""
-        statuses, ended = [], {}
+        runs, ended = StatusRuns(), {}
         for u in self.updates:
             entry = self.running.get(u.task_id)
             if entry is None:
@@ -477,18 +477,21 @@ class LaunchStage(Stage):
             reason, message = u.reason, u.message
             if u.state == "TASK_KILLED" and u.task_id in self.kill_reasons:  # say who asked for it
                 reason, message = self.kill_reasons[u.task_id]
-            status = task_status(spec["job_id"], spec["instance"], spec["run_id"], u.task_id, u.host_id, u.state,
-                                 reason, message, u.exit_code, u.signal, u.timestamp_ms,
-                                 health=u.health or _running_health(u.state, spec))
-            statuses.append(status)
-            if u.terminal:
-                ended[u.task_id] = status
+            health = u.health or _running_health(u.state, spec)
+            runs.add(spec["job_id"], spec["instance"], spec["run_id"], u.host_id, u.state, u.timestamp_ms, reason,
+                     message, u.exit_code, u.signal, health)
+            if u.terminal:  # kept with its launch: sent again if the broker loses it (recover)
+                ended[u.task_id] = task_status(spec["job_id"], spec["instance"], spec["run_id"], u.task_id, u.host_id,
+                                               u.state, reason, message, u.exit_code, u.signal, u.timestamp_ms,
+                                               health=health)
         if ended:
             self.store.end_launches(list(ended), now_ms(), ended)
-        self.updates = []
-        send_statuses(self.emit, statuses)
-        for status in statuses:
-            self.last_state[status["task_id"]] = status["state"]
+        updates, self.updates = self.updates, []
+        runs.send(self.emit)
+        running = self.running
+        for u in updates:
+            if u.task_id in running:
+                self.last_state[u.task_id] = u.state
         for task_id in ended:
             _spec, host_id = self.running.pop(task_id)
             self.last_state.pop(task_id, None)

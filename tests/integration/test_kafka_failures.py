@@ -225,6 +225,8 @@ IDENTITY = {
     "peloton.AdmittedGang": lambda v: ("admitted", v["gang"]["gang_id"]),
     "peloton.Placement": lambda v: ("placement", v["placement_id"]),
     "peloton.TaskStatus": lambda v: ("status", v["task_id"], v["run_id"], v["state"]),
+    "peloton.TaskStatusRuns": lambda v: [("status", f"{v['job_id']}-{r['instance']}-{r['run_id']}", r["run_id"],
+                                          v["state"]) for r in v["runs"]],  # each run's
 }
 
 
@@ -246,8 +248,9 @@ def identities(p: Pipeline, topics: list[str]) -> list[tuple]:
                     continue
                 schema, value = registry().decode(m.value())
                 item, values = unbundle(schema, value)
-                if item in IDENTITY:
-                    seen.extend(IDENTITY[item](v) for v in values)
+                for v in values if item in IDENTITY else ():
+                    found = IDENTITY[item](v)
+                    seen.extend(found if isinstance(found, list) else [found])
     finally:
         consumer.close()
     return seen

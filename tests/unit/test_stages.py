@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 from peloton.config import Settings
+from peloton.model.events import status_of_run
 from peloton.model.pool import parse_pool_config
 from peloton.runtime import Record, RecordingEmitter, Stage, StaticView, decode_message, handle_batch
 from peloton.serde import registry
@@ -370,6 +371,47 @@ def test_the_steps_before_launch_show_in_the_task_and_its_history_once(admit, st
     assert history[-4:] == ["READY", "PLACING", "PLACED", "LAUNCHED"]
 
 
+def status_runs_record(job_id: str, state: str, runs: list[tuple[int, int]], exit_code: int | None = None,
+                       health: str = "") -> Record:
+    return record("task-status", "peloton.TaskStatusRuns", {
+        "event_id": uuid.uuid4().hex, "job_id": job_id, "state": state, "exit_code": exit_code, "health": health,
+        "runs": [{"instance": i, "run_id": r, "host_id": "h1", "timestamp_ms": 100 + i} for i, r in runs]}, key=job_id)
+
+
+def test_a_status_of_many_runs_moves_each_and_dead_letters_only_a_run_it_cannot_use(admit, store) -> None:
+    stage, out = admit
+    stage.handle([command("m", JOB.format(name="m", count=3, gang=0, cpu=1))])
+    out.take()
+    stage.handle([progress_record("m", "LAUNCHING", [(0, 1, "h1"), (1, 1, "h1"), (2, 1, "h1")])])
+    stage.handle([status_runs_record("m", "TASK_RUNNING", [(0, 1), (1, 1), (2, 1), (7, 1)], health="DISABLED")])
+    assert [t.state for t in sorted(store.tasks_of_job("m"), key=lambda t: t.instance)] == ["RUNNING"] * 3
+    [(_, _, _, letter)] = out.take("dead-letters")
+    assert "no instance 7" in letter["reason"]
+    schema, alone = registry().decode(letter["value"])  # the one run's status, as a TaskStatus
+    assert (schema, alone["task_id"], alone["state"], alone["timestamp_ms"]) == ("peloton.TaskStatus", "m-7-1",
+                                                                                 "TASK_RUNNING", 107)
+    stage.handle([status_runs_record("m", "TASK_FINISHED", [(0, 1), (1, 1), (2, 1)], exit_code=0)])
+    assert store.get_job("m").state == "SUCCEEDED"
+    releases = [v["task_id"] for _, _, schema, v in out.take("task-demand") if schema == "peloton.TaskRelease"]
+    assert sorted(releases) == ["m-0-1", "m-1-1", "m-2-1"]
+    history = [(e["state"], e["timestamp_ms"]) for e in store.task_events("m") if e["instance"] == 2]
+    assert history[-2:] == [("RUNNING", 102), ("SUCCEEDED", 102)]
+
+
+def test_launch_sends_a_ticks_statuses_as_one_record_per_job_and_status(store) -> None:
+    stage = LaunchStage(store)
+    out = bound(stage, hosts="sim:1:cpu=8", sim_task_seconds=0)
+    stage.on_assign([("placements", p) for p in range(4)])
+    out.take()
+    stage.handle([placement_of(one_task_gang(f"s-{i}-1")) for i in range(3)])
+    stage.tick(time.monotonic())
+    stage.tick(time.monotonic())
+    sent = [(schema, v["state"], sorted(r["instance"] for r in v["runs"])) for _, _, schema, v in out.take("task-status")
+            if schema != "peloton.TaskProgress"]
+    assert sent == [("peloton.TaskStatusRuns", state, [0, 1, 2])
+                    for state in ("TASK_STARTING", "TASK_RUNNING", "TASK_FINISHED")]
+
+
 def test_a_host_managers_launching_leaves_the_run_launched_with_both_steps_in_its_history(admit, store) -> None:
     stage, out = admit
     stage.handle([command("l", JOB.format(name="l", count=1, gang=0, cpu=1))])
@@ -582,6 +624,17 @@ def test_place_and_launch_tell_the_job_manager_each_step_before_the_next_can_hap
     assert "TASK_STAGING" not in [state for state, _ in steps]
 
 
+def statuses_sent(sent: list[tuple]) -> list[dict]:
+    """The TaskStatus records among what was sent on task-status, each run of a TaskStatusRuns as its own."""
+    out = []
+    for _, _, schema, v in sent:
+        if schema == "peloton.TaskStatus":
+            out.append(v)
+        elif schema == "peloton.TaskStatusRuns":
+            out.extend(status_of_run(v, run) for run in v["runs"])
+    return out
+
+
 def kill_of(task_id: str) -> Record:
     job_id, instance, run = task_id.rsplit("-", 2)
     return record("placements", "peloton.TaskKill", {
@@ -598,8 +651,7 @@ def test_launch_kills_a_running_run_and_keeps_an_unlaunched_one_from_ever_starti
     # one batch, in order: a placement, a kill of it, a kill of a run not placed yet, its placement
     stage.handle([placement_of(running), kill_of("r-0-1"), kill_of("e-0-1"), placement_of(early)])
     stage.tick(time.monotonic())
-    sent = [r for r in out.take("task-status") if r[2] != "peloton.TaskProgress"]
-    statuses = [(v["task_id"], v["state"], v["reason"]) for _, _, _, v in sent]
+    statuses = [(v["task_id"], v["state"], v["reason"]) for v in statuses_sent(out.take("task-status"))]
     assert ("r-0-1", "TASK_KILLED", "PREEMPTED") in statuses
     assert ("e-0-1", "TASK_KILLED", "PREEMPTED") in statuses
     assert not [s for s in statuses if s[0] == "e-0-1" and s[1] != "TASK_KILLED"], "the killed run started"

@@ -32,8 +32,9 @@ import org.apache.kafka.common.TopicPartition;
  *
  * <p>A message is framed as Confluent's wire format: byte 0, the 4-byte big-endian schema id of
  * schemas/avro/ids.yaml, the Avro body. The topic carries TaskStatus alone, TaskStatuses (a bundle:
- * the job id, then an array of TaskStatus, as a stage's batch sends them) and TaskProgress (the
- * steps before launch), which is skipped here.
+ * the job id, then an array of TaskStatus, as a stage's batch sends them), TaskStatusRuns (the host
+ * manager's: one status of many runs of a job, each run with its host and time) and TaskProgress
+ * (the steps before launch), which is skipped here.
  */
 public final class WatchStatus {
     private WatchStatus() {}
@@ -54,10 +55,12 @@ public final class WatchStatus {
         Schema.Parser parser = new Schema.Parser();
         Schema status = parser.parse(schemaDir.resolve("TaskStatus.avsc").toFile());
         Schema bundle = parser.parse(schemaDir.resolve("TaskStatuses.avsc").toFile());
+        Schema ofRuns = parser.parse(schemaDir.resolve("TaskStatusRuns.avsc").toFile());
         Map<String, Integer> ids = schemaIds(schemaDir.resolve("ids.yaml"));
         Map<Integer, GenericDatumReader<GenericRecord>> readers = new HashMap<>();
         readers.put(ids.get("peloton.TaskStatus"), new GenericDatumReader<>(status));
         readers.put(ids.get("peloton.TaskStatuses"), new GenericDatumReader<>(bundle));
+        readers.put(ids.get("peloton.TaskStatusRuns"), new GenericDatumReader<>(ofRuns));
 
         Properties props = new Properties();
         props.put("bootstrap.servers", bootstrap);
@@ -124,6 +127,13 @@ public final class WatchStatus {
             List<GenericRecord> statuses = (List<GenericRecord>) value.get("statuses");
             for (GenericRecord s : statuses) {
                 printStatus(s);
+            }
+        } else if (schemaId == ids.get("peloton.TaskStatusRuns")) {
+            @SuppressWarnings("unchecked")
+            List<GenericRecord> runs = (List<GenericRecord>) value.get("runs");
+            for (GenericRecord run : runs) {
+                System.out.println(value.get("job_id") + " " + run.get("instance") + " " + run.get("run_id") + " "
+                    + value.get("state"));
             }
         } else {
             printStatus(value);

@@ -1,0 +1,47 @@
+"""The host manager's statuses as TaskStatusRuns records (peloton.model.events.StatusRuns)."""
+
+from __future__ import annotations
+
+from peloton.model.events import RUNS_PER_RECORD, StatusRuns, status_of_run
+from peloton.serde import registry
+
+
+def states(runs: StatusRuns) -> list[tuple[str, str, list[int]]]:
+    return [(job_id, r["state"], [run["instance"] for run in r["runs"]]) for job_id, r in runs.records]
+
+
+def test_a_hosts_interleaved_changes_make_one_record_per_job_and_status_each_runs_in_order() -> None:
+    runs = StatusRuns()
+    for i in range(3):  # as a driver reports them: each run's STARTING, then its RUNNING
+        runs.add("j", i, 1, "h1", "TASK_STARTING", 10 + i)
+        runs.add("j", i, 1, "h1", "TASK_RUNNING", 10 + i, health="DISABLED")
+    runs.add("k", 0, 2, "h2", "TASK_RUNNING", 20, health="DISABLED")
+    runs.add("j", 0, 1, "h1", "TASK_FINISHED", 30, exit_code=0)
+    runs.add("j", 1, 1, "h1", "TASK_FAILED", 31, reason="REASON_COMMAND_EXECUTOR_FAILED", message="code 2", exit_code=2)
+    assert states(runs) == [("j", "TASK_STARTING", [0, 1, 2]), ("j", "TASK_RUNNING", [0, 1, 2]),
+                            ("k", "TASK_RUNNING", [0]), ("j", "TASK_FINISHED", [0]), ("j", "TASK_FAILED", [1])]
+    # each run is the TaskStatus it stands for, and the record is valid Avro
+    [failed] = [status_of_run(r, run) for _, r in runs.records for run in r["runs"] if r["state"] == "TASK_FAILED"]
+    assert {k: failed[k] for k in ("task_id", "host_id", "reason", "message", "exit_code", "timestamp_ms")} == {
+        "task_id": "j-1-1", "host_id": "h1", "reason": "REASON_COMMAND_EXECUTOR_FAILED", "message": "code 2",
+        "exit_code": 2, "timestamp_ms": 31}
+    assert registry().decode(registry().encode("peloton.TaskStatus", failed))[1] == failed
+    for _, r in runs.records:
+        assert registry().decode(registry().encode("peloton.TaskStatusRuns", r))[1] == r
+
+
+def test_a_change_never_joins_a_record_before_the_runs_last_change() -> None:
+    runs = StatusRuns()
+    runs.add("j", 0, 1, "h1", "TASK_RUNNING", 1, health="HEALTH_UNKNOWN")
+    runs.add("j", 1, 1, "h1", "TASK_RUNNING", 1, health="HEALTHY")
+    runs.add("j", 1, 1, "h1", "TASK_RUNNING", 2, health="HEALTH_UNKNOWN")  # run 1 sick again, after it was healthy
+    # joining the first record would put run 1's later change before its earlier one
+    assert [(r["health"], [run["instance"] for run in r["runs"]]) for _, r in runs.records] == [
+        ("HEALTH_UNKNOWN", [0]), ("HEALTHY", [1]), ("HEALTH_UNKNOWN", [1])]
+
+
+def test_a_record_holds_a_bounded_number_of_runs() -> None:
+    runs = StatusRuns()
+    for i in range(RUNS_PER_RECORD + 1):
+        runs.add("j", i, 1, "h1", "TASK_RUNNING", 1)
+    assert [len(r["runs"]) for _, r in runs.records] == [RUNS_PER_RECORD, 1]
