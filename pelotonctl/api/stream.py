@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from confluent_kafka import Consumer, TopicPartition
 
 from peloton.config import Settings
-from peloton.model.events import status_of_run
+from peloton.model.events import statuses_of_runs
 from peloton.model.states import MESOS_TO_TASK, PROGRESS_LANDS
 from peloton.runtime import CONSUMER_RECOVERY, QUIET, kafka_access
 from peloton.serde import DecodeError, registry, unbundle
@@ -148,7 +148,7 @@ def _events(schema: str, v: dict) -> list[dict]:
                  "host": r.get("host_id") or "", "reason": "", "message": "", "exit_code": None, "health": "",
                  "timestamp_ms": v["timestamp_ms"]} for r in v["runs"] for state in states]
     if schema == "peloton.TaskStatusRuns":
-        return [_events("peloton.TaskStatus", status_of_run(v, run))[0] for run in v["runs"]]
+        return [_events("peloton.TaskStatus", status)[0] for status in statuses_of_runs(v)]
     return [{"job_id": v["job_id"], "instance": v["instance"], "run_id": v["run_id"],
              "state": MESOS_TO_TASK.get(v["state"], v["state"]), "host": v.get("host_id") or "",
              "reason": v.get("reason") or "", "message": v.get("message") or "", "exit_code": v.get("exit_code"),

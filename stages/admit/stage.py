@@ -13,7 +13,7 @@ from collections import Counter
 
 from peloton import metrics
 from peloton.auth.permissions import PoolsAbove
-from peloton.model.events import status_of_run, task_id_of, task_kill
+from peloton.model.events import statuses_of_runs, task_id_of, task_kill
 from peloton.model.health import DISABLED
 from peloton.model.host_capacities import HOST_CAPACITY, HostCapacities
 from peloton.model.jobconfig import parse_job_config
@@ -728,7 +728,7 @@ class AdmitStage(Stage):
             if r.schema == "peloton.TaskProgress":
                 steps.extend((r, ev, True) for ev in progress_events(r.value))
             elif r.schema == "peloton.TaskStatusRuns":  # a status of many runs: each as its TaskStatus
-                steps.extend((r, status_of_run(r.value, run), False) for run in r.value["runs"])
+                steps.extend((r, ev, False) for ev in statuses_of_runs(r.value))
             else:
                 steps.append((r, r.value, False))
         keys = list({(ev["job_id"], ev["instance"]) for _, ev, _ in steps})

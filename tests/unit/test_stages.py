@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from peloton.config import Settings
-from peloton.model.events import status_of_run
+from peloton.model.events import statuses_of_runs
 from peloton.model.pool import parse_pool_config
 from peloton.runtime import Record, RecordingEmitter, Stage, StaticView, decode_message, handle_batch
 from peloton.serde import registry
@@ -631,7 +631,7 @@ def statuses_sent(sent: list[tuple]) -> list[dict]:
         if schema == "peloton.TaskStatus":
             out.append(v)
         elif schema == "peloton.TaskStatusRuns":
-            out.extend(status_of_run(v, run) for run in v["runs"])
+            out.extend(statuses_of_runs(v))
     return out
 
 

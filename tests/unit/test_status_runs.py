@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from peloton.model.events import RUNS_PER_RECORD, StatusRuns, status_of_run
+from peloton.model.events import RUNS_PER_RECORD, StatusRuns, statuses_of_runs
 from peloton.serde import registry
 
 
@@ -21,13 +21,16 @@ def test_a_hosts_interleaved_changes_make_one_record_per_job_and_status_each_run
     assert states(runs) == [("j", "TASK_STARTING", [0, 1, 2]), ("j", "TASK_RUNNING", [0, 1, 2]),
                             ("k", "TASK_RUNNING", [0]), ("j", "TASK_FINISHED", [0]), ("j", "TASK_FAILED", [1])]
     # each run is the TaskStatus it stands for, and the record is valid Avro
-    [failed] = [status_of_run(r, run) for _, r in runs.records for run in r["runs"] if r["state"] == "TASK_FAILED"]
+    [failed] = [status for _, r in runs.records if r["state"] == "TASK_FAILED" for status in statuses_of_runs(r)]
     assert {k: failed[k] for k in ("task_id", "host_id", "reason", "message", "exit_code", "timestamp_ms")} == {
         "task_id": "j-1-1", "host_id": "h1", "reason": "REASON_COMMAND_EXECUTOR_FAILED", "message": "code 2",
         "exit_code": 2, "timestamp_ms": 31}
     assert registry().decode(registry().encode("peloton.TaskStatus", failed))[1] == failed
     for _, r in runs.records:
         assert registry().decode(registry().encode("peloton.TaskStatusRuns", r))[1] == r
+    started = statuses_of_runs(runs.records[0][1])  # each its own record, with its own run's fields
+    assert [(s["task_id"], s["instance"], s["timestamp_ms"], s["state"]) for s in started] == [
+        ("j-0-1", 0, 10, "TASK_STARTING"), ("j-1-1", 1, 11, "TASK_STARTING"), ("j-2-1", 2, 12, "TASK_STARTING")]
 
 
 def test_a_change_never_joins_a_record_before_the_runs_last_change() -> None:
