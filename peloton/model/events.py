@@ -106,9 +106,11 @@ class StatusRuns:
             at = self._latest[key] = len(self.records)
             self.records.append((job_id, {
                 "event_id": new_id(), "job_id": job_id, "state": state, "reason": reason, "message": message,
-                "exit_code": exit_code, "signal": signal, "health": health, "runs": []}))
-        self.records[at][1]["runs"].append(
-            {"instance": instance, "run_id": run_id, "host_id": host_id, "timestamp_ms": timestamp_ms})
+                "exit_code": exit_code, "signal": signal, "health": health, "timestamp_ms": timestamp_ms,
+                "runs": []}))
+        record = self.records[at][1]
+        record["runs"].append({"instance": instance, "run_id": run_id, "host_id": host_id,
+                               "offset_ms": timestamp_ms - record["timestamp_ms"]})
         self._last_of_run[run] = at
 
     def send(self, emit) -> None:
@@ -121,7 +123,7 @@ def statuses_of_runs(runs: dict) -> list[dict]:
     """The TaskStatus each run of a TaskStatusRuns record stands for (event ids the record's), in
     its order. Each is a copy of one made for the record, filled with its run's fields: half the
     time of a dict written out per run."""
-    job_id = runs["job_id"]
+    job_id, at = runs["job_id"], runs["timestamp_ms"]
     shared = {"event_id": runs["event_id"], "task_id": "", "job_id": job_id, "instance": 0, "run_id": 0,
               "host_id": "", "state": runs["state"], "reason": runs["reason"], "message": runs["message"],
               "exit_code": runs["exit_code"], "signal": runs["signal"], "timestamp_ms": 0, "health": runs["health"]}
@@ -130,7 +132,7 @@ def statuses_of_runs(runs: dict) -> list[dict]:
         status = shared.copy()
         status["task_id"] = task_id_of(job_id, instance := run["instance"], run_id := run["run_id"])
         status["instance"], status["run_id"] = instance, run_id
-        status["host_id"], status["timestamp_ms"] = run["host_id"], run["timestamp_ms"]
+        status["host_id"], status["timestamp_ms"] = run["host_id"], at + run["offset_ms"]
         out.append(status)
     return out
 

@@ -918,8 +918,8 @@ def _one_status(r: Record, ev: dict) -> Record:
     alone (a dead letter holds it alone, to be replayed as it is)."""
     if r.schema != "peloton.TaskStatusRuns":
         return r
-    at = next(i for i, run in enumerate(r.value["runs"]) if (run["instance"], run["run_id"], run["timestamp_ms"])
-              == (ev["instance"], ev["run_id"], ev["timestamp_ms"]))
+    at = next(i for i, run in enumerate(r.value["runs"]) if (run["instance"], run["run_id"], run["offset_ms"])
+              == (ev["instance"], ev["run_id"], ev["timestamp_ms"] - r.value["timestamp_ms"]))
     return Record(r.topic, r.partition, r.offset, r.key, "peloton.TaskStatus", ev, r.raw_key, r.raw_value, at,
                   r.headers)
 

@@ -149,7 +149,8 @@ def test_a_streamed_launching_step_shows_the_run_launched_as_its_history_does() 
         (0, "LAUNCHING", "h1"), (0, "LAUNCHED", "h1"), (1, "LAUNCHING", "h2"), (1, "LAUNCHED", "h2")]
     assert [e["state"] for e in _events("peloton.TaskProgress", {**progress, "state": "PLACED"})] == ["PLACED"] * 2
     runs = {"event_id": "e", "job_id": "j", "state": "TASK_FINISHED", "reason": "", "message": "", "exit_code": 0,
-            "signal": None, "health": "", "runs": [{"instance": 3, "run_id": 2, "host_id": "h1", "timestamp_ms": 9}]}
+            "signal": None, "health": "", "timestamp_ms": 7, "runs": [{"instance": 3, "run_id": 2, "host_id": "h1",
+                                                                      "offset_ms": 2}]}
     assert _events("peloton.TaskStatusRuns", runs) == [{
         "job_id": "j", "instance": 3, "run_id": 2, "state": "SUCCEEDED", "host": "h1", "reason": "", "message": "",
         "exit_code": 0, "health": "", "timestamp_ms": 9}]

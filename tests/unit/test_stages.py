@@ -375,7 +375,8 @@ def status_runs_record(job_id: str, state: str, runs: list[tuple[int, int]], exi
                        health: str = "") -> Record:
     return record("task-status", "peloton.TaskStatusRuns", {
         "event_id": uuid.uuid4().hex, "job_id": job_id, "state": state, "exit_code": exit_code, "health": health,
-        "runs": [{"instance": i, "run_id": r, "host_id": "h1", "timestamp_ms": 100 + i} for i, r in runs]}, key=job_id)
+        "timestamp_ms": 100, "runs": [{"instance": i, "run_id": r, "host_id": "h1", "offset_ms": i} for i, r in runs]},
+        key=job_id)
 
 
 def test_a_status_of_many_runs_moves_each_and_dead_letters_only_a_run_it_cannot_use(admit, store) -> None:

@@ -28,6 +28,14 @@ def test_a_hosts_interleaved_changes_make_one_record_per_job_and_status_each_run
     assert registry().decode(registry().encode("peloton.TaskStatus", failed))[1] == failed
     for _, r in runs.records:
         assert registry().decode(registry().encode("peloton.TaskStatusRuns", r))[1] == r
+    # each run's time as its offset from the record's (a byte or two), earlier ones too
+    assert (runs.records[0][1]["timestamp_ms"], [run["offset_ms"] for run in runs.records[0][1]["runs"]]) == (10, [0, 1, 2])
+    late = StatusRuns()
+    late.add("j", 0, 1, "h1", "TASK_RUNNING", 1_700_000_000_500)
+    late.add("j", 1, 1, "h1", "TASK_RUNNING", 1_700_000_000_450)
+    [(_, record)] = late.records
+    assert [s["timestamp_ms"] for s in statuses_of_runs(registry().decode(registry().encode(
+        "peloton.TaskStatusRuns", record))[1])] == [1_700_000_000_500, 1_700_000_000_450]
     started = statuses_of_runs(runs.records[0][1])  # each its own record, with its own run's fields
     assert [(s["task_id"], s["instance"], s["timestamp_ms"], s["state"]) for s in started] == [
         ("j-0-1", 0, 10, "TASK_STARTING"), ("j-1-1", 1, 11, "TASK_STARTING"), ("j-2-1", 2, 12, "TASK_STARTING")]
