@@ -374,7 +374,8 @@ class EntitleStage(Stage):
                 continue  # its pool is not in the store (yet): keep the gangs queued
             ledger = self._ledger(pool)
             self._apply_share(pool, ledger)
-            chosen = plan_admission(queue, ledger, now, self.settings.head_of_line_timeout_s, now_ms=admitted_at)
+            chosen = plan_admission(queue, ledger, now, self.settings.head_of_line_timeout_s, self.settings.max_batch,
+                                    now_ms=admitted_at)
             if not chosen:
                 self._preempt_for_priority(pool, queue, ledger)
                 continue

@@ -505,6 +505,15 @@ def test_entitle_lends_an_idle_pools_share_and_preempts_it_back_after_the_sustai
     assert out.take("placements") == []  # being preempted: not chosen again
 
 
+def test_entitle_admits_a_whole_batch_of_a_pool_at_once_without_queueing_it_in_the_store(store) -> None:
+    stage, out, _ = entitle_with(store)
+    gangs = [record("task-demand", "peloton.GangDemand", one_task_gang(f"w-{i}-1", cpu=0.005), key="/p")
+             for i in range(1500)]  # more than the 1,000 a pool once admitted per turn
+    stage.handle(gangs)
+    assert len(out.take("admitted-gangs")) == 1500
+    assert store.queued_gangs(["/p"]) == [] and len(stage.queues["/p"]) == 0
+
+
 def test_a_new_entitle_owner_rebuilds_queues_and_charges_from_the_store(store) -> None:
     first, out, _ = entitle_with(store)
     gangs = [record("task-demand", "peloton.GangDemand", one_task_gang(f"b-{i}-1", cpu=3), key="/p") for i in range(4)]
