@@ -18,8 +18,9 @@ bytes follow, hands out the same values without reading them again. So a bundle 
 alike tasks reads and writes its spec about once; records that share a tail share its value
 objects, which readers treat as read-only.
 
-A record passed on: a stage that sends on a record as it read it (entitle, each gang) can have
-it read as an `Encoded`, which keeps its bytes, and the writers of its schema write those again.
+A record passed on: a stage that sends on a record as it read it (entitle, each gang; place,
+each task's launch spec) can have it read as an `Encoded`, which keeps its bytes, and the writers
+of its schema write those again.
 A head reader reads a large record's leading fields and stops (compile_head_reader).
 """
 
@@ -115,11 +116,11 @@ class _Source:
     """Lines of generated code, and the constants they refer to."""
 
     def __init__(self, named: dict[str, Any], shared_tails: dict[str, str], raw: Collection[str] = (),
-                 keep_raw: bool = False):
+                 keep_raw: Collection[str] = ()):
         self.named = named
         self.shared_tails = shared_tails  # record's full name -> the first field of its shared tail
         self.raw = raw  # records whose writer writes an Encoded one's bytes again
-        self.keep_raw = keep_raw  # and whose reader keeps them (an Encoded), in this codec
+        self.keep_raw = keep_raw  # records whose reader keeps their bytes (an Encoded), in this codec
         self.functions: dict[str, list[str]] = {}  # function name -> its lines
         self.constants: dict[str, Any] = {}
         self._n = 0
@@ -335,9 +336,9 @@ def _record_reader(src: _Source, schema: dict) -> str:
         return name
     src.functions[name] = []
     lines = [f"def {name}(data, pos, end):"]
-    keep = src.keep_raw and schema["name"] in src.raw
+    keep = schema["name"] in src.keep_raw
     if keep:
-        lines.append("    start = pos")
+        lines.append("    record_start = pos")
     fields = schema["fields"]
     tail_at = _tail_at(src, schema)
     names = []
@@ -361,7 +362,7 @@ def _record_reader(src: _Source, schema: dict) -> str:
         names += tail
     record = "{" + ", ".join(f"{n!r}: {v}" for n, v in names) + "}"
     if keep:
-        lines += [f"    r = Encoded({record})", "    r.raw = data[start:pos]", "    return r, pos"]
+        lines += [f"    r = Encoded({record})", "    r.raw = data[record_start:pos]", "    return r, pos"]
     else:
         lines.append(f"    return {record}, pos")
     src.functions[name] = lines
@@ -398,13 +399,13 @@ def compile_head_reader(schema: dict, named: dict[str, Any], last: str) -> Calla
 
 
 def compile_codec(schema: dict, named: dict[str, Any], shared_tails: dict[str, str] | None = None,
-                  raw: Collection[str] = (), keep_raw: bool = False,
+                  raw: Collection[str] = (), keep_raw: Collection[str] = (),
                   ) -> tuple[Callable[[dict], bytes], Callable[[bytes, int], dict]]:
     """(encode(record) -> bytes, decode(data, pos) -> record) for a parsed record schema; `named`
     holds the parsed named types it refers to; `shared_tails` maps a record's full name to the
     first field of its shared tail (the module's docstring). The records named in `raw` are
-    written as their bytes where they are an Encoded one, and with `keep_raw` read as Encoded
-    ones. Raises Unsupported."""
+    written as their bytes where they are an Encoded one; those named in `keep_raw` are read as
+    Encoded ones. Raises Unsupported."""
     src = _Source(named, shared_tails or {}, raw, keep_raw)
     writer, reader = _record_writer(src, schema), _record_reader(src, schema)
     scope = _compiled(src, f"<avro codec {schema['name']}>")

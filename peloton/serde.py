@@ -25,10 +25,14 @@ SCHEMA_DIR = REPO_ROOT / "schemas" / "avro"
 # task status after its run and host (its state, reason, time).
 SHARED_TAILS = {"peloton.TaskLaunchSpec": "resources", "peloton.TaskStatus": "state"}
 # Records a stage passes on as it read them: entitle sends each gang it reads from a GangDemands
-# bundle inside its AdmittedGang. Read from those messages (KEEP_BYTES), such a record keeps its
-# bytes (avrocodec.Encoded), and any writer of it writes them again rather than encoding it anew.
-PASSED_ON = frozenset({"peloton.GangDemand"})
-KEEP_BYTES = frozenset({"peloton.GangDemands"})
+# bundle inside its AdmittedGang, and place each task's launch spec it reads in an AdmittedGang
+# inside its Placement. Read from those messages (KEEP_BYTES: message -> the records it keeps),
+# such a record keeps its bytes (avrocodec.Encoded), and any writer of it writes them again
+# rather than encoding it anew.
+PASSED_ON = frozenset({"peloton.GangDemand", "peloton.TaskLaunchSpec"})
+KEEP_BYTES = {"peloton.GangDemands": frozenset({"peloton.GangDemand"}),
+              "peloton.AdmittedGangs": frozenset({"peloton.TaskLaunchSpec"}),
+              "peloton.AdmittedGang": frozenset({"peloton.TaskLaunchSpec"})}
 _HEADER = struct.Struct(">bI")
 MAGIC = 0
 
@@ -74,7 +78,7 @@ class SchemaRegistry:
         self._codecs: dict[str, tuple] = {}
         for name, (_id, parsed) in self.by_name.items():
             try:
-                self._codecs[name] = compile_codec(parsed, named, SHARED_TAILS, PASSED_ON, name in KEEP_BYTES)
+                self._codecs[name] = compile_codec(parsed, named, SHARED_TAILS, PASSED_ON, KEEP_BYTES.get(name, ()))
             except Unsupported:
                 pass
 

@@ -208,3 +208,27 @@ def test_a_gang_read_from_a_demand_bundle_is_sent_on_as_its_bytes_until_changed(
     lone = REG.decode(REG.encode("peloton.GangDemand", gangs[0]))[1]
     assert type(lone) is dict
     assert type(REG.decode(REG.encode("peloton.AdmittedGang", {"gang": read[1], "admitted_ms": 1}))[1]["gang"]) is dict
+
+
+def test_a_task_spec_read_from_an_admitted_gang_goes_into_its_placement_as_its_bytes() -> None:
+    spec = value_of(REG.named["peloton.TaskLaunchSpec"], random.Random(6))
+    gangs = [_gang(spec, i) for i in range(3)]  # alike tasks: their specs share a tail
+    admitted = [REG.encode_body("peloton.AdmittedGang", {"gang": g, "admitted_ms": 7}) for g in gangs]
+    read = [a["gang"] for a in REG.decode(REG.bundle("peloton.AdmittedGang", admitted, None))[1]["gangs"]]
+    tasks = [t for g in read for t in g["tasks"]]
+    assert all(isinstance(t, Encoded) for t in tasks) and read == gangs
+    for t, plain in zip(tasks, [t for g in gangs for t in g["tasks"]], strict=True):
+        assert t.raw == REG.encode_body("peloton.TaskLaunchSpec", plain)  # the whole record, its tail too
+        placement = {"placement_id": "p", "gang_id": "g", "pool": "/p", "shard": 1, "placed_ms": 9,
+                     "assignments": [{"host_id": "h1", "task": t, "ports": {}}]}
+        assert REG.encode_body("peloton.Placement", placement) == fastavro_bytes(
+            "peloton.Placement", {**placement, "assignments": [{"host_id": "h1", "task": plain, "ports": {}}]})
+    tasks[0]["prefer_host"] = "h9"  # changed: encoded anew
+    assert tasks[0].raw is None
+    placement = {"placement_id": "p", "gang_id": "g", "pool": "/p", "shard": 1, "placed_ms": 9,
+                 "assignments": [{"host_id": "h1", "task": tasks[0], "ports": {}}]}
+    back = REG.decode(REG.encode("peloton.Placement", placement))[1]
+    assert back["assignments"][0]["task"]["prefer_host"] == "h9"
+    # A lone AdmittedGang keeps them too; a gang's own bytes are kept only where entitle reads them.
+    lone = REG.decode(REG.encode("peloton.AdmittedGang", {"gang": gangs[0], "admitted_ms": 1}))[1]
+    assert type(lone["gang"]) is dict and isinstance(lone["gang"]["tasks"][0], Encoded)
