@@ -39,13 +39,14 @@ def _transition(state: str, retry: bool = False, requeue: bool = False, count_fa
     return made
 
 
-def status_problem(task_known: bool, event: dict) -> str | None:
+def status_problem(task_known: bool, event: dict, id_made: bool = False) -> str | None:
     """Why a TaskStatus record cannot be about any task of ours, or None. (A status for an older
-    run of a known task is not a problem: task_transition ignores it.)"""
+    run of a known task is not a problem: task_transition ignores it.) `id_made`: its task id was
+    made from its job id, instance and run here, not sent (a run of a TaskStatusRuns)."""
     if not task_known:
         return (f"status for unknown task {event['task_id']!r} (no instance {event['instance']} of job "
                 f"{event['job_id']!r})")
-    if event["task_id"] != task_id_of(event["job_id"], event["instance"], event["run_id"]):
+    if not id_made and event["task_id"] != task_id_of(event["job_id"], event["instance"], event["run_id"]):
         return (f"task id {event['task_id']!r} is not that of job {event['job_id']!r}, instance "
                 f"{event['instance']}, run {event['run_id']}")
     if event["state"] not in MESOS_TO_TASK:
@@ -130,14 +131,6 @@ def task_transition(
     if new in TASK_TERMINAL:
         return _transition(new, count_failure=new == "FAILED", release=True)
     return _MOVES[new]
-
-
-def progress_events(progress: dict) -> list[dict]:
-    """The runs of a TaskProgress record (one job, one state), each as a status-like event."""
-    job_id, state, at = progress["job_id"], progress["state"], progress["timestamp_ms"]
-    return [{"job_id": job_id, "instance": run["instance"], "run_id": run["run_id"], "host_id": run["host_id"],
-             "task_id": task_id_of(job_id, run["instance"], run["run_id"]), "state": state, "timestamp_ms": at}
-            for run in progress["runs"]]
 
 
 def progress_transition(current_state: str, current_run: int, event_run: int, state: str) -> Transition | None:

@@ -74,7 +74,6 @@ from stages.admit.lifecycle import (
     RESTARTED,
     Transition,
     job_state,
-    progress_events,
     progress_transition,
     service_backoff_s,
     status_problem,
@@ -84,6 +83,7 @@ from stages.admit.lifecycle import (
 log = logging.getLogger("peloton.admit")
 
 LIVE = frozenset({"TASK_STAGING", "TASK_STARTING", "TASK_RUNNING"})  # a run reporting itself alive
+STEP, STATUS, MADE = "step", "status", "made"  # what a status handled is (AdmitStage._statuses)
 DRAIN_CHECK_S = 1.0  # how often the job manager looks for runs to move off hosts in maintenance
 CLAIM_SWEEP_S = 3600.0  # how often it forgets commands and deleted job ids past store.CLAIMS_KEPT_MS
 # How often it looks for jobs that ended longer ago than settings.job_retention_s (a quarter of
@@ -722,16 +722,23 @@ class AdmitStage(Stage):
     # -- task status ------------------------------------------------------------------------
     def _statuses(self, records: list[Record], out: list) -> None:
         now = now_ms()
-        # (record, event, is a TaskProgress step): a progress record tells of many runs at once
+        # (record, event, kind): a run of a TaskProgress record as it is there (STEP), a TaskStatus
+        # (STATUS), or the TaskStatus a run of a TaskStatusRuns record stands for (MADE)
         steps = []
+        keys = set()
         for r in records:
             if r.schema == "peloton.TaskProgress":
-                steps.extend((r, ev, True) for ev in progress_events(r.value))
-            elif r.schema == "peloton.TaskStatusRuns":  # a status of many runs: each as its TaskStatus
-                steps.extend((r, ev, False) for ev in statuses_of_runs(r.value))
-            else:
-                steps.append((r, r.value, False))
-        keys = list({(ev["job_id"], ev["instance"]) for _, ev, _ in steps})
+                job_id = r.value["job_id"]
+                for run in r.value["runs"]:
+                    steps.append((r, run, STEP))
+                    keys.add((job_id, run["instance"]))
+                continue
+            of_record = statuses_of_runs(r.value) if r.schema == "peloton.TaskStatusRuns" else [r.value]
+            kind = MADE if r.schema == "peloton.TaskStatusRuns" else STATUS
+            for ev in of_record:
+                steps.append((r, ev, kind))
+                keys.add((ev["job_id"], ev["instance"]))
+        keys = list(keys)
         # Specs are read only for the runs that need them (a new run, a gang sent back): most
         # statuses only move a run, and the spec is the largest column.
         tasks = self.store.tasks_by_instance(keys, spec=False)
@@ -744,19 +751,20 @@ class AdmitStage(Stage):
         reruns: list[TaskRow] = []
         requeue_batch = uuid.uuid4().hex[:8]
         events = []
-        for r, ev, progress in steps:
-            task = tasks.get((ev["job_id"], ev["instance"]))
-            if progress:
+        for r, ev, kind in steps:
+            if kind == STEP:
                 # A step before launch of a run that has moved on, or of a job deleted meanwhile,
                 # says nothing any more: it is dropped, not dead-lettered.
-                move = progress_transition(task.state, task.run_id, ev["run_id"], ev["state"]) if task else None
-                if move is not None:
-                    if move.state != ev["state"] and TASK_ORDER[ev["state"]] > TASK_ORDER[task.state]:
+                step = r.value
+                task = tasks.get((step["job_id"], ev["instance"]))
+                move = progress_transition(task.state, task.run_id, ev["run_id"], step["state"]) if task else None
+                if move is not None:  # of the task's current run: its task id is the run's
+                    if move.state != step["state"] and TASK_ORDER[step["state"]] > TASK_ORDER[task.state]:
                         # the step itself, then where it leaves the run (LAUNCHING: launched)
-                        events.append((ev["task_id"], ev["job_id"], ev["instance"], ev["run_id"], ev["state"], "",
-                                       None, ev["timestamp_ms"], ev["host_id"], ""))
-                    events.append((ev["task_id"], ev["job_id"], ev["instance"], ev["run_id"], move.state, "", None,
-                                   ev["timestamp_ms"], ev["host_id"], ""))
+                        events.append((task.task_id, task.job_id, task.instance, task.run_id, step["state"], "",
+                                       None, step["timestamp_ms"], ev["host_id"], ""))
+                    events.append((task.task_id, task.job_id, task.instance, task.run_id, move.state, "", None,
+                                   step["timestamp_ms"], ev["host_id"], ""))
                     task.state = move.state
                     task.host_id = ev["host_id"] or task.host_id
                     task.updated_ms = now
@@ -764,7 +772,8 @@ class AdmitStage(Stage):
                         task.reason, task.message = "", ""
                     changed[(task.job_id, task.instance)] = task
                 continue
-            problem = status_problem(task is not None, ev)
+            task = tasks.get((ev["job_id"], ev["instance"]))
+            problem = status_problem(task is not None, ev, id_made=kind == MADE)
             if problem:
                 if (task is None and ev["state"] in LIVE and ev["host_id"]
                         and ev["task_id"] == task_id_of(ev["job_id"], ev["instance"], ev["run_id"])):
