@@ -271,9 +271,12 @@ def _tail_at(src: _Source, schema: dict) -> int:
 
 # -- reader ------------------------------------------------------------------------------------
 def _long(target: str, lines: list[str], ind: str) -> None:
-    """Read a long into target: one byte inline (the common case), longer ones by read_long."""
+    """Read a long into target: one or two bytes inline (-8192 to 8191: counts, lengths, most
+    instances, a run's time offset), longer ones by read_long."""
     lines += [f"{ind}b = data[pos]", f"{ind}if b < 0x80:", f"{ind}    {target} = (b >> 1) ^ -(b & 1)",
-              f"{ind}    pos += 1", f"{ind}else:", f"{ind}    {target}, pos = read_long(data, pos)"]
+              f"{ind}    pos += 1", f"{ind}elif data[pos + 1] < 0x80:",
+              f"{ind}    b = (b & 0x7F) | (data[pos + 1] << 7)", f"{ind}    {target} = (b >> 1) ^ -(b & 1)",
+              f"{ind}    pos += 2", f"{ind}else:", f"{ind}    {target}, pos = read_long(data, pos)"]
 
 
 def _read(src: _Source, schema: Any, target: str, lines: list[str], ind: str) -> None:

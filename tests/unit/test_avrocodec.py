@@ -104,6 +104,17 @@ def test_bytes_that_end_early_or_lie_are_refused_not_read_past() -> None:
         REG.decode(framed[:-3])
 
 
+def test_longs_of_one_two_and_more_bytes_read_as_fastavro_reads_them() -> None:
+    _, decode = compile_codec(REG.schema("peloton.TaskRelease"), REG.named)
+    for n in (0, -1, 63, -64, 64, -65, 8191, -8192, 8192, -8193, 2**31 - 1, -2**31, 2**53, -2**63):
+        record = {"task_id": "t", "job_id": "j", "pool": "/p", "reason": "r", "timestamp_ms": n}
+        data = fastavro_bytes("peloton.TaskRelease", record)
+        assert decode(data) == record, n
+        if n in (64, -65, 8191, -8192):  # two bytes, the second cut off
+            with pytest.raises((Truncated, IndexError)):
+                decode(data[:-1])
+
+
 def test_an_enum_index_out_of_range_is_refused() -> None:
     _, decode = compile_codec(REG.schema("peloton.TaskStatus"), REG.named)
     record = value_of(REG.schema("peloton.TaskStatus"), random.Random(2))
