@@ -733,8 +733,10 @@ class AdmitStage(Stage):
                     steps.append((r, run, STEP))
                     keys.add((job_id, run["instance"]))
                 continue
-            of_record = statuses_of_runs(r.value) if r.schema == "peloton.TaskStatusRuns" else [r.value]
-            kind = MADE if r.schema == "peloton.TaskStatusRuns" else STATUS
+            if r.schema == "peloton.TaskStatusRuns":
+                of_record, kind = statuses_of_runs(r.value), MADE
+            else:
+                of_record, kind = [r.value], STATUS
             for ev in of_record:
                 steps.append((r, ev, kind))
                 keys.add((ev["job_id"], ev["instance"]))

@@ -527,7 +527,6 @@ class HostAgent:
         self.pending = held + self.pending
         # Away from the loop: purging and freeing a client may wait on its broker threads.
         threading.Thread(target=_abandon, args=(old,), name="report-producer-abandoned", daemon=True).start()
-        del old
 
     def _delivered(self, round_id: int, err) -> None:
         """A report's acknowledgement (or failure). A round whose reports all got through extends

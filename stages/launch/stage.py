@@ -468,7 +468,7 @@ class LaunchStage(Stage):
     def _apply_updates(self) -> None:
         """Publish what the drivers reported. The ends are stored first: if the store is away the
         updates stay queued for the next tick, since the drivers will not report them again."""
-        runs, ended = StatusRuns(), {}
+        runs, ended, moved = StatusRuns(), {}, []
         for u in self.updates:
             entry = self.running.get(u.task_id)
             if entry is None:
@@ -480,18 +480,17 @@ class LaunchStage(Stage):
             health = u.health or _running_health(u.state, spec)
             runs.add(spec["job_id"], spec["instance"], spec["run_id"], u.host_id, u.state, u.timestamp_ms, reason,
                      message, u.exit_code, u.signal, health)
+            moved.append((u.task_id, u.state))
             if u.terminal:  # kept with its launch: sent again if the broker loses it (recover)
                 ended[u.task_id] = task_status(spec["job_id"], spec["instance"], spec["run_id"], u.task_id, u.host_id,
                                                u.state, reason, message, u.exit_code, u.signal, u.timestamp_ms,
                                                health=health)
         if ended:
             self.store.end_launches(list(ended), now_ms(), ended)
-        updates, self.updates = self.updates, []
+        self.updates = []
         runs.send(self.emit)
-        running = self.running
-        for u in updates:
-            if u.task_id in running:
-                self.last_state[u.task_id] = u.state
+        for task_id, state in moved:
+            self.last_state[task_id] = state
         for task_id in ended:
             _spec, host_id = self.running.pop(task_id)
             self.last_state.pop(task_id, None)

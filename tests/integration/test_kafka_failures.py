@@ -23,6 +23,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from peloton.config import Settings
+from peloton.model.events import task_id_of
 from peloton.model.states import TASK_ORDER
 from peloton.runtime import kafka_access
 from peloton.runtime.clients import producer_config
@@ -225,7 +226,7 @@ IDENTITY = {
     "peloton.AdmittedGang": lambda v: ("admitted", v["gang"]["gang_id"]),
     "peloton.Placement": lambda v: ("placement", v["placement_id"]),
     "peloton.TaskStatus": lambda v: ("status", v["task_id"], v["run_id"], v["state"]),
-    "peloton.TaskStatusRuns": lambda v: [("status", f"{v['job_id']}-{r['instance']}-{r['run_id']}", r["run_id"],
+    "peloton.TaskStatusRuns": lambda v: [("status", task_id_of(v["job_id"], r["instance"], r["run_id"]), r["run_id"],
                                           v["state"]) for r in v["runs"]],  # each run's
 }
 
