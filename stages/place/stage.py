@@ -4,6 +4,10 @@ The host view comes from the compacted host-state topic. Placements this instanc
 against a host until the host manager's report lists them as applied (or a TTL passes), so two
 gangs in a row do not both take the last room on a host. A gang that finds no host waits and is
 tried again after a backoff; its offset stays uncommitted meanwhile.
+
+A gang's runs are PLACING only while it waits for hosts: a gang placed in the turn that took it
+goes from READY to PLACED, and only one that found no host at its first try says PLACING then.
+Most gangs place at once, and each step costs the job manager a row write and an event per run.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ class WaitingGang:
     record: Record
     attempts: int = 0
     next_try: float = 0.0
+    placing_sent: bool = False  # its runs were told PLACING (it waited for hosts)
 
 
 class PlaceStage(Stage):
@@ -70,7 +75,6 @@ class PlaceStage(Stage):
         return self.held.lowest()
 
     def handle(self, records: list[Record]) -> None:
-        taken: list[dict] = []
         for r in records:
             gang = r.value["gang"]
             if gang["gang_id"] in self.waiting_ids:
@@ -87,8 +91,6 @@ class PlaceStage(Stage):
             self.waiting.append(WaitingGang(gang, needs, tp, r.offset, r))
             self.waiting_ids.add(gang["gang_id"])
             self.held.hold(tp, r.offset)
-            taken.extend(gang["tasks"])
-        send_progress(self.emit, "PLACING", [(t, "") for t in taken])
 
     def tick(self, now: float) -> None:
         self._refresh_hosts()
@@ -117,6 +119,7 @@ class PlaceStage(Stage):
         still_waiting: deque[WaitingGang] = deque()
         placed_at = now_ms()
         placed: list[tuple[WaitingGang, list[dict]]] = []  # a gang and its Placement records
+        placing: list[dict] = []  # the tasks of gangs that wait for hosts for the first time
         last = LastCandidates()  # a job's one-task gangs in a row start from the last one's candidates
         for w in self.waiting:
             if w.next_try > now:
@@ -130,10 +133,14 @@ class PlaceStage(Stage):
                 records = []
             if records is None:
                 still_waiting.append(w)
+                if not w.placing_sent:
+                    w.placing_sent = True
+                    placing.extend(w.gang["tasks"])
             elif records:
                 placed.append((w, records))
             else:
                 self._done(w)
+        send_progress(self.emit, "PLACING", [(t, "") for t in placing])
         # PLACED goes out before the placements, so the job manager hears it before any host
         # manager can answer LAUNCHING (one producer, and the records leave in the order given).
         send_progress(self.emit, "PLACED", [(a["task"], a["host_id"]) for _, records in placed for p in records
