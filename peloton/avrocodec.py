@@ -10,13 +10,14 @@ resolution) and anything these functions do not cover.
 Covered: null, boolean, int, long, double, string, bytes, enum, array, map, record, and unions of
 null with one other type; `Unsupported` is raised for the rest.
 
-A shared tail: the fields of a record from a given one on that are alike in many records near
-each other (a job's tasks' launch specs are alike but for their ids; a host manager's statuses
-but for their runs and hosts). The writer keeps the last few tails' bytes and reuses them where
-the values come again; the reader keeps the last few tails' bytes and values, and where the same
-bytes follow, hands out the same values without reading them again. So a bundle of a job's 1,000
-alike tasks reads and writes its spec about once; records that share a tail share its value
-objects, which readers treat as read-only.
+A shared span: fields of a record, one after another, that are alike in many records near each
+other (a job's tasks' launch specs are alike but for their ids; a host manager's statuses but for
+their runs and hosts; a job's gangs but for their ids and tasks). The writer keeps the last few
+spans' bytes and reuses them where the values come again; the reader keeps the last few spans'
+bytes and values, and where the same bytes follow, hands out the same values without reading them
+again (Avro's bytes delimit themselves, so the same bytes read as the same values and end at the
+same place). So a bundle of a job's 1,000 alike tasks reads and writes its spec about once;
+records that share a span share its value objects, which readers treat as read-only.
 
 A record passed on: a stage that sends on a record as it read it (entitle, each gang; place,
 each task's launch spec) can have it read as an `Encoded`, which keeps its bytes, and the writers
@@ -34,16 +35,17 @@ _DOUBLE = struct.Struct("<d")
 _PRIMITIVES = {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
 
 
-# Tails a record's writer and reader each keep: a host's statuses go out interleaved (a run's
-# TASK_STARTING, then its TASK_RUNNING, then the next run's), so one kept tail would never match.
-TAILS_KEPT = 4
+# Spans a record's writer and reader each keep, per span: a host's statuses go out interleaved (a
+# run's TASK_STARTING, then its TASK_RUNNING, then the next run's), so one kept span would never
+# match.
+SPANS_KEPT = 4
 
 
 class Encoded(dict):
     """A record as a reader decoded it, with its bytes (`raw`), for a stage that passes it on
     unchanged (entitle sends the gangs it reads as they came): a writer of its schema writes
     those bytes again instead of encoding it anew. Setting or removing a key drops them; the
-    values inside are read-only by convention, as shared tails' are."""
+    values inside are read-only by convention, as shared spans' are."""
 
     __slots__ = ("raw",)
 
@@ -115,10 +117,10 @@ def _truncated(*_args) -> None:
 class _Source:
     """Lines of generated code, and the constants they refer to."""
 
-    def __init__(self, named: dict[str, Any], shared_tails: dict[str, str], raw: Collection[str] = (),
-                 keep_raw: Collection[str] = ()):
+    def __init__(self, named: dict[str, Any], shared_spans: dict[str, tuple[tuple[str, str | None], ...]],
+                 raw: Collection[str] = (), keep_raw: Collection[str] = ()):
         self.named = named
-        self.shared_tails = shared_tails  # record's full name -> the first field of its shared tail
+        self.shared_spans = shared_spans  # record's full name -> its spans (first field, last or None: the end)
         self.raw = raw  # records whose writer writes an Encoded one's bytes again
         self.keep_raw = keep_raw  # records whose reader keeps their bytes (an Encoded), in this codec
         self.functions: dict[str, list[str]] = {}  # function name -> its lines
@@ -228,19 +230,24 @@ def _record_writer(src: _Source, schema: dict) -> str:
         lines += ["    if r.__class__ is Encoded:", "        raw = r.raw", "        if raw is not None:",
                   "            out += raw", "            return"]
     fields = schema["fields"]
-    tail_at = _tail_at(src, schema)
-    for field in fields[:tail_at]:
-        _write(src, field["type"], _field_value(src, field, lines), lines, "    ")
-    if tail_at < len(fields):
-        # The bytes of the last few tails written, reused while their values come again.
-        memo = src.constant([()], "tail")
-        tail = [_field_value(src, field, lines) for field in fields[tail_at:]]
-        lines += ["    now = (" + ", ".join(tail) + ",)", f"    kept = {memo}[0]", "    for written, values in kept:",
-                  "        if values == now:", "            out += written", "            return",
-                  "    start = len(out)"]
-        for field, v in zip(fields[tail_at:], tail, strict=True):
-            _write(src, field["type"], v, lines, "    ")
-        lines.append(f"    {memo}[0] = ((bytes(out[start:]), now),) + kept[:TAILS_KEPT - 1]")
+    spans = _spans(src, schema)
+    at = 0
+    while at < len(fields):
+        until = spans.get(at)
+        if until is None:
+            _write(src, fields[at]["type"], _field_value(src, fields[at], lines), lines, "    ")
+            at += 1
+            continue
+        # The bytes of the last few spans written, reused while their values come again.
+        memo = src.constant([()], "span")
+        values = [_field_value(src, field, lines) for field in fields[at:until]]
+        lines += ["    now = (" + ", ".join(values) + ",)", f"    kept = {memo}[0]", "    for written, values in kept:",
+                  "        if values == now:", "            out += written", "            break",
+                  "    else:", "        start = len(out)"]
+        for field, v in zip(fields[at:until], values, strict=True):
+            _write(src, field["type"], v, lines, "        ")
+        lines.append(f"        {memo}[0] = ((bytes(out[start:]), now),) + kept[:SPANS_KEPT - 1]")
+        at = until
     if len(lines) == 1:
         lines.append("    pass")
     src.functions[name] = lines
@@ -258,15 +265,20 @@ def _field_value(src: _Source, field: dict, lines: list[str]) -> str:
     return v
 
 
-def _tail_at(src: _Source, schema: dict) -> int:
-    """Index of the first field of the record's shared tail (the field count when it has none)."""
-    first = src.shared_tails.get(schema["name"])
+def _spans(src: _Source, schema: dict) -> dict[int, int]:
+    """The record's shared spans: index of each one's first field -> index past its last."""
     names = [f["name"] for f in schema["fields"]]
-    if first is None:
-        return len(names)
-    if first not in names:
-        raise ValueError(f"{schema['name']} has no field {first} to begin its shared tail")
-    return names.index(first)
+    out: dict[int, int] = {}
+    covered = 0
+    for first, last in src.shared_spans.get(schema["name"], ()):
+        for name in (first, last):
+            if name is not None and name not in names:
+                raise ValueError(f"{schema['name']} has no field {name} for a shared span")
+        start, until = names.index(first), (names.index(last) + 1 if last is not None else len(names))
+        if start < covered or until <= start:
+            raise ValueError(f"{schema['name']}'s shared spans must follow one another: {first}..{last}")
+        out[start], covered = until, until
+    return out
 
 
 # -- reader ------------------------------------------------------------------------------------
@@ -343,26 +355,31 @@ def _record_reader(src: _Source, schema: dict) -> str:
     if keep:
         lines.append("    record_start = pos")
     fields = schema["fields"]
-    tail_at = _tail_at(src, schema)
+    spans = _spans(src, schema)
     names = []
-    for field in fields[:tail_at]:
-        v = src.var()
-        _read(src, field["type"], v, lines, "    ")
-        names.append((field["name"], v))
-    if tail_at < len(fields):
-        # The same bytes as one of the last few tails read: the same values (pairs in one tuple,
-        # swapped whole, so a reader on another thread never pairs one tail's bytes with another's
+    at = 0
+    while at < len(fields):
+        until = spans.get(at)
+        if until is None:
+            v = src.var()
+            _read(src, fields[at]["type"], v, lines, "    ")
+            names.append((fields[at]["name"], v))
+            at += 1
+            continue
+        # The same bytes as one of the last few spans read: the same values (pairs in one tuple,
+        # swapped whole, so a reader on another thread never pairs one span's bytes with another's
         # values).
-        memo = src.constant([()], "tail")
-        tail = [(field["name"], src.var()) for field in fields[tail_at:]]
-        unpack = ", ".join(v for _, v in tail) + ","
+        memo = src.constant([()], "span")
+        span = [(field["name"], src.var()) for field in fields[at:until]]
+        unpack = ", ".join(v for _, v in span) + ","
         lines += [f"    kept = {memo}[0]", "    for read, values in kept:", "        if data.startswith(read, pos):",
                   f"            {unpack} = values", "            pos += len(read)", "            break",
                   "    else:", "        start = pos"]
-        for field, (_, v) in zip(fields[tail_at:], tail, strict=True):
+        for field, (_, v) in zip(fields[at:until], span, strict=True):
             _read(src, field["type"], v, lines, "        ")
-        lines.append(f"        {memo}[0] = ((data[start:pos], ({unpack})),) + kept[:TAILS_KEPT - 1]")
-        names += tail
+        lines.append(f"        {memo}[0] = ((data[start:pos], ({unpack})),) + kept[:SPANS_KEPT - 1]")
+        names += span
+        at = until
     record = "{" + ", ".join(f"{n!r}: {v}" for n, v in names) + "}"
     if keep:
         lines += [f"    r = Encoded({record})", "    r.raw = data[record_start:pos]", "    return r, pos"]
@@ -376,7 +393,7 @@ def _compiled(src: _Source, title: str) -> dict[str, Any]:
     """The generated functions, compiled: their names -> the functions."""
     code = "\n\n".join("\n".join(lines) for lines in src.functions.values())
     scope: dict[str, Any] = {"write_long": write_long, "read_long": read_long, "truncated": _truncated,
-                             "TAILS_KEPT": TAILS_KEPT, "Encoded": Encoded,
+                             "SPANS_KEPT": SPANS_KEPT, "Encoded": Encoded,
                              "pack_double": _DOUBLE.pack, "unpack_double": _DOUBLE.unpack_from, **src.constants}
     exec(compile(code, title, "exec"), scope)  # noqa: S102 - our own generated source
     return scope
@@ -401,15 +418,16 @@ def compile_head_reader(schema: dict, named: dict[str, Any], last: str) -> Calla
     return decode
 
 
-def compile_codec(schema: dict, named: dict[str, Any], shared_tails: dict[str, str] | None = None,
+def compile_codec(schema: dict, named: dict[str, Any],
+                  shared_spans: dict[str, tuple[tuple[str, str | None], ...]] | None = None,
                   raw: Collection[str] = (), keep_raw: Collection[str] = (),
                   ) -> tuple[Callable[[dict], bytes], Callable[[bytes, int], dict]]:
     """(encode(record) -> bytes, decode(data, pos) -> record) for a parsed record schema; `named`
-    holds the parsed named types it refers to; `shared_tails` maps a record's full name to the
-    first field of its shared tail (the module's docstring). The records named in `raw` are
+    holds the parsed named types it refers to; `shared_spans` maps a record's full name to its
+    shared spans (the module's docstring), each (first field, last field or None for the last). The records named in `raw` are
     written as their bytes where they are an Encoded one; those named in `keep_raw` are read as
     Encoded ones. Raises Unsupported."""
-    src = _Source(named, shared_tails or {}, raw, keep_raw)
+    src = _Source(named, shared_spans or {}, raw, keep_raw)
     writer, reader = _record_writer(src, schema), _record_reader(src, schema)
     scope = _compiled(src, f"<avro codec {schema['name']}>")
     write, read = scope[writer], scope[reader]

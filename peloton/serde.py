@@ -20,10 +20,14 @@ from peloton.avrocodec import Unsupported, compile_codec, compile_head_reader
 from peloton.config import REPO_ROOT
 
 SCHEMA_DIR = REPO_ROOT / "schemas" / "avro"
-# Records whose last fields are alike in many records of a bundle, which the codecs read and write
-# once (avrocodec: a shared tail): a task's launch spec after its ids (its job's config), and a
-# task status after its run and host (its state, reason, time).
-SHARED_TAILS = {"peloton.TaskLaunchSpec": "resources", "peloton.TaskStatus": "state"}
+# Fields alike in many records of a bundle, one after another, which the codecs read and write
+# about once (avrocodec: shared spans, each its first and last field, None: to the end): a task's
+# launch spec after its ids (its job's config); a task status after its run and host (its state,
+# reason, time); a gang's fields between its id and its tasks (its job's), and its time; an
+# admission's and a placement's time (one per batch).
+SHARED_SPANS = {"peloton.TaskLaunchSpec": (("resources", None),), "peloton.TaskStatus": (("state", None),),
+                "peloton.GangDemand": (("job_id", "placement_strategy"), ("created_ms", None)),
+                "peloton.AdmittedGang": (("admitted_ms", None),), "peloton.Placement": (("placed_ms", None),)}
 # Records a stage passes on as it read them: entitle sends each gang it reads from a GangDemands
 # bundle inside its AdmittedGang, and place each task's launch spec it reads in an AdmittedGang
 # inside its Placement. Read from those messages (KEEP_BYTES: message -> the records it keeps),
@@ -78,7 +82,7 @@ class SchemaRegistry:
         self._codecs: dict[str, tuple] = {}
         for name, (_id, parsed) in self.by_name.items():
             try:
-                self._codecs[name] = compile_codec(parsed, named, SHARED_TAILS, PASSED_ON, KEEP_BYTES.get(name, ()))
+                self._codecs[name] = compile_codec(parsed, named, SHARED_SPANS, PASSED_ON, KEEP_BYTES.get(name, ()))
             except Unsupported:
                 pass
 

@@ -45,7 +45,7 @@ class TaskNeed:
         Ports: `ports` ([{name, value, env_name}], value 0 = dynamic) wins when present;
         otherwise `dynamic_ports` counts the dynamic ones."""
         # A job's alike tasks come one after another with equal (mostly the very same) values
-        # (avrocodec's shared tail): what they ask is decoded for the first and shared after it.
+        # (avrocodec's shared spans): what they ask is decoded for the first and shared after it.
         asks = (spec["resources"], spec.get("constraint_json"), spec.get("labels"), spec.get("ports"),
                 spec.get("dynamic_ports", 0), spec.get("image"))
         last = _LAST[0]

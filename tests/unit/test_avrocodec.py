@@ -12,7 +12,7 @@ import fastavro
 import pytest
 
 from peloton.avrocodec import Encoded, Truncated, compile_codec
-from peloton.serde import SHARED_TAILS, DecodeError, registry
+from peloton.serde import SHARED_SPANS, DecodeError, registry
 
 REG = registry()
 PRIMITIVES = {"null", "boolean", "int", "long", "double", "bytes", "string"}
@@ -136,7 +136,7 @@ def _gang(spec: dict, instance: int, **changes) -> dict:
 
 
 def test_alike_launch_specs_read_and_write_their_shared_tail_once_and_as_fastavro_does() -> None:
-    encode, decode = compile_codec(REG.schema("peloton.GangDemands"), REG.named, SHARED_TAILS)
+    encode, decode = compile_codec(REG.schema("peloton.GangDemands"), REG.named, SHARED_SPANS)
     spec = value_of(REG.named["peloton.TaskLaunchSpec"], random.Random(3))
     spec.update(environment={"A": "1"}, labels={"team": "x"}, prefer_host="")
     other = {**value_of(REG.named["peloton.TaskLaunchSpec"], random.Random(4)), "environment": {"B": "2"}}
@@ -162,10 +162,43 @@ def test_alike_launch_specs_read_and_write_their_shared_tail_once_and_as_fastavr
     assert decode(data) == record  # and a failed read leaves nothing wrong behind
 
 
+def test_a_jobs_gangs_read_and_write_their_job_fields_once_between_their_ids_and_tasks() -> None:
+    encode, decode = compile_codec(REG.schema("peloton.GangDemands"), REG.named, SHARED_SPANS)
+    spec = value_of(REG.named["peloton.TaskLaunchSpec"], random.Random(6))
+    gangs = [_gang(spec, i) for i in range(6)]
+    for g in gangs:
+        g.update(avoid_hosts=["h1", "h2"], created_ms=1_700_000_000_000)
+    gangs[2]["priority"] = 3  # a field inside the span: that gang's span is read anew
+    gangs[3]["avoid_hosts"] = ["h1", "h2"]  # equal values, other objects: the same bytes
+    gangs[4]["created_ms"] = 1_700_000_000_001  # the second span, at the record's end
+    record = {"gangs": gangs}
+    data = encode(record)
+    assert data == fastavro_bytes("peloton.GangDemands", record)
+    read = decode(data)["gangs"]
+    assert read == fastavro_record("peloton.GangDemands", data)["gangs"] == gangs
+    assert read[1]["avoid_hosts"] is read[0]["avoid_hosts"] and read[3]["avoid_hosts"] is read[0]["avoid_hosts"]
+    assert read[2]["avoid_hosts"] is not read[0]["avoid_hosts"] and read[2]["priority"] == 3
+    assert [g["created_ms"] for g in read] == [g["created_ms"] for g in gangs]
+    assert read[5]["created_ms"] is read[0]["created_ms"] and read[4]["created_ms"] is not read[0]["created_ms"]
+    assert encode(record) == data
+    for cut in range(0, len(data), 5):  # cut inside a span that began like a kept one
+        with pytest.raises((Truncated, IndexError, struct.error)):
+            decode(data[:cut])
+    assert decode(data)["gangs"] == gangs
+
+
+def test_shared_spans_must_name_fields_of_the_record_in_order() -> None:
+    schema = REG.schema("peloton.GangDemand")
+    with pytest.raises(ValueError, match="no field nope"):
+        compile_codec(schema, REG.named, {"peloton.GangDemand": (("nope", None),)})
+    with pytest.raises(ValueError, match="follow one another"):
+        compile_codec(schema, REG.named, {"peloton.GangDemand": (("pool", "priority"), ("job_id", "pool"))})
+
+
 def test_interleaved_statuses_share_their_few_tails_and_read_as_fastavro_does() -> None:
     # A host manager's statuses alternate between states run by run (a run's TASK_STARTING, then
     # its TASK_RUNNING): each of those tails is kept, not only the last one.
-    encode, decode = compile_codec(REG.schema("peloton.TaskStatuses"), REG.named, SHARED_TAILS)
+    encode, decode = compile_codec(REG.schema("peloton.TaskStatuses"), REG.named, SHARED_SPANS)
     states = ["TASK_STARTING", "TASK_RUNNING"] * 4 + ["TASK_FINISHED", "TASK_KILLED", "TASK_LOST", "TASK_FAILED",
                                                       "TASK_STARTING", "TASK_RUNNING"]
     statuses = [{"event_id": f"e{i}", "task_id": f"j-{i // 2}-1", "job_id": "j", "instance": i // 2, "run_id": 1,
