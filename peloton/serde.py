@@ -24,10 +24,12 @@ SCHEMA_DIR = REPO_ROOT / "schemas" / "avro"
 # about once (avrocodec: shared spans, each its first and last field, None: to the end): a task's
 # launch spec after its ids (its job's config); a task status after its run and host (its state,
 # reason, time); a gang's fields between its id and its tasks (its job's), and its time; an
-# admission's and a placement's time (one per batch).
+# admission's and a placement's time (one per batch); a release's after its task id (its job's,
+# its end's kind, the batch's time).
 SHARED_SPANS = {"peloton.TaskLaunchSpec": (("resources", None),), "peloton.TaskStatus": (("state", None),),
                 "peloton.GangDemand": (("job_id", "placement_strategy"), ("created_ms", None)),
-                "peloton.AdmittedGang": (("admitted_ms", None),), "peloton.Placement": (("placed_ms", None),)}
+                "peloton.AdmittedGang": (("admitted_ms", None),), "peloton.Placement": (("placed_ms", None),),
+                "peloton.TaskRelease": (("job_id", None),)}
 # Records a stage passes on as it read them: entitle sends each gang it reads from a GangDemands
 # bundle inside its AdmittedGang, and place each task's launch spec it reads in an AdmittedGang
 # inside its Placement. Read from those messages (KEEP_BYTES: message -> the records it keeps),
