@@ -424,9 +424,9 @@ def compile_codec(schema: dict, named: dict[str, Any],
                   ) -> tuple[Callable[[dict], bytes], Callable[[bytes, int], dict]]:
     """(encode(record) -> bytes, decode(data, pos) -> record) for a parsed record schema; `named`
     holds the parsed named types it refers to; `shared_spans` maps a record's full name to its
-    shared spans (the module's docstring), each (first field, last field or None for the last). The records named in `raw` are
-    written as their bytes where they are an Encoded one; those named in `keep_raw` are read as
-    Encoded ones. Raises Unsupported."""
+    shared spans (the module's docstring), each (first field, last field or None for the last).
+    The records named in `raw` are written as their bytes where they are an Encoded one; those
+    named in `keep_raw` are read as Encoded ones. Raises Unsupported."""
     src = _Source(named, shared_spans or {}, raw, keep_raw)
     writer, reader = _record_writer(src, schema), _record_reader(src, schema)
     scope = _compiled(src, f"<avro codec {schema['name']}>")
