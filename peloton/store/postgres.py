@@ -171,6 +171,13 @@ MIGRATIONS = [
     """
     DROP INDEX IF EXISTS launches_by_job;
     """,
+    # 16: nothing reads tasks by task id (a task id is its job, instance and run), and runs are
+    # read by host only once they have one: neither index is written for a new task any more.
+    """
+    DROP INDEX IF EXISTS tasks_by_task_id;
+    DROP INDEX IF EXISTS tasks_by_host;
+    CREATE INDEX tasks_placed_by_host ON tasks (host_id) WHERE host_id <> '';
+    """,
 ]
 _MIGRATION_LOCK = 0x70656C6F  # any constant shared by every process of the project
 _POOL_TREE_LOCK = 0x706F6F6C
@@ -340,7 +347,9 @@ class PostgresStore(StorageGateway):
         return [task_from_row(r) for r in self._all(q, (list(states), updated_before_ms, limit))]
 
     def tasks_on_hosts(self, host_ids: list[str], states: list[str]) -> list[TaskRow]:
-        q = f"SELECT {TASK_COLS} FROM tasks WHERE host_id = ANY(%s) AND state = ANY(%s) ORDER BY job_id, instance"
+        # `host_id <> ''`: the partial index serves only a query that says so
+        q = (f"SELECT {TASK_COLS} FROM tasks WHERE host_id = ANY(%s) AND host_id <> '' AND state = ANY(%s) "
+             "ORDER BY job_id, instance")
         return [task_from_row(r) for r in self._all(q, (list(host_ids), list(states)))]
 
     def unlaunched_tasks_of_jobs(self, job_ids: list[str]) -> list[TaskRow]:

@@ -76,9 +76,8 @@ CREATE TABLE IF NOT EXISTS tasks (
     pool TEXT, gang_id TEXT, state TEXT, spec TEXT, max_failures INTEGER, failures INTEGER,
     host_id TEXT, reason TEXT, message TEXT, exit_code INTEGER, signal INTEGER, updated_ms INTEGER, health TEXT,
     PRIMARY KEY (job_id, instance));
-CREATE INDEX IF NOT EXISTS tasks_by_task_id ON tasks (task_id);
 CREATE INDEX IF NOT EXISTS tasks_waiting_by_state ON tasks (state, updated_ms) WHERE {waiting};
-CREATE INDEX IF NOT EXISTS tasks_by_host ON tasks (host_id);
+CREATE INDEX IF NOT EXISTS tasks_placed_by_host ON tasks (host_id) WHERE host_id != '';
 CREATE TABLE IF NOT EXISTS task_events (
     task_id TEXT, job_id TEXT, instance INTEGER, run_id INTEGER, state TEXT, reason TEXT,
     exit_code INTEGER, timestamp_ms INTEGER, host_id TEXT, message TEXT);
@@ -165,7 +164,12 @@ class SqliteStore(StorageGateway):
             # an index as large as the table, at a random host's place (launch's claim 10 -> 6.3
             # us a row, its end 11 -> 5.7). And by job, which only tests ask (launch_counts, a
             # scan): each claim wrote it too (launch alone 37.6 -> 36.5 us a run's placement).
-            for old in ("tasks_by_state", "launches_by_host", "launches_by_end", "launches_by_job"):
+            # Tasks by task id, which nothing reads (a task id is its job, instance and run), and
+            # by host over every row, where a new task's empty host took a place too: a task's
+            # insert 9.4 -> 8.3 us, and with the host index partial 8.7 -> 8.0 (its first host
+            # 9.5 -> 8.8).
+            for old in ("tasks_by_state", "launches_by_host", "launches_by_end", "launches_by_job", "tasks_by_task_id",
+                        "tasks_by_host"):
                 self.db.execute(f"DROP INDEX IF EXISTS {old}")
             # (After the columns: files made before released_ms had none to index.)
             self.db.execute("CREATE INDEX IF NOT EXISTS allocations_by_release ON allocations (released_ms)")
@@ -298,7 +302,8 @@ class SqliteStore(StorageGateway):
     def tasks_on_hosts(self, host_ids: list[str], states: list[str]) -> list[TaskRow]:
         out = []
         for chunk in _chunks(list(host_ids)):
-            q = (f"SELECT {TASK_COLS} FROM tasks WHERE host_id IN ({','.join('?' * len(chunk))}) "
+            # `host_id != ''` word for word: SQLite uses a partial index only then.
+            q = (f"SELECT {TASK_COLS} FROM tasks WHERE host_id IN ({','.join('?' * len(chunk))}) AND host_id != '' "
                  f"AND state IN ({','.join('?' * len(states))}) ORDER BY job_id, instance")
             out.extend(task_from_row(r) for r in self.db.execute(q, (*chunk, *states)))
         return out

@@ -546,6 +546,38 @@ def test_sqlite_indexes_launches_by_host_while_they_run_and_by_end_once_ended(tm
         store.close()
 
 
+def test_sqlite_indexes_tasks_by_host_once_they_have_one_and_not_by_task_id(tmp_path) -> None:
+    """Nothing reads tasks by task id, and a new task's empty host took a place in an index over
+    every row: files made before lose both, and runs on hosts are still found through the partial
+    index that replaces the second."""
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    open_store(str(path)).close()
+    old = sqlite3.connect(path)  # as files made before had them
+    old.executescript("DROP INDEX tasks_placed_by_host; CREATE INDEX tasks_by_task_id ON tasks (task_id); "
+                      "CREATE INDEX tasks_by_host ON tasks (host_id);")
+    old.close()
+    store = open_store(str(path))
+    try:
+        indexes = {r[0] for r in store.db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert not {"tasks_by_task_id", "tasks_by_host"} & indexes and "tasks_placed_by_host" in indexes
+        tasks = [task("a", i, "RUNNING") for i in range(3)]
+        tasks[0].host_id, tasks[1].host_id = "h1", "h2"  # the third has no host yet
+        store.create_jobs([job("a")], tasks)
+        assert store.db.execute("SELECT COUNT(*) FROM tasks INDEXED BY tasks_placed_by_host "
+                                "WHERE host_id != ''").fetchone() == (2,)
+        traced: list[str] = []
+        store.db.set_trace_callback(traced.append)
+        assert [t.instance for t in store.tasks_on_hosts(["h1", "h2", ""], ["RUNNING"])] == [0, 1]
+        store.db.set_trace_callback(None)
+        [sql] = [q for q in traced if "FROM tasks WHERE host_id" in q]
+        plan = " ".join(str(r) for r in store.db.execute("EXPLAIN QUERY PLAN " + sql))
+        assert "tasks_placed_by_host" in plan, plan
+    finally:
+        store.close()
+
+
 def test_the_cassandra_schema_is_versioned_and_migrated_once(cassandra_node) -> None:
     import uuid
 
