@@ -176,6 +176,10 @@ class HostAgent:
         self.report_timeout_s = max(1.0, self.lease_s)
         self.producer = self._new_producer()
         self.producer_renewals = 0
+        # When a report last got through (or the producer was made), and the rounds that failed
+        # since: a producer whose every report fails, round after round, is replaced too.
+        self.delivered_at = time.monotonic()
+        self.failed_rounds = 0
         self.consumer = Consumer({
             **kafka_access(settings), "group.id": f"{self.catalogue.prefix}peloton.agent.{self.name}",
             "enable.auto.commit": False, "auto.offset.reset": "latest", "fetch.wait.max.ms": 100,
@@ -501,30 +505,42 @@ class HostAgent:
         if not sending.waiting:
             del self._rounds[round_id]
             self.pending = sending.updates + self.pending
+            self.failed_rounds += sending.failed  # its queue full: nothing got to the client at all
         self.producer.poll(0)
 
     def _check_unanswered(self) -> None:
-        """A report the Kafka client has neither delivered nor failed well past its message
-        timeout will not be answered: a new producer takes over, and the updates of every round
-        still waiting go again with the next report. Seen once, after a whole-cluster restart: an
-        idempotent producer held 19 rounds (475 reports) for 157 s with no callback and no client
-        error, so no report got through, the agent stayed fenced, and the host manager refused
-        every placement on its hosts as unknown."""
-        if not self._rounds:
-            return
-        oldest = next(iter(self._rounds.values()))  # rounds are kept in the order they were sent
-        waited = time.monotonic() - oldest.sent
-        if waited < self.report_timeout_s + REPORT_ANSWER_GRACE_S:
-            return
-        log.warning("the Kafka client neither delivered nor failed reports sent %.0fs ago (their timeout is %gs; "
-                    "%d report rounds and %d messages held): a new producer takes over, and their updates go again",
-                    waited, self.report_timeout_s, len(self._rounds), len(self.producer))
+        """A Kafka client that will not deliver is replaced: a new producer takes over, and the
+        updates of every round still waiting go again with the next report. It will not deliver
+        when it has neither delivered nor failed a report well past its message timeout (seen
+        after a whole-cluster restart: an idempotent producer held 19 rounds, 475 reports, for
+        157 s with no callback and no client error), or when every report has failed since one
+        last got through, for as long (seen after another: each round timed out and went again,
+        so none stayed unanswered long, for minutes). Either way no report got through, the agent
+        stayed fenced, and the host manager refused every placement on its hosts as unknown."""
+        now = time.monotonic()
+        limit = self.report_timeout_s + REPORT_ANSWER_GRACE_S
+        if self._rounds:
+            oldest = next(iter(self._rounds.values()))  # rounds are kept in the order they were sent
+            waited = now - oldest.sent
+            if waited >= limit:
+                log.warning("the Kafka client neither delivered nor failed reports sent %.0fs ago (their timeout "
+                            "is %gs; %d report rounds and %d messages held): a new producer takes over, and their "
+                            "updates go again", waited, self.report_timeout_s, len(self._rounds), len(self.producer))
+                self._renew_producer()
+                return
+        if self.failed_rounds and now - self.delivered_at >= limit:
+            log.warning("no report got through for %.0fs, and %d report rounds failed (their timeout is %gs): a new "
+                        "producer takes over", now - self.delivered_at, self.failed_rounds, self.report_timeout_s)
+            self._renew_producer()
+
+    def _renew_producer(self) -> None:
         old, self.producer = self.producer, self._new_producer()
         self.producer_renewals += 1
         metrics.AGENT_PRODUCER_RENEWALS.inc()
         held = [u for sending in self._rounds.values() for u in sending.updates]
         self._rounds.clear()  # an answer the old producer gives after all finds no round: ignored
         self.pending = held + self.pending
+        self.delivered_at, self.failed_rounds = time.monotonic(), 0  # the new one's own time begins
         # Away from the loop: purging and freeing a client may wait on its broker threads.
         threading.Thread(target=_abandon, args=(old,), name="report-producer-abandoned", daemon=True).start()
 
@@ -541,7 +557,9 @@ class HostAgent:
         del self._rounds[round_id]
         if sending.failed:
             self.pending = sending.updates + self.pending
+            self.failed_rounds += 1
             return
+        self.delivered_at, self.failed_rounds = time.monotonic(), 0
         self.lease_until = max(self.lease_until, sending.sent + self.lease_s)
         self._save("lease.json", {"until": time.time() + (self.lease_until - time.monotonic())})
         if self.fenced_at is not None and sending.sent > self.fenced_at:

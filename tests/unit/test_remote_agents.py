@@ -137,10 +137,13 @@ def test_an_agent_runs_its_hosts_launches_and_skips_what_it_cannot_use(tmp_path)
 
 class SilentProducer:
     """Takes reports and never answers them: the Kafka client seen stuck after a whole-cluster
-    restart (neither delivered nor timed out). `answering` ones acknowledge at each poll."""
+    restart (neither delivered nor timed out). `answering` ones acknowledge at each poll, and
+    `failing` ones fail each report at each poll (another client seen after such a restart: every
+    report timed out, round after round)."""
 
-    def __init__(self, answering: bool = False) -> None:
-        self.answering = answering
+    def __init__(self, answering: bool = False, failing: bool = False) -> None:
+        self.answering = answering or failing
+        self.error = "Local: Message timed out" if failing else None
         self.held: list = []
         self.purged = False
 
@@ -152,7 +155,7 @@ class SilentProducer:
             return 0
         answered, self.held = self.held, []
         for callback in answered:
-            callback(None, None)
+            callback(self.error, None)
         return len(answered)
 
     def purge(self, *args, **kwargs) -> None:
@@ -163,6 +166,40 @@ class SilentProducer:
 
     def __len__(self) -> int:
         return len(self.held)
+
+
+def test_an_agent_replaces_a_producer_whose_every_report_fails_and_sends_its_updates_again(tmp_path) -> None:
+    from peloton.config import Settings
+    from stages.agent.agent import REPORT_ANSWER_GRACE_S, AgentSpec, HostAgent
+    from stages.launch.agents.driver import TaskUpdate
+
+    agent = HostAgent(Settings(bootstrap="127.0.0.1:1", home=tmp_path), [AgentSpec("h1", Resources(cpu=4), {})],
+                      simulate=True)
+    try:
+        failing, made = SilentProducer(failing=True), []
+        agent.producer = failing
+        agent._new_producer = lambda: made.append(SilentProducer(answering=True)) or made[-1]
+        agent.pending.append(TaskUpdate("j-0-1", "h1", "TASK_FINISHED", 1, exit_code=0))
+        for _ in range(3):  # each round fails and its update goes again with the next
+            agent._report()
+            agent.producer.poll(0)
+        assert not agent._rounds and [u.task_id for u in agent.pending] == ["j-0-1"] and agent.failed_rounds == 3
+        # No round stays unanswered, so only the time since a report last got through tells.
+        agent.delivered_at -= agent.report_timeout_s + REPORT_ANSWER_GRACE_S - 2
+        agent._check_unanswered()
+        assert agent.producer is failing and not made
+        agent.delivered_at -= 3
+        agent._check_unanswered()
+        assert agent.producer is made[0] and agent.producer_renewals == 1 and agent.failed_rounds == 0
+        lease_before = agent.lease_until
+        agent._report()
+        agent.producer.poll(0)
+        assert not agent._rounds and not agent.pending and agent.lease_until > lease_before
+        agent._check_unanswered()  # a producer that delivers is kept
+        assert agent.producer is made[0] and agent.producer_renewals == 1
+    finally:
+        agent.driver.close()
+        agent.consumer.close()
 
 
 def test_an_agent_replaces_a_producer_that_never_answers_and_sends_its_updates_again(tmp_path) -> None:
