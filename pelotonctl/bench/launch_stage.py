@@ -6,11 +6,13 @@
 As the job manager's and entitle's benches do (pelotonctl/bench/alone.py): the stage's own work in
 CPU seconds, on a real SQLite file, with its input as the runtime hands it over. Each job's
 one-task gangs arrive as Placement records on the simulated hosts, in batches of `batch` (each run
-claimed, LAUNCHING sent, the run started on the simulated driver), and a tick follows each batch. A job's runs go `per_host` to a host, as place's PACK_HOST fills a host before
-the next (1 spreads them: every run then changes a host's state twice, at its start and its end). The simulated runs take no time: the tick after their launch finds each at
-TASK_STARTING, TASK_RUNNING and TASK_FINISHED, sends the three (a TaskStatusRuns record each for
-the batch's runs of a job) and ends its launch in the store.
-The host states the stage publishes after each turn are counted where they are sent.
+claimed, LAUNCHING sent, the run started on the simulated driver), and a tick follows each batch.
+A job's runs go `per_host` to a host, as place's PACK_HOST fills a host before the next (1 spreads
+them: every run then changes a host's state twice, at its start and its end). The simulated runs
+take no time: the tick after their launch finds each at TASK_STARTING, TASK_RUNNING and
+TASK_FINISHED, sends the three (a TaskStatusRuns record each for the batch's runs of a job) and
+ends its launch in the store. The host states the stage publishes after each turn are counted
+where they are sent.
 """
 
 from __future__ import annotations
