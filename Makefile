@@ -82,11 +82,12 @@ bench: $(STAMP) jars
 	$(BIN)/python -m pelotonctl.bench.job_manager
 	$(BIN)/python -m pelotonctl.bench.entitle_stage
 	$(BIN)/python -m pelotonctl.bench.launch_stage
-	$(BIN)/pelotonctl bench --targets
+	$(BIN)/pelotonctl bench --targets --against 2c424af
 
 # Scale and soak runs (tests marked slow), left out of `make test` to keep it within CI's time.
 soak: $(STAMP) system jars
 	$(BIN)/python -m pytest -q -m slow tests
 
 clean:
-	rm -rf $(VENV) .peloton .pytest_cache .jars
+	rm -rf $(VENV) .peloton .pytest_cache .jars .bench
+	git worktree prune 2>/dev/null || true

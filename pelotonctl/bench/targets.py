@@ -60,9 +60,10 @@ def baseline_cpu(figures: dict) -> float | None:
         return None
 
 
-def run_targets(console, burst: BenchPlan, baseline: dict | None = None) -> dict:
-    """The four runs, then the table of targets; `baseline` (a bench's --json of an older tree,
-    run on the same machine) gives the CPU target its measure."""
+def run_targets(console, burst: BenchPlan, baseline: dict | None = None, against: dict | None = None) -> dict:
+    """The four runs, then the table of targets. The CPU target's measure: `against`, pairs of
+    bursts alternating with an older tree (pelotonctl/bench/against.py), or else `baseline`, a
+    bench's --json of an older tree run on the same machine."""
     runs = {"burst": run_pipeline_bench(console, burst)}
     runs["steady"] = run_pipeline_bench(console, steady_plan(burst, runs["burst"]["tasks_per_s_running"]))
     flat: dict[str, float] = {}
@@ -87,8 +88,16 @@ def run_targets(console, burst: BenchPlan, baseline: dict | None = None) -> dict
         "flat_fall": rate_fall(flat),
         "peak_mb": peak,
         "baseline_stage_cpu_ms_per_task": baseline_cpu(baseline) if baseline else None,
+        "cpu_share": None,  # the stages' CPU per task as a share of the baseline's
+        "cpu_against": against,
         "all_succeeded": all(set(r["job_states"]) == {"SUCCEEDED"} for r in runs.values()),
     }
+    if against and against.get("ratio") is not None:
+        summary["baseline_stage_cpu_ms_per_task"] = against["baseline_stage_cpu_ms_per_task"]
+        summary["cpu_share"] = against["ratio"]
+    elif summary["baseline_stage_cpu_ms_per_task"]:
+        summary["cpu_share"] = round(summary["stage_cpu_ms_per_task"]["stages"]
+                                     / summary["baseline_stage_cpu_ms_per_task"], 3)
     _print(console, summary)
     return {"summary": summary, "runs": runs}
 
@@ -106,20 +115,24 @@ def _print(console, s: dict) -> None:
     table.add_row("relay (same broker)", f"{s['relay_msgs_per_s']:,.0f} msgs/s", "", "")
     table.add_row("ratio to the relay", "" if ratio is None else f"{ratio:.3f}", f">= {RATIO_TARGET}",
                   met(None if ratio is None else ratio >= RATIO_TARGET))
-    base = s["baseline_stage_cpu_ms_per_task"]
+    base, share, against = s["baseline_stage_cpu_ms_per_task"], s["cpu_share"], s["cpu_against"]
+    if against and share is not None:
+        measure = (f"; {len(against['pairs'])} pairs alternating with {against['rev']}: median {share:.2f} of "
+                   f"its {base:.3f}")
+    else:
+        measure = f", {share:.2f} of the baseline's {base:.3f}" if share is not None else ""
     table.add_row("stages' CPU per task", f"{cpu['stages']:.3f} ms ("
-                  + ", ".join(f"{name} {cpu[name]:.3f}" for name in STAGES if name in cpu) + ")"
-                  + (f", {cpu['stages'] / base:.2f} of the baseline's {base:.3f}" if base else ""),
-                  f"<= {CPU_SHARE_TARGET * base:.3f} ms (a third of the baseline)" if base
-                  else "a third of 2c424af's (--baseline)",
-                  met(cpu["stages"] <= CPU_SHARE_TARGET * base) if base else "")
+                  + ", ".join(f"{name} {cpu[name]:.3f}" for name in STAGES if name in cpu) + ")" + measure,
+                  f"<= {CPU_SHARE_TARGET:.2f} of the baseline's" if share is not None
+                  else "a third of 2c424af's (--against or --baseline)",
+                  met(share <= CPU_SHARE_TARGET) if share is not None else "")
     table.add_row(f"steady at {STEADY_SHARE:.0%} of the burst", f"{s['steady_tasks_per_s']:,.0f} tasks/s "
                   f"({s['steady_offered_tasks_per_s']:,.0f} offered), p99 {s['steady_p99_s']:.2f} s",
                   f"p99 < {STEADY_P99_TARGET_S:g} s", met(s["steady_p99_s"] < STEADY_P99_TARGET_S))
     fall = s["flat_fall"]
     table.add_row(f"{int(FLAT_HOSTS[0]):,} -> {int(FLAT_HOSTS[-1]):,} hosts",
                   " -> ".join(f"{r:,.0f}" for r in s["flat_tasks_per_s"].values()) + " tasks/s"
-                  + ("" if fall is None else f" (falls {fall:.0%})"),
+                  + ("" if fall is None else f" (falls {fall:.0%})" if fall > 0 else f" (rises {-fall:.0%})"),
                   f"falls <= {FLAT_FALL_TARGET:.0%}", met(None if fall is None else fall <= FLAT_FALL_TARGET))
     table.add_row("peak memory", ", ".join(f"{name} {mb:,.0f}" for name, mb in s["peak_mb"].items()) + " MB",
                   "< 2,048 MB each", met(max(s["peak_mb"].values(), default=0) < 2048))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import typer
@@ -28,6 +29,10 @@ def bench(
                                  "figures beside the speed targets (make bench)."),
     baseline: str = typer.Option("", help="With --targets: a file of `pelotonctl bench --json` from an older tree "
                                  "run on this machine (2c424af for issue 27), the CPU target's measure."),
+    against: str = typer.Option("", help="With --targets: a git revision (2c424af for issue 27) whose tree, made "
+                                "once under .bench/ with its own venv, runs the burst in turn with this one; "
+                                "the median pair's ratio of the stages' CPU is the CPU target's measure."),
+    pairs: int = typer.Option(3, help="With --against: how many pairs of bursts."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Run JOBS jobs of TASKS_PER_JOB simulated tasks through a throwaway stack and print tasks per
@@ -44,8 +49,12 @@ def bench(
             fail(f"{name} {value}: must be at least 1", EXIT_INVALID)
     if rate < 0:
         fail(f"--rate {rate:g}: must be 0 or more", EXIT_INVALID)
-    if baseline and not targets:
-        fail("--baseline is read by --targets only", EXIT_INVALID)
+    if (baseline or against) and not targets:
+        fail(f"{'--baseline' if baseline else '--against'} is read by --targets only", EXIT_INVALID)
+    if baseline and against:
+        fail("--baseline or --against: one measure of the CPU target, not both", EXIT_INVALID)
+    if pairs < 1:
+        fail(f"--pairs {pairs}: must be at least 1", EXIT_INVALID)
     plan = BenchPlan(hosts=hosts, jobs=jobs, tasks_per_job=tasks_per_job, pools=pools, instances=instances,
                      task_seconds=task_seconds, store=store, relay_messages=relay, rate=rate)
     from stages.launch.inventory import InventoryError, parse_inventory
@@ -68,7 +77,17 @@ def bench(
             if baseline_cpu(base) is None:
                 fail(f"--baseline {baseline}: not the --json of a pelotonctl bench run (no stages' CPU in it)",
                      EXIT_INVALID)
-        report = run_targets(err if as_json else out, plan, base)
+        compared = None
+        if against:
+            from pelotonctl.bench.against import AgainstError, UnknownRevision, run_pairs
+
+            try:
+                compared = run_pairs(err if as_json else out, against, pairs, plan)
+            except UnknownRevision as exc:
+                fail(str(exc), EXIT_INVALID)
+            except (AgainstError, OSError, subprocess.SubprocessError) as exc:
+                fail(str(exc), EXIT_FAILED)
+        report = run_targets(err if as_json else out, plan, base, compared)
         if as_json:
             print_json(report)
         if not report["summary"]["all_succeeded"]:

@@ -48,3 +48,15 @@ def test_the_cpu_target_reads_its_baseline_from_a_bench_run_or_a_targets_run() -
                       {"component": "broker", "cpu_ms_per_task": 0.9}]}
     assert baseline_cpu(run) == 0.3 and baseline_cpu({"summary": {}, "runs": {"burst": run}}) == 0.3
     assert baseline_cpu({"tasks": 5}) is None and baseline_cpu({"runs": {"burst": None}}) is None
+
+
+def test_against_an_older_tree_the_median_pair_decides() -> None:
+    from pelotonctl.bench.against import summarize
+
+    def pair(ours: float, theirs: float) -> dict:
+        return {"ours": {"stages": ours}, "theirs": {"stages": theirs}, "ratio": round(ours / theirs, 3)}
+
+    # the middle pair stands; a busy minute on either side (the last pair) moves nothing
+    s = summarize("2c424af", [pair(0.26, 0.60), pair(0.25, 0.61), pair(0.26, 0.96)])
+    assert (s["ratio"], s["ours_stage_cpu_ms_per_task"], s["baseline_stage_cpu_ms_per_task"]) == (0.41, 0.26, 0.61)
+    assert summarize("x", [{"ours": {"stages": 0.2}, "theirs": {"stages": 0.0}, "ratio": None}])["ratio"] is None

@@ -138,7 +138,12 @@ def test_bench_refuses_a_baseline_it_cannot_read_before_starting_anything(tmp_pa
     for args, said in ((["--targets", "--baseline", str(tmp_path / "missing.json")], "No such file"),
                        (["--targets", "--baseline", str(tmp_path / "not-a-bench.json")], "not the --json of a pelotonctl bench"),
                        (["--baseline", str(tmp_path / "not-a-bench.json")], "--baseline is read by --targets only"),
-                       (["--targets", "--rate", "100"], "--targets runs its own steady load")):
+                       (["--targets", "--rate", "100"], "--targets runs its own steady load"),
+                       (["--against", "2c424af"], "--against is read by --targets only"),
+                       (["--targets", "--against", "2c424af", "--baseline", str(tmp_path / "not-a-bench.json")],
+                        "one measure of the CPU target"),
+                       (["--targets", "--against", "2c424af", "--pairs", "0"], "--pairs 0: must be at least 1"),
+                       (["--targets", "--against", "no-such-revision"], "no such commit here")):
         result = runner.invoke(app, ["bench", *args], env={"PELOTON_HOME": str(tmp_path / "home")})
         assert result.exit_code == 2 and said in result.output, (args, result.output)
     assert not (tmp_path / "home").exists()
