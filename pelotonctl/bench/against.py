@@ -46,7 +46,7 @@ def old_tree(rev: str) -> Path:
         commit = _git("rev-parse", "--verify", f"{rev}^{{commit}}")
     except AgainstError as exc:
         raise UnknownRevision(f"--against {rev}: no such commit here (a shallow clone? `git fetch --unshallow`): "
-                           f"{exc}") from None
+                              f"{exc}") from None
     tree = TREES / commit[:12]
     if not (tree / ".git").exists():
         TREES.mkdir(exist_ok=True)
@@ -70,12 +70,17 @@ def _burst_args(plan: BenchPlan) -> list[str]:
 
 
 def _run(command: list[str], cwd: Path) -> dict:
+    """A burst's figures; a run whose jobs did not all succeed measured something else."""
     done = subprocess.run(command, cwd=str(cwd), capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     try:
-        return json.loads(done.stdout)
+        figures = json.loads(done.stdout)
     except ValueError:
         raise AgainstError(f"`{' '.join(command)}` in {cwd} (exit {done.returncode}) printed no figures: "
                            f"{done.stderr.strip()[-2000:]}") from None
+    if set(figures.get("job_states", {})) != {"SUCCEEDED"}:
+        raise AgainstError(f"`{' '.join(command)}` in {cwd}: its jobs ended {figures.get('job_states')}, "
+                           "not all SUCCEEDED")
+    return figures
 
 
 def run_pairs(console, rev: str, pairs: int, plan: BenchPlan) -> dict:
