@@ -17,7 +17,10 @@ spans' bytes and reuses them where the values come again; the reader keeps the l
 bytes and values, and where the same bytes follow, hands out the same values without reading them
 again (Avro's bytes delimit themselves, so the same bytes read as the same values and end at the
 same place). So a bundle of a job's 1,000 alike tasks reads and writes its spec about once;
-records that share a span share its value objects, which readers treat as read-only.
+records that share a span share its value objects, which readers treat as read-only. The reader
+of a record whose longest span has three fields or more keeps that record whole as a dict (the
+span's values in place) and hands out a copy of it with the other fields set: copying a dict is
+cheaper than writing one out.
 
 A record passed on: a stage that sends on a record as it read it (entitle, each gang; place,
 each task's launch spec) can have it read as an `Encoded`, which keeps its bytes, and the writers
@@ -356,7 +359,12 @@ def _record_reader(src: _Source, schema: dict) -> str:
         lines.append("    record_start = pos")
     fields = schema["fields"]
     spans = _spans(src, schema)
-    names = []
+    # The longest span of three fields or more also keeps the record as a dict with that span's
+    # values in place (its other fields None): a record is then that dict copied, the rest set
+    # (0.4 us for a launch spec of 19 fields, against 1.4 written out whole).
+    widest = max(spans.items(), key=lambda span: span[1] - span[0], default=None)
+    templated = widest if widest is not None and widest[1] - widest[0] >= 3 else None
+    names = []  # (field, local) of the fields set one by one
     at = 0
     while at < len(fields):
         until = spans.get(at)
@@ -372,14 +380,33 @@ def _record_reader(src: _Source, schema: dict) -> str:
         memo = src.constant([()], "span")
         span = [(field["name"], src.var()) for field in fields[at:until]]
         unpack = ", ".join(v for _, v in span) + ","
-        lines += [f"    kept = {memo}[0]", "    for read, values in kept:", "        if data.startswith(read, pos):",
-                  f"            {unpack} = values", "            pos += len(read)", "            break",
-                  "    else:", "        start = pos"]
-        for field, (_, v) in zip(fields[at:until], span, strict=True):
-            _read(src, field["type"], v, lines, "        ")
-        lines.append(f"        {memo}[0] = ((data[start:pos], ({unpack})),) + kept[:SPANS_KEPT - 1]")
-        names += span
+        if templated is not None and templated[0] == at:
+            lines += [f"    kept = {memo}[0]", "    for read, values in kept:", "        if data.startswith(read, pos):",
+                      "            template = values", "            pos += len(read)", "            break",
+                      "    else:", "        start = pos"]
+            for field, (_, v) in zip(fields[at:until], span, strict=True):
+                _read(src, field["type"], v, lines, "        ")
+            in_span = dict(span)
+            template = "{" + ", ".join(f"{f['name']!r}: {in_span.get(f['name'], 'None')}" for f in fields) + "}"
+            lines += [f"        template = {template}",
+                      f"        {memo}[0] = ((data[start:pos], template),) + kept[:SPANS_KEPT - 1]"]
+        else:
+            lines += [f"    kept = {memo}[0]", "    for read, values in kept:",
+                      "        if data.startswith(read, pos):", f"            {unpack} = values",
+                      "            pos += len(read)", "            break", "    else:", "        start = pos"]
+            for field, (_, v) in zip(fields[at:until], span, strict=True):
+                _read(src, field["type"], v, lines, "        ")
+            lines.append(f"        {memo}[0] = ((data[start:pos], ({unpack})),) + kept[:SPANS_KEPT - 1]")
+            names += span
         at = until
+    if templated is not None:
+        # Encoded's own __setitem__ would drop the bytes: dict's sets the fields.
+        lines.append("    r = Encoded(template)" if keep else "    r = template.copy()")
+        lines += [f"    set_field(r, {n!r}, {v})" if keep else f"    r[{n!r}] = {v}" for n, v in names]
+        lines += ["    r.raw = data[record_start:pos]"] if keep else []
+        lines.append("    return r, pos")
+        src.functions[name] = lines
+        return name
     record = "{" + ", ".join(f"{n!r}: {v}" for n, v in names) + "}"
     if keep:
         lines += [f"    r = Encoded({record})", "    r.raw = data[record_start:pos]", "    return r, pos"]
@@ -393,7 +420,7 @@ def _compiled(src: _Source, title: str) -> dict[str, Any]:
     """The generated functions, compiled: their names -> the functions."""
     code = "\n\n".join("\n".join(lines) for lines in src.functions.values())
     scope: dict[str, Any] = {"write_long": write_long, "read_long": read_long, "truncated": _truncated,
-                             "SPANS_KEPT": SPANS_KEPT, "Encoded": Encoded,
+                             "SPANS_KEPT": SPANS_KEPT, "Encoded": Encoded, "set_field": dict.__setitem__,
                              "pack_double": _DOUBLE.pack, "unpack_double": _DOUBLE.unpack_from, **src.constants}
     exec(compile(code, title, "exec"), scope)  # noqa: S102 - our own generated source
     return scope

@@ -155,6 +155,11 @@ def test_alike_launch_specs_read_and_write_their_shared_tail_once_and_as_fastavr
     assert tasks[3]["environment"] is not tasks[2]["environment"]
     assert tasks[6]["environment"] is tasks[5]["environment"]
     assert tasks[4]["prefer_host"] == "h9" and tasks[5]["prefer_host"] == ""
+    # Each is a dict of its own in the schema's order, though alike ones are copies of one kept
+    # record: a change to one is seen in no other, nor in the next read.
+    assert list(tasks[1]) == [f["name"] for f in REG.named["peloton.TaskLaunchSpec"]["fields"]]
+    tasks[0]["prefer_host"] = "changed"
+    assert tasks[1]["prefer_host"] == "" and decode(data)["gangs"][1]["tasks"][0]["prefer_host"] == ""
     assert encode(record) == data  # the writer's kept tail, reused, writes the same bytes again
     for cut in range(0, len(data), 7):  # bytes cut inside a tail that began like the last one
         with pytest.raises((Truncated, IndexError, struct.error)):
