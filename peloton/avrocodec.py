@@ -380,24 +380,20 @@ def _record_reader(src: _Source, schema: dict) -> str:
         memo = src.constant([()], "span")
         span = [(field["name"], src.var()) for field in fields[at:until]]
         unpack = ", ".join(v for _, v in span) + ","
-        if templated is not None and templated[0] == at:
-            lines += [f"    kept = {memo}[0]", "    for read, values in kept:", "        if data.startswith(read, pos):",
-                      "            template = values", "            pos += len(read)", "            break",
-                      "    else:", "        start = pos"]
-            for field, (_, v) in zip(fields[at:until], span, strict=True):
-                _read(src, field["type"], v, lines, "        ")
+        whole = templated is not None and templated[0] == at  # kept as the record's template
+        lines += [f"    kept = {memo}[0]", "    for read, values in kept:", "        if data.startswith(read, pos):",
+                  f"            {'template' if whole else unpack} = values", "            pos += len(read)",
+                  "            break", "    else:", "        start = pos"]
+        for field, (_, v) in zip(fields[at:until], span, strict=True):
+            _read(src, field["type"], v, lines, "        ")
+        if whole:
             in_span = dict(span)
             template = "{" + ", ".join(f"{f['name']!r}: {in_span.get(f['name'], 'None')}" for f in fields) + "}"
-            lines += [f"        template = {template}",
-                      f"        {memo}[0] = ((data[start:pos], template),) + kept[:SPANS_KEPT - 1]"]
+            lines.append(f"        template = {template}")
         else:
-            lines += [f"    kept = {memo}[0]", "    for read, values in kept:",
-                      "        if data.startswith(read, pos):", f"            {unpack} = values",
-                      "            pos += len(read)", "            break", "    else:", "        start = pos"]
-            for field, (_, v) in zip(fields[at:until], span, strict=True):
-                _read(src, field["type"], v, lines, "        ")
-            lines.append(f"        {memo}[0] = ((data[start:pos], ({unpack})),) + kept[:SPANS_KEPT - 1]")
             names += span
+        lines.append(f"        {memo}[0] = ((data[start:pos], {'template' if whole else f'({unpack})'}),) "
+                     "+ kept[:SPANS_KEPT - 1]")
         at = until
     if templated is not None:
         # Encoded's own __setitem__ would drop the bytes: dict's sets the fields.
@@ -405,13 +401,12 @@ def _record_reader(src: _Source, schema: dict) -> str:
         lines += [f"    set_field(r, {n!r}, {v})" if keep else f"    r[{n!r}] = {v}" for n, v in names]
         lines += ["    r.raw = data[record_start:pos]"] if keep else []
         lines.append("    return r, pos")
-        src.functions[name] = lines
-        return name
-    record = "{" + ", ".join(f"{n!r}: {v}" for n, v in names) + "}"
-    if keep:
-        lines += [f"    r = Encoded({record})", "    r.raw = data[record_start:pos]", "    return r, pos"]
     else:
-        lines.append(f"    return {record}, pos")
+        record = "{" + ", ".join(f"{n!r}: {v}" for n, v in names) + "}"
+        if keep:
+            lines += [f"    r = Encoded({record})", "    r.raw = data[record_start:pos]", "    return r, pos"]
+        else:
+            lines.append(f"    return {record}, pos")
     src.functions[name] = lines
     return name
 
