@@ -19,7 +19,9 @@ from peloton.config import Settings
 from peloton.model.resources import Resources
 from peloton.model.states import JOB_TERMINAL
 from peloton.store import open_store
+from peloton.topics import Catalogue, partition_for
 from pelotonctl.admin import create_pool, emitter, host_capacities, list_hosts, submit_job
+from pelotonctl.bench.cpu_cap import CpuCaps
 from pelotonctl.bench.relay import HOPS, run_relay
 from pelotonctl.dev.stack import DevStack
 from stages.launch.inventory import parse_inventory
@@ -61,6 +63,7 @@ class BenchPlan:
     store: str = "sqlite"
     relay_messages: int = 100_000  # 0: no relay baseline
     rate: float = 0.0  # offered load, tasks/s: jobs submitted at this pace; 0: as fast as one producer can
+    cpu_per_instance: float = 0.0  # each stage instance capped at this share of a core (cpu_cap.py); 0: not capped
 
     @property
     def inventory(self) -> str:
@@ -77,6 +80,24 @@ class BenchPlan:
         return job * self.tasks_per_job / self.rate if self.rate else 0.0
 
 
+def pool_names(count: int, partitions: int) -> list[str]:
+    """`count` pool paths (/bench-N) spread evenly over the partitions of the pool-keyed topics, so
+    that every instance of entitle and place gets its share of the pools. Named /bench-0 to
+    /bench-4, five pools hash onto three of four partitions (three of them onto one), and a second
+    instance of either stage would get one pool of five."""
+    names: list[str] = []
+    per_partition = [0] * partitions
+    n = 0
+    while len(names) < count:
+        name = f"/bench-{n}"
+        n += 1
+        p = partition_for(name, partitions)
+        if per_partition[p] <= min(per_partition):  # the least-filled partitions first
+            per_partition[p] += 1
+            names.append(name)
+    return names
+
+
 def _interrupted(signum, _frame) -> None:
     raise SystemExit(128 + signum)
 
@@ -90,6 +111,8 @@ def run_pipeline_bench(console, plan: BenchPlan) -> dict:
     signal.signal(signal.SIGTERM, _interrupted)
     stack = DevStack(Settings.from_env(home=home, store=str(home / "peloton.db"), hosts=plan.inventory,
                                        sim_task_seconds=plan.task_seconds))
+    # Checked before the stack starts: a cap that cannot be set stops the run before it costs anything.
+    caps = CpuCaps.make(plan.cpu_per_instance) if plan.cpu_per_instance else None
     stack.up(progress=lambda m: console.print(m, highlight=False), store=plan.store, instances=plan.instances)
     try:
         # The jobs go straight to Kafka, signed with the stack's admin token.
@@ -103,10 +126,15 @@ def run_pipeline_bench(console, plan: BenchPlan) -> dict:
                           highlight=False)
             relay = run_relay(settings, plan.relay_messages)
         cluster = sum((h for h in hosts), Resources())
-        for i in range(plan.pools):  # the cluster shared equally: every pool can use its share at once
-            create_pool(settings, store, f"/bench-{i}", BENCH_POOL.format(
+        pools = pool_names(plan.pools, Catalogue(settings.topic_prefix)["task-demand"].partitions)
+        for i, pool in enumerate(pools):  # the cluster shared equally: every pool can use its share at once
+            create_pool(settings, store, pool, BENCH_POOL.format(
                 index=i, cpu=cluster.cpu / plan.pools, mem=cluster.mem_mb / plan.pools, disk=cluster.disk_mb / plan.pools))
         components = stack.status()
+        if caps is not None:
+            for c in components:
+                if c["component"] in STAGES and c.get("pid"):
+                    caps.cap(c.get("instance") or c["component"], c["pid"])
         cpu_before = {c["pid"]: _cpu_seconds(c["pid"]) for c in components}
         records_before = _records_handled(components)
         out = emitter(settings)
@@ -115,7 +143,7 @@ def run_pipeline_bench(console, plan: BenchPlan) -> dict:
         started, started_ms = time.monotonic(), _now_ms()
         for i in range(plan.jobs):
             time.sleep(max(0.0, started + plan.due_s(i) - time.monotonic()))
-            job_id = submit_job(settings, store, f"/bench-{i % plan.pools}",
+            job_id = submit_job(settings, store, pools[i % plan.pools],
                                 BENCH_JOB.format(index=i, tasks=plan.tasks_per_job), out=out, hosts=distinct)
             submitted[job_id] = _now_ms()
         console.print(f"submitted {plan.jobs} jobs of {plan.tasks_per_job:,} tasks over {plan.pools} pools in "
@@ -130,10 +158,15 @@ def run_pipeline_bench(console, plan: BenchPlan) -> dict:
         figures["stages"] = _per_stage(components, cpu, records_before, records, elapsed, plan.tasks)
         # CPU per task moves far less than tasks per second when other work shares the machine.
         figures["cpu_ms_per_task"] = round(sum(r["cpu_seconds"] for r in figures["stages"]) * 1000 / plan.tasks, 3)
+        if caps is not None:
+            figures["cpu_per_instance"] = plan.cpu_per_instance
+            figures["throttled_s"] = caps.throttled()
         _print(console, plan, figures)
         return figures
     finally:
         stack.down(progress=lambda m: None)
+        if caps is not None:
+            caps.close()
         shutil.rmtree(home, ignore_errors=True)
 
 
@@ -253,6 +286,10 @@ def _print(console, plan: BenchPlan, f: dict) -> None:
         f"pipeline: {plan.jobs} jobs x {plan.tasks_per_job:,} tasks over {plan.pools} pools on {plan.inventory} "
         f"({plan.instances} instance(s) per stage, {plan.store} store, sim task {plan.task_seconds:g}s): "
         f"jobs {f['job_states']} in {f['seconds']:.1f}s", highlight=False)
+    if plan.cpu_per_instance:
+        console.print(f"  each stage instance capped at {plan.cpu_per_instance:g} of a core; seconds its quota held it "
+                      "back: " + ", ".join(f"{name} {s:g}" for name, s in f.get("throttled_s", {}).items()),
+                      highlight=False)
     if plan.rate:
         console.print(f"  offered load: {plan.rate:,.0f} tasks/s (a job of {plan.tasks_per_job:,} tasks every "
                       f"{plan.tasks_per_job / plan.rate:.2f}s)", highlight=False)

@@ -5,7 +5,10 @@ after the other on one machine, and the figures each target compares.
   to the relay, CPU per task per stage;
 - steady: the same jobs offered at 80 % of the burst's own rate for about a minute: p99 submit to
   RUNNING;
-- flat: the burst again on 1,000 and on 50,000 hosts: how much the rate falls between them.
+- flat: the burst again on 1,000 and on 50,000 hosts: how much the rate falls between them;
+- scale: one instance of each stage, then two, each instance capped at a tenth of a core in a
+  cgroup of its own (cpu_cap.py), so that a second instance has CPU of its own as it would on
+  another machine: how much throughput it adds (skipped where no cgroup can be written).
 
 The targets are ratios taken within these runs, because absolute rates move between these shared
 machines; the CPU target is read against an older tree's figures run the same way (README)."""
@@ -15,17 +18,27 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from pelotonctl.bench.cpu_cap import find_controller
 from pelotonctl.bench.pipeline import STAGES, BenchPlan, run_pipeline_bench
 
 STEADY_SHARE = 0.8  # the steady run's offered load, as a share of the burst's rate
 STEADY_SECONDS = 60.0
 FLAT_HOSTS = ("1000", "50000")
+# The scale runs: each stage instance capped at SCALE_CPU of a core, SCALE_POOLS pools (two per
+# partition of the pool-keyed topics, so two instances of entitle and place get four each),
+# SCALE_JOBS jobs of the burst's size.
+SCALE_CPU = 0.1
+SCALE_POOLS = 8
+SCALE_JOBS = 20
 
 # issue 27's targets, as figures to print beside what was measured
 RATIO_TARGET = 0.1
 STEADY_P99_TARGET_S = 1.0
 FLAT_FALL_TARGET = 0.10
 CPU_SHARE_TARGET = 1 / 3  # of the baseline tree's stages' CPU per task (2c424af)
+# "A second instance of each stage should add throughput, not only survive": read as most of its
+# CPU turned into tasks (two instances at least 1.5 times one's rate).
+SCALE_GAIN_TARGET = 1.5
 
 
 def steady_plan(burst: BenchPlan, burst_rate: float) -> BenchPlan:
@@ -33,6 +46,12 @@ def steady_plan(burst: BenchPlan, burst_rate: float) -> BenchPlan:
     rate = max(1.0, STEADY_SHARE * burst_rate)
     jobs = max(2, math.ceil(rate * STEADY_SECONDS / burst.tasks_per_job))
     return replace(burst, rate=round(rate), jobs=jobs, relay_messages=0)
+
+
+def scale_plan(burst: BenchPlan, instances: int) -> BenchPlan:
+    """A scale run: `instances` of each stage, each capped at SCALE_CPU of a core."""
+    return replace(burst, instances=instances, cpu_per_instance=SCALE_CPU, pools=SCALE_POOLS, jobs=SCALE_JOBS,
+                   relay_messages=0)
 
 
 def rate_fall(rates: dict[str, float]) -> float | None:
@@ -72,6 +91,14 @@ def run_targets(console, burst: BenchPlan, baseline: dict | None = None, against
         runs[key] = runs["burst"] if hosts == burst.hosts else \
             run_pipeline_bench(console, replace(burst, hosts=hosts, relay_messages=0))
         flat[hosts] = runs[key]["tasks_per_s_running"]
+    scale: dict[str, float] = {}
+    if find_controller() is not None:
+        for instances in (1, 2):
+            runs[f"scale_{instances}"] = run_pipeline_bench(console, scale_plan(burst, instances))
+            scale[str(instances)] = runs[f"scale_{instances}"]["tasks_per_s_running"]
+    else:
+        console.print("scale runs skipped: no writable cgroup cpu controller here (root is needed) to give "
+                      "each instance a CPU share of its own", highlight=False)
     peak = {}
     for run in runs.values():
         for r in run["stages"]:
@@ -87,6 +114,8 @@ def run_targets(console, burst: BenchPlan, baseline: dict | None = None, against
         "flat_tasks_per_s": flat,
         "flat_fall": rate_fall(flat),
         "peak_mb": peak,
+        "scale_tasks_per_s": scale,
+        "scale_gain": round(scale["2"] / scale["1"], 2) if scale.get("1") else None,
         "baseline_stage_cpu_ms_per_task": baseline_cpu(baseline) if baseline else None,
         "cpu_share": None,  # the stages' CPU per task as a share of the baseline's
         "cpu_against": against,
@@ -134,6 +163,11 @@ def _print(console, s: dict) -> None:
                   " -> ".join(f"{r:,.0f}" for r in s["flat_tasks_per_s"].values()) + " tasks/s"
                   + ("" if fall is None else f" (falls {fall:.0%})" if fall > 0 else f" (rises {-fall:.0%})"),
                   f"falls <= {FLAT_FALL_TARGET:.0%}", met(None if fall is None else fall <= FLAT_FALL_TARGET))
+    gain = s.get("scale_gain")
+    table.add_row(f"1 -> 2 instances of each stage, each capped at {SCALE_CPU:g} of a core",
+                  " -> ".join(f"{r:,.0f}" for r in s["scale_tasks_per_s"].values()) + f" tasks/s (x{gain:.2f})"
+                  if gain is not None else "not measured (no cgroup to cap them in)",
+                  f"x{SCALE_GAIN_TARGET:g} or more", met(None if gain is None else gain >= SCALE_GAIN_TARGET))
     table.add_row("peak memory", ", ".join(f"{name} {mb:,.0f}" for name, mb in s["peak_mb"].items()) + " MB",
                   "< 2,048 MB each", met(max(s["peak_mb"].values(), default=0) < 2048))
     console.print("targets (issue 27), from the runs above:", highlight=False)

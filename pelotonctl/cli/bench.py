@@ -24,6 +24,9 @@ def bench(
     relay: int = typer.Option(100_000, help="Messages through the 4-hop relay baseline (0: none)."),
     rate: float = typer.Option(0.0, help="Offered load in tasks/s: jobs are submitted at this pace, for the "
                                "latency at a steady load (0: as fast as one producer can, for throughput)."),
+    cpu_per_instance: float = typer.Option(0.0, help="Cap each stage instance at this share of a core (0.1: a "
+                                           "tenth) in a cgroup of its own, so --instances 2 shows what a second "
+                                           "instance adds when each has CPU of its own (root; 0: no cap)."),
     targets: bool = typer.Option(False, "--targets", help="Run the burst, then a steady load at 80% of its rate "
                                  "for a minute, then the burst on 1,000 and on 50,000 hosts, and print the "
                                  "figures beside the speed targets (make bench)."),
@@ -55,8 +58,19 @@ def bench(
         fail("--baseline or --against: one measure of the CPU target, not both", EXIT_INVALID)
     if pairs < 1:
         fail(f"--pairs {pairs}: must be at least 1", EXIT_INVALID)
+    if cpu_per_instance and targets:
+        fail("--targets runs its own capped runs (one instance of each stage, then two): leave "
+             "--cpu-per-instance out", EXIT_INVALID)
+    if cpu_per_instance:
+        from pelotonctl.bench.cpu_cap import CpuCapError, CpuCaps
+
+        try:
+            CpuCaps.make(cpu_per_instance)
+        except CpuCapError as exc:
+            fail(f"--cpu-per-instance: {exc}", EXIT_INVALID)
     plan = BenchPlan(hosts=hosts, jobs=jobs, tasks_per_job=tasks_per_job, pools=pools, instances=instances,
-                     task_seconds=task_seconds, store=store, relay_messages=relay, rate=rate)
+                     task_seconds=task_seconds, store=store, relay_messages=relay, rate=rate,
+                     cpu_per_instance=cpu_per_instance)
     from stages.launch.inventory import InventoryError, parse_inventory
 
     try:
@@ -93,7 +107,12 @@ def bench(
         if not report["summary"]["all_succeeded"]:
             raise typer.Exit(EXIT_FAILED)
         return
-    figures = run_pipeline_bench(err if as_json else out, plan)
+    from pelotonctl.bench.cpu_cap import CpuCapError
+
+    try:
+        figures = run_pipeline_bench(err if as_json else out, plan)
+    except CpuCapError as exc:  # checked above; a group the kernel refuses later still says why
+        fail(str(exc), EXIT_FAILED)
     if as_json:
         print_json(figures)
     if set(figures["job_states"]) != {"SUCCEEDED"}:

@@ -81,6 +81,30 @@ class HostRing:
     def add(self, host: HostView) -> None:
         self.hosts.append(host)
 
+    def interleave_shards(self) -> None:
+        """Order the hosts so that hosts next to each other on the ring are of different shards
+        (each shard's hosts by id, dealt one from each shard in turn), the cursors staying on the
+        hosts they were on. Hosts arrive grouped by shard (host state is read partition by
+        partition), and PACK fills the hosts in ring order: without this a burst's placements
+        all go to one shard, so one host manager instance launches them while the others wait."""
+        by_shard: dict[int, list[HostView]] = {}
+        for host in self.hosts:
+            by_shard.setdefault(host.shard, []).append(host)
+        for hosts in by_shard.values():
+            hosts.sort(key=lambda h: h.host_id)
+        columns = [by_shard[shard] for shard in sorted(by_shard)]
+        order = [column[rank] for rank in range(max(map(len, columns), default=0))
+                 for column in columns if rank < len(column)]
+        at = {id(h): i for i, h in enumerate(order)}
+        pack = self.hosts[self.pack_at] if self.pack_at is not None and self.pack_at < len(self.hosts) else None
+        spread = self.hosts[self.spread_at] if self.spread_at is not None and self.spread_at < len(self.hosts) else None
+        self.hosts[:] = order
+        if pack is not None:
+            self.pack_at = at[id(pack)]
+        if spread is not None:
+            self.spread_at = at[id(spread)]
+        self._index = None
+
     def start(self) -> None:
         """Draw the cursors' first host, once."""
         if self.pack_at is None or self.spread_at is None:

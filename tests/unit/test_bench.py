@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pelotonctl.bench.pipeline import BENCH_HOST, BenchPlan, _percentile
 
 
@@ -60,3 +62,59 @@ def test_against_an_older_tree_the_median_pair_decides() -> None:
     s = summarize("2c424af", [pair(0.26, 0.60), pair(0.25, 0.61), pair(0.26, 0.96)])
     assert (s["ratio"], s["ours_stage_cpu_ms_per_task"], s["baseline_stage_cpu_ms_per_task"]) == (0.41, 0.26, 0.61)
     assert summarize("x", [{"ours": {"stages": 0.2}, "theirs": {"stages": 0.0}, "ratio": None}])["ratio"] is None
+
+
+def test_bench_pools_spread_evenly_over_the_pool_keyed_partitions() -> None:
+    from pelotonctl.bench.pipeline import pool_names
+    from peloton.topics import partition_for
+
+    for count, partitions in ((5, 4), (8, 4), (12, 4), (3, 8)):
+        names = pool_names(count, partitions)
+        per = [0] * partitions
+        for name in names:
+            per[partition_for(name, partitions)] += 1
+        assert len(set(names)) == count and max(per) - min(per) <= 1, (count, partitions, per)
+    assert pool_names(5, 4)[0] == "/bench-0"
+
+
+def test_a_cpu_quota_is_written_as_each_cgroup_version_reads_it(tmp_path) -> None:
+    from pelotonctl.bench.cpu_cap import Controller, CpuCapError, CpuCaps, find_controller
+
+    assert Controller("v1", tmp_path).quota_files(0.25) == {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "25000"}
+    assert Controller("v2", tmp_path).quota_files(1.5) == {"cpu.max": "150000 100000"}
+    assert Controller("v2", tmp_path).quota_files(0.001) == {"cpu.max": "1000 100000"}  # the kernel's least
+    # a v1 hierarchy (cpu, or cpu joined with cpuacct) is found before a v2 one
+    (tmp_path / "cpu,cpuacct").mkdir()
+    (tmp_path / "cpu,cpuacct" / "cpu.cfs_quota_us").write_text("-1")
+    (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory")
+    assert find_controller(tmp_path) == Controller("v1", tmp_path / "cpu,cpuacct")
+    (tmp_path / "cpu,cpuacct" / "cpu.cfs_quota_us").unlink()
+    assert find_controller(tmp_path) == Controller("v2", tmp_path)
+    (tmp_path / "cgroup.controllers").write_text("cpuset io memory")
+    assert find_controller(tmp_path) is None
+    with pytest.raises(CpuCapError, match="no writable cgroup cpu controller"):
+        CpuCaps.make(0.1, tmp_path)
+    with pytest.raises(CpuCapError, match="above 0"):
+        CpuCaps.make(0, tmp_path)
+
+
+def test_the_scale_runs_cap_each_instance_and_the_targets_table_reads_their_gain() -> None:
+    from rich.console import Console
+
+    from pelotonctl.bench import targets
+
+    plan = targets.scale_plan(BenchPlan(jobs=50, tasks_per_job=1000), 2)
+    assert (plan.instances, plan.cpu_per_instance, plan.pools, plan.jobs, plan.relay_messages) == (2, 0.1, 8, 20, 0)
+    summary = {"burst_tasks_per_s": 5000.0, "relay_msgs_per_s": 30000.0, "ratio": 0.167,
+               "stage_cpu_ms_per_task": {"admit": 0.08, "entitle": 0.05, "place": 0.05, "launch": 0.06, "stages": 0.24},
+               "steady_offered_tasks_per_s": 4000, "steady_tasks_per_s": 3990.0, "steady_p99_s": 0.9,
+               "flat_tasks_per_s": {"1000": 5000.0, "50000": 4900.0}, "flat_fall": 0.02, "peak_mb": {"broker": 600.0},
+               "baseline_stage_cpu_ms_per_task": None, "cpu_share": None, "cpu_against": None,
+               "scale_tasks_per_s": {"1": 450.0, "2": 1000.0}, "scale_gain": 2.22}
+    for scale, gain, said in (({"1": 450.0, "2": 1000.0}, 2.22, "450 -> 1,000 tasks/s (x2.22)"),
+                              ({}, None, "not measured (no cgroup to cap them in)")):
+        console = Console(record=True, width=250)
+        targets._print(console, {**summary, "scale_tasks_per_s": scale, "scale_gain": gain})
+        text = console.export_text()
+        row = next(line for line in text.splitlines() if "1 -> 2 instances" in line)
+        assert said in row and ("met" in row) == (gain is not None), row

@@ -143,6 +143,8 @@ def test_bench_refuses_a_baseline_it_cannot_read_before_starting_anything(tmp_pa
                        (["--targets", "--against", "2c424af", "--baseline", str(tmp_path / "not-a-bench.json")],
                         "one measure of the CPU target"),
                        (["--targets", "--against", "2c424af", "--pairs", "0"], "--pairs 0: must be at least 1"),
+                       (["--cpu-per-instance", "-0.5"], "give a share of a core above 0"),
+                       (["--targets", "--cpu-per-instance", "0.1"], "--targets runs its own capped runs"),
                        # no such commit, or (a checkout without git) no clone to find it in
                        (["--targets", "--against", "no-such-revision"], "--against no-such-revision: ")):
         result = runner.invoke(app, ["bench", *args], env={"PELOTON_HOME": str(tmp_path / "home")})

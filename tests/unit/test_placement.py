@@ -37,6 +37,17 @@ def test_pack_fills_a_host_before_the_next() -> None:
     assert [placed[t].host_id for t in ("t1", "t2", "t3")] == ["a", "a", "b"]
 
 
+def test_the_ring_deals_hosts_of_different_shards_in_turn_and_keeps_its_cursors_on_their_hosts() -> None:
+    # as host state arrives: grouped by shard (its partitions read one after another)
+    shards = {"c": 2, "a": 2, "h": 2, "e": 0, "b": 0, "g": 0, "d": 1, "i": 1, "f": 1, "j": 3}
+    ring = HostRing([HostView(name, shard, Resources(cpu=2, mem_mb=1000)) for name, shard in shards.items()])
+    ring.pack_at, ring.spread_at = 4, 9  # on b and j
+    ring.interleave_shards()
+    assert [h.host_id for h in ring] == ["b", "d", "a", "j", "e", "f", "c", "g", "i", "h"]
+    assert (ring.hosts[ring.pack_at].host_id, ring.hosts[ring.spread_at].host_id) == ("b", "j")
+    assert ring.index_of("i") == 8
+
+
 def test_a_rerun_avoids_the_host_its_last_run_failed_on_unless_no_other_fits() -> None:
     hosts = [host("a", cpu=2), host("b", cpu=1)]
     assert place_gang([need("t1")], hosts, now=0, avoid={"a"})["t1"].host_id == "b"

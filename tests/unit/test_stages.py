@@ -320,6 +320,28 @@ def test_place_refuses_a_gang_whose_constraint_it_cannot_read_and_fails_its_task
     assert not stage.waiting and not stage.held_offsets()
 
 
+def test_place_spreads_a_packed_burst_over_the_host_shards_as_host_state_arrives_grouped_by_shard() -> None:
+    # 4 shards of 50 hosts, read shard after shard (as host state's partitions come); each host takes 2 tasks
+    view = StaticView({})
+    for shard in range(4):
+        for i in range(50):
+            view.put(f"h{i:02d}-{shard}", {**host_state(f"h{i:02d}-{shard}", cpu=2), "shard": shard})
+    stage = PlaceStage(host_state=view)
+    out = bound(stage)
+    spec = {"job_id": "j", "run_id": 1, "resources": {"cpu": 1.0, "mem_mb": 1.0, "disk_mb": 0.0, "gpu": 0.0},
+            "dynamic_ports": 0, "command": "true", "shell": True, "arguments": [], "environment": {}, "labels": {},
+            "constraint_json": None, "kill_grace_seconds": 1.0, "controller": False}
+    stage.handle([record("admitted-gangs", "peloton.AdmittedGang", {"gang": {
+        "gang_id": f"j-{i}-1", "job_id": "j", "pool": "/p", "priority": 0, "preemptible": True,
+        "placement_strategy": "PACK_HOST", "tasks": [{**spec, "task_id": f"j-{i}-1", "instance": i}], "created_ms": 1},
+        "admitted_ms": 1}, key="/p") for i in range(16)])
+    stage.tick(1.0)
+    placements = [p for _, _, _, p in out.take("placements")]
+    assert len({a["host_id"] for p in placements for a in p["assignments"]}) == 8  # PACK: full hosts, one by one
+    assert sorted(p["shard"] for p in placements).count(0) == 4  # every shard's host manager gets its part
+    assert {p["shard"] for p in placements} == {0, 1, 2, 3}
+
+
 def test_place_sends_a_gang_back_to_its_pool_with_the_reason_after_a_placement_cycle() -> None:
     stage = PlaceStage(host_state=StaticView({"h1": host_state("h1", cpu=4)}))
     out = bound(stage, placement_attempts=2, placement_backoff_s=0.0)
