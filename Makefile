@@ -75,7 +75,8 @@ integration: $(STAMP) system jars
 # Figures, not pass/fail: the resource manager and placement alone, then the pipeline at cluster
 # scale (10,000 simulated hosts, 50 jobs of 1,000 tasks): its throughput with every job submitted
 # at once, beside a 4-hop relay of the same broker, its latency at a steady 80 % of that rate, and
-# the same burst on 1,000 and 50,000 hosts, with the speed targets beside the figures.
+# the same burst on 1,000 and 50,000 hosts, one instance of each stage and then two (each capped at
+# a tenth of a core, as root), with the speed targets beside the figures.
 bench: $(STAMP) jars
 	$(BIN)/pelotonctl respool bench
 	$(BIN)/python -m pelotonctl.bench.placement
