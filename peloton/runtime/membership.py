@@ -7,7 +7,7 @@ exactly while the brokers are in trouble: admit and place aborted so (rdkafka_qu
 `eonce->refcnt > 0`) when they asked during a whole-cluster restart. A child process that aborts
 only means "not known this time".
 
-    python -m peloton.runtime.membership GROUP   prints {"state": ..., "client_ids": [...]}"""
+    python -m peloton.runtime.membership GROUP   prints {"state": ..., "client_ids": [...], "partitions": {...}}"""
 
 from __future__ import annotations
 
@@ -25,8 +25,9 @@ REQUEST_TIMEOUT_S = 5.0
 
 
 def group_members(settings: Settings, group: str) -> dict | None:
-    """{"state": STABLE | EMPTY | ..., "client_ids": [...]} of the group, or None when the broker
-    did not say (away, slow, or the asking process died)."""
+    """{"state": STABLE | EMPTY | ..., "client_ids": [...], "partitions": {client id: partitions it
+    holds}} of the group, or None when the broker did not say (away, slow, or the asking process
+    died)."""
     try:
         done = subprocess.run([sys.executable, "-m", "peloton.runtime.membership", group], capture_output=True,
                               text=True, timeout=REQUEST_TIMEOUT_S + 10, env={**os.environ, **settings.env()})
@@ -49,7 +50,9 @@ def main() -> None:
     [group] = sys.argv[1:]
     admin = AdminClient({**kafka_access(Settings.from_env()), **RECOVERY, **QUIET})
     desc = admin.describe_consumer_groups([group], request_timeout=REQUEST_TIMEOUT_S)[group].result()
-    print(json.dumps({"state": desc.state.name, "client_ids": [m.client_id for m in desc.members]}))
+    print(json.dumps({"state": desc.state.name, "client_ids": [m.client_id for m in desc.members],
+                      "partitions": {m.client_id: len(m.assignment.topic_partitions) if m.assignment else 0
+                                     for m in desc.members}}))
 
 
 if __name__ == "__main__":

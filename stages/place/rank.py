@@ -1,9 +1,10 @@
 """Rankers: among the hosts that passed every check, which one takes the task. Pure: no Kafka.
 
-A ranker turns a feasible host into a sort key; the smallest key wins. Keys end with the host id,
-so no two are equal and the choice never depends on the order hosts were looked at. A host in
-the gang's `avoid` set (where an earlier run of one of its tasks failed) sorts after every other
-host whatever the strategy: it is taken only when nothing else fits.
+A ranker turns a feasible host into a sort key; the smallest key wins, and between equal keys
+the host earlier on the place instance's ring (the candidate's index), so the choice never
+depends on the order hosts were looked at. A host in the gang's `avoid` set (where an earlier run
+of one of its tasks failed) sorts after every other host whatever the strategy: it is taken only
+when nothing else fits.
 """
 
 from __future__ import annotations
@@ -25,8 +26,13 @@ Ranker = Callable[["TaskNeed", "HostView", Resources, "Tentative | None", bool],
 def most_allocated_first(need: TaskNeed, host: HostView, free: Resources, share: Tentative | None,
                          avoided: bool) -> tuple:
     """PACK (Nomad's bin packing): the host with the least cpu left once the task is on it, so a
-    host fills up before the next one is started and whole hosts stay free for big tasks."""
-    return (avoided, free.cpu - need.resources.cpu, host.host_id)
+    host fills up before the next one is started and whole hosts stay free for big tasks. Among
+    hosts alike (most often: empty ones) the ring's order decides, not the host id: the ring deals
+    the host shards in turn, so the hosts a burst fills one after another are of different shards
+    and every host manager instance gets its part. (By id, the window of candidates ranked held
+    each shard's run of hosts, and the shard with the most hosts had the lowest ids in it: in a
+    bench with two launch instances, every placement went to one.)"""
+    return (avoided, free.cpu - need.resources.cpu)
 
 
 def fewest_of_the_job_first(need: TaskNeed, host: HostView, free: Resources, share: Tentative | None,

@@ -118,3 +118,22 @@ def test_the_scale_runs_cap_each_instance_and_the_targets_table_reads_their_gain
         text = console.export_text()
         row = next(line for line in text.splitlines() if "1 -> 2 instances" in line)
         assert said in row and ("met" in row) == (gain is not None), row
+
+
+def test_a_group_counts_as_settled_only_stable_with_every_instance_holding_a_partition() -> None:
+    from pelotonctl.bench.pipeline import settled
+
+    two = {"state": "STABLE", "client_ids": ["launch-0", "launch-1"], "partitions": {"launch-0": 2, "launch-1": 2}}
+    assert settled(two, 2)
+    assert not settled({**two, "partitions": {"launch-0": 4, "launch-1": 0}}, 2)  # joined, nothing handed over yet
+    assert not settled({**two, "state": "PREPARING_REBALANCE"}, 2)
+    assert not settled({**two, "client_ids": ["launch-0"], "partitions": {"launch-0": 4}}, 2)
+    assert not settled(None, 2)  # the broker did not say
+
+
+def test_the_benchs_job_ids_land_on_the_partitions_they_are_made_for() -> None:
+    from pelotonctl.bench.pipeline import job_id_on
+    from peloton.topics import partition_for
+
+    ids = [job_id_on(i % 4, 4) for i in range(12)]
+    assert [partition_for(j, 4) for j in ids] == [0, 1, 2, 3] * 3 and len(set(ids)) == 12

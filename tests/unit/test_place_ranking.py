@@ -41,13 +41,17 @@ def test_strategy_names_choose_the_ranker() -> None:
     assert ranker_for("") is most_allocated_first and not spreads("BEST_EFFORT")
 
 
-def test_pack_ranks_the_most_allocated_host_first_then_by_host_id() -> None:
+def test_pack_ranks_the_most_allocated_host_first_then_by_the_rings_order() -> None:
     n = task("t")
     keys = {h.host_id: most_allocated_first(n, h, h.free(0), None, False)
             for h in (host("a", used=1), host("b", used=6), host("c", used=6), host("d"))}
-    assert sorted(keys, key=keys.get) == ["b", "c", "a", "d"]
+    assert sorted(keys, key=keys.get) == ["b", "c", "a", "d"]  # b and c alike: sorted() keeps their order
     placed = place_gang([n], [host("a", used=1), host("c", used=6), host("b", used=6), host("d")], now=0)
-    assert placed["t"].host_id == "b"
+    assert placed["t"].host_id == "c"  # alike with b, and before it on the ring
+    # wherever the walk starts: the ring's order, not the order looked at
+    ring = HostRing([host("a", used=1), host("c", used=6), host("b", used=6), host("d")])
+    ring.pack_at = 2  # the walk looks at b, d, a, then c
+    assert place_gang([n], ring, now=0)["t"].host_id == "c"
 
 
 def test_spread_ranks_fewest_tasks_of_the_job_then_most_free_room_then_host_id() -> None:
