@@ -1,10 +1,10 @@
 """Rankers: among the hosts that passed every check, which one takes the task. Pure: no Kafka.
 
-A ranker turns a feasible host into a sort key; the smallest key wins, and between equal keys
-the host earlier on the place instance's ring (the candidate's index), so the choice never
-depends on the order hosts were looked at. A host in the gang's `avoid` set (where an earlier run
-of one of its tasks failed) sorts after every other host whatever the strategy: it is taken only
-when nothing else fits.
+A ranker turns a feasible host into a sort key; the smallest key wins. SPREAD's keys end with the
+host id; PACK's leave a tie to the host's place on the instance's ring (the candidate's index).
+Either way no two candidates are equal and the choice never depends on the order hosts were
+looked at. A host in the gang's `avoid` set (where an earlier run of one of its tasks failed)
+sorts after every other host whatever the strategy: it is taken only when nothing else fits.
 """
 
 from __future__ import annotations
