@@ -5,6 +5,7 @@ Figures are printed, never asserted: these machines are shared and noisy."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import shutil
@@ -13,6 +14,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -81,32 +83,25 @@ class BenchPlan:
         return job * self.tasks_per_job / self.rate if self.rate else 0.0
 
 
+def key_on(partition: int, partitions: int, keys: Iterator[str]) -> str:
+    """The next of `keys` that lands on `partition` (the keys it passes over are used up)."""
+    return next(key for key in keys if partition_for(key, partitions) == partition)
+
+
 def pool_names(count: int, partitions: int) -> list[str]:
-    """`count` pool paths (/bench-N) spread evenly over the partitions of the pool-keyed topics, so
-    that every instance of entitle and place gets its share of the pools. Named /bench-0 to
-    /bench-4, five pools hash onto three of four partitions (three of them onto one), and a second
-    instance of either stage would get one pool of five."""
-    names: list[str] = []
-    per_partition = [0] * partitions
-    n = 0
-    while len(names) < count:
-        name = f"/bench-{n}"
-        n += 1
-        p = partition_for(name, partitions)
-        if per_partition[p] <= min(per_partition):  # the least-filled partitions first
-            per_partition[p] += 1
-            names.append(name)
-    return names
+    """`count` pool paths (/bench-N) on the partitions of the pool-keyed topics in turn, so that
+    every instance of entitle and place gets its share of the pools. Named /bench-0 to /bench-4,
+    five pools hash onto three of four partitions (three of them onto one), and a second instance
+    of either stage would get one pool of five."""
+    names = (f"/bench-{n}" for n in itertools.count())
+    return [key_on(i % partitions, partitions, names) for i in range(count)]
 
 
 def job_id_on(partition: int, partitions: int) -> str:
     """A new job id whose job-commands (and task-status) partition is `partition`: the bench's jobs
     go to the partitions in turn, so that every admit instance gets its share (20 random ids over
     four partitions are rarely even: one run's two admit instances were held back 11.8 and 3.1 s)."""
-    while True:
-        job_id = str(uuid.uuid4())
-        if partition_for(job_id, partitions) == partition:
-            return job_id
+    return key_on(partition, partitions, iter(lambda: str(uuid.uuid4()), None))
 
 
 def _interrupted(signum, _frame) -> None:
@@ -137,11 +132,12 @@ def run_pipeline_bench(console, plan: BenchPlan) -> dict:
                           highlight=False)
             relay = run_relay(settings, plan.relay_messages)
         cluster = sum((h for h in hosts), Resources())
-        pools = pool_names(plan.pools, Catalogue(settings.topic_prefix)["task-demand"].partitions)
+        catalogue = Catalogue(settings.topic_prefix)
+        pools = pool_names(plan.pools, catalogue["task-demand"].partitions)
         for i, pool in enumerate(pools):  # the cluster shared equally: every pool can use its share at once
             create_pool(settings, store, pool, BENCH_POOL.format(
                 index=i, cpu=cluster.cpu / plan.pools, mem=cluster.mem_mb / plan.pools, disk=cluster.disk_mb / plan.pools))
-        _wait_for_groups(settings, plan.instances, console)
+        _wait_for_groups(settings, catalogue, plan.instances, console)
         components = stack.status()
         if caps is not None:
             for c in components:
@@ -153,7 +149,7 @@ def run_pipeline_bench(console, plan: BenchPlan) -> dict:
         distinct = host_capacities(settings)
         submitted: dict[str, int] = {}  # job id -> submission time (ms)
         started, started_ms = time.monotonic(), _now_ms()
-        job_partitions = Catalogue(settings.topic_prefix)["job-commands"].partitions
+        job_partitions = catalogue["job-commands"].partitions
         for i in range(plan.jobs):
             time.sleep(max(0.0, started + plan.due_s(i) - time.monotonic()))
             job_id = submit_job(settings, store, pools[i % plan.pools], BENCH_JOB.format(index=i, tasks=plan.tasks_per_job),
@@ -207,14 +203,13 @@ def settled(desc: dict | None, instances: int) -> bool:
     return all(n > 0 for n in desc.get("partitions", {}).values())
 
 
-def _wait_for_groups(settings: Settings, instances: int, console, timeout: float = 90.0) -> None:
+def _wait_for_groups(settings: Settings, catalogue: Catalogue, instances: int, console, timeout: float = 90.0) -> None:
     """With several instances of each stage, until each stage's group has settled with all of them
     holding partitions (a join can take seconds after the hosts are up)."""
     if instances < 2:
         return
     from peloton.runtime.membership import group_members
 
-    catalogue = Catalogue(settings.topic_prefix)
     deadline = time.monotonic() + timeout
     waiting = list(STAGES)
     while waiting and time.monotonic() < deadline:

@@ -80,7 +80,8 @@ def baseline_cpu(figures: dict) -> float | None:
 
 
 def run_targets(console, burst: BenchPlan, baseline: dict | None = None, against: dict | None = None) -> dict:
-    """The four runs, then the table of targets. The CPU target's measure: `against`, pairs of
+    """The runs (burst, steady, flat and, where instances can be capped, scale), then the table
+    of targets. The CPU target's measure: `against`, pairs of
     bursts alternating with an older tree (pelotonctl/bench/against.py), or else `baseline`, a
     bench's --json of an older tree run on the same machine."""
     runs = {"burst": run_pipeline_bench(console, burst)}
