@@ -11,8 +11,9 @@ UPDATE_ACTIONS = ("PAUSE", "RESUME", "ABORT", "ROLLBACK")
 
 # A run not launched yet: its demand is sent again when the broker lost what was in flight.
 UNLAUNCHED = ("PENDING", "READY", "PLACING", "PLACED", "LAUNCHING")
-# A run with no host yet. One that placement gave up on bounces PENDING -> READY -> PLACING while
-# it is tried again, keeping placement's reason until it is placed.
+# A run with no host yet. One that placement gave up on bounces back to PENDING (READY too, if it
+# waits for admission again) and PLACING while it is tried again, keeping placement's reason
+# until it is placed. A run admitted and placed at once goes from PENDING to LAUNCHING.
 UNPLACED = ("PENDING", "READY", "PLACING")
 
 # Order along a run's life: a status may only move a run forward (duplicates and late arrivals

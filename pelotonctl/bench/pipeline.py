@@ -48,7 +48,8 @@ defaultconfig:
 """
 
 # A run's steps on its way to RUNNING, set by entitle, place, launch and the host (the latency to
-# each is reported).
+# each is reported). READY and PLACED come only for runs whose gang waited for admission or for
+# hosts: a step no run took is left out of the figures.
 STEPS = ("READY", "PLACED", "LAUNCHING", "RUNNING")
 
 # The stages whose CPU and records are reported, in pipeline order; then the broker, a Cassandra node, agents.
@@ -163,7 +164,8 @@ def run_pipeline_bench(console, plan: BenchPlan) -> dict:
         records = _records_handled(components)
         running_at, succeeded_at, latencies, steps = _task_times(store, submitted)
         figures = _figures(plan, states, elapsed, started_ms, running_at, succeeded_at, latencies, relay)
-        figures["steps_ms"] = {state: {"p50": _percentile(v, 50), "p99": _percentile(v, 99)} for state, v in steps.items()}
+        figures["steps_ms"] = {state: {"p50": _percentile(v, 50), "p99": _percentile(v, 99), "runs": len(v)}
+                               for state, v in steps.items() if v}
         figures["stages"] = _per_stage(components, cpu, records_before, records, elapsed, plan.tasks)
         # CPU per task moves far less than tasks per second when other work shares the machine.
         figures["cpu_ms_per_task"] = round(sum(r["cpu_seconds"] for r in figures["stages"]) * 1000 / plan.tasks, 3)
@@ -332,7 +334,8 @@ def _print(console, plan: BenchPlan, f: dict) -> None:
                   f"latency submit->RUNNING p50 {f['p50_ms'] / 1000:.2f}s  p90 {f['p90_ms'] / 1000:.2f}s  "
                   f"p99 {f['p99_ms'] / 1000:.2f}s", highlight=False)
     console.print("  latency submit->step p50/p99: " + ", ".join(
-        f"{state} {v['p50'] / 1000:.2f}/{v['p99'] / 1000:.2f}s" for state, v in f.get("steps_ms", {}).items()),
+        f"{state} {v['p50'] / 1000:.2f}/{v['p99'] / 1000:.2f}s" + (f" ({v['runs']:,} runs)" if v["runs"] < f["tasks"] else "")
+        for state, v in f.get("steps_ms", {}).items()),
         highlight=False)
     console.print(f"  to SUCCEEDED: [bold]{f['tasks_per_s_succeeded']:,.0f} tasks/s[/bold]", highlight=False)
     if f["relay_msgs_per_s"]:

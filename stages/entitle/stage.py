@@ -401,8 +401,11 @@ class EntitleStage(Stage):
                 queue.remove(q)
             chosen = [q for q in chosen if q.gang["gang_id"] in taken]
             apply_admission(queue, ledger, chosen, admitted_at, charges)
-            # READY goes out first, so the job manager hears it before placement can say PLACING
-            send_progress(self.emit, "READY", [(t, "") for q in chosen for t in q.gang["tasks"]])
+            # READY only for a gang that waited for admission (queued past the batch that brought
+            # it): one admitted at once goes on from PENDING, as Peloton's job manager shows it.
+            # It goes out first, so the job manager hears it before placement can say PLACING.
+            send_progress(self.emit, "READY", [(t, "") for q in chosen if q.gang["gang_id"] not in unstored
+                                               for t in q.gang["tasks"]])
             for q in chosen:
                 self.emit.emit("admitted-gangs", pool, "peloton.AdmittedGang", {"gang": q.gang, "admitted_ms": admitted_at})
                 if q.gang["gang_id"] not in unstored:  # its row, marked admitted, goes once this is sent

@@ -5,9 +5,10 @@ against a host until the host manager's report lists them as applied (or a TTL p
 gangs in a row do not both take the last room on a host. A gang that finds no host waits and is
 tried again after a backoff; its offset stays uncommitted meanwhile.
 
-A gang's runs are PLACING only while it waits for hosts: a gang placed in the turn that took it
-goes from READY to PLACED, and only one that found no host at its first try says PLACING then.
-Most gangs place at once, and each step costs the job manager a row write and an event per run.
+A gang's runs are PLACING and then PLACED only when it waits for hosts: one placed in the turn
+that took it says nothing, and its runs go on to LAUNCHING (the host manager's, with the host), as
+in Peloton's job manager, where PLACING and PLACED are the resource manager's own states. Most
+gangs place at once, and each step costs the job manager a row write and an event per run.
 """
 
 from __future__ import annotations
@@ -150,10 +151,12 @@ class PlaceStage(Stage):
             else:
                 self._done(w)
         send_progress(self.emit, "PLACING", [(t, "") for t in placing])
-        # PLACED goes out before the placements, so the job manager hears it before any host
-        # manager can answer LAUNCHING (one producer, and the records leave in the order given).
-        send_progress(self.emit, "PLACED", [(a["task"], a["host_id"]) for _, records in placed for p in records
-                                            for a in p["assignments"]])
+        # PLACED only for a gang that said PLACING (it waited for hosts): it ends the wait and its
+        # reason. One placed at its first try goes on to LAUNCHING from the host manager, which
+        # names the host. PLACED goes out before the placements, so the job manager hears it
+        # before any host manager can answer LAUNCHING (one producer, records in the order given).
+        send_progress(self.emit, "PLACED", [(a["task"], a["host_id"]) for w, records in placed if w.placing_sent
+                                            for p in records for a in p["assignments"]])
         by_strategy: dict[str, int] = {}  # placed tasks, counted once per tick (a labelled inc costs 2 us)
         for w, records in placed:
             try:

@@ -114,7 +114,7 @@ def test_a_jobs_task_events_stream_from_its_creation_and_resume_where_the_client
     seen = events(f"{api}/v1/jobs/{job_id}/events?follow=false", alice)
     runs = {(e["instance"], e["state"]) for _id, e in seen}
     assert {(0, "RUNNING"), (0, "SUCCEEDED"), (1, "RUNNING"), (1, "SUCCEEDED")} <= runs, seen
-    assert {(0, "READY"), (1, "LAUNCHING")} <= runs  # the steps before launch too
+    assert {(0, "LAUNCHING"), (1, "LAUNCHING")} <= runs  # the steps before launch too
     assert all(e["job_id"] == job_id for _id, e in seen)
     # From the middle: exactly what came after that event, nothing twice.
     middle = len(seen) // 2

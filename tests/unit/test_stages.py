@@ -364,6 +364,22 @@ def test_place_sends_a_gang_back_to_its_pool_with_the_reason_after_a_placement_c
     assert not stage.waiting and not stage.held_offsets() and out.take("placements") == []
 
 
+def test_place_says_placed_for_a_gang_that_waited_for_hosts_before_its_placement() -> None:
+    hosts = StaticView({"h1": host_state("h1", cpu=4)})
+    stage = PlaceStage(host_state=hosts)
+    out = bound(stage, placement_attempts=5, placement_backoff_s=0.0)
+    big = {**one_task_gang("w-0-1"), "tasks": [{**one_task_gang("w-0-1")["tasks"][0],
+                                                 "resources": {"cpu": 6.0, "mem_mb": 1.0, "disk_mb": 0.0, "gpu": 0.0}}]}
+    stage.handle([record("admitted-gangs", "peloton.AdmittedGang", {"gang": big, "admitted_ms": 1}, key="/p")])
+    stage.tick(1.0)
+    assert [v["state"] for _, _, _, v in out.take("task-status")] == ["PLACING"]
+    hosts.put("h2", host_state("h2", cpu=8))  # a host with room comes
+    stage.tick(2.0)
+    sent = [(topic, v.get("state"), v.get("runs")) for topic, _, _, v in out.take()]
+    assert sent == [("task-status", "PLACED", [{"instance": 0, "run_id": 1, "host_id": "h2"}]),
+                    ("placements", None, None)]  # PLACED ends the wait and its reason, before the placement
+
+
 def status_record(task_id: str, state: str, reason: str = "", host: str = "") -> Record:
     job_id, instance, run = task_id.rsplit("-", 2)
     return record("task-status", "peloton.TaskStatus", {
@@ -508,8 +524,7 @@ def test_entitle_lends_an_idle_pools_share_and_preempts_it_back_after_the_sustai
     stage, out, usage = entitle_with(store, [partition_for("/p", 4)], preemption_sustained_periods=2)
     stage.handle([record("task-demand", "peloton.GangDemand", one_task_gang(f"a-{i}-1"), key="/p") for i in range(8)])
     assert len(out.take("admitted-gangs")) == 8  # /q is idle: /p borrows its 4 cpu
-    [(_, _, _, ready)] = out.take("task-status", "peloton.TaskProgress")  # one record for the job's 8 runs
-    assert ready["state"] == "READY" and len(ready["runs"]) == 8
+    assert out.take("task-status", "peloton.TaskProgress") == []  # admitted by their own batch: no READY
     # /q wants its share now (its owner, another instance, publishes its demand)
     usage.put("/q", {"pool": "/q", **{k: {"cpu": 0.0, "mem_mb": 0.0, "disk_mb": 0.0, "gpu": 0.0} for k in (
         "entitlement", "allocation", "non_slack_allocation", "slack_allocation", "slack_demand")},
@@ -526,6 +541,21 @@ def test_entitle_lends_an_idle_pools_share_and_preempts_it_back_after_the_sustai
     assert {(s["state"], s["reason"]) for s in statuses} == {("TASK_KILLING", "PREEMPTED")}
     stage._reclaim()
     assert out.take("placements") == []  # being preempted: not chosen again
+
+
+def test_entitle_says_ready_only_for_the_gangs_that_waited_for_admission(store) -> None:
+    stage, out, _ = entitle_with(store)  # /p: 8 cpu
+    stage.handle([record("task-demand", "peloton.GangDemand", one_task_gang(f"r-{i}-1", cpu=2.0), key="/p")
+                  for i in range(6)])
+    assert len(out.take("admitted-gangs")) == 4  # the pool is full: two wait, queued in the store
+    assert out.take("task-status", "peloton.TaskProgress") == []  # admitted at once: they go on from PENDING
+    assert len(store.queued_gangs(["/p"])) == 2
+    stage.handle([record("task-demand", "peloton.TaskRelease", {
+        "task_id": f"r-{i}-1", "job_id": "r", "pool": "/p", "reason": "TASK_FINISHED", "timestamp_ms": 2},
+        key="/p") for i in range(2)])
+    assert len(out.take("admitted-gangs")) == 2
+    [(_, _, _, ready)] = out.take("task-status", "peloton.TaskProgress")  # one record for the job's 2 runs
+    assert (ready["state"], sorted(r["instance"] for r in ready["runs"])) == ("READY", [4, 5])
 
 
 def test_entitle_admits_a_whole_batch_of_a_pool_at_once_without_queueing_it_in_the_store(store) -> None:
@@ -644,8 +674,9 @@ def test_place_and_launch_tell_the_job_manager_each_step_before_the_next_can_hap
     place.handle([record("admitted-gangs", "peloton.AdmittedGang", {"gang": one_task_gang("s-0-1"), "admitted_ms": 1})])
     place.tick(time.monotonic())
     sent = [(topic, schema, v.get("state")) for topic, _, schema, v in placed.take()]
-    # placed in the turn that took it: READY to PLACED, no PLACING (it never waited for hosts)
-    assert sent == [("task-status", "peloton.TaskProgress", "PLACED"), ("placements", "peloton.Placement", None)]
+    # placed in the turn that took it: no PLACING, no PLACED (it never waited for hosts); the host
+    # manager's LAUNCHING names the host
+    assert sent == [("placements", "peloton.Placement", None)]
     launch = LaunchStage(store)
     launched = bound(launch, hosts="sim:1:cpu=8", sim_task_seconds=600)
     launch.on_assign([("placements", p) for p in range(4)])
