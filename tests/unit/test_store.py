@@ -614,6 +614,25 @@ def test_events_a_file_holds_one_row_each_are_read_before_the_batches(tmp_path) 
     assert [e["state"] for e in s.task_events("a")] == ["PENDING", "READY"]
 
 
+def test_sqlite_forgets_released_allocations_through_the_index_of_released_ones(tmp_path) -> None:
+    from peloton.store.sqlite import SqliteStore
+
+    store = SqliteStore(tmp_path / "s.db")
+    store.add_allocations([Allocation(f"t{i}", "/p", f"g{i}", 1, 1, 1, 0, 1) for i in range(4)])
+    store.release_allocations(["t0", "t1"], 5)
+    store.release_allocations(["t2"], 50)
+    statements: list[str] = []
+    store.db.set_trace_callback(statements.append)
+    assert store.forget_released_allocations(10, 100) == 2
+    store.db.set_trace_callback(None)
+    [sql] = [s for s in statements if s.startswith("DELETE")]
+    plan = " ".join(row[3] for row in store.db.execute("EXPLAIN QUERY PLAN " + sql))
+    assert "USING INDEX allocations_released (released_ms<?)" in plan, plan
+    assert store.allocation_states(["t0", "t2", "t3"]) == {"t2": "released", "t3": "held"}
+    assert [a.task_id for a in store.allocations()] == ["t3"]  # held ones: a scan, read at start
+    store.close()
+
+
 def test_sqlite_finds_the_rows_of_an_id_list_by_their_key(tmp_path) -> None:
     # A statement over a JSON list of ids (json_each) must look each id up by its key: SQLite may
     # otherwise prefer another index and test every row it holds against the list.
