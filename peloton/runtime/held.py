@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import deque
 
 
 class HeldOffsets:
@@ -12,14 +12,22 @@ class HeldOffsets:
     def __init__(self):
         self._queues: dict[tuple[str, int], deque[int]] = {}
         # Counted, not a set: the records of one bundle share an offset, each held and released.
-        self._released: dict[tuple[str, int], Counter[int]] = {}
+        self._released: dict[tuple[str, int], dict[int, int]] = {}
 
+    # Called per gang: no deque or counter is made for a partition that has one (setdefault's
+    # default is built at every call; a Counter's was 2 % of place's CPU).
     def hold(self, tp: tuple[str, int], offset: int) -> None:
-        self._queues.setdefault(tp, deque()).append(offset)
+        q = self._queues.get(tp)
+        if q is None:
+            q = self._queues[tp] = deque()
+        q.append(offset)
 
     def release(self, tp: tuple[str, int], offset: int) -> None:
         if tp in self._queues:
-            self._released.setdefault(tp, Counter())[offset] += 1
+            done = self._released.get(tp)
+            if done is None:
+                done = self._released[tp] = {}
+            done[offset] = done.get(offset, 0) + 1
 
     def drop(self, tp: tuple[str, int]) -> None:
         self._queues.pop(tp, None)
@@ -29,7 +37,7 @@ class HeldOffsets:
         out = {}
         for tp, q in self._queues.items():
             done = self._released.get(tp)
-            while q and done and done[q[0]] > 0:
+            while q and done and done.get(q[0], 0) > 0:
                 offset = q.popleft()
                 done[offset] -= 1
                 if not done[offset]:

@@ -272,7 +272,10 @@ class EntitleStage(Stage):
         if not fresh:
             return
         for r, row in fresh:  # stored at the batch's end, if not admitted by then (self._unstored)
-            entry = self.queues.setdefault(row.pool, PoolQueue()).push(row.gang, row.seq, row.not_before_ms, r)
+            queue = self.queues.get(row.pool)
+            if queue is None:  # (not setdefault: its default, a PoolQueue, would be made per gang)
+                queue = self.queues[row.pool] = PoolQueue()
+            entry = queue.push(row.gang, row.seq, row.not_before_ms, r)
             self._unstored[row.gang_id] = (row, entry)
             self._changed_pools.add(row.pool)
         self._dirty = True
