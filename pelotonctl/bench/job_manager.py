@@ -8,11 +8,11 @@ Admit is the largest stage's CPU in `pelotonctl bench`, and that bench's figure 
 whatever else the shared machine runs. Here the stage's own work is timed alone, in CPU seconds:
 each job is created, then its runs go through each step a pipeline reports for a run that waits
 for neither admission nor hosts (LAUNCHING as a TaskProgress record, then TASK_STARTING,
-TASK_RUNNING and TASK_FINISHED as TaskStatusRuns, as the host manager sends them), each step in batches of 100 runs of the job (a
-pipeline's turns rarely hold a whole job's), as the runtime hands them over (decoded from the
-messages a stage sends, outside the clock). The store is a real SQLite file; what the stage emits
-is bundled and encoded as the runtime would, then dropped. Two trees compare by running this one
-after the other, a few times each.
+TASK_RUNNING and TASK_FINISHED as TaskStatusRuns, as the host manager sends them), each step in
+batches of 100 runs of the job (a pipeline's turns rarely hold a whole job's), as the runtime
+hands them over (decoded from the messages a stage sends, outside the clock). The store is a real
+SQLite file; what the stage emits is bundled and encoded as the runtime would, then dropped. Two
+trees compare by running this one after the other, a few times each.
 """
 
 from __future__ import annotations

@@ -334,7 +334,8 @@ def _print(console, plan: BenchPlan, f: dict) -> None:
                   f"latency submit->RUNNING p50 {f['p50_ms'] / 1000:.2f}s  p90 {f['p90_ms'] / 1000:.2f}s  "
                   f"p99 {f['p99_ms'] / 1000:.2f}s", highlight=False)
     console.print("  latency submit->step p50/p99: " + ", ".join(
-        f"{state} {v['p50'] / 1000:.2f}/{v['p99'] / 1000:.2f}s" + (f" ({v['runs']:,} runs)" if v["runs"] < f["tasks"] else "")
+        f"{state} {v['p50'] / 1000:.2f}/{v['p99'] / 1000:.2f}s"
+        + (f" ({v['runs']:,} runs)" if v.get("runs", f["tasks"]) < f["tasks"] else "")  # a step only some took
         for state, v in f.get("steps_ms", {}).items()),
         highlight=False)
     console.print(f"  to SUCCEEDED: [bold]{f['tasks_per_s_succeeded']:,.0f} tasks/s[/bold]", highlight=False)
