@@ -178,7 +178,7 @@ class Pipeline:
             time.sleep(0.1)
         job = self.store.get_job(job_id)
         raise AssertionError(f"job {job_id} is {job.state if job else 'not stored'} after {timeout}s; "
-                             f"tasks {self.store.task_state_counts([job_id])}; logs in {self.home}")
+                             f"tasks {self.store.task_state_counts([job_id])}; logs in {self.home}{self.last_words()}")
 
     def counts(self, job_id: str) -> dict[str, int]:
         """The job's tasks by state."""
@@ -189,8 +189,22 @@ class Pipeline:
         deadline = time.monotonic() + timeout
         while not check():
             if time.monotonic() > deadline:
-                raise AssertionError(f"{what} within {timeout}s; logs in {self.home}")
+                raise AssertionError(f"{what} within {timeout}s; logs in {self.home}{self.last_words()}")
             time.sleep(0.2)
+
+    def last_words(self, lines: int = 6) -> str:
+        """Each process's state and the last lines of its log, for a failure's message: pytest
+        keeps only its last few temporary folders, and CI shows only the console."""
+        out = []
+        for name, proc in self.procs.items():
+            code = proc.poll()
+            try:
+                tail = self.log(name).read_text(errors="replace").splitlines()[-lines:]
+            except OSError:
+                tail = ["(no log)"]
+            out.append(f"--- {name} (pid {proc.pid}, {'running' if code is None else f'exited {code}'}):")
+            out.extend(f"    {line[:300]}" for line in tail)
+        return "".join(f"\n{line}" for line in out)
 
     def read_topic(self, topic: str, expect: int, timeout: float = 20) -> list[dict]:
         """Decoded values of a topic, waiting until at least `expect` arrived."""
