@@ -274,9 +274,16 @@ class StageRuntime:
         if time.monotonic() >= self._next_topic_check:
             self._next_topic_check = time.monotonic() + self.settings.topic_check_s
             self._check_topics()
-        # A batch of about max_batch records, however many come bundled in one message.
-        msgs = self.consumer.consume(max(1, int(self.settings.max_batch / self._per_message)),
-                                     self.settings.poll_timeout_s)
+        # A batch of about max_batch records, however many come bundled in one message: what has
+        # arrived already, or else the first to come within the poll timeout and what came with
+        # it. (consume() with a timeout waits out the timeout unless the batch fills, so each
+        # stage held a job's records up to poll_timeout_s on their way.)
+        wanted = max(1, int(self.settings.max_batch / self._per_message))
+        msgs = self.consumer.consume(wanted, 0)
+        if not msgs:
+            first = self.consumer.poll(self.settings.poll_timeout_s)
+            if first is not None:
+                msgs = [first, *self.consumer.consume(wanted - 1, 0)] if wanted > 1 else [first]
         records, positions = self._decode(msgs) if msgs else ([], {})
         self._status_records = getattr(self, "_status_records", 0) + len(records)
         if records and not self._until_done(lambda: self._handle(records), "handling a batch"):
