@@ -202,7 +202,7 @@ def settled(desc: dict | None, instances: int) -> bool:
     measures one instance doing the work while the other joins)."""
     if desc is None or desc["state"] != "STABLE" or len(desc["client_ids"]) < instances:
         return False
-    return all(n > 0 for n in desc.get("partitions", {}).values())
+    return all(n > 0 for n in desc["partitions"].values())
 
 
 def _wait_for_groups(settings: Settings, catalogue: Catalogue, instances: int, console, timeout: float = 90.0) -> None:
@@ -335,7 +335,7 @@ def _print(console, plan: BenchPlan, f: dict) -> None:
                   f"p99 {f['p99_ms'] / 1000:.2f}s", highlight=False)
     console.print("  latency submit->step p50/p99: " + ", ".join(
         f"{state} {v['p50'] / 1000:.2f}/{v['p99'] / 1000:.2f}s"
-        + (f" ({v['runs']:,} runs)" if v.get("runs", f["tasks"]) < f["tasks"] else "")  # a step only some took
+        + (f" ({v['runs']:,} runs)" if v["runs"] < f["tasks"] else "")  # a step only some runs took
         for state, v in f.get("steps_ms", {}).items()),
         highlight=False)
     console.print(f"  to SUCCEEDED: [bold]{f['tasks_per_s_succeeded']:,.0f} tasks/s[/bold]", highlight=False)
