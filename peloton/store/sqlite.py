@@ -1,4 +1,14 @@
-"""Embedded SQLite backend: one file shared by every process of a dev stack (WAL mode)."""
+"""Embedded SQLite backend: files shared by every process of a dev stack (WAL mode).
+
+A SQLite file has one write lock. With every table in one file, each stage's write waited for
+the others': in the bench's steady minute the job manager held it a third of the time, and
+entitle and launch each waited 3-5 s for it, in waits of up to a quarter of a second per batch.
+So the tables a stage alone writes on every batch live in a file of their own (a part): entitle's
+allocations and queues in `<name>.allocations.db`, launch's claims in `<name>.launches.db`, and
+everything else in the file named. A transaction takes each part's write lock when it first
+touches that part, so a batch of entitle or launch never waits for the job manager's. No
+transaction writes two parts (each part is one stage's), so nothing needs to be atomic across
+files. A file made before the parts has their tables moved out the first time it is opened."""
 
 from __future__ import annotations
 
@@ -63,7 +73,7 @@ from peloton.store.rows import (
 # with (state, updated_ms) over every state, 3.6 partial with IN, 2.4 partial with OR.
 # tasks_in_states repeats the condition word for word: SQLite uses a partial index only then.
 _WAITING = "(" + " OR ".join(f"state = '{s}'" for s in INDEXED_STATES) + ")"
-SCHEMA = """
+MAIN_SCHEMA = """
 CREATE TABLE IF NOT EXISTS pools (
     path TEXT PRIMARY KEY, config TEXT NOT NULL, updated_ms INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS jobs (
@@ -89,18 +99,6 @@ CREATE INDEX IF NOT EXISTS job_commands_by_time ON job_commands (at_ms);
 CREATE INDEX IF NOT EXISTS refused_commands_by_time ON refused_commands (at_ms);
 CREATE TABLE IF NOT EXISTS task_event_batches (job_id TEXT NOT NULL, events BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS task_event_batches_by_job ON task_event_batches (job_id);
-CREATE TABLE IF NOT EXISTS allocations (
-    task_id TEXT PRIMARY KEY, pool TEXT, gang_id TEXT, cpu REAL, mem_mb REAL, disk_mb REAL,
-    gpu REAL, admitted_ms INTEGER, released_ms INTEGER, priority INTEGER, preemptible INTEGER,
-    revocable INTEGER, controller INTEGER);
-CREATE TABLE IF NOT EXISTS queued_gangs (
-    gang_id TEXT PRIMARY KEY, pool TEXT, priority INTEGER, seq INTEGER, gang TEXT, not_before_ms INTEGER);
-CREATE TABLE IF NOT EXISTS launches (
-    task_id TEXT PRIMARY KEY, job_id TEXT, instance INTEGER, run_id INTEGER, host_id TEXT,
-    cpu REAL, mem_mb REAL, disk_mb REAL, gpu REAL, launched_ms INTEGER, ended_ms INTEGER,
-    final_status TEXT);
-CREATE INDEX IF NOT EXISTS launches_running_by_host ON launches (host_id) WHERE ended_ms IS NULL;
-CREATE INDEX IF NOT EXISTS launches_ended ON launches (ended_ms) WHERE ended_ms IS NOT NULL;
 CREATE INDEX IF NOT EXISTS jobs_by_completion ON jobs (completed_ms);
 CREATE TABLE IF NOT EXISTS deleted_jobs (job_id TEXT PRIMARY KEY, deleted_ms INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS deleted_jobs_by_time ON deleted_jobs (deleted_ms);
@@ -115,6 +113,34 @@ CREATE TABLE IF NOT EXISTS tokens (
     token_id TEXT PRIMARY KEY, secret_hash TEXT NOT NULL, user_name TEXT NOT NULL, groups TEXT NOT NULL,
     admin INTEGER NOT NULL, created_ms INTEGER NOT NULL, revoked_ms INTEGER);
 """.replace("{waiting}", _WAITING)
+MAIN, ALLOCATIONS, LAUNCHES = "main", "allocations", "launches"
+# Each part's tables; MAIN's file is the one named, the others' are named after it.
+PART_SCHEMAS = {MAIN: MAIN_SCHEMA, ALLOCATIONS: """
+CREATE TABLE IF NOT EXISTS allocations (
+    task_id TEXT PRIMARY KEY, pool TEXT, gang_id TEXT, cpu REAL, mem_mb REAL, disk_mb REAL,
+    gpu REAL, admitted_ms INTEGER, released_ms INTEGER, priority INTEGER, preemptible INTEGER,
+    revocable INTEGER, controller INTEGER);
+CREATE TABLE IF NOT EXISTS queued_gangs (
+    gang_id TEXT PRIMARY KEY, pool TEXT, priority INTEGER, seq INTEGER, gang TEXT, not_before_ms INTEGER);
+""", LAUNCHES: """
+CREATE TABLE IF NOT EXISTS launches (
+    task_id TEXT PRIMARY KEY, job_id TEXT, instance INTEGER, run_id INTEGER, host_id TEXT,
+    cpu REAL, mem_mb REAL, disk_mb REAL, gpu REAL, launched_ms INTEGER, ended_ms INTEGER,
+    final_status TEXT);
+CREATE INDEX IF NOT EXISTS launches_running_by_host ON launches (host_id) WHERE ended_ms IS NULL;
+CREATE INDEX IF NOT EXISTS launches_ended ON launches (ended_ms) WHERE ended_ms IS NOT NULL;
+"""}
+# The tables of each part but MAIN: what a file made before the parts has moved out of it.
+PART_TABLES = {ALLOCATIONS: ("allocations", "queued_gangs"), LAUNCHES: ("launches",)}
+# Columns added since a table was first made: files made before get them added.
+ADDED_COLUMNS = {
+    MAIN: (("jobs", "revocable", "INTEGER"), ("task_events", "host_id", "TEXT"), ("task_events", "message", "TEXT"),
+           ("jobs", "config_version", "INTEGER"), ("jobs", "rollout", "TEXT"), ("tasks", "health", "TEXT")),
+    ALLOCATIONS: (("allocations", "released_ms", "INTEGER"), ("allocations", "priority", "INTEGER"),
+                  ("allocations", "preemptible", "INTEGER"), ("allocations", "revocable", "INTEGER"),
+                  ("allocations", "controller", "INTEGER"), ("queued_gangs", "admitted_ms", "INTEGER")),
+    LAUNCHES: (("launches", "final_status", "TEXT"),),
+}
 
 # SQLite limits bound variables per statement; IN lists are chunked below this.
 _CHUNK = 900
@@ -131,33 +157,36 @@ def _chunks(items: list, size: int = _CHUNK):
         yield items[i : i + size]
 
 
+def part_path(path: Path, part: str) -> Path:
+    """The file of a part: MAIN's is the one named, the others' `<name>.<part><suffix>`."""
+    return path if part == MAIN else path.with_name(f"{path.stem}.{part}{path.suffix}")
+
+
+def store_files(path: Path) -> list[Path]:
+    """Every file of the store named `path`: each part's, with its WAL and shared memory."""
+    return [Path(f"{part_path(path, part)}{suffix}") for part in PART_SCHEMAS for suffix in ("", "-wal", "-shm")]
+
+
 class SqliteStore(StorageGateway):
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        # Autocommit mode; writes group themselves with transaction() (BEGIN IMMEDIATE takes the
-        # write lock up front so two processes never deadlock upgrading a read lock).
-        self.db = sqlite3.connect(str(self.path), timeout=60, isolation_level=None, check_same_thread=False)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.execute("PRAGMA busy_timeout=60000")
         self._lock = threading.RLock()
         self._depth = 0
+        self._owner = 0  # the thread whose transaction is open
+        self._begun: list[str] = []  # the parts whose write lock that transaction holds
+        self._dbs = {part: self._connect(self.part_path(part)) for part in PART_SCHEMAS}
+        for part, schema in PART_SCHEMAS.items():
+            with self.transaction():
+                db = self._part(part)
+                for statement in schema.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                for table, column, kind in ADDED_COLUMNS[part]:
+                    if column not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
+                        db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+        self._move_parts_out()
         with self.transaction():
-            for statement in SCHEMA.split(";"):
-                if statement.strip():
-                    self.db.execute(statement)
-            # Files made before a column existed get it added.
-            added = (("launches", "final_status", "TEXT"), ("allocations", "released_ms", "INTEGER"),
-                     ("allocations", "priority", "INTEGER"), ("allocations", "preemptible", "INTEGER"),
-                     ("allocations", "revocable", "INTEGER"), ("allocations", "controller", "INTEGER"),
-                     ("jobs", "revocable", "INTEGER"), ("task_events", "host_id", "TEXT"),
-                     ("task_events", "message", "TEXT"), ("jobs", "config_version", "INTEGER"),
-                     ("jobs", "rollout", "TEXT"), ("queued_gangs", "admitted_ms", "INTEGER"),
-                     ("tasks", "health", "TEXT"))
-            for table, column, kind in added:
-                if column not in {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}:
-                    self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
             # Files made before the partial indexes had them over every row: tasks by state, and
             # launches by host and by end. A launch's host is wanted only while it runs, and its
             # end only once it has ended; over every row, each claim and each end wrote a page of
@@ -168,34 +197,105 @@ class SqliteStore(StorageGateway):
             # by host over every row, where a new task's empty host took a place too: a task's
             # insert 9.4 -> 8.3 us, and with the host index partial 8.7 -> 8.0 (its first host
             # 9.5 -> 8.8).
-            for old in ("tasks_by_state", "launches_by_host", "launches_by_end", "launches_by_job", "tasks_by_task_id",
-                        "tasks_by_host"):
+            for old in ("tasks_by_state", "tasks_by_task_id", "tasks_by_host"):
                 self.db.execute(f"DROP INDEX IF EXISTS {old}")
             # (After the columns: files made before released_ms had none to index.) Only released
             # allocations, which the sweep forgets by age: over every row, each admission wrote
             # an entry too, and each release moved it (in isolation, insert 4.55 -> 3.8 us a row,
             # release 3.1 -> 2.4). Held ones are read whole only at start (a scan).
-            self.db.execute("DROP INDEX IF EXISTS allocations_by_release")
-            self.db.execute("CREATE INDEX IF NOT EXISTS allocations_released ON allocations (released_ms) "
-                            "WHERE released_ms IS NOT NULL")
+            allocations = self._part(ALLOCATIONS)
+            allocations.execute("DROP INDEX IF EXISTS allocations_by_release")
+            allocations.execute("CREATE INDEX IF NOT EXISTS allocations_released ON allocations (released_ms) "
+                                "WHERE released_ms IS NOT NULL")
+
+    def part_path(self, part: str) -> Path:
+        return part_path(self.path, part)
+
+    @staticmethod
+    def _connect(path: Path) -> sqlite3.Connection:
+        # Autocommit mode; writes group themselves with transaction() (BEGIN IMMEDIATE takes the
+        # write lock up front so two processes never deadlock upgrading a read lock).
+        db = sqlite3.connect(str(path), timeout=60, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA busy_timeout=60000")
+        return db
+
+    def _move_parts_out(self) -> None:
+        """A file made before the parts holds their tables: their rows move to the parts' files
+        (the columns both have), and the tables leave it. Once, by whichever process first gets
+        the lock of all three files (an attached file's is taken with the main one's)."""
+        old = [t for part in PART_TABLES.values() for t in part]
+        if not self.db.execute(f"SELECT 1 FROM sqlite_master WHERE type = 'table' AND name IN "
+                               f"({', '.join('?' * len(old))})", old).fetchone():
+            return
+        db = self._dbs[MAIN]
+        for part in PART_TABLES:
+            db.execute("ATTACH DATABASE ? AS ?", (str(self.part_path(part)), f"part_{part}"))
+        try:
+            with self.transaction():
+                self._part(MAIN)  # BEGIN IMMEDIATE: the attached files' locks too
+                for part, tables in PART_TABLES.items():
+                    for table in tables:
+                        if not db.execute("SELECT 1 FROM main.sqlite_master WHERE type = 'table' AND name = ?",
+                                          (table,)).fetchone():
+                            continue  # another process moved it first
+                        mine = [r[1] for r in db.execute(f"PRAGMA main.table_info({table})")]
+                        theirs = {r[1] for r in db.execute(f"PRAGMA part_{part}.table_info({table})")}
+                        cols = ", ".join(c for c in mine if c in theirs)
+                        db.execute(f"INSERT OR IGNORE INTO part_{part}.{table} ({cols}) SELECT {cols} FROM main.{table}")
+                        db.execute(f"DROP TABLE main.{table}")
+        finally:
+            for part in PART_TABLES:
+                db.execute("DETACH DATABASE ?", (f"part_{part}",))
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        """MAIN's connection (jobs, tasks, pools and the rest), its write lock taken first if
+        this thread's transaction has not yet."""
+        return self._part(MAIN)
+
+    def connection(self, part: str = MAIN) -> sqlite3.Connection:
+        """A part's connection, for a test that reads a query's plan."""
+        return self._dbs[part]
+
+    def _part(self, part: str) -> sqlite3.Connection:
+        db = self._dbs[part]
+        if self._depth and part not in self._begun and self._owner == threading.get_ident():
+            db.execute("BEGIN IMMEDIATE")
+            self._begun.append(part)
+        return db
 
     @contextmanager
     def transaction(self):
+        """Writes of this thread inside it commit together; each part's write lock is taken
+        when the transaction first touches that part (_part), and held until it ends."""
         with self._lock:
             outer = self._depth == 0
             if outer:
-                self.db.execute("BEGIN IMMEDIATE")
+                self._owner, self._begun = threading.get_ident(), []
             self._depth += 1
             try:
                 yield self
             except BaseException:
                 self._depth -= 1
                 if outer:
-                    self.db.execute("ROLLBACK")
+                    self._end("ROLLBACK")
                 raise
             self._depth -= 1
             if outer:
-                self.db.execute("COMMIT")
+                self._end("COMMIT")
+
+    def _end(self, word: str) -> None:
+        begun, self._begun, self._owner = self._begun, [], 0
+        try:
+            for part in begun:
+                self._dbs[part].execute(word)
+        except BaseException:
+            for part in begun:  # a failed COMMIT leaves its transaction open; so would the rest
+                if self._dbs[part].in_transaction:
+                    self._dbs[part].execute("ROLLBACK")
+            raise
 
     # -- pools ------------------------------------------------------------------------------
     def put_pool(self, path: str, config: dict) -> None:
@@ -447,9 +547,9 @@ class SqliteStore(StorageGateway):
     def allocations(self, pools: list[str] | None = None) -> list[Allocation]:
         q = f"SELECT {ALLOCATION_COLS} FROM allocations WHERE released_ms IS NULL"
         if pools is None:
-            return [allocation_from_row(r) for r in self.db.execute(q)]
+            return [allocation_from_row(r) for r in self._part(ALLOCATIONS).execute(q)]
         return [allocation_from_row(r) for chunk in _chunks(sorted(set(pools)))
-                for r in self.db.execute(f"{q} AND pool IN ({','.join('?' * len(chunk))})", chunk)]
+                for r in self._part(ALLOCATIONS).execute(f"{q} AND pool IN ({','.join('?' * len(chunk))})", chunk)]
 
     def release_allocations(self, task_ids: list[str], released_ms: int) -> None:
         if not task_ids:
@@ -457,48 +557,48 @@ class SqliteStore(StorageGateway):
         with self.transaction():
             # `+`: without it SQLite walks the release index over every held allocation and tests
             # each against the list, rather than finding the listed ones by their key.
-            self.db.execute("UPDATE allocations SET released_ms = ? WHERE task_id IN (SELECT value FROM json_each(?)) "
+            self._part(ALLOCATIONS).execute("UPDATE allocations SET released_ms = ? WHERE task_id IN (SELECT value FROM json_each(?)) "
                             "AND +released_ms IS NULL", (released_ms, json_text(task_ids)))
 
     def allocation_states(self, task_ids: list[str]) -> dict[str, str]:
         out: dict[str, str] = {}
         for chunk in _chunks(list(task_ids)):
             q = f"SELECT task_id, released_ms FROM allocations WHERE task_id IN ({','.join('?' * len(chunk))})"
-            out.update((t, "held" if released is None else "released") for t, released in self.db.execute(q, chunk))
+            out.update((t, "held" if released is None else "released") for t, released in self._part(ALLOCATIONS).execute(q, chunk))
         return out
 
     def forget_released_allocations(self, before_ms: int, limit: int) -> int:
         with self.transaction():
-            return self.db.execute("DELETE FROM allocations WHERE task_id IN (SELECT task_id FROM allocations "
+            return self._part(ALLOCATIONS).execute("DELETE FROM allocations WHERE task_id IN (SELECT task_id FROM allocations "
                                    "WHERE released_ms < ? LIMIT ?)", (before_ms, limit)).rowcount
 
     def add_allocations(self, rows: list[Allocation]) -> None:
         with self.transaction():
-            self.db.executemany(
+            self._part(ALLOCATIONS).executemany(
                 f"INSERT OR REPLACE INTO allocations ({ALLOCATION_COLS}) VALUES ({_q(ALLOCATION_COLS)})",
                 [allocation_params(a) for a in rows],
             )
 
     def remove_allocations(self, task_ids: list[str]) -> None:
         with self.transaction():
-            self.db.executemany("DELETE FROM allocations WHERE task_id = ?", [(t,) for t in task_ids])
+            self._part(ALLOCATIONS).executemany("DELETE FROM allocations WHERE task_id = ?", [(t,) for t in task_ids])
 
     # -- pool queues ------------------------------------------------------------------------
     def queue_gangs(self, rows: list[QueuedGang]) -> None:
         with self.transaction():
-            self.db.executemany(f"INSERT OR IGNORE INTO queued_gangs ({QUEUED_COLS}) VALUES ({_q(QUEUED_COLS)})",
+            self._part(ALLOCATIONS).executemany(f"INSERT OR IGNORE INTO queued_gangs ({QUEUED_COLS}) VALUES ({_q(QUEUED_COLS)})",
                                 [queued_params(q) for q in rows])
 
     def queued_gangs(self, pools: list[str] | None = None) -> list[QueuedGang]:
         q = f"SELECT {QUEUED_COLS} FROM queued_gangs WHERE admitted_ms IS NULL"
         if pools is None:
-            return [queued_from_row(r) for r in self.db.execute(f"{q} ORDER BY seq")]
+            return [queued_from_row(r) for r in self._part(ALLOCATIONS).execute(f"{q} ORDER BY seq")]
         return sorted((queued_from_row(r) for chunk in _chunks(sorted(set(pools)))
-                       for r in self.db.execute(f"{q} AND pool IN ({','.join('?' * len(chunk))})", chunk)),
+                       for r in self._part(ALLOCATIONS).execute(f"{q} AND pool IN ({','.join('?' * len(chunk))})", chunk)),
                       key=lambda g: g.seq)
 
     def unsent_admissions(self) -> list[QueuedGang]:
-        return [queued_from_row(r) for r in self.db.execute(
+        return [queued_from_row(r) for r in self._part(ALLOCATIONS).execute(
             f"SELECT {QUEUED_COLS}, admitted_ms FROM queued_gangs WHERE admitted_ms IS NOT NULL ORDER BY seq")]
 
     def admissions_sent(self, gang_ids: list[str]) -> None:
@@ -508,7 +608,7 @@ class SqliteStore(StorageGateway):
         if not gang_ids:
             return
         with self.transaction():
-            self.db.execute("DELETE FROM queued_gangs WHERE gang_id IN (SELECT value FROM json_each(?))",
+            self._part(ALLOCATIONS).execute("DELETE FROM queued_gangs WHERE gang_id IN (SELECT value FROM json_each(?))",
                             (json_text(gang_ids),))
 
     def admit_gangs(self, gang_ids: list[str], allocations: list[Allocation],
@@ -519,7 +619,7 @@ class SqliteStore(StorageGateway):
             if not gang_ids:
                 return set()
             at = int(time.time() * 1000)
-            taken = {g for (g,) in self.db.execute(
+            taken = {g for (g,) in self._part(ALLOCATIONS).execute(
                 "UPDATE queued_gangs SET admitted_ms = ? WHERE gang_id IN (SELECT value FROM json_each(?)) "
                 "AND admitted_ms IS NULL RETURNING gang_id", (at, json_text(gang_ids)))}
             self.add_allocations([a for a in allocations if a.gang_id in taken])
@@ -531,11 +631,11 @@ class SqliteStore(StorageGateway):
             return set()
         with self.transaction():
             # One statement text whatever the count (a list of `?` was prepared again per size)
-            seen = {r[0] for r in self.db.execute(
+            seen = {r[0] for r in self._part(LAUNCHES).execute(
                 "SELECT task_id FROM launches WHERE task_id IN (SELECT value FROM json_each(?))",
                 (json_text([r.task_id for r in rows]),))}
             new = [r for r in rows if r.task_id not in seen]
-            self.db.executemany(
+            self._part(LAUNCHES).executemany(
                 f"INSERT OR IGNORE INTO launches ({LAUNCH_COLS}) VALUES ({_q(LAUNCH_COLS)})",
                 [launch_params(r) for r in new],
             )
@@ -544,7 +644,7 @@ class SqliteStore(StorageGateway):
     def end_launches(self, task_ids: list[str], ended_ms: int, final_status: dict[str, dict] | None = None) -> None:
         final_status = final_status or {}
         with self.transaction():
-            self.db.executemany(
+            self._part(LAUNCHES).executemany(
                 "UPDATE launches SET ended_ms = ?, final_status = ? WHERE task_id = ? AND ended_ms IS NULL",
                 [(ended_ms, json_text(final_status[t]) if t in final_status else None, t) for t in task_ids],
             )
@@ -554,7 +654,7 @@ class SqliteStore(StorageGateway):
         for chunk in _chunks(list(host_ids)):
             q = (f"SELECT {LAUNCH_COLS} FROM launches WHERE ended_ms IS NULL "
                  f"AND host_id IN ({','.join('?' * len(chunk))})")
-            out.extend(launch_from_row(r) for r in self.db.execute(q, chunk))
+            out.extend(launch_from_row(r) for r in self._part(LAUNCHES).execute(q, chunk))
         return out
 
     def set_host_state(self, host_id: str, state: str, at_ms: int) -> None:
@@ -585,24 +685,25 @@ class SqliteStore(StorageGateway):
         return [token_from_row(r) for r in self.db.execute(f"SELECT {TOKEN_COLUMNS} FROM tokens ORDER BY created_ms")]
 
     def active_launch_hosts(self) -> list[str]:
-        return [r[0] for r in self.db.execute("SELECT DISTINCT host_id FROM launches WHERE ended_ms IS NULL")]
+        return [r[0] for r in self._part(LAUNCHES).execute("SELECT DISTINCT host_id FROM launches WHERE ended_ms IS NULL")]
 
     def ended_launches(self, host_ids: list[str], since_ms: int) -> list[dict]:
         out = []
         for chunk in _chunks(list(host_ids)):
             q = (f"SELECT final_status FROM launches WHERE ended_ms >= ? AND final_status IS NOT NULL "
                  f"AND host_id IN ({','.join('?' * len(chunk))}) ORDER BY ended_ms")
-            out.extend(json.loads(r[0]) for r in self.db.execute(q, (since_ms, *chunk)))
+            out.extend(json.loads(r[0]) for r in self._part(LAUNCHES).execute(q, (since_ms, *chunk)))
         return out
 
     def forget_launches(self, now_ms: int, limit: int) -> int:
         with self.transaction():
-            return self.db.execute("DELETE FROM launches WHERE task_id IN (SELECT task_id FROM launches "
+            return self._part(LAUNCHES).execute("DELETE FROM launches WHERE task_id IN (SELECT task_id FROM launches "
                                    "WHERE ended_ms < ? LIMIT ?)", (now_ms - CLAIMS_KEPT_MS, limit)).rowcount
 
     def launch_counts(self, job_id: str) -> dict[int, int]:
         q = "SELECT instance, COUNT(*) FROM launches WHERE job_id = ? GROUP BY instance"
-        return dict(self.db.execute(q, (job_id,)).fetchall())
+        return dict(self._part(LAUNCHES).execute(q, (job_id,)).fetchall())
 
     def close(self) -> None:
-        self.db.close()
+        for db in self._dbs.values():
+            db.close()

@@ -230,8 +230,10 @@ class DevStack:
             # allocations and launches that no event of the new log will ever release would stay.
             path = sqlite_path(self.settings.store)
             if path is not None and store_kind == "sqlite":
-                for suffix in ("", "-wal", "-shm"):
-                    Path(f"{path}{suffix}").unlink(missing_ok=True)
+                from peloton.store.sqlite import store_files
+
+                for file in store_files(path):
+                    file.unlink(missing_ok=True)
             shutil.rmtree(Path(self.settings.home) / "agents", ignore_errors=True)
             kafka = self._start_kafka(components, brokers, progress)
         if store_kind != "sqlite":

@@ -120,7 +120,7 @@ def test_a_killed_entitle_instance_leaves_no_allocation_charged_twice_or_forgott
 
 
 def launch_span(p, job_id: str) -> list[tuple[int, int]]:
-    rows = p.store.db.execute("SELECT launched_ms, ended_ms FROM launches WHERE job_id = ?", (job_id,)).fetchall()
+    rows = p.store.connection("launches").execute("SELECT launched_ms, ended_ms FROM launches WHERE job_id = ?", (job_id,)).fetchall()
     return [(a, b) for a, b in rows]
 
 

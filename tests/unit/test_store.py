@@ -509,41 +509,74 @@ def test_sqlite_indexes_launches_by_host_while_they_run_and_by_end_once_ended(tm
     """Over every row, each claim and end wrote a page of an index as large as the table; the
     partial indexes hold the running launches by host and the ended ones by end, and every query
     of launch's is still served by one. Nothing indexes them by job: only tests count a job's."""
-    import sqlite3
+    from peloton.store.sqlite import LAUNCHES
 
-    path = tmp_path / "old.db"
-    open_store(str(path)).close()
-    old = sqlite3.connect(path)  # as files made before had them
-    old.executescript("DROP INDEX launches_running_by_host; DROP INDEX launches_ended; "
-                      "CREATE INDEX launches_by_host ON launches (host_id, ended_ms); "
-                      "CREATE INDEX launches_by_end ON launches (ended_ms); "
-                      "CREATE INDEX launches_by_job ON launches (job_id);")
-    old.close()
-    store = open_store(str(path))
+    store = open_store(str(tmp_path / "s.db"))
     try:
-        indexes = {r[0] for r in store.db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
-        assert not {"launches_by_host", "launches_by_end", "launches_by_job"} & indexes
-        assert {"launches_running_by_host", "launches_ended"} <= indexes
+        launches = store.connection(LAUNCHES)
+        indexes = {r[0] for r in launches.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert {"launches_running_by_host", "launches_ended"} <= indexes and "launches_by_job" not in indexes
         rows = [Launch(f"t{i}", "j", i, 1, f"h{i % 2}", 1, 1, 1, 0, 10) for i in range(4)]
         assert store.claim_launches(rows) == {"t0", "t1", "t2", "t3"}
         assert store.claim_launches(rows[:2] + [Launch("t9", "j", 9, 1, "h0", 1, 1, 1, 0, 10)]) == {"t9"}
         store.end_launches(["t0", "t1"], 20, {"t0": {"task_id": "t0"}, "t1": {"task_id": "t1"}})
         traced: list[str] = []
-        store.db.set_trace_callback(traced.append)
+        launches.set_trace_callback(traced.append)
         assert sorted(x.task_id for x in store.active_launches(["h0"])) == ["t2", "t9"]
         assert sorted(store.active_launch_hosts()) == ["h0", "h1"]
         assert store.ended_launches(["h1"], 15) == [{"task_id": "t1"}]
         assert store.launch_counts("j") == {0: 1, 1: 1, 2: 1, 3: 1, 9: 1}  # a test's question: it reads every row
         assert store.forget_launches(10**15, 10) == 2
-        store.db.set_trace_callback(None)
+        launches.set_trace_callback(None)
         for query, index in (("WHERE ended_ms IS NULL AND host_id", "launches_running_by_host"),
                              ("SELECT DISTINCT host_id", "launches_running_by_host"),
                              ("WHERE ended_ms >= ", "launches_ended"), ("WHERE ended_ms < ", "launches_ended")):
             [sql] = [q for q in traced if query in q]
-            plan = " ".join(str(r) for r in store.db.execute("EXPLAIN QUERY PLAN " + sql))
+            plan = " ".join(str(r) for r in launches.execute("EXPLAIN QUERY PLAN " + sql))
             assert index in plan, (query, plan)
     finally:
         store.close()
+
+
+def test_sqlite_moves_the_tables_of_a_file_made_before_its_parts_into_their_files(tmp_path) -> None:
+    """A file made when every table was in it (launches with the indexes of then, allocations
+    without the columns added since): its rows move to the parts' files, once, and the tables
+    leave it; a second store opened on it finds them moved."""
+    import sqlite3
+
+    from peloton.store.sqlite import ALLOCATIONS, LAUNCHES
+
+    path = tmp_path / "old.db"
+    old = sqlite3.connect(path)
+    old.executescript(
+        "CREATE TABLE launches (task_id TEXT PRIMARY KEY, job_id TEXT, instance INTEGER, run_id INTEGER, "
+        "host_id TEXT, cpu REAL, mem_mb REAL, disk_mb REAL, gpu REAL, launched_ms INTEGER, ended_ms INTEGER);"
+        "CREATE INDEX launches_by_host ON launches (host_id, ended_ms); CREATE INDEX launches_by_job ON launches (job_id);"
+        "INSERT INTO launches VALUES ('t0', 'j', 0, 1, 'h0', 1, 1, 1, 0, 10, NULL);"
+        "CREATE TABLE allocations (task_id TEXT PRIMARY KEY, pool TEXT, gang_id TEXT, cpu REAL, mem_mb REAL, "
+        "disk_mb REAL, gpu REAL, admitted_ms INTEGER);"
+        "INSERT INTO allocations VALUES ('t0', '/p', 'g0', 1, 2, 3, 0, 5);"
+        "CREATE TABLE queued_gangs (gang_id TEXT PRIMARY KEY, pool TEXT, priority INTEGER, seq INTEGER, gang TEXT, "
+        "not_before_ms INTEGER);"
+        "INSERT INTO queued_gangs VALUES ('g1', '/p', 0, 7, '{\"gang_id\": \"g1\"}', 0);")
+    old.close()
+    store, again = open_store(str(path)), None
+    try:
+        tables = {r[0] for r in store.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert not {"launches", "allocations", "queued_gangs"} & tables and "tasks" in tables
+        assert store.claim_launches([Launch("t0", "j", 0, 1, "h0", 1, 1, 1, 0, 10)]) == set()  # moved: claimed before
+        assert [x.task_id for x in store.active_launches(["h0"])] == ["t0"]
+        assert [(a.task_id, a.mem_mb) for a in store.allocations()] == [("t0", 2)]
+        assert [g.gang_id for g in store.queued_gangs()] == ["g1"]
+        indexes = {r[0] for r in store.connection(LAUNCHES).execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert "launches_running_by_host" in indexes and not {"launches_by_host", "launches_by_job"} & indexes
+        assert store.part_path(ALLOCATIONS) == tmp_path / "old.allocations.db"
+        again = open_store(str(path))  # nothing left to move: the rows stay once
+        assert len(again.allocations()) == 1 and len(again.active_launches(["h0"])) == 1
+    finally:
+        store.close()
+        if again is not None:
+            again.close()
 
 
 def test_sqlite_indexes_tasks_by_host_once_they_have_one_and_not_by_task_id(tmp_path) -> None:
@@ -622,11 +655,12 @@ def test_sqlite_forgets_released_allocations_through_the_index_of_released_ones(
     store.release_allocations(["t0", "t1"], 5)
     store.release_allocations(["t2"], 50)
     statements: list[str] = []
-    store.db.set_trace_callback(statements.append)
+    allocations = store.connection("allocations")
+    allocations.set_trace_callback(statements.append)
     assert store.forget_released_allocations(10, 100) == 2
-    store.db.set_trace_callback(None)
+    allocations.set_trace_callback(None)
     [sql] = [s for s in statements if s.startswith("DELETE")]
-    plan = " ".join(row[3] for row in store.db.execute("EXPLAIN QUERY PLAN " + sql))
+    plan = " ".join(row[3] for row in allocations.execute("EXPLAIN QUERY PLAN " + sql))
     assert "USING INDEX allocations_released (released_ms<?)" in plan, plan
     assert store.allocation_states(["t0", "t2", "t3"]) == {"t2": "released", "t3": "held"}
     assert [a.task_id for a in store.allocations()] == ["t3"]  # held ones: a scan, read at start
@@ -636,11 +670,12 @@ def test_sqlite_forgets_released_allocations_through_the_index_of_released_ones(
 def test_sqlite_finds_the_rows_of_an_id_list_by_their_key(tmp_path) -> None:
     # A statement over a JSON list of ids (json_each) must look each id up by its key: SQLite may
     # otherwise prefer another index and test every row it holds against the list.
-    from peloton.store.sqlite import SqliteStore
+    from peloton.store.sqlite import PART_SCHEMAS, SqliteStore
 
     store = SqliteStore(tmp_path / "s.db")
-    statements: list[str] = []
-    store.db.set_trace_callback(statements.append)
+    statements: dict[str, list[str]] = {part: [] for part in PART_SCHEMAS}  # each file's, read by its connection
+    for part, said in statements.items():
+        store.connection(part).set_trace_callback(said.append)
     store.create_jobs([job("a")], [task("a", i) for i in range(3)])
     moved = [task("a", i, "RUNNING") for i in range(3)]
     store.update_task_runs(moved, same_run=True, same_host=True)
@@ -651,10 +686,26 @@ def test_sqlite_finds_the_rows_of_an_id_list_by_their_key(tmp_path) -> None:
     store.admit_gangs([g.gang_id for g in gangs], [Allocation(f"t{i}", "/p", f"g{i}", 1, 1, 1, 0, 1) for i in range(3)])
     store.release_allocations(["t0", "t1"], 5)
     store.unqueue_gangs(["g0", "g1"])
-    store.db.set_trace_callback(None)
-    listed = {s for s in statements if "json_each" in s}
+    listed = {(part, s) for part, said in statements.items() for s in said if "json_each" in s}
     assert len(listed) >= 5, listed
-    for sql in listed:
-        plan = [row[3] for row in store.db.execute("EXPLAIN QUERY PLAN " + sql.replace("RETURNING gang_id", ""))]
+    for part, sql in listed:
+        store.connection(part).set_trace_callback(None)
+        plan = [row[3] for row in store.connection(part).execute(
+            "EXPLAIN QUERY PLAN " + sql.replace("RETURNING gang_id", ""))]
         assert plan[0].startswith("SEARCH") and "sqlite_autoindex" in plan[0], (sql, plan)
     store.close()
+
+
+def test_sqlite_names_every_file_it_makes_so_a_new_stack_can_remove_them(tmp_path) -> None:
+    """`dev up` starts a new cluster with an empty store by removing its files: a part's file
+    left behind would hold allocations and launches that nothing will ever release."""
+    from peloton.store.sqlite import store_files
+
+    store = open_store(str(tmp_path / "peloton.db"))
+    store.create_jobs([job("a")], [task("a", 0)])
+    store.add_allocations([Allocation("t0", "/p", "g0", 1, 1, 1, 0, 1)])
+    store.claim_launches([Launch("t0", "a", 0, 1, "h0", 1, 1, 1, 0, 10)])
+    made = set(tmp_path.iterdir())
+    store.close()
+    assert {f.name for f in made if f.suffix == ".db"} == {"peloton.db", "peloton.allocations.db", "peloton.launches.db"}
+    assert made <= set(store_files(tmp_path / "peloton.db")), made - set(store_files(tmp_path / "peloton.db"))
