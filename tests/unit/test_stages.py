@@ -411,10 +411,10 @@ def test_the_steps_before_launch_show_in_the_task_and_its_history_once(admit, st
 
 
 def status_runs_record(job_id: str, state: str, runs: list[tuple[int, int]], exit_code: int | None = None,
-                       health: str = "") -> Record:
+                       health: str = "", with_starting: bool = False) -> Record:
     return record("task-status", "peloton.TaskStatusRuns", {
         "event_id": uuid.uuid4().hex, "job_id": job_id, "state": state, "exit_code": exit_code, "health": health,
-        "timestamp_ms": 100, "runs": [{"instance": i, "run_id": r, "host_id": "h1", "offset_ms": i} for i, r in runs]},
+        "with_starting": with_starting, "timestamp_ms": 100, "runs": [{"instance": i, "run_id": r, "host_id": "h1", "offset_ms": i} for i, r in runs]},
         key=job_id)
 
 
@@ -446,10 +446,11 @@ def test_launch_sends_a_ticks_statuses_as_one_record_per_job_and_status(store) -
     stage.handle([placement_of(one_task_gang(f"s-{i}-1")) for i in range(3)])
     stage.tick(time.monotonic())
     stage.tick(time.monotonic())
-    sent = [(schema, v["state"], sorted(r["instance"] for r in v["runs"])) for _, _, schema, v in out.take("task-status")
-            if schema != "peloton.TaskProgress"]
-    assert sent == [("peloton.TaskStatusRuns", state, [0, 1, 2])
-                    for state in ("TASK_STARTING", "TASK_RUNNING", "TASK_FINISHED")]
+    sent = [(schema, v["state"], v["with_starting"], sorted(r["instance"] for r in v["runs"]))
+            for _, _, schema, v in out.take("task-status") if schema != "peloton.TaskProgress"]
+    # a start's STARTING and RUNNING, reported at one instant, in one record (statuses_of_runs reads both)
+    assert sent == [("peloton.TaskStatusRuns", "TASK_RUNNING", True, [0, 1, 2]),
+                    ("peloton.TaskStatusRuns", "TASK_FINISHED", False, [0, 1, 2])]
 
 
 def test_a_host_managers_launching_leaves_the_run_launched_with_both_steps_in_its_history(admit, store) -> None:
@@ -465,6 +466,18 @@ def test_a_host_managers_launching_leaves_the_run_launched_with_both_steps_in_it
     assert history[-3:] == [("PLACED", "h1"), ("LAUNCHING", "h1"), ("LAUNCHED", "h1")]
     stage.handle([status_record("l-0-1", "TASK_RUNNING")])
     assert store.tasks_of_job("l")[0].state == "RUNNING"
+
+
+def test_a_running_record_with_its_starting_leaves_both_steps_in_each_runs_history(admit, store) -> None:
+    stage, out = admit
+    stage.handle([command("w", JOB.format(name="w", count=2, gang=0, cpu=1))])
+    out.take()
+    stage.handle([progress_record("w", "LAUNCHING", [(0, 1, "h1"), (1, 1, "h1")])])
+    stage.handle([status_runs_record("w", "TASK_RUNNING", [(0, 1), (1, 1)], health="DISABLED", with_starting=True)])
+    assert out.take("dead-letters") == []
+    assert [t.state for t in store.tasks_of_job("w")] == ["RUNNING", "RUNNING"]
+    history = [(e["state"], e["timestamp_ms"]) for e in store.task_events("w") if e["instance"] == 1]
+    assert history[-2:] == [("STARTING", 101), ("RUNNING", 101)]
 
 
 def test_a_failed_task_runs_again_away_from_the_host_it_failed_on(admit, store) -> None:
