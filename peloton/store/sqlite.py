@@ -324,7 +324,7 @@ class SqliteStore(StorageGateway):
             return self.db.execute("DELETE FROM pools WHERE path = ?", (path,)).rowcount > 0
 
     def lock_pool_tree(self) -> None:
-        pass  # transaction() begins IMMEDIATE: it holds the database's one write lock already
+        self._part(MAIN)  # in a transaction, the first touch of the pools' file takes its write lock
 
     def pools_with_jobs(self) -> set[str]:
         q = "SELECT DISTINCT pool FROM jobs WHERE state NOT IN ('SUCCEEDED', 'FAILED', 'KILLED', 'DELETED')"
