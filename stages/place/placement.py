@@ -186,28 +186,40 @@ def place_gang(needs: Sequence[TaskNeed], hosts: HostRing | Sequence[HostView], 
         pool, chosen_at, previous, resume = last.pool, last.chosen_at, last.need, last.resume
     for need in needs:
         start = None  # the strategy's cursor
+        best: _Candidate | None = None
         preferred = _preferred(need, ring, now, shares, avoid, rank) if need.prefer_host else None
         if preferred is not None:
             pool = [preferred]
         elif pool and previous is not None and need.same_needs(previous):
             # Tasks with identical needs (Peloton places them together): the candidates found
             # for the previous one stand, but for the host it took, which is looked at again.
-            pool = _retake(pool, chosen_at, need, now, shares, avoid, rank)
-            if spread and pool and min(pool)[0][1] > 0:
-                pool = []  # every candidate has a task of the job already
-            if not pool:
-                start = resume  # the candidates are used up: walk on past them
+            _, index, host = pool[chosen_at]
+            again = _candidate(need, host, index, now, shares, avoid, rank)
+            if again is not None and not spread:
+                # PACK: that host's key only fell (less cpu left, the rest as it was) and the
+                # others' stand, so while it takes the task it is the best again: nothing else
+                # to compare (2 us a task in a job's run of one-task gangs).
+                pool[chosen_at] = best = again
+            else:
+                pool = pool[:chosen_at] + pool[chosen_at + 1:]
+                if again is not None:
+                    pool.append(again)
+                if spread and pool and min(pool)[0][1] > 0:
+                    pool = []  # every candidate has a task of the job already
+                if not pool:
+                    start = resume  # the candidates are used up: walk on past them
         else:
             pool = []
-        if not pool:
-            pool, resume = _walk(need, checks_for(need), ring, start, now, shares, avoid, limit, rank, spread)
-        if not pool:
-            ring.pack_at, ring.spread_at = cursors
-            if last is not None:
-                last.need = None
-            return None
-        best = min(pool)
-        chosen_at = pool.index(best)
+        if best is None:
+            if not pool:
+                pool, resume = _walk(need, checks_for(need), ring, start, now, shares, avoid, limit, rank, spread)
+            if not pool:
+                ring.pack_at, ring.spread_at = cursors
+                if last is not None:
+                    last.need = None
+                return None
+            best = min(pool)
+            chosen_at = pool.index(best)
         _, index, host = best
         share = shares.get(host.host_id)
         if share is None:
@@ -265,18 +277,6 @@ def _preferred(need: TaskNeed, ring: HostRing, now: float, shares: dict[str, Ten
     any other."""
     index = ring.index_of(need.prefer_host)
     return _candidate(need, ring.hosts[index], index, now, shares, avoid, rank) if index is not None else None
-
-
-def _retake(pool: list[_Candidate], chosen_at: int, need: TaskNeed, now: float, shares: dict[str, Tentative],
-            avoid: Iterable[str], rank: Ranker) -> list[_Candidate]:
-    """The candidates again for a task like the previous one: only the host that task took has
-    changed (its gang share grew), so only that one is checked and ranked again."""
-    _, index, host = pool[chosen_at]
-    rest = pool[:chosen_at] + pool[chosen_at + 1:]
-    again = _candidate(need, host, index, now, shares, avoid, rank)
-    if again is not None:
-        rest.append(again)
-    return rest
 
 
 def _candidate(need: TaskNeed, host: HostView, index: int, now: float, shares: dict[str, Tentative],
