@@ -184,7 +184,8 @@ def place_gang(needs: Sequence[TaskNeed], hosts: HostRing | Sequence[HostView], 
     if last is not None and last.need is not None and len(needs) == 1 and last.strategy == strategy \
             and last.avoid == avoid:
         pool, chosen_at, previous, resume = last.pool, last.chosen_at, last.need, last.resume
-    for need in needs:
+    final = len(needs) - 1
+    for i, need in enumerate(needs):
         start = None  # the strategy's cursor
         best: _Candidate | None = None
         preferred = _preferred(need, ring, now, shares, avoid, rank) if need.prefer_host else None
@@ -222,10 +223,11 @@ def place_gang(needs: Sequence[TaskNeed], hosts: HostRing | Sequence[HostView], 
             chosen_at = pool.index(best)
         _, index, host = best
         share = shares.get(host.host_id)
-        if share is None:
-            share = shares[host.host_id] = Tentative()
         ports = pick_ports(need, host, share)
-        share.take(need, ports)
+        if i < final:  # what it takes, for the gang's later tasks (none reads it after the last)
+            if share is None:
+                share = shares[host.host_id] = Tentative()
+            share.take(need, ports)
         result[need.task_id] = Assignment(host, ports)
         if spread:
             ring.spread_at = index + 1 if index + 1 < len(ring.hosts) else 0

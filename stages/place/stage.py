@@ -207,9 +207,13 @@ class PlaceStage(Stage):
             metrics.PLACEMENT_REFUSALS.labels(max(counts, key=counts.get) if counts else "together").inc()
             return []
         ttl = self.settings.placement_pending_ttl_s
-        by_shard: dict[int, list[tuple[dict, TaskNeed]]] = {}
-        for t, need in zip(w.gang["tasks"], w.needs, strict=True):
-            by_shard.setdefault(chosen[t["task_id"]].shard, []).append((t, need))
+        tasks = w.gang["tasks"]
+        if len(tasks) == 1:  # most gangs: one task, one shard
+            by_shard = {chosen[tasks[0]["task_id"]].shard: [(tasks[0], w.needs[0])]}
+        else:
+            by_shard: dict[int, list[tuple[dict, TaskNeed]]] = {}
+            for t, need in zip(tasks, w.needs, strict=True):
+                by_shard.setdefault(chosen[t["task_id"]].shard, []).append((t, need))
         records = []
         for shard, tasks in by_shard.items():
             pid = new_id()
