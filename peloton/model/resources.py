@@ -56,8 +56,21 @@ class Resources:
     def from_record(rec: dict) -> Resources:
         return Resources(rec["cpu"], rec["mem_mb"], rec["disk_mb"], rec["gpu"])
 
+    @staticmethod
+    def of_read(rec: dict) -> Resources:
+        """from_record for a record a stage read from a message, whose values are read-only: a job's
+        alike tasks read from one bundle share one resources record (avrocodec's shared spans), so
+        the last one asked is answered again without making another."""
+        last = _LAST_READ[0]
+        if rec is last[0]:
+            return last[1]
+        r = Resources(rec["cpu"], rec["mem_mb"], rec["disk_mb"], rec["gpu"])
+        _LAST_READ[0] = (rec, r)  # one tuple, swapped whole: no thread pairs one record with another's
+        return r
+
 
 ZERO = Resources()
+_LAST_READ: list[tuple[dict | None, Resources]] = [(None, ZERO)]  # (record, Resources.of_read of it)
 
 
 def _clamped(v: float) -> float:

@@ -327,7 +327,7 @@ def apply_admission(queue: PoolQueue, ledger: PoolLedger, admitted: list[QueuedG
 
 
 def charges_of(q: QueuedGang, admitted_ms: int = 0) -> list[Charge]:
-    return [Charge(t["task_id"], q.gang["gang_id"], Resources.from_record(t["resources"]), q.priority,
+    return [Charge(t["task_id"], q.gang["gang_id"], Resources.of_read(t["resources"]), q.priority,
                    q.preemptible, q.revocable, bool(t.get("controller", False)), admitted_ms)
             for t in q.gang["tasks"]]
 

@@ -54,7 +54,7 @@ def judge_placement(assignments: list[dict], ledgers: dict[str, HostLedger], run
         verdict.applied_on.append(host_id)
         if task["task_id"] in running:
             continue  # a repeat of a placement already running here
-        if ledger.try_reserve(task["task_id"], Resources.from_record(task["resources"])):
+        if ledger.try_reserve(task["task_id"], Resources.of_read(task["resources"])):
             verdict.accepted.append((task, host_id))
         else:
             verdict.refused.append((task, host_id, "host no longer has room for the task"))

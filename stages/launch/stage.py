@@ -570,7 +570,7 @@ def _request(t: dict, host_id: str) -> LaunchRequest:
     return LaunchRequest(
         task_id=t["task_id"], job_id=t["job_id"], instance=t["instance"], run_id=t["run_id"], host_id=host_id,
         command=t["command"], shell=t["shell"], arguments=tuple(t["arguments"]),
-        environment=tuple(environment.items()), resources=Resources.from_record(t["resources"]),
+        environment=tuple(environment.items()), resources=Resources.of_read(t["resources"]),
         kill_grace_seconds=t["kill_grace_seconds"], user=t.get("user", ""), image=t.get("image", ""),
         health_check=t.get("health_check_json"),
     )
