@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from peloton.model.resources import EPS, ZERO, Allocations, Resources
+from peloton.model.resources import EPS, ZERO, Allocations, Resources, ResourceSum
 
 KINDS = ("cpu", "mem_mb", "disk_mb", "gpu")
 
@@ -86,8 +86,18 @@ class PoolQueue:
         self._len = 0
         self.gang_ids: set[str] = set()
         self._by_task: dict[str, QueuedGang] = {}
-        self.demand = ZERO  # non-revocable gangs
-        self.slack_demand = ZERO  # revocable gangs
+        self._demand = ResourceSum()  # non-revocable gangs
+        self._slack_demand = ResourceSum()  # revocable gangs
+
+    @property
+    def demand(self) -> Resources:
+        """What the queued non-revocable gangs ask for."""
+        return self._demand.value
+
+    @property
+    def slack_demand(self) -> Resources:
+        """What the queued revocable gangs ask for."""
+        return self._slack_demand.value
 
     def push(self, gang: dict, seq: int | None = None, not_before_ms: int = 0, record=None) -> QueuedGang:
         q = QueuedGang(gang, gang_demand(gang), gang["priority"], next(self._seq) if seq is None else seq,
@@ -105,10 +115,7 @@ class PoolQueue:
         self.gang_ids.add(gang["gang_id"])
         for t in gang["tasks"]:
             self._by_task[t["task_id"]] = q
-        if q.revocable:
-            self.slack_demand = self.slack_demand + q.demand
-        else:
-            self.demand = self.demand + q.demand
+        (self._slack_demand if q.revocable else self._demand).add(q.demand)
         return q
 
     def __iter__(self):
@@ -130,10 +137,7 @@ class PoolQueue:
         for t in q.gang["tasks"]:
             if self._by_task.get(t["task_id"]) is q:
                 del self._by_task[t["task_id"]]
-        if q.revocable:
-            self.slack_demand = self.slack_demand - q.demand
-        else:
-            self.demand = self.demand - q.demand
+        (self._slack_demand if q.revocable else self._demand).take(q.demand)
         fifo = self._fifos[q.priority]
         while fifo and fifo[0].removed:
             fifo.popleft()

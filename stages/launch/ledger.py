@@ -18,7 +18,7 @@ class HostLedger:
         """Take room for a task if it fits (optimistic concurrency: placements are checked here)."""
         if task_id in self.held:
             return True
-        if not (self.held.total + need).fits_in(self.capacity):
+        if not self.held.sum.fits_with(need, self.capacity):
             return False
         self.held.charge(task_id, need)
         return True
