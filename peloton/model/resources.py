@@ -30,10 +30,10 @@ class Resources:
 
     def __sub__(self, other: Resources) -> Resources:
         return Resources(
-            _clamped(self.cpu - other.cpu),
-            _clamped(self.mem_mb - other.mem_mb),
-            _clamped(self.disk_mb - other.disk_mb),
-            _clamped(self.gpu - other.gpu),
+            clamped(self.cpu - other.cpu),
+            clamped(self.mem_mb - other.mem_mb),
+            clamped(self.disk_mb - other.disk_mb),
+            clamped(self.gpu - other.gpu),
         )
 
     def scaled(self, factor: float) -> Resources:
@@ -73,8 +73,10 @@ ZERO = Resources()
 _LAST_READ: list[tuple[dict | None, Resources]] = [(None, ZERO)]  # (record, Resources.of_read of it)
 
 
-def _clamped(v: float) -> float:
+def clamped(v: float) -> float:
+    """A kind's value after a subtraction: below EPS it is zero (Peloton's arithmetic)."""
     return v if v >= EPS else 0.0
+
 
 
 class ResourceSum:
@@ -104,11 +106,15 @@ class ResourceSum:
         self._value = None
 
     def take(self, r: Resources) -> None:
-        self.cpu = _clamped(self.cpu - r.cpu)
-        self.mem_mb = _clamped(self.mem_mb - r.mem_mb)
-        self.disk_mb = _clamped(self.disk_mb - r.disk_mb)
-        self.gpu = _clamped(self.gpu - r.gpu)
+        self.cpu = clamped(self.cpu - r.cpu)
+        self.mem_mb = clamped(self.mem_mb - r.mem_mb)
+        self.disk_mb = clamped(self.disk_mb - r.disk_mb)
+        self.gpu = clamped(self.gpu - r.gpu)
         self._value = None
+
+    def clear(self) -> None:
+        self.cpu = self.mem_mb = self.disk_mb = self.gpu = 0.0
+        self._value = ZERO
 
     def fits_with(self, r: Resources, capacity: Resources) -> bool:
         """(value + r).fits_in(capacity), without making either."""

@@ -9,7 +9,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from peloton.model.resources import ZERO, Resources
+from peloton.model.resources import ZERO, Resources, ResourceSum, clamped
 
 DEFAULT_PORT_RANGES: tuple[tuple[int, int], ...] = ((31000, 32000),)
 
@@ -49,13 +49,14 @@ class HostView:
     # Placements not reported yet, and their resources summed as they come and go: free() runs
     # for every host a task looks at, and a busy host has hundreds of placements in flight.
     pending: dict[str, PendingPlacement] = field(default_factory=dict)
-    pending_sum: Resources = ZERO
+    _pending: ResourceSum = field(default_factory=ResourceSum, init=False, repr=False)
     next_expiry: float = math.inf
     _expiries: list[tuple[float, str]] = field(default_factory=list, init=False, repr=False)  # a heap
     _reported_ports: frozenset[int] = field(default=frozenset(), init=False, repr=False)
     # free() is asked for every host every task looks at: its last answer and what it came from
     _free: Resources = field(default=ZERO, init=False, repr=False)
-    _free_of: tuple = field(default=(None, None, None), init=False, repr=False)
+    _free_of: tuple = field(default=(None, None), init=False, repr=False)
+    _free_stale: bool = field(default=True, init=False, repr=False)  # the pending sum moved since
 
     def __post_init__(self) -> None:
         self._reported_ports = frozenset(self.used_ports)
@@ -96,8 +97,9 @@ class HostView:
             entry.expiry = expiry
             heapq.heappush(self._expiries, (expiry, placement_id))  # the old heap entry is skipped
         self.next_expiry = self._expiries[0][0]
-        entry.resources = entry.resources + resources
-        self.pending_sum = self.pending_sum + resources
+        entry.resources = resources if entry.resources is ZERO else entry.resources + resources
+        self._pending.add(resources)
+        self._free_stale = True
         if labels:
             for kv in labels.items():
                 entry.task_labels[kv] = entry.task_labels.get(kv, 0) + 1
@@ -130,17 +132,28 @@ class HostView:
     def free(self, now: float) -> Resources:
         if now >= self.next_expiry:
             self.expire(now)
-        # Recomputed only when one of the three is a new value (Resources are immutable, and a
-        # caller may assign capacity or allocated directly).
+        # Recomputed only when the pending sum moved or capacity or allocated is a new value
+        # (Resources are immutable, and a caller may assign either directly); as
+        # capacity - (allocated + pending), one Resources made rather than three.
         basis = self._free_of
-        if basis[0] is not self.capacity or basis[1] is not self.allocated or basis[2] is not self.pending_sum:
-            self._free_of = (self.capacity, self.allocated, self.pending_sum)
-            pending = self.pending_sum
-            self._free = self.capacity - (self.allocated if pending is ZERO else self.allocated + pending)
+        if self._free_stale or basis[0] is not self.capacity or basis[1] is not self.allocated:
+            c, a, p = self.capacity, self.allocated, self._pending
+            self._free_of, self._free_stale = (c, a), False
+            self._free = Resources(clamped(c.cpu - (a.cpu + p.cpu)), clamped(c.mem_mb - (a.mem_mb + p.mem_mb)),
+                                   clamped(c.disk_mb - (a.disk_mb + p.disk_mb)), clamped(c.gpu - (a.gpu + p.gpu)))
         return self._free
 
+    @property
+    def pending_sum(self) -> Resources:
+        """What this instance's placements not reported yet take on the host, together."""
+        return self._pending.value
+
     def _forget(self, entry: PendingPlacement) -> None:
-        self.pending_sum = self.pending_sum - entry.resources if self.pending else ZERO
+        if self.pending:
+            self._pending.take(entry.resources)
+        else:
+            self._pending.clear()  # none left: no rounding left behind either
+        self._free_stale = True
         _subtract_counts(self.task_labels, entry.task_labels)
         _subtract_counts(self.job_tasks, entry.job_tasks)
         for port in entry.ports:
