@@ -38,6 +38,7 @@ from peloton.store import Allocation, AllocationStore, QueuedGang
 from peloton.topics import partition_for
 from stages.entitle.admission import (
     Charge,
+    QueuedGang as QueuedEntry,
     PoolLedger,
     PoolQueue,
     apply_admission,
@@ -88,12 +89,12 @@ class EntitleStage(Stage):
         # the runtime flushes after every tick), whose outbox rows can go.
         self._unsent: list[str] = []
         self._flushed: list[str] = []
-        # Gangs queued by this batch whose queue row is not written yet (gang id -> its row and
-        # its entry in the pool's queue). One admitted in the batch it came in never needs a row:
-        # its demand's offset commits with its admission, and a demand read again finds its
-        # allocation held and sends the admission again. The rest are written before the batch
-        # ends, so their offsets never commit before they are stored.
-        self._unstored: dict[str, tuple[QueuedGang, object]] = {}
+        # Gangs queued by this batch whose queue row is not written yet (gang id -> its entry in
+        # the pool's queue, which holds all its row says: _row). One admitted in the batch it came
+        # in never needs a row: its demand's offset commits with its admission, and a demand read
+        # again finds its allocation held and sends the admission again. The rest are written
+        # before the batch ends, so their offsets never commit before they are stored.
+        self._unstored: dict[str, QueuedEntry] = {}
         self._last_admit = self._last_publish = self._last_pools = self._last_reclaim = self._last_entitled = 0.0
         self.released_sweep = Sweep(*RELEASED_SWEEP)
         self._seq = 0
@@ -173,7 +174,10 @@ class EntitleStage(Stage):
             log.info("forgot %d runs that ended more than %gs ago", gone, self.settings.released_keep_s)
 
     def _ledger(self, pool: str) -> PoolLedger:
-        return self.ledgers.setdefault(pool, PoolLedger())
+        ledger = self.ledgers.get(pool)
+        if ledger is None:  # (not setdefault: its default would be made at every call)
+            ledger = self.ledgers[pool] = PoolLedger()
+        return ledger
 
     def _next_seq(self) -> int:
         """Arrival order that a later owner keeps: time-based, so a gang queued by another
@@ -189,11 +193,11 @@ class EntitleStage(Stage):
                 (self._release if is_release else self._enqueue)(list(run))
             self._admit()
             if self._unstored:  # still waiting: queued in the store before the batch's offsets commit
-                self.store.queue_gangs([row for row, _ in self._unstored.values()])
+                self.store.queue_gangs([_row(entry) for entry in self._unstored.values()])
         except BaseException:
             # The batch is read or handled again: what it queued goes, as if it never came.
-            for row, entry in self._unstored.values():
-                self.queues[row.pool].remove(entry)
+            for entry in self._unstored.values():
+                self.queues[entry.gang["pool"]].remove(entry)
             raise
         finally:
             self._unstored.clear()
@@ -216,12 +220,10 @@ class EntitleStage(Stage):
                     if not unstored:
                         unqueued.append(before.gang["gang_id"])
                     if after is not None:
-                        row = QueuedGang(after.gang["gang_id"], pool, after.priority, after.seq, after.gang,
-                                         after.not_before_ms)
                         if unstored:
-                            self._unstored[row.gang_id] = (row, after)
+                            self._unstored[after.gang["gang_id"]] = after
                         else:
-                            changed.append(row)
+                            changed.append(_row(after))
                     self._changed_pools.add(pool)
             # A refused placement sends the same run back to the queue: forget it, so it
             # can be admitted again. Any other release ends the run for good.
@@ -250,7 +252,7 @@ class EntitleStage(Stage):
                 continue
             candidates.append(r)
         states = self.store.allocation_states([t["task_id"] for r in candidates for t in r.value["tasks"]])
-        fresh: list[tuple[Record, QueuedGang]] = []
+        fresh: list[tuple[Record, int, int]] = []  # a gang's record, its arrival order and its not-before time
         seen_now: set[str] = set()
         backoff_ms = int(self.settings.requeue_backoff_s * 1000)
         for r in candidates:
@@ -268,16 +270,16 @@ class EntitleStage(Stage):
             # A gang sent back by placement (its id says so) waits out a backoff first, and a
             # SERVICE task's next run its restart backoff.
             not_before = max(now_ms() + backoff_ms if "~" in g["gang_id"] else 0, g.get("not_before_ms", 0))
-            fresh.append((r, QueuedGang(g["gang_id"], g["pool"], g["priority"], self._next_seq(), g, not_before)))
+            fresh.append((r, self._next_seq(), not_before))
         if not fresh:
             return
-        for r, row in fresh:  # stored at the batch's end, if not admitted by then (self._unstored)
-            queue = self.queues.get(row.pool)
+        for r, seq, not_before in fresh:  # stored at the batch's end, if not admitted by then (self._unstored)
+            g = r.value
+            queue = self.queues.get(g["pool"])
             if queue is None:  # (not setdefault: its default, a PoolQueue, would be made per gang)
-                queue = self.queues[row.pool] = PoolQueue()
-            entry = queue.push(row.gang, row.seq, row.not_before_ms, r)
-            self._unstored[row.gang_id] = (row, entry)
-            self._changed_pools.add(row.pool)
+                queue = self.queues[g["pool"]] = PoolQueue()
+            self._unstored[g["gang_id"]] = queue.push(g, seq, not_before, r)
+            self._changed_pools.add(g["pool"])
         self._dirty = True
 
     # -- the tree -----------------------------------------------------------------------------
@@ -515,3 +517,9 @@ class EntitleStage(Stage):
         for view in (self.usage_view, self.hosts):
             if view is not None:
                 view.close()
+
+
+def _row(entry: QueuedEntry) -> QueuedGang:
+    """The store's row of a gang queued in a pool's queue."""
+    g = entry.gang
+    return QueuedGang(g["gang_id"], g["pool"], entry.priority, entry.seq, g, entry.not_before_ms)
