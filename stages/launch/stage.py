@@ -561,16 +561,28 @@ def _running_health(state: str, spec: dict) -> str:
     return HEALTH_UNKNOWN if spec.get("health_check_json") else DISABLED
 
 
+# The environment and arguments of the last spec without port variables, as a LaunchRequest holds
+# them: a job's alike tasks read from one bundle share those values (avrocodec's shared spans,
+# read-only), so their tuples are made once.
+_LAST_COMMAND: list = [(None, None, (), ())]
+
+
 def _request(t: dict, host_id: str) -> LaunchRequest:
-    environment = dict(t["environment"])
-    assigned = t.get("assigned_ports") or {}
-    for port in t.get("ports") or []:  # each port in the variable its config names
-        if port["env_name"] and port["name"] in assigned:
-            environment[port["env_name"]] = str(assigned[port["name"]])
+    env, args, ports = t["environment"], t["arguments"], t.get("ports")
+    last = _LAST_COMMAND[0]
+    if ports or env is not last[0] or args is not last[1]:
+        environment = dict(env)
+        assigned = t.get("assigned_ports") or {}
+        for port in ports or []:  # each port in the variable its config names
+            if port["env_name"] and port["name"] in assigned:
+                environment[port["env_name"]] = str(assigned[port["name"]])
+        last = (env, args, tuple(environment.items()), tuple(args))
+        if not ports:
+            _LAST_COMMAND[0] = last
     return LaunchRequest(
         task_id=t["task_id"], job_id=t["job_id"], instance=t["instance"], run_id=t["run_id"], host_id=host_id,
-        command=t["command"], shell=t["shell"], arguments=tuple(t["arguments"]),
-        environment=tuple(environment.items()), resources=Resources.of_read(t["resources"]),
+        command=t["command"], shell=t["shell"], arguments=last[3],
+        environment=last[2], resources=Resources.of_read(t["resources"]),
         kill_grace_seconds=t["kill_grace_seconds"], user=t.get("user", ""), image=t.get("image", ""),
         health_check=t.get("health_check_json"),
     )
