@@ -9,6 +9,9 @@ import time
 
 import pytest
 
+from peloton.runtime.membership import group_members
+from peloton.topics import Catalogue
+from pelotonctl.bench.pipeline import settled
 from tests.integration.test_scaling import processes_of
 
 pytestmark = pytest.mark.integration
@@ -45,6 +48,11 @@ def test_a_killed_host_manager_leaves_every_task_running_on_its_first_run(pipeli
     p.start_all(instances=2)
     p.wait_for("both launch instances hold shards", lambda: all(
         "assigned [('placements'" in p.log(f"launch-{i}").read_text() for i in (0, 1)), 30)
+    # and still do once the group has settled: an instance that held shards first may have lost
+    # them in a rebalance at start, and killing one that serves nothing would prove nothing
+    group = Catalogue(p.settings.topic_prefix).group("launch")
+    p.wait_for("the launch group settled with both instances holding shards",
+               lambda: settled(group_members(p.settings, group), 2), 60)
     job = p.submit(sleepers(40, 8))
     wait_running(p, job, 40)
     hosts_before = {t.instance: t.host_id for t in p.store.tasks_of_job(job)}
