@@ -78,11 +78,10 @@ def clamped(v: float) -> float:
     return v if v >= EPS else 0.0
 
 
-
 class ResourceSum:
     """A running total of Resources kept as four floats, made a Resources only when read: the
-    stages add and take one per task run and read the total about once a batch, and a Resources
-    made per change was a fifth of entitle's own CPU. The same arithmetic as Resources' + and -
+    stages add and take one per task run and read the total about once a batch, and the Resources
+    made per change were about a tenth of entitle's CPU. The same arithmetic as Resources' + and -
     (taking clamps each kind at zero), so the totals are the same to the last bit."""
 
     __slots__ = ("_value", "cpu", "disk_mb", "gpu", "mem_mb")
