@@ -252,7 +252,6 @@ class EntitleStage(Stage):
                 continue
             candidates.append(r)
         states = self.store.allocation_states([t["task_id"] for r in candidates for t in r.value["tasks"]])
-        fresh: list[tuple[Record, int, int]] = []  # a gang's record, its arrival order and its not-before time
         seen_now: set[str] = set()
         backoff_ms = int(self.settings.requeue_backoff_s * 1000)
         for r in candidates:
@@ -270,17 +269,14 @@ class EntitleStage(Stage):
             # A gang sent back by placement (its id says so) waits out a backoff first, and a
             # SERVICE task's next run its restart backoff.
             not_before = max(now_ms() + backoff_ms if "~" in g["gang_id"] else 0, g.get("not_before_ms", 0))
-            fresh.append((r, self._next_seq(), not_before))
-        if not fresh:
-            return
-        for r, seq, not_before in fresh:  # stored at the batch's end, if not admitted by then (self._unstored)
-            g = r.value
             queue = self.queues.get(g["pool"])
             if queue is None:  # (not setdefault: its default, a PoolQueue, would be made per gang)
                 queue = self.queues[g["pool"]] = PoolQueue()
-            self._unstored[g["gang_id"]] = queue.push(g, seq, not_before, r)
+            # stored at the batch's end, if not admitted by then (self._unstored)
+            self._unstored[g["gang_id"]] = queue.push(g, self._next_seq(), not_before, r)
             self._changed_pools.add(g["pool"])
-        self._dirty = True
+        if seen_now:
+            self._dirty = True
 
     # -- the tree -----------------------------------------------------------------------------
     def _read_pools(self) -> None:
