@@ -69,6 +69,8 @@ AGENT_COMMANDS = Counter("peloton_agent_commands_total", "Commands the agent car
 AGENT_REPORTS = Counter("peloton_agent_reports_total", "Reports (heartbeats) the agent sent")
 AGENT_PRODUCER_RENEWALS = Counter("peloton_agent_producer_renewals_total",
                                   "Times the agent replaced a Kafka producer that stopped answering its reports")
+AGENT_READER_RENEWALS = Counter("peloton_agent_reader_renewals_total",
+                                "Times the agent replaced a Kafka consumer that stopped fetching its commands")
 AGENT_RUN_CPU = Counter("peloton_agent_run_cpu_seconds_total",
                         "CPU seconds the agent's ended runs used, as their cgroups counted them", ["agent"])
 AGENT_RUN_PEAK_MEMORY = Histogram("peloton_agent_run_peak_memory_mb", "Peak memory of each ended run, from its cgroup",

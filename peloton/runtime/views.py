@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 
@@ -11,6 +12,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from peloton.config import Settings
 from peloton.runtime.clients import CONSUMER_RECOVERY, QUIET, VIEW_FETCH_WAIT_MS, kafka_access
+from peloton.runtime.stall import ReaderWatch, abandon_consumer
 from peloton.serde import DecodeError, registry
 from peloton.topics import Catalogue
 
@@ -34,22 +36,23 @@ class CompactedView:
         self._decode = self.serde.head_decoder(*head) if head else self.serde.decode
         self.values: dict[str, dict] = {}
         self._said_refused = False
-        self.consumer = Consumer(
-            {
-                **kafka_access(settings),
-                "group.id": f"{self.catalogue.prefix}peloton.view.{uuid.uuid4().hex[:8]}",
-                "enable.auto.commit": False,
-                # A broker that restarted empty starts the topic again at 0: read it from there.
-                "auto.offset.reset": "earliest",
-                "fetch.wait.max.ms": VIEW_FETCH_WAIT_MS,
-                **CONSUMER_RECOVERY,
-                **(QUIET if quiet else {}),
-            }
-        )
+        self._config = {
+            **kafka_access(settings),
+            "group.id": f"{self.catalogue.prefix}peloton.view.{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            # A broker that restarted empty starts the topic again at 0: read it from there.
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": VIEW_FETCH_WAIT_MS,
+            **CONSUMER_RECOVERY,
+            **(QUIET if quiet else {}),
+        }
+        self.consumer = Consumer(self._config)
         self.consumer.assign([TopicPartition(self.spec.name, p, OFFSET_BEGINNING) for p in range(self.spec.partitions)])
+        self.reader = ReaderWatch(self.spec.name, list(range(self.spec.partitions)))
 
     def poll(self, timeout: float = 0.0, max_messages: int = 5000) -> list[tuple[str, dict]]:
         """Read what has arrived: every (key, value) in order; `values` keeps the latest per key."""
+        self._check_reader()
         changes: list[tuple[str, dict]] = []
         while True:
             msgs = self.consumer.consume(max_messages, timeout)
@@ -70,6 +73,21 @@ class CompactedView:
                 self.values[key] = value
                 changes.append((key, value))
             timeout = 0.0
+
+    def _check_reader(self) -> None:
+        """A consumer that stopped fetching while records waited is replaced (peloton/runtime/
+        stall.py): the new one goes on from where the old one was, values kept."""
+        stalled = self.reader.stalled(self.consumer)
+        if not stalled:
+            return
+        at = self.reader.rule.restart_at(self.reader.positions(self.consumer))
+        log.warning("the reader of %s fetched nothing for %gs while records waited on partitions %s: a new "
+                    "consumer goes on from offsets %s", self.spec.name, self.reader.rule.after_s, stalled, at)
+        old, self.consumer = self.consumer, Consumer(self._config)
+        threading.Thread(target=abandon_consumer, args=(old,), name="view-reader-abandoned", daemon=True).start()
+        self.consumer.assign([TopicPartition(self.spec.name, p, at.get(p, OFFSET_BEGINNING))
+                              for p in range(self.spec.partitions)])
+        self.reader.renewed()
 
     def _refused(self, err: KafkaError) -> None:
         """Said once, loudly: a view its user may not read stays empty, and what depends on it
@@ -107,6 +125,7 @@ class CompactedView:
         restarted empty serves a new log from 0: a reader past its end would wait there for ever;
         the writers publish every key again, so stale values are replaced)."""
         self.consumer.assign([TopicPartition(self.spec.name, p, OFFSET_BEGINNING) for p in range(self.spec.partitions)])
+        self.reader.renewed()
 
     def close(self) -> None:
         self.consumer.close()

@@ -38,6 +38,7 @@ from peloton.model.resources import Resources
 from peloton.model.states import REASON_AGENT_FENCED
 from peloton.runtime.heap import settle_heap
 from peloton.runtime.loop import STATUS_EVERY_S
+from peloton.runtime.stall import ReaderWatch, abandon_consumer
 from peloton.runtime.stuck import StuckWatch
 from peloton.serde import DecodeError, registry
 from peloton.topics import Catalogue, partition_for
@@ -126,10 +127,6 @@ class HostAgent:
 
     def __init__(self, settings: Settings, specs: list[AgentSpec], simulate: bool = False, name: str | None = None,
                  gpus: tuple[str, ...] = ()):
-        from confluent_kafka import Consumer
-
-        from peloton.runtime import CONSUMER_RECOVERY, kafka_access
-
         self.settings = settings
         self.hosts = {spec.name: spec for spec in specs}
         self.name = name or specs[0].name
@@ -167,6 +164,8 @@ class HostAgent:
         self.commands = self.catalogue["agent-commands"]
         shards = self.catalogue["placements"].partitions
         self.report_partition = {h: partition_for(h, shards) for h in self.hosts}
+        self.reader = ReaderWatch(self.commands.name, sorted({partition_for(h, self.commands.partitions)
+                                                             for h in self.hosts}))
         self.lease_s = settings.agent_lease()
         # A report is worth nothing once the lease it would have renewed ran out, so none waits
         # longer (the stages' producers wait for ever): a report that timed out fails its round,
@@ -180,11 +179,7 @@ class HostAgent:
         # since: a producer whose every report fails, round after round, is replaced too.
         self.delivered_at = time.monotonic()
         self.failed_rounds = 0
-        self.consumer = Consumer({
-            **kafka_access(settings), "group.id": f"{self.catalogue.prefix}peloton.agent.{self.name}",
-            "enable.auto.commit": False, "auto.offset.reset": "latest", "fetch.wait.max.ms": 100,
-            "allow.auto.create.topics": False, **CONSUMER_RECOVERY,
-        })
+        self.consumer = self._new_consumer()
         # The sandboxes' files, served to the API (with the cluster's agent-logs secret): a user
         # reads a run's output through the API from wherever the run was.
         self.logs = None
@@ -206,6 +201,17 @@ class HostAgent:
         self._rounds: dict[int, _Round] = {}  # reports not yet acknowledged, per heartbeat round
         self._round_ids = itertools.count()
         self._status_at, self._steps, self._commands_read = time.monotonic(), 0, 0
+
+    def _new_consumer(self):
+        from confluent_kafka import Consumer
+
+        from peloton.runtime import CONSUMER_RECOVERY, kafka_access
+
+        return Consumer({
+            **kafka_access(self.settings), "group.id": f"{self.catalogue.prefix}peloton.agent.{self.name}",
+            "enable.auto.commit": False, "auto.offset.reset": "latest", "fetch.wait.max.ms": 100,
+            "allow.auto.create.topics": False, **CONSUMER_RECOVERY,
+        })
 
     def _new_producer(self):
         from confluent_kafka import Producer
@@ -238,7 +244,7 @@ class HostAgent:
     def start(self) -> None:
         from confluent_kafka import OFFSET_END, TopicPartition
 
-        partitions = sorted({partition_for(h, self.commands.partitions) for h in self.hosts})
+        partitions = self.reader.partitions
         saved = self._load("offsets.json", {})
         saved = saved if isinstance(saved, dict) else {}
         assignment = []
@@ -365,6 +371,7 @@ class HostAgent:
             self.offsets[msg.partition()] = msg.offset() + 1
         if messages:  # once per batch: what was handled is not handled again after a restart
             self._save("offsets.json", {str(p): o for p, o in self.offsets.items() if o is not None})
+        self._check_reader()
         for u in self.driver.poll():
             if u.cpu_seconds is not None:
                 self._count_usage(u)
@@ -384,6 +391,28 @@ class HostAgent:
             self._report(everyone=now >= self._next_report)
             if now >= self._next_report:
                 self._next_report = now + self.settings.agent_heartbeat_s
+
+    def _check_reader(self) -> None:
+        """A consumer that stopped fetching while commands waited is replaced (peloton/runtime/
+        stall.py): the new one goes on from where the old one was."""
+        from confluent_kafka import OFFSET_END, TopicPartition
+
+        stalled = self.reader.stalled(self.consumer)
+        if not stalled:
+            return
+        # Where the reader is, else the next command to handle (a reader assigned at a saved
+        # offset has no position until it fetches), else the first end the watch saw.
+        positions = {p: pos if pos is not None else self.offsets.get(p)
+                     for p, pos in self.reader.positions(self.consumer).items()}
+        at = self.reader.rule.restart_at(positions)
+        log.warning("the command reader fetched nothing for %gs while commands waited on %s%s: a new consumer "
+                    "goes on from offsets %s", self.reader.rule.after_s, self.commands.name, stalled, at)
+        old, self.consumer = self.consumer, self._new_consumer()
+        threading.Thread(target=abandon_consumer, args=(old,), name="command-reader-abandoned", daemon=True).start()
+        self.consumer.assign([TopicPartition(self.commands.name, p, at.get(p, OFFSET_END))
+                              for p in self.reader.partitions])
+        self.reader.renewed()
+        metrics.AGENT_READER_RENEWALS.inc()
 
     def _command(self, msg) -> None:
         try:

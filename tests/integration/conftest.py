@@ -192,16 +192,20 @@ class Pipeline:
                 raise AssertionError(f"{what} within {timeout}s; logs in {self.home}{self.last_words()}")
             time.sleep(0.2)
 
-    def last_words(self, lines: int = 6) -> str:
-        """Each process's state and the last lines of its log, for a failure's message: pytest
-        keeps only its last few temporary folders, and CI shows only the console."""
+    def last_words(self, lines: int = 8) -> str:
+        """Each process's state and the last lines of its log that say something, for a failure's
+        message: pytest keeps only its last few temporary folders, and CI shows only the console.
+        Of the periodic `alive:` lines only the last goes in, and none of librdkafka's (`%3|...`)."""
         out = []
         for name, proc in self.procs.items():
             code = proc.poll()
             try:
-                tail = self.log(name).read_text(errors="replace").splitlines()[-lines:]
+                every = self.log(name).read_text(errors="replace").splitlines()
             except OSError:
-                tail = ["(no log)"]
+                every = ["(no log)"]
+            said = [i for i, line in enumerate(every) if " alive: " not in line and not line.startswith("%")]
+            alive = [i for i, line in enumerate(every) if " alive: " in line][-1:]
+            tail = [every[i] for i in sorted(said[-lines:] + alive)]
             out.append(f"--- {name} (pid {proc.pid}, {'running' if code is None else f'exited {code}'}):")
             out.extend(f"    {line[:300]}" for line in tail)
         return "".join(f"\n{line}" for line in out)

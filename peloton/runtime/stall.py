@@ -1,0 +1,122 @@
+"""A reader of assigned partitions that stopped reading, told apart from one with nothing to read.
+
+A stage's consumer is a group member: when its fetches stop after the brokers restart, its
+session ends and it rejoins with a new consumer state (StageRuntime._rejoin). A reader that
+assign()s its partitions (a host agent's commands, a view of a compacted topic) has no such step,
+and librdkafka's assigned consumers have been seen to fetch nothing after every broker restarted
+while committed records waited (librdkafka #5153): in CI an agent read no command for the three
+minutes after the three-broker cluster's restart, its host manager gave up its launches every
+20 s and launched them again, and the job never ran. The same client made afresh reads at once.
+
+The check (ReadStall.stalled) takes, every few seconds, each partition's end as the reader sees
+it (for read_committed readers the last stable offset: records of open transactions do not
+count) and the reader's position. A partition is stalled when an end taken `after_s` ago is still
+ahead of the position now: a working reader fetches committed records within its fetch wait.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+from confluent_kafka import KafkaException, TopicPartition
+
+
+CHECK_EVERY_S = 5.0
+# Past the transaction timeout (10 s) and a broker's failover: a record read that late is slow,
+# not stalled; a client that fetches nothing for this long after the brokers came back is.
+STALLED_AFTER_S = 20.0
+# The caller's loop waits for the answer: a broker that takes longer is taken for away (a leader
+# that died answers nothing until the election), and the check is skipped.
+ASK_TIMEOUT_S = 0.5
+
+
+class ReadStall:
+    """The pure rule: ends and positions in, stalled partitions out (no Kafka here)."""
+
+    def __init__(self, after_s: float = STALLED_AFTER_S):
+        self.after_s = after_s
+        self._ends: dict[int, deque[tuple[float, int]]] = {}  # partition -> (when, end) seen, oldest first
+        self._first: dict[int, int] = {}  # partition -> the first end seen: where a reader with no position is
+
+    def stalled(self, now: float, ends: dict[int, int], positions: dict[int, int | None]) -> list[int]:
+        """Partitions whose end seen `after_s` ago or earlier is still ahead of their position.
+        A position of None (nothing read since the reader was assigned) stands at the first end
+        seen: a reader that started at the end is stalled once records came after it."""
+        out = []
+        for partition, end in ends.items():
+            seen = self._ends.setdefault(partition, deque())
+            self._first.setdefault(partition, end)
+            seen.append((now, end))
+            # Only the newest end old enough to judge by is needed, and those after it.
+            while len(seen) > 1 and now - seen[1][0] >= self.after_s:
+                seen.popleft()
+            when, old_end = seen[0]
+            position = positions.get(partition)
+            at = self._first[partition] if position is None or position < 0 else position
+            if now - when >= self.after_s and at < old_end:
+                out.append(partition)
+        return out
+
+    def restart_at(self, positions: dict[int, int | None]) -> dict[int, int]:
+        """Where a new reader goes on from: each partition's position, else the first end seen."""
+        return {p: (pos if pos is not None and pos >= 0 else self._first[p])
+                for p, pos in positions.items() if (pos is not None and pos >= 0) or p in self._first}
+
+    def forget(self) -> None:
+        """A new reader: what the old one was judged by no longer holds."""
+        self._ends.clear()
+        self._first.clear()
+
+
+class ReaderWatch:
+    """ReadStall over a live consumer: at most every CHECK_EVERY_S it asks the broker for the
+    partitions' ends (one ListOffsets per partition, as the reader's isolation level sees them)
+    and reads the consumer's positions. A broker that does not answer skips the check: a reader
+    cannot read from a broker that is away, and is not judged for it."""
+
+    def __init__(self, topic: str, partitions: list[int], after_s: float = STALLED_AFTER_S,
+                 every_s: float = CHECK_EVERY_S, clock=time.monotonic):
+        self.topic = topic
+        self.partitions = list(partitions)
+        self.rule = ReadStall(after_s)
+        self.every_s = every_s
+        self.clock = clock
+        self._next = clock() + every_s
+        self.renewals = 0
+
+    def stalled(self, consumer) -> list[int]:
+        now = self.clock()
+        if now < self._next:
+            return []
+        self._next = now + self.every_s
+        ends = {}
+        for p in self.partitions:
+            try:
+                _low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=ASK_TIMEOUT_S,
+                                                            cached=False)
+            except KafkaException:
+                return []  # the broker is away: nothing to judge by
+            ends[p] = high
+        return self.rule.stalled(now, ends, self.positions(consumer))
+
+    def positions(self, consumer) -> dict[int, int | None]:
+        try:
+            found = consumer.position([TopicPartition(self.topic, p) for p in self.partitions])
+        except KafkaException:
+            return {p: None for p in self.partitions}
+        return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in found}
+
+    def renewed(self) -> None:
+        self.rule.forget()
+        self.renewals += 1
+        self._next = self.clock() + self.every_s
+
+
+def abandon_consumer(consumer) -> None:
+    """Closes a consumer that stopped fetching, away from the caller's loop (closing a stuck
+    client may wait on its broker threads); meant as a daemon thread's target."""
+    try:
+        consumer.close()
+    except Exception:  # it is being thrown away: nothing it says matters
+        pass

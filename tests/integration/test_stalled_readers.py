@@ -1,0 +1,98 @@
+"""Readers of assigned partitions that stop fetching are replaced, on the real broker.
+
+librdkafka's assigned consumers have been seen to fetch nothing after every broker restarted
+(peloton/runtime/stall.py): in CI a host agent read no command for three minutes after the
+three-broker cluster came back, and its job never ran. A restart cannot make that happen on
+demand; a paused consumer fetches nothing in the same way, and is what these tests stall."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from peloton.config import Settings
+from peloton.model.resources import Resources
+from peloton.runtime import CompactedView, kafka_access
+from peloton.runtime.stall import ReaderWatch
+from peloton.serde import registry
+from peloton.topics import Catalogue, apply_topics, partition_for
+
+pytestmark = pytest.mark.integration
+
+QUICK = {"after_s": 2.0, "every_s": 0.5}  # the watch's figures, shortened for a test
+
+
+@pytest.fixture
+def settings(broker, tmp_path) -> Settings:
+    """The broker's settings under a topic prefix of this test's own, its topics made."""
+    settings = Settings(**broker, topic_prefix=f"stall-{uuid.uuid4().hex[:6]}.", home=str(tmp_path))
+    apply_topics(AdminClient(kafka_access(settings)), Catalogue(settings.topic_prefix), fix=True)
+    return settings
+
+
+def host_state(host_id: str) -> bytes:
+    return registry().encode("peloton.HostState", {
+        "host_id": host_id, "shard": 0, "driver": "sim", "state": "UP", "capacity": Resources(cpu=8).to_record(),
+        "allocated": Resources().to_record(), "task_count": 0, "updated_ms": 1})
+
+
+def test_a_view_whose_reader_stops_fetching_gets_a_new_one_that_goes_on_from_where_it_was(settings) -> None:
+    catalogue = Catalogue(settings.topic_prefix)
+    topic = catalogue["host-state"].name
+    producer = Producer(kafka_access(settings))
+    view = CompactedView(settings, "host-state", catalogue)
+    try:
+        view.reader = ReaderWatch(topic, view.reader.partitions, **QUICK)
+        # Reading all along: records come and go, and the reader is never judged stalled.
+        for i in range(8):
+            producer.produce(topic, key=f"h{i}".encode(), value=host_state(f"h{i}"))
+            producer.flush(10)
+            deadline = time.monotonic() + 0.6
+            while time.monotonic() < deadline:
+                view.poll(timeout=0.1)
+        assert set(view.values) == {f"h{i}" for i in range(8)}
+        assert view.reader.renewals == 0
+        # Stalled: nothing is fetched while a record waits; the new reader reads it, and the
+        # values read before are kept.
+        view.consumer.pause(view.consumer.assignment())
+        producer.produce(topic, key=b"late", value=host_state("late"))
+        producer.flush(10)
+        deadline = time.monotonic() + 20
+        while "late" not in view.values and time.monotonic() < deadline:
+            view.poll(timeout=0.1)
+        assert "late" in view.values, "the stalled view never read the record that waited"
+        assert view.reader.renewals == 1
+        assert len(view.values) == 9
+    finally:
+        view.close()
+
+
+def test_an_agent_whose_command_reader_stops_fetching_gets_a_new_one_and_runs_the_launch(settings) -> None:
+    from stages.agent.agent import AgentSpec, HostAgent
+
+    agent = HostAgent(settings, [AgentSpec("h1", Resources(cpu=4, mem_mb=1024, disk_mb=1024), {})], simulate=True)
+    try:
+        agent.start()
+        agent.reader = ReaderWatch(agent.commands.name, agent.reader.partitions, **QUICK)
+        for _ in range(10):  # the reader in place: a step or two reads up to the end
+            agent.step()
+        agent.consumer.pause(agent.consumer.assignment())
+        command = registry().encode("peloton.AgentCommand", {
+            "command_id": "c1", "host_id": "h1", "kills": [], "sent_ms": int(time.time() * 1000), "launches": [{
+                "task_id": "j-0-1", "job_id": "j", "instance": 0, "run_id": 1, "command": "true",
+                "resources": Resources(cpu=1).to_record()}]})
+        producer = Producer(kafka_access(settings))
+        producer.produce(agent.commands.name, key=b"h1", value=command,
+                         partition=partition_for("h1", agent.commands.partitions))
+        producer.flush(10)
+        deadline = time.monotonic() + 20
+        while "j-0-1" not in agent.runs and time.monotonic() < deadline:
+            agent.step()
+        assert "j-0-1" in agent.runs, "the stalled agent never read the launch that waited"
+        assert agent.reader.renewals == 1
+    finally:
+        agent.close()

@@ -1,0 +1,43 @@
+"""ReadStall: a reader of assigned partitions that stopped fetching is told apart from one that
+reads, or has nothing to read (peloton/runtime/stall.py)."""
+
+from __future__ import annotations
+
+from peloton.runtime.stall import ReadStall
+
+
+def test_a_reader_behind_an_end_seen_long_enough_ago_is_stalled_and_goes_on_from_its_position() -> None:
+    rule = ReadStall(after_s=20)
+    assert rule.stalled(0, {0: 10, 1: 5}, {0: 10, 1: 5}) == []
+    assert rule.stalled(5, {0: 12, 1: 5}, {0: 10, 1: 5}) == []  # records came: not judged yet
+    assert rule.stalled(20, {0: 12, 1: 5}, {0: 10, 1: 5}) == []  # what it lacks came 15 s ago
+    assert rule.stalled(25, {0: 12, 1: 5}, {0: 10, 1: 5}) == [0]  # and 20 s ago: stalled
+    assert rule.restart_at({0: 10, 1: 5}) == {0: 10, 1: 5}
+
+
+def test_a_reader_that_keeps_reading_or_has_nothing_to_read_is_never_stalled() -> None:
+    rule = ReadStall(after_s=20)
+    for t in range(0, 120, 5):
+        # records arrive all along and the reader is a little behind each time, never by what
+        # was there 20 s earlier
+        assert rule.stalled(t, {0: 100 + 10 * t}, {0: 100 + 10 * t - 7}) == []
+    idle = ReadStall(after_s=20)
+    assert all(idle.stalled(t, {0: 42}, {0: 42}) == [] for t in range(0, 120, 5))
+
+
+def test_a_reader_with_no_position_stands_at_the_first_end_seen() -> None:
+    rule = ReadStall(after_s=10)
+    assert rule.stalled(0, {0: 7}, {0: None}) == []  # started at the end: nothing to read yet
+    assert rule.stalled(10, {0: 7}, {0: None}) == []  # still nothing came
+    assert rule.stalled(15, {0: 9}, {0: None}) == []  # two commands came 0 s ago
+    assert rule.stalled(25, {0: 9}, {0: None}) == [0]  # 10 s ago, and none was read
+    assert rule.restart_at({0: None}) == {0: 7}  # from where it stood, so none is skipped
+
+
+def test_a_new_reader_is_judged_afresh() -> None:
+    rule = ReadStall(after_s=10)
+    rule.stalled(0, {0: 5}, {0: 1})
+    assert rule.stalled(10, {0: 5}, {0: 1}) == [0]
+    rule.forget()
+    assert rule.stalled(11, {0: 5}, {0: 1}) == []  # the new one has had no time yet
+    assert rule.stalled(21, {0: 5}, {0: 5}) == []  # and read it
