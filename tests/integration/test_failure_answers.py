@@ -71,7 +71,10 @@ def test_with_the_broker_away_commands_answer_in_one_line(pipeline_factory, tmp_
     p = pipeline_factory(hosts="sim:2:cpu=4,mem_mb=4096,disk_mb=1000")
     config = tmp_path / "job.yaml"
     config.write_text(JOB)
-    away = {"PELOTON_KAFKA_BOOTSTRAP": f"127.0.0.1:{free_port()}"}  # nothing listens there
+    # Nothing listens there; a command waits at most its flush timeout for the broker, and the
+    # bound leaves 10 s past it for start-up on a loaded machine (job create took 15.5 s with
+    # the default 10 s, in a full run on a slow one).
+    away = {"PELOTON_KAFKA_BOOTSTRAP": f"127.0.0.1:{free_port()}", "PELOTON_FLUSH_TIMEOUT_S": "5"}
     for args in (["job", "create", "/test", str(config)], ["host", "list"], ["lag"]):
         started = time.monotonic()
         result = p.ctl(*args, timeout=60, extra_env=away)

@@ -132,7 +132,11 @@ def pipeline_on(cluster, tmp_path, **overrides) -> Pipeline:
 @pytest.mark.long
 def test_a_killed_broker_started_again_on_its_log_loses_nothing_and_runs_every_task_once(kafka_cluster, tmp_path) -> None:
     cluster = kafka_cluster(1)
-    p = pipeline_on(cluster, tmp_path)
+    # The outage and the broker's restart stay inside the agent's lease (agent_timeout_s less a
+    # margin): an agent cut off for longer fences itself and refuses the launches it reads then,
+    # which run again, by design. A slow machine's restart took 16 s after the 15 s outage,
+    # past the default 18 s lease.
+    p = pipeline_on(cluster, tmp_path, agent_timeout_s=60.0)
     try:
         p.start_all()
         big = p.submit(JOB.format(name="big", count=2000))

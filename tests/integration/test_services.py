@@ -79,7 +79,10 @@ def test_an_update_pauses_between_batches_resumes_to_the_end_and_another_aborts_
     again = tmp_path / "again.yaml"
     again.write_text(text.replace("memlimitmb: 8", "memlimitmb: 10"))
     second = json.loads(p.ctl("job", "update", job, str(again), "--batch-size", "1", "--json").stdout)["update_id"]
-    p.wait_for("the first batch done", lambda: update_of(p, second)["instances_done"] >= 1, 60)
+    # Aborted while its first batch is in flight (instance 0's old run in its 4 s grace): waiting
+    # for that batch to be done first let a loaded machine's next two batches start before the
+    # abort arrived.
+    p.wait_for("the first batch in flight", lambda: update_of(p, second)["instances_current"] != [], 60)
     aborted = p.ctl("update", "abort", second)
     assert aborted.returncode == 0, aborted.stderr
     p.wait_for("the update ABORTED", lambda: update_of(p, second)["state"] == "ABORTED", 30)
