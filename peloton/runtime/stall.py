@@ -85,7 +85,9 @@ class ReaderWatch:
         self._next = clock() + every_s
         self.renewals = 0
 
-    def stalled(self, consumer) -> list[int]:
+    def stalled(self, consumer, known: dict[int, int | None] | None = None) -> list[int]:
+        """`known`: where the reader is by its owner's count, for a partition it has no position
+        of yet (assigned at a saved offset, nothing fetched)."""
         now = self.clock()
         if now < self._next:
             return []
@@ -98,14 +100,15 @@ class ReaderWatch:
             except KafkaException:
                 return []  # the broker is away: nothing to judge by
             ends[p] = high
-        return self.rule.stalled(now, ends, self.positions(consumer))
+        return self.rule.stalled(now, ends, self.positions(consumer, known))
 
-    def positions(self, consumer) -> dict[int, int | None]:
+    def positions(self, consumer, known: dict[int, int | None] | None = None) -> dict[int, int | None]:
         try:
-            found = consumer.position([TopicPartition(self.topic, p) for p in self.partitions])
+            found = {tp.partition: (tp.offset if tp.offset >= 0 else None)
+                     for tp in consumer.position([TopicPartition(self.topic, p) for p in self.partitions])}
         except KafkaException:
-            return {p: None for p in self.partitions}
-        return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in found}
+            found = {p: None for p in self.partitions}
+        return {p: pos if pos is not None else (known or {}).get(p) for p, pos in found.items()}
 
     def renewed(self) -> None:
         self.rule.forget()

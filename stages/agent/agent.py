@@ -166,6 +166,7 @@ class HostAgent:
         self.report_partition = {h: partition_for(h, shards) for h in self.hosts}
         self.reader = ReaderWatch(self.commands.name, sorted({partition_for(h, self.commands.partitions)
                                                              for h in self.hosts}))
+        self.offsets: dict[int, int | None] = {}  # partition -> the next command to handle (start() reads it)
         self.lease_s = settings.agent_lease()
         # A report is worth nothing once the lease it would have renewed ran out, so none waits
         # longer (the stages' producers wait for ever): a report that timed out fails its round,
@@ -397,14 +398,12 @@ class HostAgent:
         stall.py): the new one goes on from where the old one was."""
         from confluent_kafka import OFFSET_END, TopicPartition
 
-        stalled = self.reader.stalled(self.consumer)
-        if not stalled:
-            return
         # Where the reader is, else the next command to handle (a reader assigned at a saved
         # offset has no position until it fetches), else the first end the watch saw.
-        positions = {p: pos if pos is not None else self.offsets.get(p)
-                     for p, pos in self.reader.positions(self.consumer).items()}
-        at = self.reader.rule.restart_at(positions)
+        stalled = self.reader.stalled(self.consumer, self.offsets)
+        if not stalled:
+            return
+        at = self.reader.rule.restart_at(self.reader.positions(self.consumer, self.offsets))
         log.warning("the command reader fetched nothing for %gs while commands waited on %s%s: a new consumer "
                     "goes on from offsets %s", self.reader.rule.after_s, self.commands.name, stalled, at)
         old, self.consumer = self.consumer, self._new_consumer()

@@ -41,3 +41,26 @@ def test_a_new_reader_is_judged_afresh() -> None:
     rule.forget()
     assert rule.stalled(11, {0: 5}, {0: 1}) == []  # the new one has had no time yet
     assert rule.stalled(21, {0: 5}, {0: 5}) == []  # and read it
+
+
+def test_a_reader_assigned_at_a_saved_offset_is_judged_from_there_until_it_fetches() -> None:
+    from confluent_kafka import TopicPartition
+
+    from peloton.runtime.stall import ReaderWatch
+
+    class Unfetched:  # a consumer assigned at offset 100 that has fetched nothing: no position
+        def get_watermark_offsets(self, tp, timeout, cached):
+            return 0, 150
+
+        def position(self, parts):
+            return [TopicPartition(tp.topic, tp.partition, -1001) for tp in parts]
+
+    clock = [0.0]
+    watch = ReaderWatch("t", [0], after_s=10, every_s=5, clock=lambda: clock[0])
+    seen = []
+    for t in (5, 10, 15, 20):
+        clock[0] = t
+        seen.append(watch.stalled(Unfetched(), {0: 100}))
+    # The 50 commands after offset 100 waited all along, though none came after the first look.
+    assert seen == [[], [], [0], [0]]
+    assert watch.rule.restart_at(watch.positions(Unfetched(), {0: 100})) == {0: 100}
