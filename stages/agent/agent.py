@@ -398,6 +398,8 @@ class HostAgent:
         stall.py): the new one goes on from where the old one was."""
         from confluent_kafka import OFFSET_END, TopicPartition
 
+        if self._rounds or self.fenced_at is not None:
+            return  # the broker is slow or away (reports unanswered): its answer would hold the loop
         # Where the reader is, else the next command to handle (a reader assigned at a saved
         # offset has no position until it fetches), else the first end the watch saw.
         stalled = self.reader.stalled(self.consumer, self.offsets)

@@ -78,7 +78,9 @@ def test_a_killed_agent_loses_its_runs_to_other_hosts_and_its_leftovers_are_kill
     p = pipeline_factory(hosts="agent:3:cpu=2,mem_mb=1024,disk_mb=1000", agent_timeout_s=5.0,
                          agent_heartbeat_s=0.5)
     p.start_all()
-    job = p.submit(sleepers(9, 10))
+    # Runs long enough to outlast the agent's restart: on a loaded machine it took 12 s from the
+    # SIGKILL, and 10 s runs had ended by then (nothing left to adopt and kill).
+    job = p.submit(sleepers(9, 30))
     wait_running(p, job, 9)
     victim = "agent-0"
     on_victim = {t.instance for t in p.store.tasks_of_job(job) if t.host_id == victim}
