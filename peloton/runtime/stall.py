@@ -16,10 +16,11 @@ ahead of the position now: a working reader fetches committed records within its
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
 
 
 CHECK_EVERY_S = 5.0
@@ -109,6 +110,19 @@ class ReaderWatch:
         except KafkaException:
             found = {p: None for p in self.partitions}
         return {p: pos if pos is not None else (known or {}).get(p) for p, pos in found.items()}
+
+    def renew(self, consumer, make_consumer, known: dict[int, int | None] | None = None,
+              otherwise: int = OFFSET_END) -> tuple[object, dict[int, int]]:
+        """Replace a stalled consumer: a new one (make_consumer()) assigned where the old one was
+        (its position, else `known`, else the first end seen, else `otherwise`); the old one is
+        closed on a thread of its own. Returns the new consumer and the offsets it starts at."""
+        at = self.rule.restart_at(self.positions(consumer, known))
+        new = make_consumer()
+        threading.Thread(target=abandon_consumer, args=(consumer,), name="stalled-reader-abandoned",
+                         daemon=True).start()
+        new.assign([TopicPartition(self.topic, p, at.get(p, otherwise)) for p in self.partitions])
+        self.renewed()
+        return new, at
 
     def renewed(self) -> None:
         self.rule.forget()

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 
@@ -12,7 +11,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from peloton.config import Settings
 from peloton.runtime.clients import CONSUMER_RECOVERY, QUIET, VIEW_FETCH_WAIT_MS, kafka_access
-from peloton.runtime.stall import ReaderWatch, abandon_consumer
+from peloton.runtime.stall import ReaderWatch
 from peloton.serde import DecodeError, registry
 from peloton.topics import Catalogue
 
@@ -80,14 +79,10 @@ class CompactedView:
         stalled = self.reader.stalled(self.consumer)
         if not stalled:
             return
-        at = self.reader.rule.restart_at(self.reader.positions(self.consumer))
+        self.consumer, at = self.reader.renew(self.consumer, lambda: Consumer(self._config),
+                                              otherwise=OFFSET_BEGINNING)
         log.warning("the reader of %s fetched nothing for %gs while records waited on partitions %s: a new "
                     "consumer goes on from offsets %s", self.spec.name, self.reader.rule.after_s, stalled, at)
-        old, self.consumer = self.consumer, Consumer(self._config)
-        threading.Thread(target=abandon_consumer, args=(old,), name="view-reader-abandoned", daemon=True).start()
-        self.consumer.assign([TopicPartition(self.spec.name, p, at.get(p, OFFSET_BEGINNING))
-                              for p in range(self.spec.partitions)])
-        self.reader.renewed()
 
     def _refused(self, err: KafkaError) -> None:
         """Said once, loudly: a view its user may not read stays empty, and what depends on it

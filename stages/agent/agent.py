@@ -38,7 +38,7 @@ from peloton.model.resources import Resources
 from peloton.model.states import REASON_AGENT_FENCED
 from peloton.runtime.heap import settle_heap
 from peloton.runtime.loop import STATUS_EVERY_S
-from peloton.runtime.stall import ReaderWatch, abandon_consumer
+from peloton.runtime.stall import ReaderWatch
 from peloton.runtime.stuck import StuckWatch
 from peloton.serde import DecodeError, registry
 from peloton.topics import Catalogue, partition_for
@@ -396,8 +396,6 @@ class HostAgent:
     def _check_reader(self) -> None:
         """A consumer that stopped fetching while commands waited is replaced (peloton/runtime/
         stall.py): the new one goes on from where the old one was."""
-        from confluent_kafka import OFFSET_END, TopicPartition
-
         if self._rounds or self.fenced_at is not None:
             return  # the broker is slow or away (reports unanswered): its answer would hold the loop
         # Where the reader is, else the next command to handle (a reader assigned at a saved
@@ -405,14 +403,9 @@ class HostAgent:
         stalled = self.reader.stalled(self.consumer, self.offsets)
         if not stalled:
             return
-        at = self.reader.rule.restart_at(self.reader.positions(self.consumer, self.offsets))
+        self.consumer, at = self.reader.renew(self.consumer, self._new_consumer, self.offsets)
         log.warning("the command reader fetched nothing for %gs while commands waited on %s%s: a new consumer "
                     "goes on from offsets %s", self.reader.rule.after_s, self.commands.name, stalled, at)
-        old, self.consumer = self.consumer, self._new_consumer()
-        threading.Thread(target=abandon_consumer, args=(old,), name="command-reader-abandoned", daemon=True).start()
-        self.consumer.assign([TopicPartition(self.commands.name, p, at.get(p, OFFSET_END))
-                              for p in self.reader.partitions])
-        self.reader.renewed()
         metrics.AGENT_READER_RENEWALS.inc()
 
     def _command(self, msg) -> None:
