@@ -78,7 +78,10 @@ def test_an_agent_whose_command_reader_stops_fetching_gets_a_new_one_and_runs_th
     try:
         agent.start()
         agent.reader = ReaderWatch(agent.commands.name, agent.reader.partitions, **QUICK)
-        for _ in range(10):  # the reader in place: a step or two reads up to the end
+        # The reader in place, and the watch's first look taken (a reader with no position is
+        # judged from the first end the watch saw, so that look must come before the command).
+        settle_until = time.monotonic() + 2
+        while time.monotonic() < settle_until:
             agent.step()
         agent.consumer.pause(agent.consumer.assignment())
         command = registry().encode("peloton.AgentCommand", {
