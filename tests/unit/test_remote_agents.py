@@ -65,6 +65,18 @@ def test_a_report_brings_updates_and_reconciles_what_the_agent_runs(driver) -> N
     assert d.active() == {"j-0-1"}
 
 
+def test_a_run_that_ended_is_not_lost_by_the_next_report_read_in_the_same_batch(driver) -> None:
+    """A host manager behind its input reads several reports of a host before it polls: the one
+    after the run's end no longer lists the run, and the run ended, it was not lost."""
+    d, _, clock = driver
+    d.launch([request("j-0-1", "h1"), request("j-1-1", "h1")])
+    clock.now += 10
+    d.receive(report("h1", ["j-1-1"], [("j-0-1", "TASK_FINISHED")]), grace_s=5)
+    d.receive(report("h1", ["j-1-1"]), grace_s=5)
+    assert [(u.task_id, u.state) for u in d.poll()] == [("j-0-1", "TASK_FINISHED")]
+    assert d.active() == {"j-1-1"}
+
+
 def test_an_adopted_run_is_known_and_a_silent_host_loses_its_runs_once(driver) -> None:
     d, _, _ = driver
     d.adopt("j-0-1", "h1")

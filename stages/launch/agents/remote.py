@@ -103,21 +103,23 @@ class RemoteDriver(AgentDriver):
         think it runs. Returns the task ids it runs that we do not know (to be killed). Runs we
         sent it more than `grace_s` ago that it neither runs nor reported ended are lost."""
         host_id = report["host_id"]
-        ended = set()
         for u in report["updates"]:
             update = TaskUpdate(u["task_id"], host_id, u["state"], u["timestamp_ms"], u["reason"], u["message"],
                                 u["exit_code"], u["signal"], u.get("health", ""))
             if u["task_id"] in self.runs:
                 self._updates.append(update)
                 if u["state"] in MESOS_TERMINAL:
-                    ended.add(u["task_id"])
+                    # Forgotten now, not at the next poll: a later report of the same host in the
+                    # same batch (a host manager behind reads several) no longer lists the run,
+                    # which must not make it lost after it ended.
+                    self._drop(u["task_id"])
             elif u["state"] in MESOS_TERMINAL:
                 self.late.append(update)
         running = set(report["running"])
         self.unconfirmed -= running
         now = self._clock()
         for task_id, (h, sent) in list(self.runs.items()):
-            if h == host_id and task_id not in running and task_id not in ended and now - sent > grace_s:
+            if h == host_id and task_id not in running and now - sent > grace_s:
                 self._drop(task_id)
                 self._updates.append(TaskUpdate(task_id, host_id, TASK_LOST, now_ms(), REASON_RECONCILIATION,
                                                 "its agent does not run it"))
