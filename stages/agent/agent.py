@@ -180,6 +180,8 @@ class HostAgent:
         # since: a producer whose every report fails, round after round, is replaced too.
         self.delivered_at = time.monotonic()
         self.failed_rounds = 0
+        self.started_at = self.delivered_at
+        self.ever_delivered = False  # the first acknowledgement is logged: how long a start took to be heard
         self.consumer = self._new_consumer()
         # The sandboxes' files, served to the API (with the cluster's agent-logs secret): a user
         # reads a run's output through the API from wherever the run was.
@@ -462,9 +464,16 @@ class HostAgent:
         timeout is only a little longer than the lease), and reported lost when a report can go."""
         self.fenced_at = time.monotonic()
         active = sorted(self.driver.active())
-        log.warning("no report reached the broker for %gs (the lease): killing the %d runs here, as the host "
-                    "manager will run them elsewhere; no launch is taken until a report gets through",
-                    self.lease_s, len(active) + len(self.adopted))
+        # An agent that starts with a broker slow to answer (a loaded machine, a broker just up:
+        # 8-10 s seen) has nothing to kill yet; it still takes no launch until it is heard.
+        since = "" if self.ever_delivered else " since the agent started"
+        if active or self.adopted:
+            log.warning("no report reached the broker for %gs (the lease)%s: killing the %d runs here, as the host "
+                        "manager will run them elsewhere; no launch is taken until a report gets through",
+                        self.lease_s, since, len(active) + len(self.adopted))
+        else:
+            log.warning("no report reached the broker for %gs (the lease)%s: no run here to kill; no launch is "
+                        "taken until a report gets through", self.lease_s, since)
         self.fencing.update(active)
         self.driver.kill_now(active)
         for task_id, _pgid in list(self.adopted.items()):
@@ -583,6 +592,10 @@ class HostAgent:
             self.failed_rounds += 1
             return
         self.delivered_at, self.failed_rounds = time.monotonic(), 0
+        if not self.ever_delivered:
+            self.ever_delivered = True
+            log.info("reports reach the broker: the first was acknowledged %.1fs after the agent started",
+                     self.delivered_at - self.started_at)
         self.lease_until = max(self.lease_until, sending.sent + self.lease_s)
         self._save("lease.json", {"until": time.time() + (self.lease_until - time.monotonic())})
         if self.fenced_at is not None and sending.sent > self.fenced_at:

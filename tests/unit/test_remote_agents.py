@@ -259,3 +259,43 @@ def test_an_agent_replaces_a_producer_that_never_answers_and_sends_its_updates_a
     finally:
         agent.driver.close()
         agent.consumer.close()
+
+
+def test_an_agent_not_heard_within_its_lease_after_starting_has_nothing_to_kill_and_waits_to_be_heard(
+        tmp_path, caplog) -> None:
+    """A broker slow to answer an agent's first reports (one just up, on a loaded machine): the
+    lease runs out with no run to kill, so none is said to be killed; launches still wait until a
+    report sent after that gets through."""
+    from peloton.config import Settings
+    from peloton.serde import registry
+    from stages.agent.agent import AgentSpec, HostAgent
+
+    agent = HostAgent(Settings(bootstrap="127.0.0.1:1", home=tmp_path), [AgentSpec("h1", Resources(cpu=4), {})],
+                      simulate=True)
+    try:
+        slow = SilentProducer()
+        agent.producer = slow
+        agent._report()
+        agent.lease_until = time.monotonic() - 0.1
+        with caplog.at_level("INFO", logger="peloton.agent"):
+            agent.step()
+            assert agent.fenced_at is not None
+            said = caplog.text
+            assert "since the agent started: no run here to kill" in said and "killing" not in said
+            launch = registry().encode("peloton.AgentCommand", {
+                "command_id": "c", "host_id": "h1", "kills": [], "sent_ms": 2 ** 60, "launches": [{
+                    "task_id": "j-0-1", "job_id": "j", "instance": 0, "run_id": 1, "command": "true",
+                    "resources": Resources(cpu=1).to_record()}]})
+            agent._command(Msg(launch))
+            assert not agent.runs and [u.state for u in agent.pending] == ["TASK_LOST"]
+
+            first, later = slow.held[:1], slow.held[1:]  # the round sent before the fence, those after
+            assert later
+            first[0](None, None)  # the broker answers at last, the oldest first
+            assert agent.fenced_at is not None and "first was acknowledged" in caplog.text
+            for callback in later:
+                callback(None, None)
+            assert agent.fenced_at is None and agent.lease_until > time.monotonic()
+    finally:
+        agent.driver.close()
+        agent.consumer.close()
