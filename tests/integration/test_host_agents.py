@@ -44,7 +44,10 @@ def wait_running(p, job_id: str, count: int, timeout: float = 40) -> None:
 
 
 def test_a_killed_host_manager_leaves_every_task_running_on_its_first_run(pipeline_factory) -> None:
-    p = pipeline_factory(hosts="agent:6:cpu=4,mem_mb=1024,disk_mb=1000", agent_timeout_s=5.0)
+    # The runs outlast the agents' timeout after the kill, so a survivor that failed to adopt them
+    # would call them lost; the lease (the timeout less 2 s) outlasts a loaded shared broker's slow
+    # answers (with 3 s, agents fenced themselves and killed all 40 runs, twice).
+    p = pipeline_factory(hosts="agent:6:cpu=4,mem_mb=1024,disk_mb=1000", agent_timeout_s=8.0)
     p.start_all(instances=2)
     p.wait_for("both launch instances hold shards", lambda: all(
         "assigned [('placements'" in p.log(f"launch-{i}").read_text() for i in (0, 1)), 30)
@@ -53,7 +56,7 @@ def test_a_killed_host_manager_leaves_every_task_running_on_its_first_run(pipeli
     group = Catalogue(p.settings.topic_prefix).group("launch")
     p.wait_for("the launch group settled with both instances holding shards",
                lambda: settled(group_members(p.settings, group), 2), 60)
-    job = p.submit(sleepers(40, 8))
+    job = p.submit(sleepers(40, 12))
     wait_running(p, job, 40)
     hosts_before = {t.instance: t.host_id for t in p.store.tasks_of_job(job)}
     # the instance serving the hosts that run the most tasks
