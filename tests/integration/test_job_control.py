@@ -91,12 +91,14 @@ def test_stop_and_start_instance_ranges_then_delete_and_query(pipeline_factory) 
 
 
 def test_a_job_that_ended_is_deleted_after_its_retention(pipeline_factory) -> None:
-    p = pipeline_factory(hosts="local:1:cpu=2,mem_mb=1024,disk_mb=1000", job_retention_s=3)
+    # Long enough for `job get` to start and answer first: a CLI process took more than 3 s to
+    # start on a loaded machine, and found the job already deleted.
+    p = pipeline_factory(hosts="local:1:cpu=2,mem_mb=1024,disk_mb=1000", job_retention_s=12)
     p.start_all()
     job = p.submit(LONG.format(name="brief", count=1, team="a").replace("'sleep 300 & wait'", "'true'"))
     assert p.wait_job(job, 60) == "SUCCEEDED"
     kept = json.loads(p.ctl("job", "get", job, "--json").stdout)["runtime"]
-    assert kept["kept_until_ms"] == kept["completed_ms"] + 3_000
+    assert kept["kept_until_ms"] == kept["completed_ms"] + 12_000
     p.wait_for("the job deleted", lambda: p.store.get_job(job) is None, 30)
     assert p.store.tasks_of_job(job) == [] and job in p.store.deleted_jobs([job])
     assert p.ctl("job", "get", job).returncode == 3
