@@ -62,7 +62,7 @@ demo: $(STAMP) jars
 TEST_WORKERS ?= 2
 test: $(STAMP) system jars
 	@status=0; \
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not slow and not alone" || status=$$?; \
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=30 -m "not slow and not alone" || status=$$?; \
 	$(BIN)/python -m pytest -q -m "alone and not slow" || status=$$?; \
 	exit $$status
 
