@@ -59,6 +59,13 @@ class ReadStall:
                 out.append(partition)
         return out
 
+    def begin(self, now: float, ends: dict[int, int]) -> None:
+        """The ends when the reader was assigned at the end: it stands there until it fetches, and
+        records that came before the first check count against it as any later ones."""
+        for partition, end in ends.items():
+            self._first[partition] = end
+            self._ends.setdefault(partition, deque()).append((now, end))
+
     def restart_at(self, positions: dict[int, int | None]) -> dict[int, int]:
         """Where a new reader goes on from: each partition's position, else the first end seen."""
         return {p: (pos if pos is not None and pos >= 0 else self._first[p])
@@ -102,6 +109,18 @@ class ReaderWatch:
                 return []  # the broker is away: nothing to judge by
             ends[p] = high
         return self.rule.stalled(now, ends, self.positions(consumer, known))
+
+    def begin(self, consumer, partitions: list[int]) -> None:
+        """Ask the ends of partitions the reader was just assigned at the end (the rule's `begin`);
+        a broker that does not answer at once leaves them to the first check, as before."""
+        ends = {}
+        for p in partitions:
+            try:
+                _low, ends[p] = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=ASK_TIMEOUT_S,
+                                                               cached=False)
+            except KafkaException:
+                return
+        self.rule.begin(self.clock(), ends)
 
     def positions(self, consumer, known: dict[int, int | None] | None = None) -> dict[int, int | None]:
         try:

@@ -270,6 +270,9 @@ class HostAgent:
             assignment.append(TopicPartition(self.commands.name, partition, offset))
         self.offsets = {p: saved.get(str(p)) for p in partitions}
         self.consumer.assign(assignment)
+        # Where a reader that starts at the end stands until it fetches: one that never fetches
+        # is then judged by the first command after its start, not only by a later one.
+        self.reader.begin(self.consumer, [tp.partition for tp in assignment if tp.offset == OFFSET_END])
         self._adopt()
         first = next(iter(self.hosts.values()))
         log.info("agent %s (%s) up: %d host(s) like %s, %s, labels %s; commands from %s%s", self.name, self.agent_id,

@@ -64,3 +64,17 @@ def test_a_reader_assigned_at_a_saved_offset_is_judged_from_there_until_it_fetch
     # The 50 commands after offset 100 waited all along, though none came after the first look.
     assert seen == [[], [], [0], [0]]
     assert watch.rule.restart_at(watch.positions(Unfetched(), {0: 100})) == {0: 100}
+
+
+def test_a_reader_that_starts_at_the_end_and_never_fetches_is_judged_by_the_first_record_after_its_start() -> None:
+    """Without the end at its start, the first check would see the record already there and take
+    it for where the reader stands: a reader stalled from its start would be judged only once a
+    second record came."""
+    begun = ReadStall(after_s=10)
+    begun.begin(0, {0: 7})
+    unbegun = ReadStall(after_s=10)
+    for rule in (begun, unbegun):
+        assert rule.stalled(5, {0: 8}, {0: None}) == []  # a command came before the first check
+    assert begun.stalled(15, {0: 8}, {0: None}) == [0]
+    assert unbegun.stalled(15, {0: 8}, {0: None}) == []
+    assert begun.restart_at({0: None}) == {0: 7}  # from its start, so the command is read
