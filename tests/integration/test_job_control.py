@@ -245,7 +245,7 @@ defaultconfig:
 instanceconfig:
   0:
     controller: true
-    command: {{shell: true, value: 'sleep 6; exit 0'}}
+    command: {{shell: true, value: 'sleep {seconds}; exit 0'}}
 """
 
 CONTROLLER_POOL = """
@@ -263,15 +263,23 @@ def test_a_controller_decides_its_job_and_a_second_waits_for_the_controller_limi
     p = pipeline_factory(hosts="local:2:cpu=4,mem_mb=4096,disk_mb=10000")
     create_pool(p.settings, p.store, "/ctl", CONTROLLER_POOL)
     p.start_all()
-    first = p.submit(CONTROLLED.format(name="first"), pool="/ctl")
+    # The first controller runs long enough for the second job's wait to be seen through the CLI
+    # (a process of its own: seconds on a loaded machine, where 6 s once ran out first).
+    first = p.submit(CONTROLLED.format(name="first", seconds=15), pool="/ctl")
     p.wait_for("the first controller running",
                lambda: any(t.instance == 0 and t.state == "RUNNING" for t in p.store.tasks_of_job(first)), 60)
-    second = p.submit(CONTROLLED.format(name="second"), pool="/ctl")
-    time.sleep(1.5)
-    [controller] = [t for t in p.store.tasks_of_job(second) if t.instance == 0]
-    assert controller.state == "PENDING", "a second controller ran beyond the pool's controller limit (1 cpu)"
-    status = json.loads(p.ctl("job", "status", second, "--json").stdout)
-    assert any("controller limit" in w["reason"] for w in status.get("waiting", [])), status
+    second = p.submit(CONTROLLED.format(name="second", seconds=1), pool="/ctl")
+    deadline = time.monotonic() + 12
+    while True:
+        first_runs = any(t.instance == 0 and t.state == "RUNNING" for t in p.store.tasks_of_job(first))
+        controller = [t.state for t in p.store.tasks_of_job(second) if t.instance == 0]  # none until admitted
+        assert not first_runs or controller in ([], ["PENDING"]), \
+            "a second controller ran beyond the pool's controller limit (1 cpu)"
+        status = json.loads(p.ctl("job", "status", second, "--json").stdout)
+        if any("controller limit" in w["reason"] for w in status.get("waiting", [])):
+            break
+        assert time.monotonic() < deadline, f"the second job does not say it waits for the controller limit: {status}"
+        time.sleep(0.5)
     # The first job's other instance failed, but its controller succeeded: the job SUCCEEDED.
     assert p.wait_job(first) == "SUCCEEDED"
     assert {t.instance: t.state for t in p.store.tasks_of_job(first)} == {0: "SUCCEEDED", 1: "FAILED"}
