@@ -468,7 +468,7 @@ class HostAgent:
         self.fenced_at = time.monotonic()
         active = sorted(self.driver.active())
         # An agent that starts with a broker slow to answer (a loaded machine, a broker just up:
-        # 8-10 s seen) has nothing to kill yet; it still takes no launch until it is heard.
+        # 7-11.5 s seen in tests) has nothing to kill yet; it still takes no launch until it is heard.
         since = "" if self.ever_delivered else " since the agent started"
         if active or self.adopted:
             log.warning("no report reached the broker for %gs (the lease)%s: killing the %d runs here, as the host "
