@@ -100,27 +100,29 @@ class ReaderWatch:
         if now < self._next:
             return []
         self._next = now + self.every_s
-        ends = {}
-        for p in self.partitions:
-            try:
-                _low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=ASK_TIMEOUT_S,
-                                                            cached=False)
-            except KafkaException:
-                return []  # the broker is away: nothing to judge by
-            ends[p] = high
+        ends = self._ends(consumer, self.partitions)
+        if ends is None:
+            return []  # the broker is away: nothing to judge by
         return self.rule.stalled(now, ends, self.positions(consumer, known))
 
     def begin(self, consumer, partitions: list[int]) -> None:
         """Ask the ends of partitions the reader was just assigned at the end (the rule's `begin`);
         a broker that does not answer at once leaves them to the first check, as before."""
+        ends = self._ends(consumer, partitions)
+        if ends is not None:
+            self.rule.begin(self.clock(), ends)
+
+    def _ends(self, consumer, partitions: list[int]) -> dict[int, int] | None:
+        """Each partition's end as the reader sees it (one ListOffsets each, ASK_TIMEOUT_S at most),
+        or None when the broker does not answer."""
         ends = {}
         for p in partitions:
             try:
                 _low, ends[p] = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=ASK_TIMEOUT_S,
                                                                cached=False)
             except KafkaException:
-                return
-        self.rule.begin(self.clock(), ends)
+                return None
+        return ends
 
     def positions(self, consumer, known: dict[int, int | None] | None = None) -> dict[int, int | None]:
         try:

@@ -470,13 +470,11 @@ class HostAgent:
         # An agent that starts with a broker slow to answer (a loaded machine, a broker just up:
         # 7-11.5 s seen in tests) has nothing to kill yet; it still takes no launch until it is heard.
         since = "" if self.ever_delivered else " since the agent started"
-        if active or self.adopted:
-            log.warning("no report reached the broker for %gs (the lease)%s: killing the %d runs here, as the host "
-                        "manager will run them elsewhere; no launch is taken until a report gets through",
-                        self.lease_s, since, len(active) + len(self.adopted))
-        else:
-            log.warning("no report reached the broker for %gs (the lease)%s: no run here to kill; no launch is "
-                        "taken until a report gets through", self.lease_s, since)
+        killed = len(active) + len(self.adopted)
+        what = (f"killing the {killed} runs here, as the host manager will run them elsewhere" if killed
+                else "no run here to kill")
+        log.warning("no report reached the broker for %gs (the lease)%s: %s; no launch is taken until a report "
+                    "gets through", self.lease_s, since, what)
         self.fencing.update(active)
         self.driver.kill_now(active)
         for task_id, _pgid in list(self.adopted.items()):

@@ -60,10 +60,8 @@ class RemoteDriver(AgentDriver):
             self.kill_on(host_id, kills)
 
     def poll(self) -> list[TaskUpdate]:
+        """The updates since the last poll; the runs they end were dropped as they were taken."""
         updates, self._updates = self._updates, []
-        for u in updates:
-            if u.terminal:
-                self._drop(u.task_id)
         return updates
 
     def active(self) -> set[str]:
