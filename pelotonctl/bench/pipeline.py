@@ -120,7 +120,9 @@ def run_pipeline_bench(console, plan: BenchPlan) -> dict:
                                        sim_task_seconds=plan.task_seconds))
     # Checked before the stack starts: a cap that cannot be set stops the run before it costs anything.
     caps = CpuCaps.make(plan.cpu_per_instance) if plan.cpu_per_instance else None
-    stack.up(progress=lambda m: console.print(m, highlight=False), store=plan.store, instances=plan.instances)
+    # The broker at full compilation (dev/jvm.py): it serves the whole run at load.
+    stack.up(progress=lambda m: console.print(m, highlight=False), store=plan.store, instances=plan.instances,
+             jvm="full")
     try:
         # The jobs go straight to Kafka, signed with the stack's admin token.
         settings = replace(stack.settings, command_token=(stack.read() or {}).get("command_token", ""))

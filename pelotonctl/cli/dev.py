@@ -23,17 +23,22 @@ def dev_up(
     instances: int = typer.Option(1, min=1, max=8, help="Instances of every stage."),
     brokers: int = typer.Option(1, min=1, max=5, help="Apache Kafka nodes (3: replication factor 3, "
                                                       "min.insync.replicas 2)."),
+    jvm: str = typer.Option("light", help="light: the broker's and Cassandra's JVMs compile with C1 alone, "
+                                          "half the CPU to start; full: C2 and G1, as the bench runs them."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Start Apache Kafka (unless PELOTON_KAFKA_BOOTSTRAP is set), apply topics, create the default
     pool and start one instance of each stage with its hosts."""
     from dataclasses import replace
 
+    from pelotonctl.dev.jvm import KINDS
     from pelotonctl.dev.stack import DevStack, StackError
     from stages.launch.inventory import InventoryError, parse_inventory
 
     settings = load_settings()
     check_store_kind(store)
+    if jvm not in KINDS:
+        fail(f"--jvm: {jvm!r} is not one of {', '.join(KINDS)}", EXIT_INVALID)
     try:
         parse_inventory(hosts or settings.hosts, 1)
     except InventoryError as exc:
@@ -41,7 +46,7 @@ def dev_up(
     stack = DevStack(replace(settings, hosts=hosts) if hosts else settings)
     try:
         state = stack.up(progress=(lambda m: None) if as_json else (lambda m: out.print(m, highlight=False)),
-                         store=store, instances=instances, brokers=brokers)
+                         store=store, instances=instances, brokers=brokers, jvm=jvm)
     except StackError as exc:
         fail(str(exc), EXIT_UNAVAILABLE)
     if as_json:

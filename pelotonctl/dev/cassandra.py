@@ -26,14 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pelotonctl.dev.jars import JarsUnavailable, fetch
+from pelotonctl.dev.jvm import jvm_options
 from pelotonctl.dev.processes import alive, end_group, free_port, tail
 
 READY = "Starting listening for CQL clients"
 HEAP_MB = 512  # the issue's bound is 1 GB; a test node's tables are small
-# conf/jvm17-server.options of Cassandra 5.0: G1, and the JDK internals Cassandra reaches into
-# (without them it dies at start on Java 17).
+# conf/jvm17-server.options of Cassandra 5.0: G1 (a full JVM's, see dev/jvm.py), and the JDK
+# internals Cassandra reaches into (without them it dies at start on Java 17).
+COLLECTOR = ["-XX:+UseG1GC", "-XX:+ParallelRefProcEnabled", "-XX:MaxTenuringThreshold=1", "-XX:MaxGCPauseMillis=300"]
 JVM_OPTIONS = [
-    "-XX:+UseG1GC", "-XX:+ParallelRefProcEnabled", "-XX:MaxTenuringThreshold=1", "-XX:MaxGCPauseMillis=300",
     "-Xss256k", "-Djdk.attach.allowAttachSelf=true", "-Djava.awt.headless=true",
     "-Dio.netty.tryReflectionSetAccessible=true", "-Dio.netty.allocator.useCacheForAllThreads=true",
     "-Dio.netty.allocator.maxOrder=11",
@@ -121,6 +122,7 @@ class CassandraNode:
     native_port: int
     storage_port: int
     jmx_port: int
+    jvm: str = "light"  # or full (dev/jvm.py)
     _proc: subprocess.Popen | None = field(default=None, init=False, repr=False, compare=False)  # our child, to reap
 
     @property
@@ -136,23 +138,26 @@ class CassandraNode:
         return self.dir / "cassandra.pid"
 
     @classmethod
-    def create(cls, dir: Path, native_port: int | None = None) -> CassandraNode:
-        """A node in `dir` (made once: a folder that has one already opens it)."""
+    def create(cls, dir: Path, native_port: int | None = None, jvm: str = "light") -> CassandraNode:
+        """A node in `dir` (made once: a folder that has one already opens it), its JVM light or
+        full (dev/jvm.py) at every start."""
         dir = Path(dir)
         if (dir / "node.json").exists():
             return cls.open(dir)
+        jvm_options(jvm, [], [])  # a bad kind fails here, before anything is made
         (dir / "conf").mkdir(parents=True, exist_ok=True)
-        node = cls(dir, native_port or free_port(), free_port(), free_port())
+        node = cls(dir, native_port or free_port(), free_port(), free_port(), jvm)
         (dir / "cassandra.yaml").write_text(cassandra_yaml(dir, node.native_port, node.storage_port))
         (dir / "conf" / "logback.xml").write_text(LOGBACK)
         (dir / "node.json").write_text(json.dumps({"native_port": node.native_port, "storage_port": node.storage_port,
-                                                   "jmx_port": node.jmx_port}))
+                                                   "jmx_port": node.jmx_port, "jvm": jvm}))
         return node
 
     @classmethod
     def open(cls, dir: Path) -> CassandraNode:
         layout = json.loads((Path(dir) / "node.json").read_text())
-        return cls(Path(dir), layout["native_port"], layout["storage_port"], layout["jmx_port"])
+        return cls(Path(dir), layout["native_port"], layout["storage_port"], layout["jmx_port"],
+                   layout.get("jvm", "light"))
 
     def command(self) -> list[str]:
         if shutil.which("java") is None:
@@ -164,7 +169,8 @@ class CassandraNode:
         jamm = next(jars.glob("jamm-*.jar"), None)
         if jamm is None:
             raise CassandraError(f"no jamm agent jar in {jars}: fetch the jars again (rm -r {jars}; make jars)")
-        return ["java", f"-Xms{HEAP_MB}m", f"-Xmx{HEAP_MB}m", *JVM_OPTIONS, *FAST_START,
+        return ["java", f"-Xms{HEAP_MB}m", f"-Xmx{HEAP_MB}m", *jvm_options(self.jvm, COLLECTOR, JVM_OPTIONS),
+                *FAST_START,
                 "-Dcassandra-foreground=yes", f"-Dcassandra.config=file://{self.dir / 'cassandra.yaml'}",
                 f"-Dcassandra.storagedir={self.dir / 'data'}", f"-Dcassandra.logdir={self.dir}",
                 f"-Dcassandra.jmx.local.port={self.jmx_port}", f"-Djna.tmpdir={self.dir}",

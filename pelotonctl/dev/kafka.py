@@ -19,6 +19,7 @@ a cluster started again from the same folder finds its own log.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import secrets
@@ -26,18 +27,22 @@ import shutil
 import signal
 import subprocess
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from pelotonctl.dev.jars import JarsUnavailable, fetch
+from pelotonctl.dev.jvm import LIGHT, jvm_options
 from pelotonctl.dev.processes import alive, end_group, free_port, tail
 from pelotonctl.dev.tls import make_certificates
 
 READY = "Kafka Server started"
 # What Kafka's scripts pass (kafka-run-class.sh), with a heap sized for a 2-core machine shared
-# with the stages: the broker's page cache, not its heap, holds the log.
-JVM_OPTIONS = ["-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
-               "-XX:+ExplicitGCInvokesConcurrent", "-XX:MaxDirectMemorySize=256m", "-Djava.awt.headless=true"]
+# with the stages: the broker's page cache, not its heap, holds the log. The collector's options
+# are a full JVM's (see dev/jvm.py).
+COLLECTOR = ["-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
+             "-XX:+ExplicitGCInvokesConcurrent"]
+JVM_OPTIONS = ["-XX:MaxDirectMemorySize=256m", "-Djava.awt.headless=true"]
 HEAP_MB = {1: 768, 3: 512}  # per node, by cluster size
 LOG4J = """\
 appender.out.type = Console
@@ -68,10 +73,21 @@ def ensure_jars() -> Path:
 
 
 def java_command(main: str, *args: str, heap_mb: int = 256, options: list[str] | None = None) -> list[str]:
-    """A command line that runs `main` from Kafka's jars (a broker, the storage tool, a tool)."""
+    """A command line that runs `main` from Kafka's jars (a broker, the storage tool, a tool);
+    a light JVM unless `options` say otherwise."""
     if shutil.which("java") is None:
         raise KafkaError("Kafka needs Java 17 and `java` is not on PATH")
-    return ["java", f"-Xms{heap_mb}m", f"-Xmx{heap_mb}m", *(options or []), "-cp", f"{ensure_jars()}/*", main, *args]
+    return ["java", f"-Xms{heap_mb}m", f"-Xmx{heap_mb}m", *(LIGHT if options is None else options),
+            "-cp", f"{ensure_jars()}/*", main, *args]
+
+
+def new_cluster_id() -> str:
+    """What `kafka-storage random-uuid` prints, without starting a JVM for it: a random UUID in
+    URL-safe base64, unpadded, never starting with "-" (Kafka's Uuid.randomUuid)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 @dataclass
@@ -214,11 +230,13 @@ def secure_listeners(node: Node, access: Access) -> list[str]:
 class KafkaCluster:
     """Kafka nodes on this machine, each with its log in `dir`/node-N."""
 
-    def __init__(self, dir: Path, nodes: list[Node], cluster_id: str, access: Access | None = None):
+    def __init__(self, dir: Path, nodes: list[Node], cluster_id: str, access: Access | None = None,
+                 jvm: str = "light"):
         self.dir = dir
         self.nodes = nodes
         self.cluster_id = cluster_id
         self.access = access
+        self.jvm = jvm
         self._procs: dict[int, subprocess.Popen] = {}
 
     def client_settings(self) -> dict:
@@ -238,11 +256,13 @@ class KafkaCluster:
 
     @classmethod
     def create(cls, dir: Path, nodes: int = 1, first_port: int | None = None, proxied: bool = False,
-               secure: bool = False) -> KafkaCluster:
+               secure: bool = False, jvm: str = "light") -> KafkaCluster:
         """A new cluster in `dir` (emptied first): ports chosen, every node's log formatted with
         one cluster id. `first_port`, when given and free, is the first node's client port;
         `proxied`: each node also has a listener reached through a proxy port (see Node);
-        `secure`: SASL_SSL for clients and ACLs (see the module's docstring)."""
+        `secure`: SASL_SSL for clients and ACLs (see the module's docstring); `jvm`: light or
+        full (dev/jvm.py), kept for every later start."""
+        jvm_options(jvm, [], [])  # a bad kind fails here, before anything is made
         dir = Path(dir).resolve()
         shutil.rmtree(dir, ignore_errors=True)
         dir.mkdir(parents=True)
@@ -252,10 +272,9 @@ class KafkaCluster:
             members.append(Node(i, port, free_port(), dir / f"node-{i}",
                                 *((free_port(), free_port()) if proxied else (0, 0)),
                                 internal_port=free_port() if secure else 0))
-        cluster_id = subprocess.run(java_command("kafka.tools.StorageTool", "random-uuid", heap_mb=64),
-                                    capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+        cluster_id = new_cluster_id()
         access = Access.make(dir) if secure else None
-        cluster = cls(dir, members, cluster_id, access)
+        cluster = cls(dir, members, cluster_id, access, jvm)
         # The admin user's SCRAM credential goes into the metadata log when it is formatted.
         scram = ["--add-scram", f"SCRAM-SHA-512=[name={ADMIN},password={access.admin_password}]"] if access else []
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in members)
@@ -270,6 +289,7 @@ class KafkaCluster:
                 raise KafkaError(f"formatting node {n.node_id} failed: {(done.stdout + done.stderr)[-2000:]}")
         (dir / "cluster.json").write_text(json.dumps({
             "cluster_id": cluster_id,
+            "jvm": jvm,
             "nodes": [{"node_id": n.node_id, "port": n.port, "controller_port": n.controller_port,
                        "proxied_port": n.proxied_port, "proxy_port": n.proxy_port,
                        "internal_port": n.internal_port} for n in members]},
@@ -294,7 +314,7 @@ class KafkaCluster:
         if (dir / "access.json").exists():
             a = json.loads((dir / "access.json").read_text())
             access = Access(a["admin_password"], a["broker_password"], Path(a["ca"]), Path(a["keystore"]))
-        return cls(dir, nodes, doc["cluster_id"], access)
+        return cls(dir, nodes, doc["cluster_id"], access, doc.get("jvm", "light"))
 
     def node(self, node_id: int) -> Node:
         return next(n for n in self.nodes if n.node_id == node_id)
@@ -304,7 +324,8 @@ class KafkaCluster:
         n = self.node(node_id)
         log = open(n.log, "ab")
         cmd = java_command("kafka.Kafka", str(n.dir / "server.properties"), heap_mb=self.heap_mb,
-                           options=[*JVM_OPTIONS, f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
+                           options=[*jvm_options(self.jvm, COLLECTOR, JVM_OPTIONS),
+                                    f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
                                     f"-Dkafka.logs.dir={n.dir}"])
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)

@@ -47,7 +47,7 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-def start_kafka_cluster(dir: Path, brokers: int):
+def start_kafka_cluster(dir: Path, brokers: int, jvm: str = "light"):
     """A new cluster of `brokers` nodes in `dir` (clients on SASL_SSL, every request authorized),
     started: its first node on Kafka's own port when that is free, so clients' defaults reach it.
     Free when asked may be taken by the time the broker binds it (two stacks started at once on
@@ -55,14 +55,14 @@ def start_kafka_cluster(dir: Path, brokers: int):
     from pelotonctl.dev.kafka import KafkaCluster
 
     wanted = KAFKA_PORT if port_is_free(KAFKA_PORT) else None
-    cluster = KafkaCluster.create(dir, brokers, wanted, secure=True)
+    cluster = KafkaCluster.create(dir, brokers, wanted, secure=True, jvm=jvm)
     try:
         cluster.start()
     except Exception:
         cluster.stop()  # the nodes that did start
         if wanted is None or not cluster.port_was_taken(1):
             raise
-        cluster = KafkaCluster.create(dir, brokers, None, secure=True)
+        cluster = KafkaCluster.create(dir, brokers, None, secure=True, jvm=jvm)
         cluster.start()
     return cluster
 
@@ -194,13 +194,15 @@ class DevStack:
             return []
         return [{**c, "running": alive(c["pid"])} for c in state["components"]]
 
-    def up(self, progress=print, store: str = "sqlite", instances: int = 1, brokers: int = 1) -> dict:
+    def up(self, progress=print, store: str = "sqlite", instances: int = 1, brokers: int = 1,
+           jvm: str = "light") -> dict:
         """Start a stack in this home; refuses while another runs or is being started here.
 
         store="postgres" runs it on a local PostgreSQL and ZooKeeper of its own, as the stages
         would run on several machines, store="cassandra" on a Cassandra node (in dev/cassandra)
         and a ZooKeeper; instances starts that many of every stage; brokers=3 a three-node Kafka
-        cluster (replication factor 3, min.insync.replicas 2)."""
+        cluster (replication factor 3, min.insync.replicas 2); jvm: light or full, how much the
+        broker's and the Cassandra node's JVMs compile (dev/jvm.py)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         with open(self.dir / "up.lock", "w") as lock:
             try:  # two `dev up` at once: the second must not start a second broker and stages
@@ -214,9 +216,9 @@ class DevStack:
                 names = ", ".join(f"{c.get('instance') or c['component']} (pid {c['pid']})" for c in running)
                 raise StackError(f"a dev stack is already running in {self.settings.home} (PELOTON_HOME): broker at "
                                  f"{state.get('bootstrap', '?')}, {names}; `pelotonctl dev down` stops it")
-            return self._up(progress, store, instances, brokers)
+            return self._up(progress, store, instances, brokers, jvm)
 
-    def _up(self, progress, store_kind: str, instances: int, brokers: int) -> dict:
+    def _up(self, progress, store_kind: str, instances: int, brokers: int, jvm: str) -> dict:
         logs = self.dir / "logs"
         logs.mkdir(exist_ok=True)
         components = []
@@ -235,10 +237,10 @@ class DevStack:
                 for file in store_files(path):
                     file.unlink(missing_ok=True)
             shutil.rmtree(Path(self.settings.home) / "agents", ignore_errors=True)
-            kafka = self._start_kafka(components, brokers, progress)
+            kafka = self._start_kafka(components, brokers, jvm, progress)
         if store_kind != "sqlite":
             try:
-                self.settings = replace(self.settings, **self._start_servers(store_kind, components, progress))
+                self.settings = replace(self.settings, **self._start_servers(store_kind, jvm, components, progress))
             except Exception as exc:  # leave nothing running behind a failed start
                 self._stop(components, lambda m: None)
                 raise StackError(str(exc)) from None
@@ -371,13 +373,13 @@ class DevStack:
             if c.get("dir"):  # a server's throwaway data directory
                 shutil.rmtree(c["dir"], ignore_errors=True)
 
-    def _start_kafka(self, components: list[dict], brokers: int, progress) -> dict:
+    def _start_kafka(self, components: list[dict], brokers: int, jvm: str, progress) -> dict:
         """A new Kafka cluster of `brokers` nodes in dev/kafka, clients on SASL_SSL and every
         request authorized; the settings that reach it as its admin user."""
         from pelotonctl.dev.kafka import KafkaError
 
         try:
-            cluster = start_kafka_cluster(self.dir / "kafka", brokers)
+            cluster = start_kafka_cluster(self.dir / "kafka", brokers, jvm)
         except KafkaError as exc:
             raise StackError(str(exc)) from None
         for n in cluster.nodes:
@@ -459,11 +461,14 @@ class DevStack:
         self._write(state)
         return chosen
 
-    def _start_servers(self, store_kind: str, components: list[dict], progress) -> dict:
+    def _start_servers(self, store_kind: str, jvm: str, components: list[dict], progress) -> dict:
         """The store's server (a PostgreSQL, or a Cassandra node) and a ZooKeeper of the stack's
         own; the settings that point at them."""
-        start_store = self._start_postgres if store_kind == "postgres" else self._start_cassandra
-        return {"store": start_store(components, progress), "zookeeper": self._start_zookeeper(components, progress)}
+        if store_kind == "postgres":
+            store = self._start_postgres(components, progress)
+        else:
+            store = self._start_cassandra(components, jvm, progress)
+        return {"store": store, "zookeeper": self._start_zookeeper(components, progress)}
 
     def _start_postgres(self, components: list[dict], progress) -> str:
         """A throwaway PostgreSQL ("dir": gone with `dev down`, never restarted); its new database's URL."""
@@ -476,14 +481,14 @@ class DevStack:
         progress(f"postgres  {url} (pid {pg.pid})")
         return url
 
-    def _start_cassandra(self, components: list[dict], progress) -> str:
+    def _start_cassandra(self, components: list[dict], jvm: str, progress) -> str:
         """A Cassandra node in dev/cassandra, started empty like the broker; the store's URL. No
         "dir" in its component: like a broker it keeps its data across `dev restart cassandra`."""
         from pelotonctl.dev.cassandra import CassandraError, CassandraNode, release
 
         node_dir = self.dir / "cassandra"
         shutil.rmtree(node_dir, ignore_errors=True)  # create() would open the last stack's node
-        node = CassandraNode.create(node_dir)
+        node = CassandraNode.create(node_dir, jvm=jvm)
         try:
             node.start()
         except CassandraError:

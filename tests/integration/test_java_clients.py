@@ -15,6 +15,7 @@ from peloton.auth.tokens import issue
 from peloton.config import REPO_ROOT
 from peloton.runtime import now_ms
 from pelotonctl.admin import create_pool
+from pelotonctl.dev.jvm import LIGHT
 from tests.integration.conftest import pool_yaml
 
 pytestmark = pytest.mark.integration
@@ -41,8 +42,10 @@ def classpath() -> str:
         mvn = tool("mvn")
         # From scratch: a changed pom must not leave the old versions' jars on the classpath.
         shutil.rmtree(JARS, ignore_errors=True)
+        # Maven itself as a light JVM (dev/jvm.py): a build of two classes ends before C2 pays.
         result = subprocess.run([mvn, "-q", "-B", "-f", str(EXAMPLES / "pom.xml"), "package"],
-                                cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+                                cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+                                env={**os.environ, "MAVEN_OPTS": " ".join(LIGHT)})
         assert result.returncode == 0 and JAR.exists(), (
             f"mvn package failed with {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return str(JARS / "*")
@@ -51,7 +54,7 @@ def classpath() -> str:
 def java(classpath: str, main: str, *args: str, env: dict[str, str], timeout: float = 90) -> str:
     """Runs a class of the clients from the checkout's root (the README's relative paths) and
     returns its stdout."""
-    result = subprocess.run([tool("java"), "-cp", classpath, main, *args], cwd=REPO_ROOT, env=env,
+    result = subprocess.run([tool("java"), *LIGHT, "-cp", classpath, main, *args], cwd=REPO_ROOT, env=env,
                             capture_output=True, text=True, timeout=timeout)
     assert result.returncode == 0, (
         f"{main} failed with {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
