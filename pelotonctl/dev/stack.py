@@ -351,24 +351,13 @@ class DevStack:
         self.state_file.unlink(missing_ok=True)
 
     def _stop(self, components: list[dict], progress, timeout: float = 15.0) -> None:
-        # Stages first (they finish their batch and leave their groups), the servers last.
-        order = [c for c in components if c["component"] not in SERVERS] + [
-            c for c in components if c["component"] in SERVERS]
-        for c in order:
-            if not c["pid"] or not alive(c["pid"]):
-                continue
-            if _is_group_leader(c["pid"]):  # started by us in its own session: reach its children too
-                os.killpg(c["pid"], signal.SIGTERM)
-            else:
-                os.kill(c["pid"], signal.SIGTERM)
-            deadline = time.monotonic() + timeout
-            while alive(c["pid"]) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if alive(c["pid"]):
-                os.killpg(c["pid"], signal.SIGKILL)
-                progress(f"{c.get('instance') or c['component']:<9} killed after {timeout:.0f}s")
-            else:
-                progress(f"{c.get('instance') or c['component']:<9} stopped")
+        # The stages, the API and the agents first and together (each finishes its batch and
+        # leaves its group), then the servers one by one: the brokers of a cluster stopped at once
+        # would wait on each other's controlled shutdown.
+        _stop_together([c for c in components if c["component"] not in SERVERS], progress, timeout)
+        for c in components:
+            if c["component"] in SERVERS:
+                _stop_together([c], progress, timeout)
         for c in components:
             if c.get("dir"):  # a server's throwaway data directory
                 shutil.rmtree(c["dir"], ignore_errors=True)
@@ -528,6 +517,28 @@ class DevStack:
         tmp.touch(mode=0o600)  # it holds the stack's admin token: its owner's to read alone
         tmp.write_text(json.dumps(state, indent=2))
         tmp.replace(self.state_file)
+
+
+def _stop_together(components: list[dict], progress, timeout: float) -> None:
+    """SIGTERM to each running component at once, then a wait of `timeout` for them all; those
+    still running are killed. Says each one's end as it comes."""
+    left = [c for c in components if c["pid"] and alive(c["pid"])]
+    for c in left:
+        if _is_group_leader(c["pid"]):  # started by us in its own session: reach its children too
+            os.killpg(c["pid"], signal.SIGTERM)
+        else:
+            os.kill(c["pid"], signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while left:
+        for c in [c for c in left if not alive(c["pid"])]:
+            left.remove(c)
+            progress(f"{c.get('instance') or c['component']:<9} stopped")
+        if not left or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    for c in left:
+        os.killpg(c["pid"], signal.SIGKILL)
+        progress(f"{c.get('instance') or c['component']:<9} killed after {timeout:.0f}s")
 
 
 def _is_group_leader(pid: int) -> bool:
