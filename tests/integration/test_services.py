@@ -52,7 +52,9 @@ def test_an_update_pauses_between_batches_resumes_to_the_end_and_another_aborts_
         pipeline_factory, tmp_path) -> None:
     p = pipeline_factory(hosts="local:2:cpu=4,mem_mb=4096,disk_mb=10000")
     p.start_all()
-    text, job = running_service(p, "svc", 3, STUBBORN, 4)
+    # The pause must reach the job manager within instance 0's grace: with 4 s, a loaded machine's
+    # CLI process once came after it, and the second batch had started (the full suite).
+    text, job = running_service(p, "svc", 3, STUBBORN, 8)
     changed = tmp_path / "changed.yaml"
     changed.write_text(text.replace("memlimitmb: 8", "memlimitmb: 9"))
     sent = p.ctl("job", "update", job, str(changed), "--batch-size", "1", "--start-paused", "--json")
@@ -79,7 +81,7 @@ def test_an_update_pauses_between_batches_resumes_to_the_end_and_another_aborts_
     again = tmp_path / "again.yaml"
     again.write_text(text.replace("memlimitmb: 8", "memlimitmb: 10"))
     second = json.loads(p.ctl("job", "update", job, str(again), "--batch-size", "1", "--json").stdout)["update_id"]
-    # Aborted while its first batch is in flight (instance 0's old run in its 4 s grace): waiting
+    # Aborted while its first batch is in flight (instance 0's old run in its 8 s grace): waiting
     # for that batch to be done first let a loaded machine's next two batches start before the
     # abort arrived.
     p.wait_for("the first batch in flight", lambda: update_of(p, second)["instances_current"] != [], 60)
