@@ -58,9 +58,10 @@ def broker(tmp_path_factory) -> dict:
     if external:
         yield {"bootstrap": external}
         return
-    # A full JVM (dev/jvm.py): it serves every pipeline of the worker's session, where a light
-    # one spent 1.6 times the CPU (a relay of 100,000 messages: 16.4 s against 10.1).
-    cluster = KafkaCluster.create(tmp_path_factory.mktemp("kafka"), nodes=1, secure=True, jvm="full")
+    # A light JVM (dev/jvm.py), though it lives the whole session: its load is the tests'
+    # pipelines asking it for records and metadata many times a second, mostly finding none, and
+    # there C2 does not pay (an idle dev stack's broker: 24 % of a core light, 32-45 % full).
+    cluster = KafkaCluster.create(tmp_path_factory.mktemp("kafka"), nodes=1, secure=True)
     cluster.start()
     yield cluster.client_settings()
     cluster.stop()
