@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Python keeps the project's compiled modules in __pycache__ (ignored by git) even where the
 # environment says not to (PYTHONDONTWRITEBYTECODE=1, as these machines' images set it): else
 # every stage, agent and CLI call the suite and the demo start compiles our sources again, 1.0 s
-# of CPU at each start instead of 0.5, and the suite starts thousands.
+# of CPU at each start instead of 0.5, and the suite starts about 700 of them.
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: install system jars demo test unit integration bench soak clean
