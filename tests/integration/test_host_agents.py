@@ -114,7 +114,9 @@ def test_a_killed_agent_loses_its_runs_to_other_hosts_and_its_leftovers_are_kill
 def test_an_agent_restarted_with_sigkill_adopts_its_running_tasks_and_the_job_succeeds(pipeline_factory) -> None:
     p = pipeline_factory(hosts="agent:1:cpu=4,mem_mb=1024,disk_mb=1000", agent_timeout_s=20.0)
     p.start_all()
-    job = p.submit(sleepers(3, 6))
+    # Runs that outlast the new agent's start: with 6 s, a loaded machine's new agent came up
+    # after they had ended (the full suite, once), and had nothing to adopt.
+    job = p.submit(sleepers(3, 20))
     wait_running(p, job, 3)
     p.procs["agent-0"].send_signal(signal.SIGKILL)
     p.procs["agent-0"].wait()
