@@ -10,6 +10,7 @@ from rich.table import Table
 
 from pelotonctl.cli.common import (EXIT_INVALID, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, JSON_HELP, check_store_kind,
                                    commands, fail, load_settings, out, print_json)
+from pelotonctl.dev.jvm import DEFAULT as JVM_DEFAULT, KINDS as JVM_KINDS
 
 dev_app = commands("The embedded dev stack: broker, stages and hosts on this machine.")
 
@@ -23,7 +24,7 @@ def dev_up(
     instances: int = typer.Option(1, min=1, max=8, help="Instances of every stage."),
     brokers: int = typer.Option(1, min=1, max=5, help="Apache Kafka nodes (3: replication factor 3, "
                                                       "min.insync.replicas 2)."),
-    jvm: str = typer.Option("light", help="light: the broker's and Cassandra's JVMs compile with C1 alone, "
+    jvm: str = typer.Option(JVM_DEFAULT, help="light: the broker's and Cassandra's JVMs compile with C1 alone, "
                                           "half the CPU to start; full: C2 and G1, as the bench runs them."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
@@ -31,14 +32,13 @@ def dev_up(
     pool and start one instance of each stage with its hosts."""
     from dataclasses import replace
 
-    from pelotonctl.dev.jvm import KINDS
     from pelotonctl.dev.stack import DevStack, StackError
     from stages.launch.inventory import InventoryError, parse_inventory
 
     settings = load_settings()
     check_store_kind(store)
-    if jvm not in KINDS:
-        fail(f"--jvm: {jvm!r} is not one of {', '.join(KINDS)}", EXIT_INVALID)
+    if jvm not in JVM_KINDS:
+        fail(f"--jvm: {jvm!r} is not one of {', '.join(JVM_KINDS)}", EXIT_INVALID)
     try:
         parse_inventory(hosts or settings.hosts, 1)
     except InventoryError as exc:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pelotonctl.dev.jars import JarsUnavailable, fetch
-from pelotonctl.dev.jvm import jvm_options
+from pelotonctl.dev.jvm import DEFAULT, check_kind, jvm_options
 from pelotonctl.dev.processes import alive, end_group, free_port, tail
 
 READY = "Starting listening for CQL clients"
@@ -122,7 +122,7 @@ class CassandraNode:
     native_port: int
     storage_port: int
     jmx_port: int
-    jvm: str = "light"  # or full (dev/jvm.py)
+    jvm: str = DEFAULT  # or full (dev/jvm.py)
     _proc: subprocess.Popen | None = field(default=None, init=False, repr=False, compare=False)  # our child, to reap
 
     @property
@@ -138,13 +138,13 @@ class CassandraNode:
         return self.dir / "cassandra.pid"
 
     @classmethod
-    def create(cls, dir: Path, native_port: int | None = None, jvm: str = "light") -> CassandraNode:
+    def create(cls, dir: Path, native_port: int | None = None, jvm: str = DEFAULT) -> CassandraNode:
         """A node in `dir` (made once: a folder that has one already opens it), its JVM light or
         full (dev/jvm.py) at every start."""
         dir = Path(dir)
         if (dir / "node.json").exists():
             return cls.open(dir)
-        jvm_options(jvm, [], [])  # a bad kind fails here, before anything is made
+        check_kind(jvm)  # before anything is made
         (dir / "conf").mkdir(parents=True, exist_ok=True)
         node = cls(dir, native_port or free_port(), free_port(), free_port(), jvm)
         (dir / "cassandra.yaml").write_text(cassandra_yaml(dir, node.native_port, node.storage_port))
@@ -157,7 +157,7 @@ class CassandraNode:
     def open(cls, dir: Path) -> CassandraNode:
         layout = json.loads((Path(dir) / "node.json").read_text())
         return cls(Path(dir), layout["native_port"], layout["storage_port"], layout["jmx_port"],
-                   layout.get("jvm", "light"))
+                   layout.get("jvm", DEFAULT))
 
     def command(self) -> list[str]:
         if shutil.which("java") is None:

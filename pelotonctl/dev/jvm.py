@@ -14,11 +14,17 @@ light: they end before C2 would help."""
 from __future__ import annotations
 
 KINDS = ("light", "full")
+DEFAULT = "light"  # also what a cluster or node made before the choice was kept starts as
 LIGHT = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+
+
+def check_kind(kind: str) -> str:
+    """`kind` when it is one of KINDS; a ValueError that says so otherwise."""
+    if kind not in KINDS:
+        raise ValueError(f"a JVM is light or full, not {kind!r}")
+    return kind
 
 
 def jvm_options(kind: str, collector: list[str], other: list[str]) -> list[str]:
     """A server's options: its own collector's for `full`, the light ones in their place for `light`."""
-    if kind not in KINDS:
-        raise ValueError(f"a JVM is light or full, not {kind!r}")
-    return [*(collector if kind == "full" else LIGHT), *other]
+    return [*(collector if check_kind(kind) == "full" else LIGHT), *other]

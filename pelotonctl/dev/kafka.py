@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pelotonctl.dev.jars import JarsUnavailable, fetch
-from pelotonctl.dev.jvm import LIGHT, jvm_options
+from pelotonctl.dev.jvm import DEFAULT, LIGHT, check_kind, jvm_options
 from pelotonctl.dev.processes import alive, end_group, free_port, tail
 from pelotonctl.dev.tls import make_certificates
 
@@ -231,7 +231,7 @@ class KafkaCluster:
     """Kafka nodes on this machine, each with its log in `dir`/node-N."""
 
     def __init__(self, dir: Path, nodes: list[Node], cluster_id: str, access: Access | None = None,
-                 jvm: str = "light"):
+                 jvm: str = DEFAULT):
         self.dir = dir
         self.nodes = nodes
         self.cluster_id = cluster_id
@@ -256,13 +256,13 @@ class KafkaCluster:
 
     @classmethod
     def create(cls, dir: Path, nodes: int = 1, first_port: int | None = None, proxied: bool = False,
-               secure: bool = False, jvm: str = "light") -> KafkaCluster:
+               secure: bool = False, jvm: str = DEFAULT) -> KafkaCluster:
         """A new cluster in `dir` (emptied first): ports chosen, every node's log formatted with
         one cluster id. `first_port`, when given and free, is the first node's client port;
         `proxied`: each node also has a listener reached through a proxy port (see Node);
         `secure`: SASL_SSL for clients and ACLs (see the module's docstring); `jvm`: light or
         full (dev/jvm.py), kept for every later start."""
-        jvm_options(jvm, [], [])  # a bad kind fails here, before anything is made
+        check_kind(jvm)  # before anything is made
         dir = Path(dir).resolve()
         shutil.rmtree(dir, ignore_errors=True)
         dir.mkdir(parents=True)
@@ -314,7 +314,7 @@ class KafkaCluster:
         if (dir / "access.json").exists():
             a = json.loads((dir / "access.json").read_text())
             access = Access(a["admin_password"], a["broker_password"], Path(a["ca"]), Path(a["keystore"]))
-        return cls(dir, nodes, doc["cluster_id"], access, doc.get("jvm", "light"))
+        return cls(dir, nodes, doc["cluster_id"], access, doc.get("jvm", DEFAULT))
 
     def node(self, node_id: int) -> Node:
         return next(n for n in self.nodes if n.node_id == node_id)

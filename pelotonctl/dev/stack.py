@@ -20,6 +20,7 @@ from pathlib import Path
 
 from peloton.config import REPO_ROOT, Settings, dev_pace
 from peloton.store import sqlite_path
+from pelotonctl.dev.jvm import DEFAULT as JVM_DEFAULT
 from pelotonctl.dev.processes import alive, free_port
 from stages.launch.inventory import AGENT, SIM_AGENT, HostSpec, parse_inventory
 
@@ -47,7 +48,7 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-def start_kafka_cluster(dir: Path, brokers: int, jvm: str = "light"):
+def start_kafka_cluster(dir: Path, brokers: int, jvm: str = JVM_DEFAULT):
     """A new cluster of `brokers` nodes in `dir` (clients on SASL_SSL, every request authorized),
     started: its first node on Kafka's own port when that is free, so clients' defaults reach it.
     Free when asked may be taken by the time the broker binds it (two stacks started at once on
@@ -195,7 +196,7 @@ class DevStack:
         return [{**c, "running": alive(c["pid"])} for c in state["components"]]
 
     def up(self, progress=print, store: str = "sqlite", instances: int = 1, brokers: int = 1,
-           jvm: str = "light") -> dict:
+           jvm: str = JVM_DEFAULT) -> dict:
         """Start a stack in this home; refuses while another runs or is being started here.
 
         store="postgres" runs it on a local PostgreSQL and ZooKeeper of its own, as the stages
