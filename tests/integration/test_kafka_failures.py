@@ -206,17 +206,19 @@ def test_three_brokers_lose_one_then_all_and_every_job_runs_each_task_once(kafka
         finish_pause = longest_gap([t for t, _ in finished])
         # A node that stops heartbeating is fenced after broker.session.timeout.ms (4 s here), and
         # its partitions' leadership moves at once; a client learns the new leaders a moment later
-        # (the probe, which waits longer when the machine is busy). The job's tasks wait that
-        # long, then for their stages' transactions to start over (a new producer once a call
-        # outlived the broker) and for the pipeline's own round, on top of the gap between two
-        # waves it has anyway. Figures in docs/design.md. A rebalance (8 s and more), or a
-        # producer stuck on a dead coordinator, would add more than the 4 s allowed.
+        # (the probe, which waits longer when the machine is busy). A job that stood still for
+        # exactly that long and then went on would wait at most that plus the gap between two of
+        # its waves, which it has anyway. Its stages' transactions starting over add up to a
+        # second or two (-2.0 to +1.5 s past that in ten runs, the busiest beside a full suite;
+        # docs/design.md), so the bound is that plus 4 s: a rebalance (8 s and more), or a
+        # producer stuck on a dead coordinator, goes over it.
         election = election_seconds(cluster, killed_wall, dead=2)
+        past = max(start_pause, finish_pause) - usual - max(election, probe_pause)
         said = (f"broker killed at {time.strftime('%H:%M:%S', time.localtime(killed_wall))}: the controller fenced it "
                 f"after {election:.1f}s, a plain producer waited {probe_pause:.1f}s, the job's starts paused "
                 f"{start_pause:.1f}s and its finishes {finish_pause:.1f}s (its starts {usual:.1f}s apart at most "
-                f"before the kill)")
-        assert max(start_pause, finish_pause) < usual + max(election, probe_pause) + 4, said
+                f"before the kill): {past:+.1f}s past the election and its own rhythm")
+        assert past < 4, said
         print(said)
         all_alive(p)
 
