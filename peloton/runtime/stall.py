@@ -12,6 +12,13 @@ The check (ReadStall.stalled) takes, every few seconds, each partition's end as 
 it (for read_committed readers the last stable offset: records of open transactions do not
 count) and the reader's position. A partition is stalled when an end taken `after_s` ago is still
 ahead of the position now: a working reader fetches committed records within its fetch wait.
+
+The ends are asked on an admin client of the watch's own (EndsAside), not on the reader: a
+request on the reader's connection waits behind its held fetch (librdkafka: "held back by
+preceding blocking FetchRequest"), and on a stuck reader's it may never be answered: the check
+then skips itself for as long as the reader stays stuck. An agent of the three-broker test read
+no command for three minutes after the whole cluster's restart (2026-11-28), and its watch,
+then asking on the reader, said nothing.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import threading
 import time
 from collections import deque
 
-from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_END, IsolationLevel, KafkaException, TopicPartition
 
 
 CHECK_EVERY_S = 5.0
@@ -30,6 +37,9 @@ STALLED_AFTER_S = 20.0
 # The caller's loop waits for the answer: a broker that takes longer is taken for away (a leader
 # that died answers nothing until the election), and the check is skipped.
 ASK_TIMEOUT_S = 0.5
+# The ends at a reader's start (ReaderWatch.begin): the admin client's first request also finds
+# the brokers, and nothing else waits on the loop yet.
+BEGIN_ASK_TIMEOUT_S = 2.0
 
 
 class ReadStall:
@@ -77,16 +87,42 @@ class ReadStall:
         self._first.clear()
 
 
+class EndsAside:
+    """Partitions' last stable offsets (the ends a read_committed reader reads to), asked on an
+    admin client of its own: one ListOffsets request per leader for all of them, on connections
+    no reader's fetch holds. The client is made at the first question."""
+
+    def __init__(self, config: dict):
+        self.config = {**config, "log_level": 2}  # the reader beside it already says what the brokers do
+        self._admin = None
+
+    def __call__(self, topic: str, partitions: list[int], timeout_s: float) -> dict[int, int] | None:
+        """{partition: end}, or None when some partition's leader did not answer in timeout_s."""
+        from confluent_kafka.admin import AdminClient, OffsetSpec
+
+        if self._admin is None:
+            self._admin = AdminClient(self.config)
+        deadline = time.monotonic() + timeout_s
+        try:
+            futures = self._admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in partitions},
+                                               isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout_s)
+            return {tp.partition: f.result(timeout=max(0.0, deadline - time.monotonic())).offset
+                    for tp, f in futures.items()}
+        except (KafkaException, TimeoutError):
+            return None
+
+
 class ReaderWatch:
     """ReadStall over a live consumer: at most every CHECK_EVERY_S it asks the broker for the
-    partitions' ends (one ListOffsets per partition, as the reader's isolation level sees them)
-    and reads the consumer's positions. A broker that does not answer skips the check: a reader
-    cannot read from a broker that is away, and is not judged for it."""
+    partitions' ends (`ends`, an EndsAside) and reads the consumer's positions. A broker that
+    does not answer skips the check: a reader cannot read from a broker that is away, and is not
+    judged for it."""
 
-    def __init__(self, topic: str, partitions: list[int], after_s: float = STALLED_AFTER_S,
+    def __init__(self, topic: str, partitions: list[int], ends, after_s: float = STALLED_AFTER_S,
                  every_s: float = CHECK_EVERY_S, clock=time.monotonic):
         self.topic = topic
         self.partitions = list(partitions)
+        self.ends = ends  # (topic, partitions, timeout_s) -> {partition: end} | None
         self.rule = ReadStall(after_s)
         self.every_s = every_s
         self.clock = clock
@@ -100,29 +136,19 @@ class ReaderWatch:
         if now < self._next:
             return []
         self._next = now + self.every_s
-        ends = self._ends(consumer, self.partitions)
+        ends = self.ends(self.topic, self.partitions, ASK_TIMEOUT_S)
         if ends is None:
             return []  # the broker is away: nothing to judge by
         return self.rule.stalled(now, ends, self.positions(consumer, known))
 
-    def begin(self, consumer, partitions: list[int]) -> None:
+    def begin(self, partitions: list[int]) -> None:
         """Ask the ends of partitions the reader was just assigned at the end (the rule's `begin`);
-        a broker that does not answer at once leaves them to the first check, as before."""
-        ends = self._ends(consumer, partitions)
+        a broker that does not answer in time leaves them to the first check, as before."""
+        if not partitions:
+            return
+        ends = self.ends(self.topic, partitions, BEGIN_ASK_TIMEOUT_S)
         if ends is not None:
             self.rule.begin(self.clock(), ends)
-
-    def _ends(self, consumer, partitions: list[int]) -> dict[int, int] | None:
-        """Each partition's end as the reader sees it (one ListOffsets each, ASK_TIMEOUT_S at most),
-        or None when the broker does not answer."""
-        ends = {}
-        for p in partitions:
-            try:
-                _low, ends[p] = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=ASK_TIMEOUT_S,
-                                                               cached=False)
-            except KafkaException:
-                return None
-        return ends
 
     def positions(self, consumer, known: dict[int, int | None] | None = None) -> dict[int, int | None]:
         try:

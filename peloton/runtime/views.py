@@ -11,7 +11,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from peloton.config import Settings
 from peloton.runtime.clients import CONSUMER_RECOVERY, QUIET, VIEW_FETCH_WAIT_MS, kafka_access
-from peloton.runtime.stall import ReaderWatch
+from peloton.runtime.stall import EndsAside, ReaderWatch
 from peloton.serde import DecodeError, registry
 from peloton.topics import Catalogue
 
@@ -47,7 +47,7 @@ class CompactedView:
         }
         self.consumer = Consumer(self._config)
         self.consumer.assign([TopicPartition(self.spec.name, p, OFFSET_BEGINNING) for p in range(self.spec.partitions)])
-        self.reader = ReaderWatch(self.spec.name, list(range(self.spec.partitions)))
+        self.reader = ReaderWatch(self.spec.name, list(range(self.spec.partitions)), EndsAside(kafka_access(settings)))
 
     def poll(self, timeout: float = 0.0, max_messages: int = 5000) -> list[tuple[str, dict]]:
         """Read what has arrived: every (key, value) in order; `values` keeps the latest per key."""

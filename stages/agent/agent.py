@@ -36,9 +36,10 @@ from peloton import metrics
 from peloton.config import Settings
 from peloton.model.resources import Resources
 from peloton.model.states import REASON_AGENT_FENCED
+from peloton.runtime.clients import kafka_access
 from peloton.runtime.heap import settle_heap
 from peloton.runtime.loop import STATUS_EVERY_S
-from peloton.runtime.stall import ReaderWatch
+from peloton.runtime.stall import EndsAside, ReaderWatch
 from peloton.runtime.stuck import StuckWatch
 from peloton.serde import DecodeError, registry
 from peloton.topics import Catalogue, partition_for
@@ -165,7 +166,7 @@ class HostAgent:
         shards = self.catalogue["placements"].partitions
         self.report_partition = {h: partition_for(h, shards) for h in self.hosts}
         self.reader = ReaderWatch(self.commands.name, sorted({partition_for(h, self.commands.partitions)
-                                                             for h in self.hosts}))
+                                                             for h in self.hosts}), EndsAside(kafka_access(settings)))
         self.offsets: dict[int, int | None] = {}  # partition -> the next command to handle (start() reads it)
         self.lease_s = settings.agent_lease()
         # A report is worth nothing once the lease it would have renewed ran out, so none waits
@@ -208,7 +209,7 @@ class HostAgent:
     def _new_consumer(self):
         from confluent_kafka import Consumer
 
-        from peloton.runtime import CONSUMER_RECOVERY, kafka_access
+        from peloton.runtime import CONSUMER_RECOVERY
 
         return Consumer({
             **kafka_access(self.settings), "group.id": f"{self.catalogue.prefix}peloton.agent.{self.name}",
@@ -272,7 +273,7 @@ class HostAgent:
         self.consumer.assign(assignment)
         # Where a reader that starts at the end stands until it fetches: one that never fetches
         # is then judged by the first command after its start, not only by a later one.
-        self.reader.begin(self.consumer, [tp.partition for tp in assignment if tp.offset == OFFSET_END])
+        self.reader.begin([tp.partition for tp in assignment if tp.offset == OFFSET_END])
         self._adopt()
         first = next(iter(self.hosts.values()))
         log.info("agent %s (%s) up: %d host(s) like %s, %s, labels %s; commands from %s%s", self.name, self.agent_id,

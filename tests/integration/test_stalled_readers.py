@@ -11,13 +11,13 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_END, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from peloton.config import Settings
 from peloton.model.resources import Resources
 from peloton.runtime import CompactedView, kafka_access
-from peloton.runtime.stall import ReaderWatch
+from peloton.runtime.stall import EndsAside, ReaderWatch
 from peloton.serde import registry
 from peloton.topics import Catalogue, apply_topics, partition_for
 
@@ -46,7 +46,7 @@ def test_a_view_whose_reader_stops_fetching_gets_a_new_one_that_goes_on_from_whe
     producer = Producer(kafka_access(settings))
     view = CompactedView(settings, "host-state", catalogue)
     try:
-        view.reader = ReaderWatch(topic, view.reader.partitions, **QUICK)
+        view.reader = ReaderWatch(topic, view.reader.partitions, view.reader.ends, **QUICK)
         # Reading all along: records come and go, and the reader is never judged stalled.
         for i in range(8):
             producer.produce(topic, key=f"h{i}".encode(), value=host_state(f"h{i}"))
@@ -77,7 +77,7 @@ def test_an_agent_whose_command_reader_stops_fetching_gets_a_new_one_and_runs_th
     agent = HostAgent(settings, [AgentSpec("h1", Resources(cpu=4, mem_mb=1024, disk_mb=1024), {})], simulate=True)
     try:
         agent.start()
-        agent.reader = ReaderWatch(agent.commands.name, agent.reader.partitions, **QUICK)
+        agent.reader = ReaderWatch(agent.commands.name, agent.reader.partitions, agent.reader.ends, **QUICK)
         # The reader in place, and the watch's first look taken (a reader with no position is
         # judged from the first end the watch saw, so that look must come before the command).
         settle_until = time.monotonic() + 2
@@ -99,3 +99,37 @@ def test_an_agent_whose_command_reader_stops_fetching_gets_a_new_one_and_runs_th
         assert agent.reader.renewals == 1
     finally:
         agent.close()
+
+
+def test_the_watch_learns_the_ends_while_the_broker_holds_the_readers_fetch(settings) -> None:
+    """The watch's question goes on connections of its own: on the reader's, it waits behind the
+    fetch the broker holds (as it would behind a stuck one), and a watch that asked there skipped
+    its check for as long as the reader stayed stuck."""
+    topic = Catalogue(settings.topic_prefix)["agent-commands"].name
+    # A reader whose every fetch the broker holds 30 s: it waits for more bytes than will come.
+    reader = Consumer({**kafka_access(settings), "group.id": f"held-{uuid.uuid4().hex[:6]}",
+                       "enable.auto.commit": False, "fetch.wait.max.ms": 30000, "fetch.min.bytes": 100_000_000})
+    producer = Producer(kafka_access(settings))
+    try:
+        reader.assign([TopicPartition(topic, 0, OFFSET_END)])
+        settle_until = time.monotonic() + 2
+        while time.monotonic() < settle_until:
+            reader.poll(0.1)  # its first fetch goes out and is held
+        for _ in range(3):
+            producer.produce(topic, key=b"h", value=b"x", partition=0)
+        producer.flush(10)
+        asked = time.monotonic()
+        ends = EndsAside(kafka_access(settings))(topic, [0], 5.0)
+        assert ends == {0: 3}, ends
+        assert time.monotonic() - asked < 5
+        # The same question on the reader's connection: behind the held fetch, past the watch's
+        # 0.5 s (twice, in case a fetch ended just as the first was asked).
+        unanswered = 0
+        for _ in range(2):
+            try:
+                reader.get_watermark_offsets(TopicPartition(topic, 0), timeout=0.5, cached=False)
+            except KafkaException:
+                unanswered += 1
+        assert unanswered >= 1, "the reader's own connection answered at once: the test proves nothing"
+    finally:
+        reader.close()

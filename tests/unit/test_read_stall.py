@@ -49,14 +49,14 @@ def test_a_reader_assigned_at_a_saved_offset_is_judged_from_there_until_it_fetch
     from peloton.runtime.stall import ReaderWatch
 
     class Unfetched:  # a consumer assigned at offset 100 that has fetched nothing: no position
-        def get_watermark_offsets(self, tp, timeout, cached):
-            return 0, 150
-
         def position(self, parts):
             return [TopicPartition(tp.topic, tp.partition, -1001) for tp in parts]
 
+    def ends(topic, partitions, timeout_s):
+        return {p: 150 for p in partitions}
+
     clock = [0.0]
-    watch = ReaderWatch("t", [0], after_s=10, every_s=5, clock=lambda: clock[0])
+    watch = ReaderWatch("t", [0], ends, after_s=10, every_s=5, clock=lambda: clock[0])
     seen = []
     for t in (5, 10, 15, 20):
         clock[0] = t
