@@ -100,6 +100,8 @@ class EndsAside:
         """{partition: end}, or None when some partition's leader did not answer in timeout_s."""
         from confluent_kafka.admin import AdminClient, OffsetSpec
 
+        if not partitions:
+            return {}  # nothing to ask, and no client made for it
         if self._admin is None:
             self._admin = AdminClient(self.config)
         deadline = time.monotonic() + timeout_s

@@ -78,3 +78,11 @@ def test_a_reader_that_starts_at_the_end_and_never_fetches_is_judged_by_the_firs
     assert begun.stalled(15, {0: 8}, {0: None}) == [0]
     assert unbegun.stalled(15, {0: 8}, {0: None}) == []
     assert begun.restart_at({0: None}) == {0: 7}  # from its start, so the command is read
+
+
+def test_ends_asked_of_no_partition_are_empty_and_make_no_client() -> None:
+    from peloton.runtime.stall import EndsAside
+
+    aside = EndsAside({"bootstrap.servers": "127.0.0.1:1"})
+    assert aside("t", [], 0.5) == {}
+    assert aside._admin is None
