@@ -14,7 +14,7 @@ import logging
 import time
 import uuid
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from peloton.config import Settings
@@ -28,15 +28,17 @@ log = logging.getLogger("peloton.readback")
 CLOCK_MARGIN_MS = 5_000
 
 
-def offsets_at(admin: AdminClient, parts: list[tuple[str, int]], spec: OffsetSpec,
-               timeout_s: float) -> dict[tuple[str, int], int]:
+def offsets_at(admin: AdminClient, parts: list[tuple[str, int]], spec: OffsetSpec, timeout_s: float,
+               isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED) -> dict[tuple[str, int], int]:
     """Per (topic name, partition), the offset ListOffsets answers for `spec` (latest(): the
-    high-water mark; for_timestamp(ms): the first record at or after that time, -1 if none). A
-    partition not answered within timeout_s is left out."""
+    high-water mark, or with READ_COMMITTED the last stable offset; for_timestamp(ms): the first
+    record at or after that time, -1 if none). A partition not answered within timeout_s is left
+    out."""
     if not parts:
         return {}
     try:
-        futures = admin.list_offsets({TopicPartition(t, p): spec for t, p in parts}, request_timeout=timeout_s)
+        futures = admin.list_offsets({TopicPartition(t, p): spec for t, p in parts}, isolation_level=isolation,
+                                     request_timeout=timeout_s)
     except KafkaException:
         return {}
     out = {}

@@ -100,18 +100,15 @@ class EndsAside:
         """{partition: end}, or None when some partition's leader did not answer in timeout_s."""
         from confluent_kafka.admin import AdminClient, OffsetSpec
 
+        from peloton.runtime.readback import offsets_at
+
         if not partitions:
             return {}  # nothing to ask, and no client made for it
         if self._admin is None:
             self._admin = AdminClient(self.config)
-        deadline = time.monotonic() + timeout_s
-        try:
-            futures = self._admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in partitions},
-                                               isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout_s)
-            return {tp.partition: f.result(timeout=max(0.0, deadline - time.monotonic())).offset
-                    for tp, f in futures.items()}
-        except (KafkaException, TimeoutError):
-            return None
+        ends = offsets_at(self._admin, [(topic, p) for p in partitions], OffsetSpec.latest(), timeout_s,
+                          IsolationLevel.READ_COMMITTED)
+        return {p: end for (_, p), end in ends.items()} if len(ends) == len(partitions) else None
 
 
 class ReaderWatch:
