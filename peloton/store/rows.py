@@ -66,11 +66,28 @@ def task_from_row(row) -> TaskRow:
     )
 
 
-def task_params(t: TaskRow) -> tuple:
+def task_params(t: TaskRow, spec_text: str | None = ...) -> tuple:
+    """A task's TASK_COLS values; its spec as `spec_text` when given (None: a SQL NULL)."""
     return (
-        t.job_id, t.instance, t.run_id, t.task_id, t.pool, t.gang_id, t.state, json_text(t.spec),
+        t.job_id, t.instance, t.run_id, t.task_id, t.pool, t.gang_id, t.state,
+        json_text(t.spec) if spec_text is ... else spec_text,
         t.max_failures, t.failures, t.host_id, t.reason, t.message, t.exit_code, t.signal, t.updated_ms, t.health,
     )
+
+
+# A launch spec's fields that name its run: the task row's own columns say the same.
+SPEC_IDENTITY = ("task_id", "job_id", "instance", "run_id")
+
+
+def spec_template(spec: dict) -> dict:
+    """What a run's launch spec says beside its identity: what a job's alike tasks share."""
+    return {k: v for k, v in spec.items() if k not in SPEC_IDENTITY}
+
+
+def spec_of(t: TaskRow, template: dict) -> dict:
+    """The launch spec of a task whose job's alike tasks share `template` (identity first, as
+    launch_spec orders it)."""
+    return {"task_id": t.task_id, "job_id": t.job_id, "instance": t.instance, "run_id": t.run_id, **template}
 
 
 # What a status moves of a task's run (its spec, pool and limits stay): `update_task_runs`.

@@ -57,6 +57,8 @@ from peloton.store.rows import (
     launch_params,
     placeholders,
     queued_from_row,
+    spec_of,
+    spec_template,
     moved_cols,
     alike_moves,
     queued_params,
@@ -88,6 +90,7 @@ CREATE TABLE IF NOT EXISTS tasks (
     PRIMARY KEY (job_id, instance));
 CREATE INDEX IF NOT EXISTS tasks_waiting_by_state ON tasks (state, updated_ms) WHERE {waiting};
 CREATE INDEX IF NOT EXISTS tasks_placed_by_host ON tasks (host_id) WHERE host_id != '';
+CREATE TABLE IF NOT EXISTS job_task_specs (job_id TEXT PRIMARY KEY, spec TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS task_events (
     task_id TEXT, job_id TEXT, instance INTEGER, run_id INTEGER, state TEXT, reason TEXT,
     exit_code INTEGER, timestamp_ms INTEGER, host_id TEXT, message TEXT);
@@ -155,6 +158,28 @@ def _q(cols: str) -> str:
 def _chunks(items: list, size: int = _CHUNK):
     for i in range(0, len(items), size):
         yield items[i : i + size]
+
+
+def _new_task_rows(tasks: list[TaskRow]) -> tuple[list[tuple], list[tuple[str, str]]]:
+    """New tasks' rows, and (job id, spec) for each job whose alike tasks share one spec. A job's
+    tasks are mostly alike but for their identity (expand_job), and their spec is most of a
+    task row: written in every row, it spread 100 rows over 17 pages, which each step of the
+    runs rewrote. So a task whose spec is its job's first task's but for the identity (which its
+    own columns say) holds none, and reads take it from job_task_specs; any other keeps its own.
+    Only new jobs' tasks: a spec written later (a retry, an update) stays in its row."""
+    first: dict[str, dict | None] = {}
+    shared: dict[str, dict] = {}
+    rows = []
+    for t in tasks:
+        if t.job_id not in first:
+            first[t.job_id] = spec_template(t.spec) if isinstance(t.spec, dict) else None
+        template = first[t.job_id]
+        if template is not None and spec_of(t, template) == t.spec:
+            rows.append(task_params(t, None))
+            shared[t.job_id] = template
+        else:
+            rows.append(task_params(t))
+    return rows, [(job_id, json_text(template)) for job_id, template in shared.items()]
 
 
 def part_path(path: Path, part: str) -> Path:
@@ -344,11 +369,25 @@ class SqliteStore(StorageGateway):
             new_ids = {j.job_id for j in new_jobs}
             self.db.executemany(f"INSERT INTO jobs ({JOB_COLS}) VALUES ({_q(JOB_COLS)})",
                                 [job_params(j) for j in new_jobs])
-            self.db.executemany(
-                f"INSERT INTO tasks ({TASK_COLS}) VALUES ({_q(TASK_COLS)})",
-                [task_params(t) for t in tasks if t.job_id in new_ids],
-            )
+            rows, shared = _new_task_rows([t for t in tasks if t.job_id in new_ids])
+            self.db.executemany("INSERT OR REPLACE INTO job_task_specs (job_id, spec) VALUES (?, ?)", shared)
+            self.db.executemany(f"INSERT INTO tasks ({TASK_COLS}) VALUES ({_q(TASK_COLS)})", rows)
         return new_ids
+
+    def _tasks(self, rows) -> list[TaskRow]:
+        """Task rows read with their specs: a row that holds none takes its job's shared one."""
+        rows = list(rows)
+        out = [task_from_row(r) for r in rows]
+        jobs = {r[0] for r in rows if r[7] is None}
+        if jobs:
+            shared: dict[str, dict] = {}
+            for chunk in _chunks(sorted(jobs)):
+                q = f"SELECT job_id, spec FROM job_task_specs WHERE job_id IN ({','.join('?' * len(chunk))})"
+                shared.update((job_id, orjson.loads(text)) for job_id, text in self.db.execute(q, chunk))
+            for t, r in zip(out, rows, strict=True):
+                if r[7] is None and t.job_id in shared:
+                    t.spec = spec_of(t, shared[t.job_id])
+        return out
 
     def get_job(self, job_id: str) -> JobRow | None:
         row = self.db.execute(f"SELECT {JOB_COLS} FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
@@ -383,7 +422,7 @@ class SqliteStore(StorageGateway):
 
     def tasks_of_job(self, job_id: str) -> list[TaskRow]:
         q = f"SELECT {TASK_COLS} FROM tasks WHERE job_id = ? ORDER BY instance"
-        return [task_from_row(r) for r in self.db.execute(q, (job_id,))]
+        return self._tasks(self.db.execute(q, (job_id,)))
 
     def tasks_by_instance(self, keys: list[tuple[str, int]], spec: bool = True) -> dict[tuple[str, int], TaskRow]:
         cols = TASK_COLS if spec else TASK_COLS_NO_SPEC
@@ -394,15 +433,16 @@ class SqliteStore(StorageGateway):
         for job_id, instances in by_job.items():
             for chunk in _chunks(sorted(set(instances))):
                 q = f"SELECT {cols} FROM tasks WHERE job_id = ? AND instance IN ({','.join('?' * len(chunk))})"
-                for row in self.db.execute(q, (job_id, *chunk)):
-                    out[(row[0], row[1])] = task_from_row(row)
+                rows = self.db.execute(q, (job_id, *chunk))
+                for t in (self._tasks(rows) if spec else map(task_from_row, rows)):
+                    out[(t.job_id, t.instance)] = t
         return out
 
     def tasks_in_states(self, states: list[str], updated_before_ms: int, limit: int = 1000) -> list[TaskRow]:
         require_indexed(states, "SQLite")
         q = (f"SELECT {TASK_COLS} FROM tasks WHERE {_WAITING} AND state IN ({','.join('?' * len(states))}) "
              "AND updated_ms < ? ORDER BY updated_ms LIMIT ?")
-        return [task_from_row(r) for r in self.db.execute(q, (*states, updated_before_ms, limit))]
+        return self._tasks(self.db.execute(q, (*states, updated_before_ms, limit)))
 
     def tasks_on_hosts(self, host_ids: list[str], states: list[str]) -> list[TaskRow]:
         out = []
@@ -410,7 +450,7 @@ class SqliteStore(StorageGateway):
             # `host_id != ''` word for word: SQLite uses a partial index only then.
             q = (f"SELECT {TASK_COLS} FROM tasks WHERE host_id IN ({','.join('?' * len(chunk))}) AND host_id != '' "
                  f"AND state IN ({','.join('?' * len(states))}) ORDER BY job_id, instance")
-            out.extend(task_from_row(r) for r in self.db.execute(q, (*chunk, *states)))
+            out.extend(self._tasks(self.db.execute(q, (*chunk, *states))))
         return out
 
     def unlaunched_tasks_of_jobs(self, job_ids: list[str]) -> list[TaskRow]:
@@ -420,7 +460,7 @@ class SqliteStore(StorageGateway):
                 f"SELECT {TASK_COLS} FROM tasks WHERE state IN {_UNLAUNCHED} AND job_id IN ({','.join('?' * len(chunk))}) "
                 "ORDER BY job_id, instance"
             )
-            out.extend(task_from_row(r) for r in self.db.execute(q, chunk))
+            out.extend(self._tasks(self.db.execute(q, chunk)))
         return out
 
     def save_tasks(self, tasks: list[TaskRow]) -> None:
@@ -481,6 +521,7 @@ class SqliteStore(StorageGateway):
             self.db.execute("DELETE FROM task_events WHERE job_id = ?", (job_id,))
             self.db.execute("DELETE FROM task_event_batches WHERE job_id = ?", (job_id,))
             self.db.execute("DELETE FROM tasks WHERE job_id = ?", (job_id,))
+            self.db.execute("DELETE FROM job_task_specs WHERE job_id = ?", (job_id,))
             self.db.execute("DELETE FROM updates WHERE job_id = ?", (job_id,))
             self.db.execute("DELETE FROM job_configs WHERE job_id = ?", (job_id,))
             if not self.db.execute("DELETE FROM jobs WHERE job_id = ?", (job_id,)).rowcount:

@@ -579,6 +579,66 @@ def test_sqlite_moves_the_tables_of_a_file_made_before_its_parts_into_their_file
             again.close()
 
 
+def launch_spec_of(job_id: str, i: int, **other) -> dict:
+    """A launch spec as expand_job makes one: its identity, then what a job's tasks share."""
+    return {"task_id": f"{job_id}-{i}-1", "job_id": job_id, "instance": i, "run_id": 1,
+            "resources": {"cpu": 0.5, "mem_mb": 64.0}, "command": "true", "labels": {"team": "x"},
+            "prefer_host": "", **other}
+
+
+def test_a_jobs_alike_specs_are_read_back_each_with_its_own_identity(store) -> None:
+    # Instances 0-2 alike but for their identity, 3 with a command of its own, and a second job
+    # whose tasks are alike to the first's: every read gives each task its own spec.
+    tasks = [TaskRow("a", i, 1, f"a-{i}-1", "/p", f"a-{i}-1", "PENDING", launch_spec_of("a", i)) for i in range(3)]
+    tasks.append(TaskRow("a", 3, 1, "a-3-1", "/p", "a-3-1", "PENDING", launch_spec_of("a", 3, command="false")))
+    tasks.append(TaskRow("b", 0, 1, "b-0-1", "/p", "b-0-1", "PENDING", launch_spec_of("b", 0)))
+    store.create_jobs([job("a"), job("b")], tasks)
+    want = {(t.job_id, t.instance): t.spec for t in tasks}
+    assert {(t.job_id, t.instance): t.spec for t in store.tasks_of_job("a") + store.tasks_of_job("b")} == want
+    assert list(store.tasks_of_job("a")[0].spec) == list(want[("a", 0)])  # identity first, as expand_job has it
+    found = store.tasks_by_instance([("a", 1), ("a", 3), ("b", 0)])
+    assert {k: t.spec for k, t in found.items()} == {k: want[k] for k in found}
+    assert store.tasks_by_instance([("a", 1)], spec=False)[("a", 1)].spec is None
+    assert {(t.job_id, t.instance): t.spec for t in store.unlaunched_tasks_of_jobs(["a", "b"])} == want
+    moved = [TaskRow("a", i, 1, f"a-{i}-1", "/p", f"a-{i}-1", "LAUNCHING", None, host_id="h1", updated_ms=5)
+             for i in (1, 3)]
+    store.update_task_runs(moved, same_run=True)
+    on_host = store.tasks_on_hosts(["h1"], ["LAUNCHING"])
+    assert {(t.job_id, t.instance): t.spec for t in on_host} == {("a", 1): want[("a", 1)], ("a", 3): want[("a", 3)]}
+    assert {(t.job_id, t.instance): t.spec for t in store.tasks_in_states(["LAUNCHING"], 10)} == \
+        {("a", 1): want[("a", 1)], ("a", 3): want[("a", 3)]}
+    # A retry's spec written over its row stays its own.
+    again = store.tasks_by_instance([("a", 2)])[("a", 2)]
+    again.run_id, again.task_id = 2, "a-2-2"
+    again.spec = {**again.spec, "task_id": "a-2-2", "run_id": 2, "prefer_host": "h1"}
+    store.save_tasks([again])
+    assert store.tasks_of_job("a")[2].spec == again.spec
+    assert store.delete_job("a", 9)
+    assert store.tasks_of_job("a") == [] and store.tasks_of_job("b")[0].spec == want[("b", 0)]
+
+
+def test_sqlite_writes_a_jobs_alike_specs_once_not_in_each_task_row(tmp_path) -> None:
+    # The spec is most of a task row: in each row, 100 rows spread over 17 pages that every step
+    # of the runs wrote again (the job manager alone: 66-75 -> 60-68 us a task without it).
+    from peloton.store.sqlite import SqliteStore
+
+    store = SqliteStore(tmp_path / "s.db")
+    try:
+        tasks = [TaskRow("a", i, 1, f"a-{i}-1", "/p", f"a-{i}-1", "PENDING", launch_spec_of("a", i)) for i in range(3)]
+        tasks.append(TaskRow("a", 3, 1, "a-3-1", "/p", "a-3-1", "PENDING", launch_spec_of("a", 3, command="false")))
+        tasks.append(task("c", 0))  # a spec that is its identity alone has nothing to share
+        store.create_jobs([job("a"), job("c")], tasks)
+        db = store.connection()
+        rows = dict(db.execute("SELECT task_id, spec FROM tasks"))
+        assert [rows[f"a-{i}-1"] for i in range(3)] == [None, None, None]
+        assert rows["a-3-1"] is not None and rows["c-0-1"] is not None
+        assert [r[0] for r in db.execute("SELECT job_id FROM job_task_specs")] == ["a"]
+        store.delete_job("a", 9)
+        assert db.execute("SELECT COUNT(*) FROM job_task_specs").fetchone() == (0,)
+    finally:
+        store.close()
+
+
 def test_sqlite_indexes_tasks_by_host_once_they_have_one_and_not_by_task_id(tmp_path) -> None:
     """Nothing reads tasks by task id, and a new task's empty host took a place in an index over
     every row: files made before lose both, and runs on hosts are still found through the partial
