@@ -68,6 +68,11 @@ class BenchPlan:
     relay_messages: int = 100_000  # 0: no relay baseline
     rate: float = 0.0  # offered load, tasks/s: jobs submitted at this pace; 0: as fast as one producer can
     cpu_per_instance: float = 0.0  # each stage instance capped at this share of a core (cpu_cap.py); 0: not capped
+    # With a rate: the jobs due in the first warmup_s seconds are offered like the rest but left out
+    # of the latency percentiles (their own p99 is reported beside). A stack just started is slow
+    # for its first half-minute at a steady load (its broker's JVM compiling, above all): at 6,100
+    # tasks/s, p50 0.8-1.6 s for the first 25 s, then 0.14-0.30 s for the next 75 s.
+    warmup_s: float = 0.0
 
     @property
     def inventory(self) -> str:
@@ -82,6 +87,10 @@ class BenchPlan:
         """When the job-th job is submitted, in seconds from the first: at once without a rate;
         with one, when its tasks are due at that steady load."""
         return job * self.tasks_per_job / self.rate if self.rate else 0.0
+
+    def warming(self, job: int) -> bool:
+        """Whether the job-th job is offered in the warm-up (left out of the percentiles)."""
+        return bool(self.rate) and self.due_s(job) < self.warmup_s
 
 
 def key_on(partition: int, partitions: int, keys: Iterator[str]) -> str:
@@ -151,6 +160,7 @@ def run_pipeline_bench(console, plan: BenchPlan) -> dict:
         out = emitter(settings)
         distinct = host_capacities(settings)
         submitted: dict[str, int] = {}  # job id -> submission time (ms)
+        warming: set[str] = set()  # the jobs of the warm-up
         started, started_ms = time.monotonic(), _now_ms()
         job_partitions = catalogue["job-commands"].partitions
         for i in range(plan.jobs):
@@ -158,14 +168,20 @@ def run_pipeline_bench(console, plan: BenchPlan) -> dict:
             job_id = submit_job(settings, store, pools[i % plan.pools], BENCH_JOB.format(index=i, tasks=plan.tasks_per_job),
                                 job_id=job_id_on(i % job_partitions, job_partitions), out=out, hosts=distinct)
             submitted[job_id] = _now_ms()
+            if plan.warming(i):
+                warming.add(job_id)
         console.print(f"submitted {plan.jobs} jobs of {plan.tasks_per_job:,} tasks over {plan.pools} pools in "
                       f"{time.monotonic() - started:.1f}s", highlight=False)
         states = _wait(store, list(submitted), plan, console)
         elapsed = time.monotonic() - started
         cpu = {c["pid"]: _cpu_seconds(c["pid"]) - cpu_before.get(c["pid"], 0.0) for c in components}
         records = _records_handled(components)
-        running_at, succeeded_at, latencies, steps = _task_times(store, submitted)
-        figures = _figures(plan, states, elapsed, started_ms, running_at, succeeded_at, latencies, relay)
+        running_at, succeeded_at, latencies, steps = _task_times(store, submitted, warming)
+        figures = _figures(plan, states, elapsed, started_ms, running_at, succeeded_at, latencies["measured"], relay)
+        if warming:
+            figures["warmup_jobs"] = len(warming)
+            figures["warmup_p99_ms"] = _percentile(latencies["warmup"], 99)
+            figures["p99_ms_with_warmup"] = _percentile(latencies["measured"] + latencies["warmup"], 99)
         figures["steps_ms"] = {state: {"p50": _percentile(v, 50), "p99": _percentile(v, 99), "runs": len(v)}
                                for state, v in steps.items() if v}
         figures["stages"] = _per_stage(components, cpu, records_before, records, elapsed, plan.tasks)
@@ -253,10 +269,13 @@ def _wait(store, job_ids: list[str], plan: BenchPlan, console) -> dict[str, int]
     return states
 
 
-def _task_times(store, submitted: dict[str, int]) -> tuple[list[int], list[int], list[int], dict[str, list[int]]]:
+def _task_times(store, submitted: dict[str, int], warming: set[str] = frozenset()
+                ) -> tuple[list[int], list[int], dict[str, list[int]], dict[str, list[int]]]:
     """Each task's first RUNNING and SUCCEEDED time (ms), its latency from its job's submission to
-    RUNNING, and to each step before it (where the latency goes)."""
-    running_at, succeeded_at, latencies = [], [], []
+    RUNNING (those of the warm-up's jobs apart), and to each step before it (where the latency
+    goes; the measured jobs' only)."""
+    running_at, succeeded_at = [], []
+    latencies: dict[str, list[int]] = {"measured": [], "warmup": []}
     steps: dict[str, list[int]] = {s: [] for s in STEPS}
     for job_id, at in submitted.items():
         first: dict[tuple[int, str], int] = {}
@@ -264,12 +283,13 @@ def _task_times(store, submitted: dict[str, int]) -> tuple[list[int], list[int],
             key = (e["instance"], e["state"])
             if key not in first:
                 first[key] = e["timestamp_ms"]
+        warm = job_id in warming
         for (_instance, state), t in first.items():
-            if state in steps:
+            if state in steps and not warm:
                 steps[state].append(t - at)
             if state == "RUNNING":
                 running_at.append(t)
-                latencies.append(t - at)
+                latencies["warmup" if warm else "measured"].append(t - at)
             elif state == "SUCCEEDED":
                 succeeded_at.append(t)
     return running_at, succeeded_at, latencies, steps
@@ -335,9 +355,14 @@ def _print(console, plan: BenchPlan, f: dict) -> None:
     console.print(f"  to RUNNING:   [bold]{f['tasks_per_s_running']:,.0f} tasks/s[/bold]   "
                   f"latency submit->RUNNING p50 {f['p50_ms'] / 1000:.2f}s  p90 {f['p90_ms'] / 1000:.2f}s  "
                   f"p99 {f['p99_ms'] / 1000:.2f}s", highlight=False)
+    if f.get("warmup_jobs"):
+        console.print(f"  (the {f['warmup_jobs']} jobs of the first {plan.warmup_s:g}s left out as warm-up: their p99 "
+                      f"{f['warmup_p99_ms'] / 1000:.2f}s; p99 of all jobs {f['p99_ms_with_warmup'] / 1000:.2f}s)",
+                      highlight=False)
+    measured = f["tasks"] - f.get("warmup_jobs", 0) * plan.tasks_per_job
     console.print("  latency submit->step p50/p99: " + ", ".join(
         f"{state} {v['p50'] / 1000:.2f}/{v['p99'] / 1000:.2f}s"
-        + (f" ({v['runs']:,} runs)" if v["runs"] < f["tasks"] else "")  # a step only some runs took
+        + (f" ({v['runs']:,} runs)" if v["runs"] < measured else "")  # a step only some runs took
         for state, v in f.get("steps_ms", {}).items()),
         highlight=False)
     console.print(f"  to SUCCEEDED: [bold]{f['tasks_per_s_succeeded']:,.0f} tasks/s[/bold]", highlight=False)

@@ -24,11 +24,14 @@ def bench(
     relay: int = typer.Option(100_000, help="Messages through the 4-hop relay baseline (0: none)."),
     rate: float = typer.Option(0.0, help="Offered load in tasks/s: jobs are submitted at this pace, for the "
                                "latency at a steady load (0: as fast as one producer can, for throughput)."),
+    warmup: float = typer.Option(0.0, help="With --rate: the jobs of the first this many seconds are offered but "
+                                 "left out of the latency percentiles (a stack just started is slow for about "
+                                 "half a minute); their p99 is printed beside."),
     cpu_per_instance: float = typer.Option(0.0, help="Cap each stage instance at this share of a core (0.1: a "
                                            "tenth) in a cgroup of its own, so --instances 2 shows what a second "
                                            "instance adds when each has CPU of its own (root; 0: no cap)."),
     targets: bool = typer.Option(False, "--targets", help="Run the burst, then a steady load at 80% of its rate "
-                                 "for a minute, then the burst on 1,000 and on 50,000 hosts, and print the "
+                                 "for 30 s of warm-up and a minute measured, then the burst on 1,000 and on 50,000 hosts, and print the "
                                  "figures beside the speed targets (make bench)."),
     baseline: str = typer.Option("", help="With --targets: a file of `pelotonctl bench --json` from an older tree "
                                  "run on this machine (2c424af for issue 27), the CPU target's measure."),
@@ -52,6 +55,8 @@ def bench(
             fail(f"{name} {value}: must be at least 1", EXIT_INVALID)
     if rate < 0:
         fail(f"--rate {rate:g}: must be 0 or more", EXIT_INVALID)
+    if warmup < 0 or (warmup and not rate):
+        fail(f"--warmup {warmup:g}: must be 0 or more, and needs --rate (a burst has no steady state)", EXIT_INVALID)
     if (baseline or against) and not targets:
         fail(f"{'--baseline' if baseline else '--against'} is read by --targets only", EXIT_INVALID)
     if baseline and against:
@@ -70,7 +75,7 @@ def bench(
             fail(f"--cpu-per-instance: {exc}", EXIT_INVALID)
     plan = BenchPlan(hosts=hosts, jobs=jobs, tasks_per_job=tasks_per_job, pools=pools, instances=instances,
                      task_seconds=task_seconds, store=store, relay_messages=relay, rate=rate,
-                     cpu_per_instance=cpu_per_instance)
+                     cpu_per_instance=cpu_per_instance, warmup_s=warmup)
     from stages.launch.inventory import InventoryError, parse_inventory
 
     try:

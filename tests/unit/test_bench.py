@@ -24,12 +24,16 @@ def test_with_a_rate_jobs_are_due_at_that_steady_load_and_without_one_at_once() 
     assert BenchPlan(tasks_per_job=1000).due_s(7) == 0.0
 
 
-def test_the_steady_run_offers_four_fifths_of_the_burst_rate_for_a_minute_without_a_relay() -> None:
+def test_the_steady_run_offers_four_fifths_of_the_burst_rate_for_a_minute_after_a_warmup_without_a_relay() -> None:
     from pelotonctl.bench.targets import steady_plan
 
     steady = steady_plan(BenchPlan(jobs=50, tasks_per_job=1000), 3000.0)
-    assert (steady.rate, steady.jobs, steady.relay_messages, steady.tasks_per_job) == (2400, 144, 0, 1000)
-    assert steady_plan(BenchPlan(tasks_per_job=1000), 10.0).jobs == 2  # a slow machine still gets a load
+    # 30 s of warm-up (72 jobs), then the minute measured (144)
+    assert (steady.rate, steady.jobs, steady.relay_messages, steady.tasks_per_job, steady.warmup_s) == \
+        (2400, 216, 0, 1000, 30.0)
+    assert [steady.warming(i) for i in (0, 71, 72, 215)] == [True, True, False, False]
+    assert steady_plan(BenchPlan(tasks_per_job=1000), 10.0).jobs == 3  # a slow machine still gets a load
+    assert not BenchPlan(warmup_s=30.0).warming(0)  # a burst (no rate) has no warm-up
 
 
 def test_the_flat_target_reads_the_fall_from_the_fewest_hosts_to_the_most() -> None:

@@ -139,6 +139,7 @@ def test_bench_refuses_a_baseline_it_cannot_read_before_starting_anything(tmp_pa
                        (["--targets", "--baseline", str(tmp_path / "not-a-bench.json")], "not the --json of a pelotonctl bench"),
                        (["--baseline", str(tmp_path / "not-a-bench.json")], "--baseline is read by --targets only"),
                        (["--targets", "--rate", "100"], "--targets runs its own steady load"),
+                       (["--warmup", "30"], "--warmup 30: must be 0 or more, and needs --rate"),
                        (["--against", "2c424af"], "--against is read by --targets only"),
                        (["--targets", "--against", "2c424af", "--baseline", str(tmp_path / "not-a-bench.json")],
                         "one measure of the CPU target"),
