@@ -112,6 +112,7 @@ def test_the_scale_runs_cap_each_instance_and_the_targets_table_reads_their_gain
     summary = {"burst_tasks_per_s": 5000.0, "relay_msgs_per_s": 30000.0, "ratio": 0.167,
                "stage_cpu_ms_per_task": {"admit": 0.08, "entitle": 0.05, "place": 0.05, "launch": 0.06, "stages": 0.24},
                "steady_offered_tasks_per_s": 4000, "steady_tasks_per_s": 3990.0, "steady_p99_s": 0.9,
+               "steady_p99_s_with_warmup": 1.4,
                "flat_tasks_per_s": {"1000": 5000.0, "50000": 4900.0}, "flat_fall": 0.02, "peak_mb": {"broker": 600.0},
                "baseline_stage_cpu_ms_per_task": None, "cpu_share": None, "cpu_against": None,
                "scale_tasks_per_s": {"1": 450.0, "2": 1000.0}, "scale_gain": 2.22}
@@ -122,6 +123,8 @@ def test_the_scale_runs_cap_each_instance_and_the_targets_table_reads_their_gain
         text = console.export_text()
         row = next(line for line in text.splitlines() if "1 -> 2 instances" in line)
         assert said in row and ("met" in row) == (gain is not None), row
+        steady = next(line for line in text.splitlines() if "steady at 80%" in line)
+        assert "p99 0.90 s after 30 s at that load (p99 1.40 s with them)" in steady, steady
 
 
 def test_a_group_counts_as_settled_only_stable_with_every_instance_holding_a_partition() -> None:
