@@ -33,7 +33,7 @@ from pathlib import Path
 
 from pelotonctl.dev.jars import JarsUnavailable, fetch
 from pelotonctl.dev.jvm import DEFAULT, LIGHT, check_kind, jvm_options
-from pelotonctl.dev.processes import alive, end_group, free_port, tail
+from pelotonctl.dev.processes import alive, end_group, first_errors, free_port, tail
 from pelotonctl.dev.tls import make_certificates
 
 READY = "Kafka Server started"
@@ -238,6 +238,7 @@ class KafkaCluster:
         self.access = access
         self.jvm = jvm
         self._procs: dict[int, subprocess.Popen] = {}
+        self._log_from: dict[int, int] = {}  # where each node's latest start begins in its log
 
     def client_settings(self) -> dict:
         """Settings (peloton.config) that reach this cluster as its super user."""
@@ -323,6 +324,7 @@ class KafkaCluster:
         """Start one node in the background (in a session of its own) without waiting."""
         n = self.node(node_id)
         log = open(n.log, "ab")
+        self._log_from[node_id] = log.tell()
         cmd = java_command("kafka.Kafka", str(n.dir / "server.properties"), heap_mb=self.heap_mb,
                            options=[*jvm_options(self.jvm, COLLECTOR, JVM_OPTIONS),
                                     f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
@@ -363,7 +365,8 @@ class KafkaCluster:
             if self._starts(n) > before:
                 return
             if proc.poll() is not None:
-                raise KafkaError(f"Kafka node {n.node_id} exited with code {proc.returncode}:\n{tail(n.log)}")
+                raise KafkaError(f"Kafka node {n.node_id} exited with code {proc.returncode}:\n"
+                                 f"{first_errors(n.log, self._log_from.get(n.node_id, 0))}\n...\n{tail(n.log)}")
             time.sleep(0.1)
         raise KafkaError(f"Kafka node {n.node_id} did not start within {timeout:.0f}s:\n{tail(n.log)}")
 

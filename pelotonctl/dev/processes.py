@@ -4,6 +4,7 @@ lives, and the end of its log for an error message."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -11,8 +12,40 @@ import time
 from pathlib import Path
 
 
-def free_port() -> int:
+# Where free_port looks: up to the kernel's ephemeral range, never in it. A port from that range
+# (what binding port 0 gives) can be taken, between being found free and being bound by the
+# server it is for, by any outgoing connection on the machine: seen in CI, a node of the
+# three-broker cluster exiting on start. Below the range only another listener can take it.
+PORTS_FROM = 20000
+_choose = random.SystemRandom()  # not the tests' seeded random: two workers would pick alike
+
+
+def port_is_free(port: int) -> bool:
     with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def ephemeral_floor() -> int:
+    """The lowest port the kernel hands to outgoing connections."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def free_port() -> int:
+    """A port no one listens on, for a server of ours to bind a moment later (see PORTS_FROM)."""
+    floor = ephemeral_floor()
+    if floor - PORTS_FROM >= 1000:
+        for _ in range(100):
+            port = _choose.randrange(PORTS_FROM, floor)
+            if port_is_free(port):
+                return port
+    with socket.socket() as s:  # a machine whose range leaves no room below it
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
@@ -39,6 +72,19 @@ def tail(path: Path, lines: int = 20) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
+
+
+def first_errors(path: Path, start: int = 0, lines: int = 6) -> str:
+    """The first ERROR and FATAL lines the log has from byte `start` on (where a start of the
+    server began): what made it stop, which the log's tail, the shutdown that followed, no longer
+    shows ('' when there are none)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join([line for line in text.splitlines() if " ERROR " in line or " FATAL " in line][:lines])
 
 
 def end_group(pid: int, sig: int, proc: subprocess.Popen | None = None, timeout: float = 30.0) -> None:

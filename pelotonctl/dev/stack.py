@@ -21,7 +21,7 @@ from pathlib import Path
 from peloton.config import REPO_ROOT, Settings, dev_pace
 from peloton.store import sqlite_path
 from pelotonctl.dev.jvm import DEFAULT as JVM_DEFAULT
-from pelotonctl.dev.processes import alive, free_port
+from pelotonctl.dev.processes import alive, free_port, port_is_free
 from stages.launch.inventory import AGENT, SIM_AGENT, HostSpec, parse_inventory
 
 STAGE_ORDER = ("admit", "entitle", "place", "launch")
@@ -37,15 +37,6 @@ class StackError(RuntimeError):
 
 
 KAFKA_PORT = 9092
-
-
-def port_is_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def start_kafka_cluster(dir: Path, brokers: int, jvm: str = JVM_DEFAULT):
