@@ -6,7 +6,9 @@ A workflow moves on when its batch has settled: each replaced instance's new run
 where a health check is set, HEALTHY (or ended well, or was stopped), or it has failed. An
 instance fails when its new runs failed `max_instance_retries` times (0: never counted, retried
 for ever, as Peloton's maxInstanceAttempts) or ended FAILED or LOST for good; instances already done stay watched while
-the workflow is active, since a run that crashes just after RUNNING showed nothing wrong yet. Once
+the workflow is active, since a run that crashes just after RUNNING showed nothing wrong yet, and
+it does not end while one of them is not running well (between a failed run and its next, or
+unhealthy). Once
 `max_failure_instances` instances failed (0: no limit, Peloton's maxFailureInstances) the update
 FAILED, or, with `rollback_on_failure`, rolls back: the previous config again on every instance
 it touched."""
@@ -173,6 +175,13 @@ def advance(wf: dict, tasks: dict[int, object], now: int, budget: int = 0) -> St
         wf["runs"][str(i)], wf["failures"][str(i)] = task.run_id, task.failures
     wf.update(remaining=remaining, in_flight=batch)
     if not batch:
+        # The last batch settled; a run it started that has failed since (its next run waits out
+        # the backoff) decides yet: it runs again, or fails its instance by its retries.
+        again = [i for i in wf["done"] if str(i) in wf["runs"] and i in tasks
+                 and not _settled_well(tasks[i], wf["runs"][str(i)], wf["kind"])]
+        if again:
+            why = f"waits: not running well since their new runs started: instances {', '.join(map(str, again))}"
+            return Step([], _touch({**wf, "message": why}, now))
         end = SUCCEEDED if wf["state"] == ROLLING_FORWARD else ROLLED_BACK
         return Step([], _end(wf, end, wf["message"] if end == ROLLED_BACK else "", now))
     return Step(replace, _touch(wf, now))

@@ -1205,6 +1205,36 @@ def test_an_update_whose_new_runs_fail_rolls_back_to_the_old_config(admit, store
     assert store.get_job("fb").rollout is None and [t.run_id for t in store.tasks_of_job("fb")] == [5, 2, 1]
 
 
+def test_an_update_whose_last_batch_runs_while_an_earlier_instance_failed_waits_for_that_one(admit, store) -> None:
+    """Seen in CI: every instance's new run RUNNING, the first already failed once and waiting
+    out its backoff; the update ended SUCCEEDED before the second failure that would roll it
+    back. It waits now for such an instance to run again, or to fail by its retries."""
+    stage, out = admit
+
+    def last_batch_running(job: str, update_id: str) -> None:
+        text = running_service(stage, out, job, 2)
+        stage.handle([update_command(job, text.replace("value: 'true'", "value: 'exit 3'"), update_id, batch_size=1,
+                                     max_instance_retries=2, max_failure_instances=1, rollback_on_failure=True)])
+        assert killed_instances(out) == [f"{job}-0-1"]
+        stage.handle([status_record(f"{job}-0-1", "TASK_KILLED", "RESTARTED"), status_record(f"{job}-0-2", "TASK_RUNNING")])
+        assert killed_instances(out) == [f"{job}-1-1"]
+        stage.handle([status_record(f"{job}-0-2", "TASK_FAILED")])  # one failure: its next run waits
+        stage.handle([status_record(f"{job}-1-1", "TASK_KILLED", "RESTARTED"), status_record(f"{job}-1-2", "TASK_RUNNING")])
+        wf = store.get_update(update_id)
+        assert wf["state"] == "ROLLING_FORWARD" and wf["in_flight"] == [], wf
+        assert wf["message"] == "waits: not running well since their new runs started: instances 0"
+
+    last_batch_running("lb", "u4")  # its next run fails at once, RUNNING and FAILED in one report
+    stage.handle([status_record("lb-0-3", "TASK_RUNNING"), status_record("lb-0-3", "TASK_FAILED")])
+    wf = store.get_update("u4")
+    assert wf["state"] == "ROLLING_BACKWARD" and "max-failure-instances 1: rolling back" in wf["message"]
+
+    last_batch_running("lc", "u5")  # its next run runs: the update is done
+    stage.handle([status_record("lc-0-3", "TASK_RUNNING")])
+    wf = store.get_update("u5")
+    assert (wf["state"], wf["message"]) == ("SUCCEEDED", ""), wf
+
+
 def test_a_run_being_replaced_that_ends_on_its_own_first_reruns_with_the_jobs_config_as_it_is_now(admit, store) -> None:
     """The kill of a replacement (an update's, a rollback's) can come after the run ended by
     itself: its next run is still the replacement, not a retry of the config it ran (a rollback
