@@ -1,5 +1,5 @@
 """What every server the dev stack and the tests start needs: a free port, whether a process
-lives, and the end of its log for an error message."""
+lives, and the first errors and the end of its log for an error message."""
 
 from __future__ import annotations
 

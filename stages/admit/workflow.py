@@ -5,13 +5,12 @@ keeps an active workflow in its job's row and every workflow in the updates tabl
 A workflow moves on when its batch has settled: each replaced instance's new run is RUNNING and,
 where a health check is set, HEALTHY (or ended well, or was stopped), or it has failed. An
 instance fails when its new runs failed `max_instance_retries` times (0: never counted, retried
-for ever, as Peloton's maxInstanceAttempts) or ended FAILED or LOST for good; instances already done stay watched while
-the workflow is active, since a run that crashes just after RUNNING showed nothing wrong yet, and
-it does not end while one of them is not running well (between a failed run and its next, or
-unhealthy). Once
-`max_failure_instances` instances failed (0: no limit, Peloton's maxFailureInstances) the update
-FAILED, or, with `rollback_on_failure`, rolls back: the previous config again on every instance
-it touched."""
+for ever, as Peloton's maxInstanceAttempts) or ended FAILED or LOST for good. Instances already
+done stay watched while the workflow is active, since a run that crashes just after RUNNING
+showed nothing wrong yet, and it does not end while one of them is not running well (between a
+failed run and its next, or unhealthy). Once `max_failure_instances` instances failed (0: no
+limit, Peloton's maxFailureInstances) the update FAILED, or, with `rollback_on_failure`, rolls
+back: the previous config again on every instance it touched."""
 
 from __future__ import annotations
 
