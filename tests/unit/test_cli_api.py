@@ -5,7 +5,6 @@ directly, plus exit 6 for what the token's user may not do."""
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 
@@ -22,6 +21,7 @@ from peloton.store import open_store
 from pelotonctl.api.app import make_app
 from pelotonctl.api.audit import Audit
 from pelotonctl.cli import app
+from pelotonctl.dev.processes import free_port
 from stages.admit.expand import expand_job
 from tests.unit.test_api import HOST, JOB, RESOURCES
 
@@ -43,9 +43,7 @@ def served(tmp_path):
     # No job manager here: a command's wait ends at once, pending.
     settings = Settings(home=tmp_path, store=str(tmp_path / "peloton.db"), command_wait_s=0.05)
     api = make_app(settings, store, out, Audit(RecordingEmitter("api"), 1.0), StaticView({"h0": HOST}))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # below the ephemeral range: no outgoing connection takes it meanwhile
     server = uvicorn.Server(uvicorn.Config(api, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -106,9 +104,7 @@ def test_invalid_input_and_unknown_things_keep_their_exit_codes(served) -> None:
 
 
 def test_an_api_that_does_not_answer_exits_5(tmp_path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     result = runner.invoke(app, ["job", "list"], env={"PELOTON_HOME": str(tmp_path),
                                                       "PELOTON_API_URL": f"http://127.0.0.1:{port}",
                                                       "PELOTON_TOKEN": "x"})
