@@ -376,16 +376,15 @@ class SqliteStore(StorageGateway):
 
     def _tasks(self, rows) -> list[TaskRow]:
         """Task rows read with their specs: a row that holds none takes its job's shared one."""
-        rows = list(rows)
         out = [task_from_row(r) for r in rows]
-        jobs = {r[0] for r in rows if r[7] is None}
+        jobs = {t.job_id for t in out if t.spec is None}
         if jobs:
             shared: dict[str, dict] = {}
             for chunk in _chunks(sorted(jobs)):
                 q = f"SELECT job_id, spec FROM job_task_specs WHERE job_id IN ({','.join('?' * len(chunk))})"
                 shared.update((job_id, orjson.loads(text)) for job_id, text in self.db.execute(q, chunk))
-            for t, r in zip(out, rows, strict=True):
-                if r[7] is None and t.job_id in shared:
+            for t in out:
+                if t.spec is None and t.job_id in shared:
                     t.spec = spec_of(t, shared[t.job_id])
         return out
 
