@@ -365,11 +365,13 @@ class KafkaCluster:
             if self._starts(n) > before:
                 return
             if proc.poll() is not None:
-                raise KafkaError(f"Kafka node {n.node_id} exited with code {proc.returncode}:\n"
-                                 f"{first_errors(n.log, self._log_from.get(n.node_id, 0))}\n...\n{tail(n.log)}")
+                raise KafkaError(f"Kafka node {n.node_id} exited with code {proc.returncode}:\n{self._start_log(n)}")
             time.sleep(0.1)
-        raise KafkaError(f"Kafka node {n.node_id} did not start within {timeout:.0f}s:\n"
-                         f"{first_errors(n.log, self._log_from.get(n.node_id, 0))}\n...\n{tail(n.log)}")
+        raise KafkaError(f"Kafka node {n.node_id} did not start within {timeout:.0f}s:\n{self._start_log(n)}")
+
+    def _start_log(self, n: Node) -> str:
+        """What a failed start says: the first errors since its launch, then the log's tail."""
+        return f"{first_errors(n.log, self._log_from.get(n.node_id, 0))}\n...\n{tail(n.log)}"
 
     def port_was_taken(self, node_id: int) -> bool:
         """Whether the node stopped because its client port was someone else's by then."""
