@@ -626,7 +626,7 @@ def test_sqlite_writes_a_jobs_alike_specs_once_not_in_each_task_row(tmp_path) ->
     try:
         tasks = [TaskRow("a", i, 1, f"a-{i}-1", "/p", f"a-{i}-1", "PENDING", launch_spec_of("a", i)) for i in range(3)]
         tasks.append(TaskRow("a", 3, 1, "a-3-1", "/p", "a-3-1", "PENDING", launch_spec_of("a", 3, command="false")))
-        tasks.append(task("c", 0))  # a spec that is its identity alone has nothing to share
+        tasks.append(task("c", 0))  # a spec without the whole identity (its task id alone) is kept whole
         store.create_jobs([job("a"), job("c")], tasks)
         db = store.connection()
         rows = dict(db.execute("SELECT task_id, spec FROM tasks"))
