@@ -26,6 +26,12 @@ def longest_gap(times: list[float]) -> float:
     return max((b - a for a, b in zip(times, times[1:])), default=0.0)
 
 
+def make_topic(bootstrap: str, name: str) -> None:
+    """Six partitions, replicated to three nodes."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, PARTITIONS, 3)])[name].result()
+
+
 class WriteProbe(threading.Thread):
     """A plain producer with the stages' settings (acks=all, RF 3, min.insync.replicas 2) writing to
     six partitions every 20 ms: its longest wait for an acknowledgement across a broker's loss is
@@ -34,10 +40,7 @@ class WriteProbe(threading.Thread):
 
     def __init__(self, bootstrap: str):
         super().__init__(daemon=True)
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        futures = admin.create_topics([NewTopic(t, PARTITIONS, 3) for t in (WRITTEN, TRANSFORMED)])
-        for future in futures.values():
-            future.result()
+        make_topic(bootstrap, WRITTEN)
         self.producer = Producer({**producer_config(Settings(bootstrap=bootstrap)), **QUIET})
         self.acked: dict[int, list[float]] = {p: [] for p in range(PARTITIONS)}
         self.running = True
@@ -98,7 +101,9 @@ class TransactProbe(threading.Thread):
     CALL_S = 10.0  # each transactional call's timeout; a call that times out is retried (retriable)
 
     def __init__(self, bootstrap: str, node: int):
+        """Reads WRITTEN: a WriteProbe's topic, made first."""
         super().__init__(daemon=True)
+        make_topic(bootstrap, TRANSFORMED)
         admin = AdminClient({"bootstrap.servers": bootstrap})
         self.transactional_id = coordinated_by(admin, "__transaction_state", node, "transact-probe")
         self.group = coordinated_by(admin, "__consumer_offsets", node, "transact-probe-group")
@@ -150,15 +155,15 @@ class TransactProbe(threading.Thread):
                 self.committed.append(time.monotonic())
             except KafkaException as e:
                 error = e.args[0]
-                self.errors.append(f"{time.monotonic():.1f} {'abort' if error.txn_requires_abort() else 'fatal'}: "
-                                   f"{error}")
+                kind = "abort" if error.txn_requires_abort() else "fatal" if error.fatal() else "failed"
+                self.errors.append(f"{time.monotonic():.1f} {kind}: {error}")
                 if not self.running:
                     break
                 if error.txn_requires_abort():
                     # A real loop would rewind its consumer to the committed offsets; this one's
                     # output is never read, so it goes on from where it is.
                     self._retried(lambda: self.producer.abort_transaction(self.CALL_S))
-                else:
+                else:  # the documentation's answer to a fatal error; another is not expected here
                     self.producer = self._producer()
 
     def finish(self) -> float:
