@@ -70,6 +70,7 @@ class StageRuntime:
                                self.transaction)
         stage.bind(self.emitter, settings, self.catalogue)
         stage.caught_up = self.caught_up
+        stage.ends = self.ends
         self._next: dict[tuple[str, int], int] = {}  # next offset to commit, per (topic id, partition)
         # What the last commit stored per partition: (offset, how far read) -- they differ where a
         # record is held, and the commit's metadata carries the second for lag tools.
@@ -328,6 +329,15 @@ class StageRuntime:
             return False
         self._past_markers()
         return all(self._next.get((topic, p), 0) >= end for (_, p), end in ends.items())
+
+    def ends(self, topic: str, partitions: list[int], timeout: float = 0.5) -> dict[int, int] | None:
+        """The high-water marks of these partitions of any topic, asked of the broker now; None
+        when it does not answer them all within `timeout`."""
+        from peloton.runtime.readback import offsets_at
+
+        name = self.catalogue[topic].name
+        ends = offsets_at(self._admin_client(), [(name, p) for p in partitions], OffsetSpec.latest(), timeout)
+        return {p: end for (_, p), end in ends.items()} if len(ends) == len(partitions) else None
 
     def _admin_client(self):
         if self._admin is None:

@@ -56,6 +56,11 @@ class Stage:
         input until now (the runtime asks the broker; alone, in unit tests, it always has)."""
         return True
 
+    def ends(self, topic: str, partitions: list[int]) -> dict[int, int] | None:
+        """The partitions' high-water marks now, or None when the broker does not say (the
+        runtime asks it; alone, in unit tests, nothing is known)."""
+        return None
+
     def recover(self) -> None:
         """The broker lost every message and offset (it restarted empty): send again, from the
         store, what downstream stages may never have read. Called after partitions are assigned."""

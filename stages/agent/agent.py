@@ -165,8 +165,9 @@ class HostAgent:
         self.commands = self.catalogue["agent-commands"]
         shards = self.catalogue["placements"].partitions
         self.report_partition = {h: partition_for(h, shards) for h in self.hosts}
-        self.reader = ReaderWatch(self.commands.name, sorted({partition_for(h, self.commands.partitions)
-                                                             for h in self.hosts}), EndsAside(kafka_access(settings)))
+        self.command_partition = {h: partition_for(h, self.commands.partitions) for h in self.hosts}
+        self.reader = ReaderWatch(self.commands.name, sorted(set(self.command_partition.values())),
+                                  EndsAside(kafka_access(settings)))
         self.offsets: dict[int, int | None] = {}  # partition -> the next command to handle (start() reads it)
         self.lease_s = settings.agent_lease()
         # A report is worth nothing once the lease it would have renewed ran out, so none waits
@@ -508,6 +509,11 @@ class HostAgent:
         for task_id in self.driver.active() | set(self.adopted):
             running.setdefault(self._host_of(task_id), []).append(task_id)
         topic = self.catalogue["placements"].name
+        # Where the reader stands in each commands partition (every command before it handled,
+        # in this step or earlier): the host manager gives up a launch this agent does not run only
+        # once the agent has read past it, so a reader that stalls delays a launch but never runs
+        # it beside the copy that replaced it.
+        read_to = self.reader.rule.restart_at(self.reader.positions(self.consumer, self.offsets))
         round_id = next(self._round_ids)
         # The updates travel with this round; they are sent again if any of its reports fails.
         sending = _Round(time.monotonic(), 0, self.pending)
@@ -521,6 +527,7 @@ class HostAgent:
                       "labels": spec.labels, "running": sorted(running.get(host_id, ())),
                       "port_ranges": [{"low": low, "high": high} for low, high in spec.port_ranges],
                       "updates": updates.get(host_id, []), "sent_ms": _now_ms(),
+                      "commands_read": read_to.get(self.command_partition[host_id]),
                       "log_url": self.logs.url if self.logs else ""}
             value = self.serde.encode("peloton.AgentReport", record)
             try:

@@ -63,6 +63,7 @@ class LaunchStage(Stage):
         self.waiting: list[Record] = []  # placements waiting for their hosts' first reports
         self.held = HeldOffsets()
         self.reconciling: dict[str, str] = {}  # task id -> host, of unknown runs killed on their agents
+        self._commands_ends: dict[int, tuple[float, int | None]] = {}  # partition -> (asked at, end)
         self._next_catch_up = 0.0  # when the host manager may next ask whether it has read all
         self._behind = False  # it was not caught up at the last ask (said once)
 
@@ -72,7 +73,7 @@ class LaunchStage(Stage):
         self.inventory = {h.host_id: h for h in parse_inventory(settings.hosts, catalogue[TOPIC].partitions)
                           if h.driver not in REMOTE}
         self.remote = RemoteDriver(lambda host_id, command: self.emit.emit(
-            "agent-commands", host_id, "peloton.AgentCommand", command))
+            "agent-commands", host_id, "peloton.AgentCommand", command), commands_end=self._commands_end)
         self.drivers[AGENT] = self.remote
         for kind in {h.driver for h in self.inventory.values()}:
             if kind not in self.drivers:
@@ -210,6 +211,18 @@ class LaunchStage(Stage):
                 self.remote.kill_on(host_id, unknown)
                 self.reconciling.update(dict.fromkeys(unknown, host_id))
         self._late_ends()
+
+    def _commands_end(self, host_id: str) -> int | None:
+        """The end of the agent-commands partition that carries the host's commands, asked of the
+        broker at most once a second per partition (a batch can hold many hosts' reports, and a
+        slow broker would hold the loop for each)."""
+        partition = partition_for(host_id, self.catalogue["agent-commands"].partitions)
+        now = time.monotonic()
+        asked = self._commands_ends.get(partition)
+        if asked is None or now - asked[0] >= 1.0:
+            ends = self.ends("agent-commands", [partition])
+            asked = self._commands_ends[partition] = (now, None if ends is None else ends.get(partition))
+        return asked[1]
 
     def _late_ends(self) -> None:
         """How runs this host manager had given up ended on their hosts (killed by their agent's

@@ -133,3 +133,65 @@ def test_the_watch_learns_the_ends_while_the_broker_holds_the_readers_fetch(sett
         assert unanswered >= 1, "the reader's own connection answered at once: the test proves nothing"
     finally:
         reader.close()
+
+
+def test_a_launch_a_stalled_agent_has_not_read_waits_for_it_and_runs_once(settings) -> None:
+    """The host manager's side of a stalled reader: the agent goes on reporting (its lease holds)
+    without the run it has not read. Given up after the grace and run again, the run would start
+    when the new reader reads its launch, beside its replacement; it waits instead, and runs once."""
+    from dataclasses import replace
+
+    from confluent_kafka.admin import OffsetSpec
+
+    from peloton.runtime.readback import offsets_at
+    from stages.agent.agent import AgentSpec, HostAgent
+    from stages.launch.agents.driver import LaunchRequest
+    from stages.launch.agents.remote import RemoteDriver
+
+    settings = replace(settings, agent_heartbeat_s=0.5)
+    agent = HostAgent(settings, [AgentSpec("h1", Resources(cpu=4, mem_mb=1024, disk_mb=1024), {})], simulate=True)
+    catalogue = Catalogue(settings.topic_prefix)
+    reports = Consumer({**kafka_access(settings), "group.id": f"t-{uuid.uuid4().hex[:6]}", "enable.auto.commit": False})
+    producer = Producer(kafka_access(settings))
+    admin = AdminClient(kafka_access(settings))
+    try:
+        agent.start()
+        agent.reader = ReaderWatch(agent.commands.name, agent.reader.partitions, agent.reader.ends, **QUICK)
+        commands = agent.command_partition["h1"]
+        reports.assign([TopicPartition(catalogue["placements"].name, agent.report_partition["h1"], OFFSET_END)])
+        settle_until = time.monotonic() + 2
+        while time.monotonic() < settle_until:
+            agent.step()
+        agent.consumer.pause(agent.consumer.assignment())
+
+        def send(host_id: str, command: dict) -> None:
+            producer.produce(agent.commands.name, key=host_id.encode(),
+                             value=registry().encode("peloton.AgentCommand", command), partition=commands)
+
+        def commands_end(_host_id: str) -> int | None:
+            return offsets_at(admin, [(agent.commands.name, commands)], OffsetSpec.latest(), 2.0).get(
+                (agent.commands.name, commands))
+
+        driver = RemoteDriver(send, commands_end=commands_end)
+        driver.launch([LaunchRequest("j-0-1", "j", 0, 1, "h1", "true", True, resources=Resources(cpu=1))])
+        producer.flush(10)
+        updates, judged = [], 0
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(u.state == "TASK_FINISHED" for u in updates):
+            agent.step()
+            for msg in reports.consume(100, 0.05):
+                if msg.error():
+                    continue
+                name, value = registry().decode(msg.value())
+                if name == "peloton.AgentReport" and value["host_id"] == "h1":
+                    driver.receive(value, grace_s=1.0)
+                    judged += "j-0-1" in driver.unread
+                    updates.extend(driver.poll())
+        states = [u.state for u in updates if u.task_id == "j-0-1"]
+        assert "TASK_LOST" not in states, states
+        assert agent.reader.renewals == 1
+        assert judged, "no report came while the launch waited unread past its grace"
+        assert states and states[-1] == "TASK_FINISHED", states
+    finally:
+        reports.close()
+        agent.close()

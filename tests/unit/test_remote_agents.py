@@ -26,9 +26,9 @@ def request(task_id: str, host_id: str) -> LaunchRequest:
                          resources=Resources(cpu=1))
 
 
-def report(host_id: str, running: list[str], updates: list[tuple[str, str]] = ()) -> dict:
+def report(host_id: str, running: list[str], updates: list[tuple[str, str]] = (), read: int | None = None) -> dict:
     return {"host_id": host_id, "agent_id": "a", "capacity": Resources(cpu=4).to_record(), "labels": {},
-            "running": running, "sent_ms": 1,
+            "running": running, "sent_ms": 1, "commands_read": read,
             "updates": [{"task_id": t, "state": s, "reason": "", "message": "", "exit_code": 0 if s == "TASK_FINISHED"
                          else None, "signal": None, "timestamp_ms": 1} for t, s in updates]}
 
@@ -75,6 +75,38 @@ def test_a_run_that_ended_is_not_lost_by_the_next_report_read_in_the_same_batch(
     d.receive(report("h1", ["j-1-1"]), grace_s=5)
     assert [(u.task_id, u.state) for u in d.poll()] == [("j-0-1", "TASK_FINISHED")]
     assert d.active() == {"j-1-1"}
+
+
+def test_a_launch_its_agent_has_not_read_is_late_not_lost_and_one_it_read_past_is_lost() -> None:
+    """An agent whose command reader stalled still reports (its lease holds), without the runs it
+    has not read yet: those wait for it. Given up and run again, they would start when it reads
+    them, beside their replacements."""
+    clock, asked = Clock(), []
+    ends = {"h1": 40}
+
+    def commands_end(host_id: str) -> int | None:
+        asked.append(host_id)
+        return ends.get(host_id)
+
+    d = RemoteDriver(lambda host, command: None, clock, commands_end)
+    d.launch([request("j-0-1", "h1"), request("j-1-1", "h1"), request("j-2-1", "h2")])
+    clock.now += 10
+    d.receive(report("h1", ["j-0-1"], read=25), grace_s=5)  # the agent stands before the end: not read
+    assert d.poll() == [] and d.active() == {"j-0-1", "j-1-1", "j-2-1"} and asked == ["h1"]
+    ends["h1"] = 90  # later commands: j-1-1's launch still lies before 40, where it was asked
+    d.receive(report("h1", ["j-0-1"], read=39), grace_s=5)
+    assert d.poll() == [] and asked == ["h1"]
+    d.receive(report("h1", ["j-0-1"], read=40), grace_s=5)  # read past it, and it does not run it
+    [lost] = d.poll()
+    assert (lost.task_id, lost.state, lost.reason) == ("j-1-1", "TASK_LOST", REASON_RECONCILIATION)
+    # The broker does not say where h2's commands end: nothing is judged, and it is asked again.
+    d.receive(report("h2", [], read=3), grace_s=5)
+    d.receive(report("h2", [], read=3), grace_s=5)
+    assert d.poll() == [] and "j-2-1" in d.active() and asked == ["h1", "h2", "h2"]
+    # An agent that does not say where it stands (an older one): lost after the grace, as before.
+    d.receive(report("h2", []), grace_s=5)
+    assert [(u.task_id, u.state) for u in d.poll()] == [("j-2-1", "TASK_LOST")]
+    assert d.active() == {"j-0-1"} and not d.unread
 
 
 def test_an_adopted_run_is_known_and_a_silent_host_loses_its_runs_once(driver) -> None:
@@ -296,6 +328,29 @@ def test_an_agent_not_heard_within_its_lease_after_starting_has_nothing_to_kill_
             for callback in later:
                 callback(None, None)
             assert agent.fenced_at is None and agent.lease_until > time.monotonic()
+    finally:
+        agent.driver.close()
+        agent.consumer.close()
+
+
+def test_an_agents_report_says_how_far_it_has_read_its_commands(tmp_path) -> None:
+    from peloton.config import Settings
+    from peloton.serde import registry
+    from stages.agent.agent import AgentSpec, HostAgent
+
+    agent = HostAgent(Settings(bootstrap="127.0.0.1:1", home=tmp_path), [AgentSpec("h1", Resources(cpu=4), {})],
+                      simulate=True)
+    try:
+        sent: list[bytes] = []
+        producer = SilentProducer(answering=True)
+        producer.produce = lambda topic, key=None, value=None, partition=None, on_delivery=None: sent.append(value)
+        agent.producer = producer
+        partition = agent.command_partition["h1"]
+        agent._report()  # nothing handled yet, and the reader has not fetched: it does not say
+        agent.offsets[partition] = 17  # every command before 17 handled
+        agent._report()
+        said = [registry().decode(v)[1]["commands_read"] for v in sent]
+        assert said == [None, 17]
     finally:
         agent.driver.close()
         agent.consumer.close()

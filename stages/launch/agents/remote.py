@@ -9,6 +9,7 @@ agents' reports instead of calling them lost.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -17,15 +18,25 @@ from peloton.model.states import MESOS_TERMINAL, REASON_RECONCILIATION
 
 from .driver import TASK_LOST, AgentDriver, LaunchRequest, TaskUpdate, now_ms
 
+log = logging.getLogger("peloton.launch")
+
 # Mesos' reason for the runs of an agent that stopped reporting.
 REASON_AGENT_DISCONNECTED = "REASON_AGENT_DISCONNECTED"
 
 
 class RemoteDriver(AgentDriver):
-    def __init__(self, send: Callable[[str, dict], None], clock: Callable[[], float] = time.monotonic):
+    def __init__(self, send: Callable[[str, dict], None], clock: Callable[[], float] = time.monotonic,
+                 commands_end: Callable[[str], int | None] | None = None):
         self._send = send  # (host id, AgentCommand record) -> None
         self._clock = clock
+        # (host id) -> the end (high-water mark) of the host's agent-commands partition now, or
+        # None when the broker does not say. A launch written and committed before it was asked
+        # lies before that end, so an agent that has read up to it has read the launch.
+        self._commands_end = commands_end
         self.runs: dict[str, tuple[str, float]] = {}  # task id -> (host id, when its launch was sent)
+        # Runs past their grace that their agent has not read yet: task id -> the end its agent
+        # must read to before the run counts as lost.
+        self.unread: dict[str, int] = {}
         self.unconfirmed: set[str] = set()  # adopted runs no report of their agent has listed yet
         # Ends of runs given up already (their host was DOWN, or they were unknown and killed):
         # not updates of a run any more, but still the news of how that run ended on its host.
@@ -85,6 +96,7 @@ class RemoteDriver(AgentDriver):
         """The run is no longer this host manager's to watch (ended, lost or forgotten)."""
         self.runs.pop(task_id, None)
         self.unconfirmed.discard(task_id)
+        self.unread.pop(task_id, None)
 
     def on_host(self, host_id: str) -> list[str]:
         return [t for t, (h, _) in self.runs.items() if h == host_id]
@@ -99,7 +111,12 @@ class RemoteDriver(AgentDriver):
     def receive(self, report: dict, grace_s: float) -> list[str]:
         """Take an agent's report: its status updates, and what it runs now compared with what we
         think it runs. Returns the task ids it runs that we do not know (to be killed). Runs we
-        sent it more than `grace_s` ago that it neither runs nor reported ended are lost."""
+        sent it more than `grace_s` ago that it neither runs nor reported ended are lost, once the
+        agent says it has read past their launch (an agent that does not say: at once).
+
+        Why the agent's word: a launch its agent has not read yet is not lost but late (its command
+        reader stalled, its host was cut off from the broker). Given up then and run again, it
+        would still start when the agent reads it, and the task would run twice."""
         host_id = report["host_id"]
         for u in report["updates"]:
             update = TaskUpdate(u["task_id"], host_id, u["state"], u["timestamp_ms"], u["reason"], u["message"],
@@ -116,11 +133,28 @@ class RemoteDriver(AgentDriver):
         running = set(report["running"])
         self.unconfirmed -= running
         now = self._clock()
+        read = report.get("commands_read")
+        end: int | None = None  # asked at most once per report
+        waiting = 0
         for task_id, (h, sent) in list(self.runs.items()):
-            if h == host_id and task_id not in running and now - sent > grace_s:
-                self._drop(task_id)
-                self._updates.append(TaskUpdate(task_id, host_id, TASK_LOST, now_ms(), REASON_RECONCILIATION,
-                                                "its agent does not run it"))
+            if h != host_id or task_id in running or now - sent <= grace_s:
+                continue
+            if read is not None and self._commands_end is not None:
+                if task_id not in self.unread:
+                    end = self._commands_end(host_id) if end is None else end
+                    if end is None:
+                        continue  # the broker did not say: asked again with the next report
+                    self.unread[task_id] = end
+                if read < self.unread[task_id]:
+                    waiting += 1
+                    continue  # not read yet: it starts when the agent reads it
+            self._drop(task_id)
+            self._updates.append(TaskUpdate(task_id, host_id, TASK_LOST, now_ms(), REASON_RECONCILIATION,
+                                            "its agent does not run it"))
+        if waiting:
+            log.warning("agent of %s has not read %d launches sent more than %gs ago (it has read its commands "
+                        "to offset %d): they wait for it, and are not run again elsewhere", host_id, waiting,
+                        grace_s, read)
         return sorted(t for t in running if self.runs.get(t, (None,))[0] != host_id)
 
     def host_lost(self, host_id: str, message: str) -> None:
