@@ -62,6 +62,8 @@ API_DECISIONS = Counter("peloton_api_decisions_total", "The API's decisions on r
                         ["action", "outcome"])
 LAUNCH_REFUSALS = Counter("peloton_launch_refusals_total", "Placements the host manager refused", ["reason"])
 HOSTS = Gauge("peloton_hosts", "Hosts of this host manager's shards by state", ["state"])
+UNREAD_LAUNCHES = Gauge("peloton_launch_unread_launches",
+                        "Runs past the agent timeout whose agent has not read their launch yet (they wait for it)")
 
 # -- host agents ------------------------------------------------------------------------------
 AGENT_RUNS = Gauge("peloton_agent_runs", "Task runs the agent process has now, over all its hosts", ["agent"])

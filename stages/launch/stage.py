@@ -210,6 +210,7 @@ class LaunchStage(Stage):
                             len(unknown))
                 self.remote.kill_on(host_id, unknown)
                 self.reconciling.update(dict.fromkeys(unknown, host_id))
+        metrics.UNREAD_LAUNCHES.set(len(self.remote.unread))
         self._late_ends()
 
     def _commands_end(self, host_id: str) -> int | None:

@@ -1073,11 +1073,41 @@ def test_an_end_read_again_sends_its_release_again_so_no_allocation_is_held_for_
     assert [e["state"] for e in store.task_events("r")].count("SUCCEEDED") == 1  # the store moved once
 
 
-def agent_report(host_id: str, running: list[str], partition: int) -> Record:
+def agent_report(host_id: str, running: list[str], partition: int, read: int | None = None) -> Record:
     return record("placements", "peloton.AgentReport", {
         "host_id": host_id, "agent_id": "a1", "capacity": {"cpu": 8.0, "mem_mb": 1024.0, "disk_mb": 1000.0, "gpu": 0.0},
         "labels": {}, "running": running, "port_ranges": [{"low": 31000, "high": 32000}], "updates": [],
-        "sent_ms": 1}, key=host_id, partition=partition)
+        "sent_ms": 1, "commands_read": read}, key=host_id, partition=partition)
+
+
+def test_a_host_manager_waits_for_an_agent_to_read_a_late_launch_and_counts_it(store) -> None:
+    from peloton import metrics
+
+    shard = partition_for("agent-x", 4)
+    stage = LaunchStage(store)
+    out = bound(stage, hosts="", agent_heartbeat_s=1.0)
+    stage.on_assign([("placements", p) for p in range(4)])
+    asked = []
+    stage.ends = lambda topic, partitions: asked.append(topic) or {p: 12 for p in partitions}
+    stage.handle([agent_report("agent-x", [], shard, read=3)])
+    placement = placement_of(one_task_gang("a-0-1"), host_id="agent-x")
+    stage.handle([Record(placement.topic, shard, placement.offset, placement.key, placement.schema, placement.value,
+                         placement.raw_key, placement.raw_value)])
+    stage.tick(time.monotonic())
+    assert [t["task_id"] for _, _, _, c in out.take("agent-commands") for t in c["launches"]] == ["a-0-1"]
+    out.take()
+    sent = stage.remote.runs["a-0-1"][1]
+    stage.remote._clock = lambda: sent + stage.settings.agent_timeout_s + 1  # past the grace
+    stage.handle([agent_report("agent-x", [], shard, read=5)])  # the agent has not read the launch
+    stage.tick(time.monotonic())
+    assert "a-0-1" in stage.remote.runs and asked == ["agent-commands"]
+    assert metrics.UNREAD_LAUNCHES._value.get() == 1
+    assert not [v for _, _, _, v in out.take("task-status") if v.get("state") == "TASK_LOST"]
+    stage.handle([agent_report("agent-x", [], shard, read=12)])  # read past it, and does not run it
+    stage.tick(time.monotonic())
+    assert [v["reason"] for _, _, _, v in out.take("task-status") if v.get("state") == "TASK_LOST"] == [
+        "REASON_RECONCILIATION"]
+    assert metrics.UNREAD_LAUNCHES._value.get() == 0
 
 
 def test_a_host_manager_that_takes_over_waits_for_its_agents_and_launches_what_never_went_out(store) -> None:
