@@ -321,14 +321,11 @@ class StageRuntime:
         of the broker now) has been handled here; False when behind, or the broker does not answer."""
         if not partitions:
             return True
-        from peloton.runtime.readback import offsets_at
-
-        name = self.catalogue[topic].name
-        ends = offsets_at(self._admin_client(), [(name, p) for p in partitions], OffsetSpec.latest(), timeout)
-        if len(ends) < len(partitions):  # the broker is away or slow: nothing can be said yet
+        ends = self.ends(topic, partitions, timeout)
+        if ends is None:  # the broker is away or slow: nothing can be said yet
             return False
         self._past_markers()
-        return all(self._next.get((topic, p), 0) >= end for (_, p), end in ends.items())
+        return all(self._next.get((topic, p), 0) >= end for p, end in ends.items())
 
     def ends(self, topic: str, partitions: list[int], timeout: float = 0.5) -> dict[int, int] | None:
         """The high-water marks of these partitions of any topic, asked of the broker now; None

@@ -157,12 +157,17 @@ class ReaderWatch:
             found = {p: None for p in self.partitions}
         return {p: pos if pos is not None else (known or {}).get(p) for p, pos in found.items()}
 
+    def standing(self, consumer, known: dict[int, int | None] | None = None) -> dict[int, int]:
+        """Where the reader stands in each partition it can say: its position, else `known`, else
+        the first end seen (every record before it read)."""
+        return self.rule.restart_at(self.positions(consumer, known))
+
     def renew(self, consumer, make_consumer, known: dict[int, int | None] | None = None,
               otherwise: int = OFFSET_END) -> tuple[object, dict[int, int]]:
-        """Replace a stalled consumer: a new one (make_consumer()) assigned where the old one was
-        (its position, else `known`, else the first end seen, else `otherwise`); the old one is
-        closed on a thread of its own. Returns the new consumer and the offsets it starts at."""
-        at = self.rule.restart_at(self.positions(consumer, known))
+        """Replace a stalled consumer: a new one (make_consumer()) assigned where the old one stood
+        (`standing`, else `otherwise`); the old one is closed on a thread of its own. Returns the
+        new consumer and the offsets it starts at."""
+        at = self.standing(consumer, known)
         new = make_consumer()
         threading.Thread(target=abandon_consumer, args=(consumer,), name="stalled-reader-abandoned",
                          daemon=True).start()

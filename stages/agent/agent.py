@@ -513,7 +513,7 @@ class HostAgent:
         # in this step or earlier): the host manager gives up a launch this agent does not run only
         # once the agent has read past it, so a reader that stalls delays a launch but never runs
         # it beside the copy that replaced it.
-        read_to = self.reader.rule.restart_at(self.reader.positions(self.consumer, self.offsets))
+        read_to = self.reader.standing(self.consumer, self.offsets)
         round_id = next(self._round_ids)
         # The updates travel with this round; they are sent again if any of its reports fails.
         sending = _Round(time.monotonic(), 0, self.pending)

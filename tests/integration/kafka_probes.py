@@ -26,9 +26,8 @@ def longest_gap(times: list[float]) -> float:
     return max((b - a for a, b in zip(times, times[1:])), default=0.0)
 
 
-def make_topic(bootstrap: str, name: str) -> None:
+def make_topic(admin: AdminClient, name: str) -> None:
     """Six partitions, replicated to three nodes."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(name, PARTITIONS, 3)])[name].result()
 
 
@@ -40,7 +39,7 @@ class WriteProbe(threading.Thread):
 
     def __init__(self, bootstrap: str):
         super().__init__(daemon=True)
-        make_topic(bootstrap, WRITTEN)
+        make_topic(AdminClient({"bootstrap.servers": bootstrap}), WRITTEN)
         self.producer = Producer({**producer_config(Settings(bootstrap=bootstrap)), **QUIET})
         self.acked: dict[int, list[float]] = {p: [] for p in range(PARTITIONS)}
         self.running = True
@@ -103,8 +102,8 @@ class TransactProbe(threading.Thread):
     def __init__(self, bootstrap: str, node: int):
         """Reads WRITTEN: a WriteProbe's topic, made first."""
         super().__init__(daemon=True)
-        make_topic(bootstrap, TRANSFORMED)
         admin = AdminClient({"bootstrap.servers": bootstrap})
+        make_topic(admin, TRANSFORMED)
         self.transactional_id = coordinated_by(admin, "__transaction_state", node, "transact-probe")
         self.group = coordinated_by(admin, "__consumer_offsets", node, "transact-probe-group")
         self.settings = Settings(bootstrap=bootstrap)
