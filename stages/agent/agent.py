@@ -32,6 +32,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from confluent_kafka import KafkaException
+
 from peloton import metrics
 from peloton.config import Settings
 from peloton.model.resources import Resources
@@ -206,6 +208,7 @@ class HostAgent:
         self._rounds: dict[int, _Round] = {}  # reports not yet acknowledged, per heartbeat round
         self._round_ids = itertools.count()
         self._status_at, self._steps, self._commands_read = time.monotonic(), 0, 0
+        self._refused_said_at = float("-inf")
 
     def _new_consumer(self):
         from confluent_kafka import Consumer
@@ -534,10 +537,13 @@ class HostAgent:
                 self.producer.produce(topic, key=host_id.encode(), value=value,
                                       partition=self.report_partition[host_id],
                                       on_delivery=lambda err, _msg, r=round_id: self._delivered(r, err))
-            except BufferError:
-                # The queue is full (the broker is away): this round's other reports would not fit
-                # either. The step goes on (its lease still runs out, its runs are still watched);
-                # the round's updates go again with a later one.
+            except (BufferError, KafkaException) as exc:
+                # The queue is full (the broker is away), or the client refuses the report at once
+                # (the broker denies this agent's user the topic: an ACL taken away): this round's
+                # other reports would fare no better. The step goes on (its lease still runs out,
+                # its runs are still watched); the round's updates go again with a later one.
+                if isinstance(exc, KafkaException):
+                    self._refused(topic, exc)
                 sending.failed = True
                 break
             sending.waiting += 1
@@ -548,6 +554,14 @@ class HostAgent:
             self.pending = sending.updates + self.pending
             self.failed_rounds += sending.failed  # its queue full: nothing got to the client at all
         self.producer.poll(0)
+
+    def _refused(self, topic: str, exc: KafkaException) -> None:
+        """Says why reports cannot go, at most every STATUS_EVERY_S."""
+        now = time.monotonic()
+        if now - self._refused_said_at >= STATUS_EVERY_S:
+            self._refused_said_at = now
+            log.warning("the Kafka client refuses this agent's reports to %s: %s; they go again, and the lease runs "
+                        "out if none gets through", topic, exc.args[0].str() if exc.args else exc)
 
     def _check_unanswered(self) -> None:
         """A Kafka client that will not deliver is replaced: a new producer takes over, and the

@@ -354,3 +354,33 @@ def test_an_agents_report_says_how_far_it_has_read_its_commands(tmp_path) -> Non
     finally:
         agent.driver.close()
         agent.consumer.close()
+
+
+def test_an_agent_whose_reports_the_client_refuses_goes_on_and_says_why(tmp_path, caplog) -> None:
+    """An ACL taken away: librdkafka refuses the report in produce() itself (it knows the topic is
+    denied), which ended the agent, and every run with it."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    from peloton.config import Settings
+    from stages.agent.agent import AgentSpec, HostAgent
+    from stages.launch.agents.driver import TaskUpdate
+
+    agent = HostAgent(Settings(bootstrap="127.0.0.1:1", home=tmp_path), [AgentSpec("h1", Resources(cpu=4), {})],
+                      simulate=True)
+    try:
+        refusing = SilentProducer()
+
+        def refuse(*args, **kwargs):
+            raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "Broker: Topic authorization failed"))
+
+        refusing.produce = refuse
+        agent.producer = refusing
+        agent.pending.append(TaskUpdate("j-0-1", "h1", "TASK_FINISHED", 1, exit_code=0))
+        with caplog.at_level("WARNING", logger="peloton.agent"):
+            agent._report()
+            agent._report()
+        assert [u.task_id for u in agent.pending] == ["j-0-1"] and not agent._rounds and agent.failed_rounds == 2
+        assert caplog.text.count("Topic authorization failed") == 1  # said once, not at every step
+    finally:
+        agent.driver.close()
+        agent.consumer.close()
