@@ -9,7 +9,9 @@ host whose reports stop DOWN and its runs LOST.
 
 Fencing: the agent's runs live by a lease that each report the broker acknowledges extends. An
 agent cut off from the broker for its lease kills its runs (the host manager, which waits longer,
-will run them elsewhere) and takes no launch until a report gets through (docs/design.md).
+will run them elsewhere) and starts no launch until a report gets through (docs/design.md). A
+launch read when the lease is about to run out, or just after, waits a moment for that report
+instead of starting only to be killed, or being answered lost, and so running twice.
 
 Tasks outlive the host manager (they are this process's children, not the launch stage's), and
 they outlive this process too: its state directory keeps the offset of the last command handled
@@ -57,6 +59,9 @@ HOST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 REASON_AGENT_RESTARTED = "REASON_AGENT_RESTARTED"
 REASON_AGENT_SHUTDOWN = "REASON_AGENT_SHUTDOWN"
 ENDED_KEPT = 100_000  # ended runs remembered (ids only), for launches read again
+# How much of the lease margin (the host manager's wait past the lease) a held launch may wait
+# for a report to renew the lease; the rest is slack for the host manager's side.
+HOLD_SHARE = 0.75
 # How long past its message timeout a report may wait for the Kafka client's answer (delivered or
 # failed) before the client is taken for stuck (HostAgent._check_unanswered).
 REPORT_ANSWER_GRACE_S = 10.0
@@ -204,6 +209,11 @@ class HostAgent:
         # elsewhere, and takes no launches until a report gets through again.
         self.lease_until = self._saved_lease()
         self.fenced_at: float | None = None  # when the lease ran out, while it stays out
+        # Launches read with less than the margin of lease left, or while fenced: started once a
+        # report renews the lease in time, answered lost otherwise (_start_held).
+        self.start_margin = settings.lease_margin()
+        self.hold_s = HOLD_SHARE * self.start_margin
+        self.held: dict[str, _Held] = {}
         self.fencing: set[str] = set()  # runs killed for it, whose ends are reported as lost
         self._rounds: dict[int, _Round] = {}  # reports not yet acknowledged, per heartbeat round
         self._round_ids = itertools.count()
@@ -359,6 +369,8 @@ class HostAgent:
             return
         lease = (f"fenced for {now - self.fenced_at:.0f}s" if self.fenced_at is not None
                  else f"lease {self.lease_until - now:.0f}s left")
+        if self.held:
+            lease += f", {len(self.held)} launches held for a report"
         log.info("alive: %d runs, %d updates to report, %d report rounds unacknowledged, %d messages queued, %s; "
                  "%d steps and %d commands in %.0fs", len(self.driver.active()) + len(self.adopted),
                  len(self.pending), len(self._rounds), len(self.producer), lease, self._steps,
@@ -370,6 +382,8 @@ class HostAgent:
         self._check_unanswered()
         if self.fenced_at is None and time.monotonic() >= self.lease_until:
             self._fence()
+        if self.held and self._start_held(time.monotonic()):
+            self._save_offsets()
         messages = self.consumer.consume(num_messages=500, timeout=0.1)
         self._commands_read += len(messages)
         for msg in messages:
@@ -381,7 +395,7 @@ class HostAgent:
                 log.exception("command at offset %d could not be carried out; skipped", msg.offset())
             self.offsets[msg.partition()] = msg.offset() + 1
         if messages:  # once per batch: what was handled is not handled again after a restart
-            self._save("offsets.json", {str(p): o for p, o in self.offsets.items() if o is not None})
+            self._save_offsets()
         self._check_reader()
         for u in self.driver.poll():
             if u.cpu_seconds is not None:
@@ -430,32 +444,28 @@ class HostAgent:
         if cmd["sent_ms"] < self.fresh_since_ms:
             return
         fresh = []
+        now = time.monotonic()
         for launch in cmd["launches"]:
             task_id = launch["task_id"]
-            if self.fenced_at is not None:  # the host manager may already run it elsewhere
-                self.pending.append(TaskUpdate(task_id, host_id, TASK_LOST, _now_ms(), REASON_AGENT_FENCED,
-                                               "not started: its agent's lease had run out"))
-                continue
             try:
                 started = task_id in self.runs or sandbox_path(self.sandbox_root, task_id).exists()
             except ValueError as exc:  # not a name a sandbox can have
                 log.warning("launch of %r skipped: %s", task_id[:200], exc)
                 continue
-            if started or task_id in self.ended:
-                continue  # a command read again (after a restart or a takeover): it was started already
-            self.runs[task_id] = {"job_id": launch["job_id"], "instance": launch["instance"],
-                                  "run_id": launch["run_id"], "host": host_id}
-            fresh.append(LaunchRequest(
-                task_id=task_id, job_id=launch["job_id"], instance=launch["instance"], run_id=launch["run_id"],
-                host_id=host_id, command=launch["command"], shell=launch["shell"],
-                arguments=tuple(launch["arguments"]), environment=tuple(launch["environment"].items()),
-                resources=Resources.from_record(launch["resources"]), kill_grace_seconds=launch["kill_grace_seconds"],
-                user=launch["user"], image=launch.get("image", ""), health_check=launch.get("health_check_json")))
+            if started or task_id in self.ended or task_id in self.held:
+                continue  # a command read again (after a restart or a takeover): it was taken already
+            if self.fenced_at is None and self.lease_until - now >= self.start_margin:
+                fresh.append((host_id, launch))
+            elif now <= self.lease_until + self.hold_s:
+                # Started now, it would likely be killed by the fence a moment later and run again
+                # elsewhere: it waits for a report to renew the lease (_start_held).
+                self.held[task_id] = _Held(host_id, launch, msg.partition(), msg.offset(),
+                                           self.lease_until + self.hold_s)
+            else:  # the host manager may already run it elsewhere
+                self._answer_held(task_id, host_id, "not started: its agent's lease had run out")
         if fresh:
-            self._save("runs.json", self.runs)  # before they start: a crash now still finds them
-            self.driver.launch(fresh)
-            metrics.AGENT_COMMANDS.labels("launch").inc(len(fresh))
-        kills = cmd["kills"]
+            self._launch(fresh)
+        kills = [t for t in cmd["kills"] if not self._drop_held(t)]
         if kills:
             self.driver.kill(kills)
             metrics.AGENT_COMMANDS.labels("kill").inc(len(kills))
@@ -466,6 +476,66 @@ class HostAgent:
                     self.pending.append(TaskUpdate(task_id, host_id, "TASK_KILLED", _now_ms(),
                                                    message="killed (a run adopted after the agent restarted)"))
                     self._clear_leftovers()
+
+    def _launch(self, launches: list[tuple[str, dict]]) -> None:
+        """Starts these launches (host id, AgentLaunch record), their runs saved first."""
+        fresh = []
+        for host_id, launch in launches:
+            task_id = launch["task_id"]
+            self.runs[task_id] = {"job_id": launch["job_id"], "instance": launch["instance"],
+                                  "run_id": launch["run_id"], "host": host_id}
+            fresh.append(LaunchRequest(
+                task_id=task_id, job_id=launch["job_id"], instance=launch["instance"], run_id=launch["run_id"],
+                host_id=host_id, command=launch["command"], shell=launch["shell"],
+                arguments=tuple(launch["arguments"]), environment=tuple(launch["environment"].items()),
+                resources=Resources.from_record(launch["resources"]), kill_grace_seconds=launch["kill_grace_seconds"],
+                user=launch["user"], image=launch.get("image", ""), health_check=launch.get("health_check_json")))
+        self._save("runs.json", self.runs)  # before they start: a crash now still finds them
+        self.driver.launch(fresh)
+        metrics.AGENT_COMMANDS.labels("launch").inc(len(fresh))
+
+    def _start_held(self, now: float) -> bool:
+        """Held launches start once a report has renewed the lease in time (_delivered moves
+        their deadline), and are answered lost once their deadline passes without one: the host
+        manager may then have given the host up and their runs with it. True when any went."""
+        late = [t for t, h in self.held.items() if now > h.until]
+        for task_id in late:
+            held = self.held.pop(task_id)
+            self._answer_held(task_id, held.host_id, f"not started: its agent read the launch as its lease ran out "
+                                                     f"and no report got through within {self.hold_s:g}s after")
+        if late:
+            log.warning("%d launches held for a report were not started: none got through in time; they are "
+                        "answered lost, and run again", len(late))
+        if self.held and self.fenced_at is None and self.lease_until - now >= self.start_margin:
+            log.info("a report renewed the lease: the %d launches held for it start", len(self.held))
+            self._launch([(h.host_id, h.launch) for h in self.held.values()])
+            self.held.clear()
+            return True
+        return bool(late)
+
+    def _answer_held(self, task_id: str, host_id: str, message: str) -> None:
+        """A launch this agent will never start is answered lost, and one read again stays so."""
+        self.pending.append(TaskUpdate(task_id, host_id, TASK_LOST, _now_ms(), REASON_AGENT_FENCED, message))
+        self.ended[task_id] = None
+
+    def _drop_held(self, task_id: str) -> bool:
+        """A kill of a launch still held: it never starts. False when none is held."""
+        held = self.held.pop(task_id, None)
+        if held is None:
+            return False
+        self.pending.append(TaskUpdate(task_id, held.host_id, "TASK_KILLED", _now_ms(),
+                                       message="killed before it started (its launch waited for the agent's lease)"))
+        self.ended[task_id] = None
+        return True
+
+    def _save_offsets(self) -> None:
+        """Where a restarted agent goes on reading: past what was handled, but not past a launch
+        still held (it is not in runs.json yet, and would be lost)."""
+        saved = {p: o for p, o in self.offsets.items() if o is not None}
+        for held in self.held.values():
+            if held.partition in saved:
+                saved[held.partition] = min(saved[held.partition], held.offset)
+        self._save("offsets.json", {str(p): o for p, o in saved.items()})
 
     def _fence(self) -> None:
         """The lease ran out: every run here is killed at once (no grace: the host manager's
@@ -478,8 +548,8 @@ class HostAgent:
         killed = len(active) + len(self.adopted)
         what = (f"killing the {killed} runs here, as the host manager will run them elsewhere" if killed
                 else "no run here to kill")
-        log.warning("no report reached the broker for %gs (the lease)%s: %s; no launch is taken until a report "
-                    "gets through", self.lease_s, since, what)
+        log.warning("no report reached the broker for %gs (the lease)%s: %s; no launch starts until a report "
+                    "gets through (those read in the next %.1fs wait for it)", self.lease_s, since, what, self.hold_s)
         self.fencing.update(active)
         self.driver.kill_now(active)
         for task_id, _pgid in list(self.adopted.items()):
@@ -517,6 +587,9 @@ class HostAgent:
         # once the agent has read past it, so a reader that stalls delays a launch but never runs
         # it beside the copy that replaced it.
         read_to = self.reader.standing(self.consumer, self.offsets)
+        for held in self.held.values():  # not read as far as the host manager is concerned
+            if read_to.get(held.partition) is not None:
+                read_to[held.partition] = min(read_to[held.partition], held.offset)
         round_id = next(self._round_ids)
         # The updates travel with this round; they are sent again if any of its reports fails.
         sending = _Round(time.monotonic(), 0, self.pending)
@@ -621,6 +694,13 @@ class HostAgent:
                      self.delivered_at - self.started_at)
         self.lease_until = max(self.lease_until, sending.sent + self.lease_s)
         self._save("lease.json", {"until": time.time() + (self.lease_until - time.monotonic())})
+        now = time.monotonic()
+        for held in self.held.values():
+            # This report was written before the held launch's deadline, so before the host
+            # manager could judge the host silent (its wait is lease + margin from the report
+            # the deadline came from): it reads this one first, and the new lease holds.
+            if now <= held.until:
+                held.until = max(held.until, self.lease_until + self.hold_s)
         if self.fenced_at is not None and sending.sent > self.fenced_at:
             log.info("a report got through again: the lease is renewed, launches are taken again")
             self.fenced_at = None
@@ -644,6 +724,12 @@ class HostAgent:
             self.pending.append(TaskUpdate(task_id, self._host_of(task_id), TASK_LOST, _now_ms(), REASON_AGENT_SHUTDOWN,
                                            "its agent was stopped"))
         self.adopted = {}
+        for task_id, held in self.held.items():
+            self.pending.append(TaskUpdate(task_id, held.host_id, TASK_LOST, _now_ms(), REASON_AGENT_SHUTDOWN,
+                                           "not started: its agent was stopped"))
+        if self.held:
+            self.held = {}
+            self._save_offsets()
         self.driver.close()
         for u in self.driver.poll():
             self.pending.append(TaskUpdate(u.task_id, u.host_id, TASK_LOST, u.timestamp_ms, REASON_AGENT_SHUTDOWN,
@@ -667,6 +753,17 @@ class _Round:
     waiting: int  # reports not acknowledged yet
     updates: list[TaskUpdate]
     failed: bool = False
+
+
+@dataclass(slots=True)
+class _Held:
+    """A launch read when the lease was about to run out, or had: it waits for a report."""
+
+    host_id: str
+    launch: dict  # the AgentLaunch record
+    partition: int  # where its command lies, which a restart reads again while it is held
+    offset: int
+    until: float  # time.monotonic() past which it is answered lost, unless a report renews the lease
 
 
 def _abandon(producer) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -26,6 +27,9 @@ TIMEOUTS = {"agent_heartbeat_s": 0.5, "agent_timeout_s": 6.0}
 # the shortest the settings check allows: lease 3 s (MIN_AGENT_LEASE_S), DOWN after 5 s
 SHORTEST = {"agent_heartbeat_s": 0.5, "agent_timeout_s": 5.0}
 AGENTS = ("agent-0", "agent-1", "agent-2")
+# lease 5 s, margin 3 s: a launch read with less than 3 s of lease left waits up to 2.25 s past the
+# lease for a report (the Kafka client takes up to a second to write again once allowed to)
+HOLDING = {"agent_heartbeat_s": 1.5, "agent_timeout_s": 8.0}
 
 
 def runs_alive(job_id: str) -> dict[int, set[str]]:
@@ -186,3 +190,45 @@ def test_a_broker_stall_shorter_than_the_lease_kills_nothing_and_runs_nothing_tw
         assert not watch.twice
     finally:
         p.stop()
+
+
+def test_launches_read_as_the_lease_runs_out_wait_for_a_report_and_each_runs_once(pipeline_factory) -> None:
+    """The agent's reports refused (its right to write the placements topic taken away) while it
+    still reads its commands, as after a broker outage almost as long as its lease: launches it
+    reads as the lease runs out, or just after, wait for a report to get through. Started at once
+    they were killed by the fence a moment later, and those read after it were answered lost:
+    each ran twice (seen after whole-cluster restarts). The right given back just after the fence:
+    each runs once."""
+    from confluent_kafka.admin import AclBindingFilter, AdminClient
+
+    from peloton.runtime import kafka_access
+    from peloton.topics import Catalogue
+    from pelotonctl.principals import Grant, binding
+
+    p = pipeline_factory(hosts="agent:1:cpu=4,mem_mb=1024,disk_mb=1000", **HOLDING)
+    assert p.settings.kafka_user, "the session's broker runs without ACLs"
+    p.start_all()
+    # A run the fence kills: its end, unreported meanwhile, makes the agent report at every step,
+    # so the report that renews the lease goes as soon as it may.
+    fenced = p.submit(sleepers(1, 60, cpu=1))
+    p.wait_for("a run to fence", lambda: p.counts(fenced).get("RUNNING", 0) == 1, 60)
+    admin = AdminClient(kafka_access(p.settings))
+    write = binding(Grant("agent", "topic", Catalogue(p.settings.topic_prefix)["placements"].name, "write"))
+    [(_, taking)] = admin.delete_acls([AclBindingFilter(write.restype, write.name, write.resource_pattern_type,
+                                                        write.principal, write.host, write.operation,
+                                                        write.permission_type)], request_timeout=10).items()
+    assert taking.result(), "the agent's write ACL was not there to take"
+    time.sleep(2.5)  # the lease about to run out (less than the margin left) when the launches come
+    job = p.submit(sleepers(3, 2, cpu=1))
+    log = p.log("agent-0")
+    deadline = time.monotonic() + 15
+    while "(the lease)" not in log.read_text():
+        assert time.monotonic() < deadline, f"agent-0 not fenced; logs in {p.home}"
+        time.sleep(0.05)
+    [(_, giving)] = admin.create_acls([write], request_timeout=10).items()
+    giving.result()
+    assert p.wait_job(job, timeout=60) == "SUCCEEDED"
+    runs = p.store.launch_counts(job)
+    assert runs == {0: 1, 1: 1, 2: 1}, f"launches per instance {runs}; logs in {p.home}"
+    held = re.search(r"the (\d+) launches held for it start", log.read_text())
+    assert held and int(held[1]) >= 3, f"not held; logs in {p.home}"  # the fenced run's rerun may be too

@@ -138,14 +138,17 @@ def test_agent_port_ranges_parse_or_say_what_is_wrong() -> None:
 
 
 class Msg:
-    def __init__(self, value: bytes, offset: int = 0) -> None:
-        self._value, self._offset = value, offset
+    def __init__(self, value: bytes, offset: int = 0, partition: int = 0) -> None:
+        self._value, self._offset, self._partition = value, offset, partition
 
     def value(self) -> bytes:
         return self._value
 
     def offset(self) -> int:
         return self._offset
+
+    def partition(self) -> int:
+        return self._partition
 
     def error(self):
         return None
@@ -318,16 +321,19 @@ def test_an_agent_not_heard_within_its_lease_after_starting_has_nothing_to_kill_
                 "command_id": "c", "host_id": "h1", "kills": [], "sent_ms": 2 ** 60, "launches": [{
                     "task_id": "j-0-1", "job_id": "j", "instance": 0, "run_id": 1, "command": "true",
                     "resources": Resources(cpu=1).to_record()}]})
-            agent._command(Msg(launch))
-            assert not agent.runs and [u.state for u in agent.pending] == ["TASK_LOST"]
+            agent._command(Msg(launch))  # read just after the fence: it waits for a report
+            assert not agent.runs and not agent.pending and list(agent.held) == ["j-0-1"]
 
             first, later = slow.held[:1], slow.held[1:]  # the round sent before the fence, those after
             assert later
             first[0](None, None)  # the broker answers at last, the oldest first
-            assert agent.fenced_at is not None and "first was acknowledged" in caplog.text
+            agent._start_held(time.monotonic())
+            assert agent.fenced_at is not None and "first was acknowledged" in caplog.text and not agent.runs
             for callback in later:
                 callback(None, None)
             assert agent.fenced_at is None and agent.lease_until > time.monotonic()
+            agent._start_held(time.monotonic())
+            assert list(agent.runs) == ["j-0-1"] and not agent.held and "the 1 launches held" in caplog.text
     finally:
         agent.driver.close()
         agent.consumer.close()
@@ -354,6 +360,95 @@ def test_an_agents_report_says_how_far_it_has_read_its_commands(tmp_path) -> Non
     finally:
         agent.driver.close()
         agent.consumer.close()
+
+
+def launch_command(task_id: str, kills: tuple[str, ...] = ()) -> bytes:
+    from peloton.serde import registry
+
+    return registry().encode("peloton.AgentCommand", {
+        "command_id": "c", "host_id": "h1", "kills": list(kills), "sent_ms": 2 ** 60, "launches": [{
+            "task_id": task_id, "job_id": "j", "instance": 0, "run_id": 1, "command": "true",
+            "resources": Resources(cpu=1).to_record()}] if not kills else []})
+
+
+@pytest.fixture
+def short_lease_agent(tmp_path):
+    """A simulated agent whose reports go unanswered until the test answers them, with less of
+    its lease left than the margin (2 s): as after a broker outage almost as long as the lease."""
+    from peloton.config import Settings
+    from stages.agent.agent import AgentSpec, HostAgent
+
+    agent = HostAgent(Settings(bootstrap="127.0.0.1:1", home=tmp_path), [AgentSpec("h1", Resources(cpu=4), {})],
+                      simulate=True)
+    sent: list[bytes] = []
+    producer = SilentProducer()
+    plain_produce = producer.produce
+    producer.produce = lambda topic, key=None, value=None, partition=None, on_delivery=None: (
+        sent.append(value), plain_produce(topic, on_delivery=on_delivery))
+    agent.producer = producer
+    agent.lease_until = time.monotonic() + 0.5
+    try:
+        yield agent, producer, sent
+    finally:
+        agent.driver.close()
+        agent.consumer.close()
+
+
+def test_a_launch_read_as_the_lease_runs_out_waits_for_a_report_and_starts_once(short_lease_agent) -> None:
+    """Started at once, it would be killed by the fence a moment later and run again: it waits,
+    the host manager is told it is not read yet, and a restart would read it again."""
+    import json
+
+    from peloton.serde import registry
+
+    agent, producer, sent = short_lease_agent
+    partition = agent.command_partition["h1"]
+    agent._command(Msg(launch_command("j-0-1"), offset=41, partition=partition))
+    agent.offsets[partition] = 42
+    agent._save_offsets()
+    assert not agent.runs and not agent.driver.active() and list(agent.held) == ["j-0-1"]
+    assert json.loads((agent.state_dir / "offsets.json").read_text()) == {str(partition): 41}
+    agent._report()
+    assert registry().decode(sent[-1])[1]["commands_read"] == 41
+    agent._start_held(time.monotonic())
+    assert not agent.runs  # nothing renewed the lease yet
+    for callback in producer.held:  # the broker acknowledges the report: the lease is renewed
+        callback(None, None)
+    agent.step()
+    assert list(agent.runs) == ["j-0-1"] and "j-0-1" in agent.driver.active() and not agent.held
+    assert json.loads((agent.state_dir / "offsets.json").read_text()) == {str(partition): 42}
+    agent._command(Msg(launch_command("j-0-1"), offset=41, partition=partition))  # read again: nothing
+    assert list(agent.runs) == ["j-0-1"]
+
+
+def test_a_held_launch_no_report_renews_in_time_is_answered_lost_and_never_started(short_lease_agent) -> None:
+    """Past its deadline the host manager may have given the host up and run the task elsewhere:
+    an acknowledgement that comes later starts nothing."""
+    agent, producer, _ = short_lease_agent
+    agent._command(Msg(launch_command("j-0-1")))
+    agent._report()
+    agent.held["j-0-1"].until = time.monotonic() - 0.01  # the time a report had passed
+    for callback in producer.held:  # acknowledged too late to count for the held launch
+        callback(None, None)
+    assert agent.lease_until - time.monotonic() > agent.start_margin
+    agent._start_held(time.monotonic())
+    assert not agent.runs and not agent.held and not agent.driver.active()
+    [lost] = agent.pending
+    assert (lost.task_id, lost.state, lost.reason) == ("j-0-1", "TASK_LOST", "REASON_AGENT_FENCED")
+    agent._command(Msg(launch_command("j-0-1")))  # read again (a host manager that took over): still not
+    assert not agent.runs and not agent.held
+
+
+def test_a_kill_of_a_held_launch_ends_it_before_it_starts(short_lease_agent) -> None:
+    agent, producer, _ = short_lease_agent
+    agent._command(Msg(launch_command("j-0-1")))
+    agent._command(Msg(launch_command("", kills=("j-0-1",))))
+    assert not agent.held and [(u.task_id, u.state) for u in agent.pending] == [("j-0-1", "TASK_KILLED")]
+    agent._report()
+    for callback in producer.held:
+        callback(None, None)
+    agent._start_held(time.monotonic())
+    assert not agent.runs and not agent.driver.active()
 
 
 def test_an_agent_whose_reports_the_client_refuses_goes_on_and_says_why(tmp_path, caplog) -> None:
