@@ -633,8 +633,9 @@ class HostAgent:
         now = time.monotonic()
         if now - self._refused_said_at >= STATUS_EVERY_S:
             self._refused_said_at = now
+            error = exc.args[0] if exc.args else exc
             log.warning("the Kafka client refuses this agent's reports to %s: %s; they go again, and the lease runs "
-                        "out if none gets through", topic, exc.args[0].str() if exc.args else exc)
+                        "out if none gets through", topic, error.str() if hasattr(error, "str") else error)
 
     def _check_unanswered(self) -> None:
         """A Kafka client that will not deliver is replaced: a new producer takes over, and the

@@ -476,6 +476,15 @@ def test_an_agent_whose_reports_the_client_refuses_goes_on_and_says_why(tmp_path
             agent._report()
         assert [u.task_id for u in agent.pending] == ["j-0-1"] and not agent._rounds and agent.failed_rounds == 2
         assert caplog.text.count("Topic authorization failed") == 1  # said once, not at every step
+
+        def refuse_plainly(*args, **kwargs):  # a refusal that carries no KafkaError is said too
+            raise KafkaException("said otherwise")
+
+        refusing.produce = refuse_plainly
+        agent._refused_said_at = float("-inf")
+        with caplog.at_level("WARNING", logger="peloton.agent"):
+            agent._report()
+        assert "said otherwise" in caplog.text
     finally:
         agent.driver.close()
         agent.consumer.close()
