@@ -73,6 +73,10 @@ AGENT_PRODUCER_RENEWALS = Counter("peloton_agent_producer_renewals_total",
                                   "Times the agent replaced a Kafka producer that stopped answering its reports")
 AGENT_READER_RENEWALS = Counter("peloton_agent_reader_renewals_total",
                                 "Times the agent replaced a Kafka consumer that stopped fetching its commands")
+AGENT_HELD_LAUNCHES = Counter("peloton_agent_held_launches_total",
+                              "Launches the agent read as its lease ran out and held for a report, by how each "
+                              "ended: started, lost (no report in time), killed or stopped (the agent was)",
+                              ["outcome"])
 AGENT_RUN_CPU = Counter("peloton_agent_run_cpu_seconds_total",
                         "CPU seconds the agent's ended runs used, as their cgroups counted them", ["agent"])
 AGENT_RUN_PEAK_MEMORY = Histogram("peloton_agent_run_peak_memory_mb", "Peak memory of each ended run, from its cgroup",

@@ -506,8 +506,10 @@ class HostAgent:
         if late:
             log.warning("%d launches held for a report were not started: none got through in time; they are "
                         "answered lost, and run again", len(late))
+            metrics.AGENT_HELD_LAUNCHES.labels("lost").inc(len(late))
         if self.held and self.fenced_at is None and self.lease_until - now >= self.start_margin:
             log.info("a report renewed the lease: the %d launches held for it start", len(self.held))
+            metrics.AGENT_HELD_LAUNCHES.labels("started").inc(len(self.held))
             self._launch([(h.host_id, h.launch) for h in self.held.values()])
             self.held.clear()
             return True
@@ -526,6 +528,7 @@ class HostAgent:
         self.pending.append(TaskUpdate(task_id, held.host_id, "TASK_KILLED", _now_ms(),
                                        message="killed before it started (its launch waited for the agent's lease)"))
         self.ended[task_id] = None
+        metrics.AGENT_HELD_LAUNCHES.labels("killed").inc()
         return True
 
     def _save_offsets(self) -> None:
@@ -729,6 +732,7 @@ class HostAgent:
             self.pending.append(TaskUpdate(task_id, held.host_id, TASK_LOST, _now_ms(), REASON_AGENT_SHUTDOWN,
                                            "not started: its agent was stopped"))
         if self.held:
+            metrics.AGENT_HELD_LAUNCHES.labels("stopped").inc(len(self.held))
             self.held = {}
             self._save_offsets()
         self.driver.close()
