@@ -25,6 +25,9 @@ def job_summary(store: QueryStore, job_id: str, settings: Settings | None = None
     if settings is not None:
         tasks = store.tasks_of_job(job_id)
         summary["failures"] = [_told(t) for t in tasks if t.state in ("FAILED", "LOST")][:20]
+        late = not_started(tasks, int(time.time() * 1000), late_start_s(settings))
+        if late:
+            summary["not_started"], summary["not_started_tasks"] = late[:20], len(late)
         if job.state not in JOB_TERMINAL and any(counts.get(s) for s in UNPLACED):
             summary["waiting"] = waiting_gangs(settings, job.pool, job_id)
             summary["unplaced"] = [_told(t) for t in unplaced(tasks)][:20]
@@ -35,6 +38,23 @@ def unplaced(tasks: list) -> list:
     """The tasks placement gave a cycle up on (no host could take them; the message says why),
     also while they are tried again."""
     return [t for t in tasks if t.state in UNPLACED and t.reason == REASON_NO_HOST]
+
+
+def late_start_s(settings: Settings) -> float:
+    """How long a launched run may go unstarted before a job's status says so: a few of its
+    agent's reports, each of which would have said it started."""
+    return max(5.0, 3 * settings.agent_heartbeat_s)
+
+
+def not_started(tasks: list, now_ms: int, after_s: float) -> list[dict]:
+    """Runs launched on a host more than `after_s` ago that its agent has not reported started:
+    it is behind on its commands, or cannot reach the broker. The host manager waits for it (a
+    launch the agent has not read is not lost) until the agent reads past it or the host goes
+    DOWN, so without this the job would wait with nothing saying why. Longest waiting first."""
+    late = [t for t in tasks if t.state == "LAUNCHED" and t.updated_ms and now_ms - t.updated_ms >= after_s * 1000]
+    late.sort(key=lambda t: (t.updated_ms, t.instance))
+    return [{"instance": t.instance, "run_id": t.run_id, "host_id": t.host_id,
+             "seconds": round((now_ms - t.updated_ms) / 1000, 1)} for t in late]
 
 
 def _told(t) -> dict:

@@ -128,6 +128,18 @@ def job_status(
                   highlight=False)
     for u in summary.get("unplaced", []):
         out.print(f"instance {u['instance']} found no host: {u['message']}", highlight=False)
+    hosts: dict[str, list[dict]] = {}
+    for late in summary.get("not_started", []):
+        hosts.setdefault(late["host_id"], []).append(late)
+    for host_id, runs in hosts.items():
+        instances = ", ".join(str(r["instance"]) for r in runs[:10]) + (", ..." if len(runs) > 10 else "")
+        out.print(f"not started on {host_id}: {len(runs)} tasks (instances {instances}) launched up to "
+                  f"{runs[0]['seconds']:.0f}s ago; its agent has not reported them: it is behind on its commands or "
+                  f"cannot reach the broker (they wait for it until it reads them, or the host goes DOWN)",
+                  highlight=False)
+    unlisted = summary.get("not_started_tasks", 0) - len(summary.get("not_started", []))
+    if unlisted > 0:
+        out.print(f"not started: {unlisted} tasks more", highlight=False)
     for f in summary.get("failures", []):
         out.print(f"instance {f['instance']} run {f['run_id']} {f['state']}: {f['message'] or f['reason']}",
                   highlight=False)

@@ -197,6 +197,29 @@ def test_job_status_says_why_a_job_waits(pipeline_factory) -> None:
     assert "waiting: gang" in text.stdout and "free 4 of 64" in text.stdout
 
 
+def test_job_status_names_the_launched_tasks_their_agent_has_not_started(pipeline_factory) -> None:
+    """An agent that does not take its launches (frozen here; behind on its commands or cut off
+    from the broker elsewhere): the host manager waits for it, and the job's status says on which
+    host its tasks wait, and why, until they start."""
+    import signal
+
+    p = pipeline_factory(hosts="agent:1:cpu=4,mem_mb=1024,disk_mb=1000", agent_timeout_s=60.0)
+    p.start_all()
+    frozen = p.procs["agent-0"]
+    frozen.send_signal(signal.SIGSTOP)
+    try:
+        job_id = p.submit(GOOD)
+        summary = status_once_it_says(p, job_id, "not_started", timeout=30)
+        assert {(r["instance"], r["host_id"]) for r in summary["not_started"]} == {(0, "agent-0"), (1, "agent-0")}
+        assert summary["not_started_tasks"] == 2 and all(r["seconds"] >= 5 for r in summary["not_started"])
+        text = p.ctl("job", "status", job_id).stdout
+        assert "not started on agent-0: 2 tasks (instances 0, 1)" in text and "behind on its commands" in text
+    finally:
+        frozen.send_signal(signal.SIGCONT)
+    assert p.wait_job(job_id, timeout=60) == "SUCCEEDED"
+    assert "not_started" not in json.loads(p.ctl("job", "status", job_id, "--json").stdout)
+
+
 def test_job_status_says_why_no_host_takes_a_job(pipeline_factory) -> None:
     p = pipeline_factory(hosts="sim:2:cpu=8,mem_mb=65536,disk_mb=100000", placement_attempts=2,
                          placement_backoff_s=0.2)
