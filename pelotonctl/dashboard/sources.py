@@ -17,12 +17,14 @@ from peloton.model.states import JOB_STATES, JOB_TERMINAL, UNPLACED
 from peloton.runtime import CompactedView
 from peloton.store import QueryStore, store_unavailable
 from pelotonctl.admin import host_row
+from pelotonctl.watch import late_start_s, not_started
 from pelotonctl.watch import unplaced as unplaced_tasks
 from stages.entitle.usage import pool_view, up_to_root
 
 NOT_TERMINAL = [s for s in JOB_STATES if s not in JOB_TERMINAL]
 # A topic read this recently is not read again: pools, hosts and pending of one sample share it.
 SAME_SAMPLE_S = 1.0
+NOT_STARTED_READ = 500  # launched runs not started, read per sample (the longest waiting)
 
 
 class SourceUnavailable(RuntimeError):
@@ -155,8 +157,18 @@ class Sources:
     def pending(self, limit: int = 50) -> list[dict]:
         """Why tasks wait, per job still running with PENDING tasks (of the `limit` most recent):
         its gangs among the first of its pool's queue with the resource manager's reason, and
-        the tasks placement sent back because no host took them (`job status` tells the same)."""
+        the tasks placement sent back because no host took them; and per job with runs launched
+        a while ago that their agent has not started, which hosts they wait on (`job status`
+        tells the same)."""
         jobs = self.store.list_jobs(limit, states=NOT_TERMINAL)
+        now = int(time.time() * 1000)
+        late: dict[str, list] = defaultdict(list)  # job id -> its runs launched and not started
+        for task in self.store.tasks_in_states(["LAUNCHED"], now - int(late_start_s(self.settings) * 1000),
+                                               limit=NOT_STARTED_READ):
+            late[task.job_id].append(task)
+        listed = {job.job_id for job in jobs}
+        jobs += [job for job in self.store.get_jobs([j for j in late if j not in listed]).values()
+                 if job.state not in JOB_TERMINAL]
         if not jobs:
             return []
         counts = self.store.task_state_counts([j.job_id for j in jobs])
@@ -167,12 +179,13 @@ class Sources:
         out = []
         for job in jobs:
             pending = sum(counts.get(job.job_id, {}).get(s, 0) for s in UNPLACED)
-            if not pending:
+            if not pending and job.job_id not in late:
                 continue
             unplaced = [{"instance": t.instance, "run_id": t.run_id, "reason": t.reason, "message": t.message}
-                        for t in unplaced_tasks(self.store.tasks_of_job(job.job_id))][:20]
+                        for t in unplaced_tasks(self.store.tasks_of_job(job.job_id))][:20] if pending else []
             out.append({"job_id": job.job_id, "name": job.name, "pool": job.pool, "state": job.state,
-                        "pending": pending, "waiting": waiting.get(job.job_id, []), "unplaced": unplaced})
+                        "pending": pending, "waiting": waiting.get(job.job_id, []), "unplaced": unplaced,
+                        "not_started": not_started(late.get(job.job_id, []), now, 0)[:20]})
         return out
 
     def close(self) -> None:

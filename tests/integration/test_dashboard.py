@@ -169,3 +169,29 @@ def test_the_dashboard_shows_stages_pools_jobs_hosts_and_why_tasks_wait(pipeline
             out = Path(os.environ["PELOTON_TEST_OUTPUT"])
             out.mkdir(parents=True, exist_ok=True)
             shutil.copy(screenshot, out / "dashboard.png")
+
+
+def test_the_dashboard_names_the_host_whose_agent_has_not_started_a_jobs_tasks(pipeline_factory, browser) -> None:
+    """An agent that does not take its launches (frozen here; behind on its commands or cut off
+    elsewhere): the host manager waits for it, and the page says on which host the job's tasks
+    wait, until they start."""
+    import signal
+
+    p = pipeline_factory(hosts="agent:1:cpu=4,mem_mb=1024,disk_mb=1000", agent_timeout_s=60.0)
+    p.start_all()
+    frozen = p.procs["agent-0"]
+    with start(Dashboard(Sources(p.settings, p.store), sample_every_s=1.0), port=0) as running:
+        browser.get(running.url)
+        WebDriverWait(browser, 10).until(lambda d: d.title == "Peloton dashboard")
+        frozen.send_signal(signal.SIGSTOP)
+        try:
+            job = p.submit(HELLO.replace("instancecount: 4", "instancecount: 2"))
+            why = seen(browser, f'[data-pending-job="{job}"] .not-started[data-host-id="agent-0"]',
+                       lambda t: "not started" in t, timeout=40)
+            assert why.startswith("instances 0, 1 · launched on agent-0") and "behind on its commands" in why, why
+            assert "2 not started" in seen(browser, f'[data-pending-job="{job}"] .pending-head')
+        finally:
+            frozen.send_signal(signal.SIGCONT)
+        assert p.wait_job(job, timeout=60) == "SUCCEEDED"
+        WebDriverWait(browser, 10, ignored_exceptions=(StaleElementReferenceException,)).until(
+            lambda d: not d.find_elements(By.CSS_SELECTOR, f'[data-pending-job="{job}"]'))

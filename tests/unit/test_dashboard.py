@@ -226,6 +226,21 @@ def test_sources_give_hosts_jobs_and_why_tasks_wait(sources) -> None:
     assert sources.lag()["groups"][0]["stage"] == "admit"
 
 
+def test_sources_name_the_hosts_whose_agents_have_not_started_launched_tasks(sources) -> None:
+    """A job whose runs were launched long ago and not started waits on its hosts' agents: it is
+    listed with them, though none of its tasks is pending."""
+    sources.store.create_jobs(
+        [JobRow("behind", "behind", "/team/batch", "BATCH", "RUNNING", 3, 0, True, "PACK_HOST", "me", "cfg", 1, 1)],
+        [TaskRow("behind", i, 1, f"behind-{i}-1", "/team/batch", "behind-g", state, {}, host_id=host,
+                 updated_ms=updated) for i, (state, host, updated) in
+         enumerate([("LAUNCHED", "agent-1", 2_000), ("LAUNCHED", "agent-0", 1_000), ("LAUNCHED", "agent-0", 2 ** 62)])])
+    pending = {p["job_id"]: p for p in sources.pending()}
+    behind = pending["behind"]
+    assert behind["pending"] == 0 and not behind["unplaced"]
+    assert [(r["instance"], r["host_id"]) for r in behind["not_started"]] == [(1, "agent-0"), (0, "agent-1")]
+    assert pending["waits"]["not_started"] == []
+
+
 class GoneStore:
     """A store whose database went away (SQLite's error for a file it cannot open)."""
 

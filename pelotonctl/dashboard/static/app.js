@@ -233,7 +233,9 @@ function renderPending(state) {
     el("div", { class: "pending-head" },
       el("strong", {}, job.name), " ", el("code", { title: job.job_id }, shortId(job.job_id)),
       el("span", { class: "muted" }, ` in ${job.pool}`), " ",
-      el("span", { class: "badge warn" }, `${num(job.pending)} pending`)),
+      job.pending ? el("span", { class: "badge warn" }, `${num(job.pending)} pending`) : null,
+      (job.not_started || []).length ? el("span", { class: "badge warn" }, `${num(job.not_started.length)} not started`)
+        : null),
     el("ul", { class: "reasons" },
       grouped(job.waiting, (w) => sameReason(w.reason)).map(({ first: w, items }) => {
         const longest = Math.max(...items.map((g) => now - g.since_ms));
@@ -248,7 +250,16 @@ function renderPending(state) {
         return el("li", { class: "reason unplaced" },
           el("span", { class: "muted" }, `${which}, no host: `), t.message || t.reason);
       }),
-      !job.waiting.length && !job.unplaced.length
+      // Launched, and its agent has not started them: behind on its commands, or cut off (the
+      // host manager waits for it rather than run them twice).
+      grouped(job.not_started || [], (t) => t.host_id).map(({ first: t, items }) => {
+        const which = items.length > 1 ? `instances ${items.map((u) => u.instance).join(", ")}`
+          : `instance ${t.instance} (run ${t.run_id})`;
+        return el("li", { class: "reason not-started", "data-host-id": t.host_id },
+          el("span", { class: "muted" }, `${which} · launched on ${t.host_id} ${duration(t.seconds * 1000)} ago, `
+            + "not started: "), "its agent is behind on its commands or cannot reach the broker");
+      }),
+      job.pending && !job.waiting.length && !job.unplaced.length
         ? el("li", { class: "reason muted" }, "in its pool's queue, behind the gangs shown first") : null)));
   document.getElementById("pending-list").replaceChildren(el("ul", { class: "pending-list" }, items));
 }
