@@ -45,7 +45,7 @@ from peloton.runtime.heap import settle_heap
 from peloton.runtime.loop import STATUS_EVERY_S
 from peloton.runtime.stall import EndsAside, ReaderWatch
 from peloton.runtime.stuck import StuckWatch
-from peloton.serde import DecodeError, registry
+from peloton.serde import registry
 from peloton.topics import Catalogue, partition_for
 from stages.launch.agents.cgroups import Hierarchy, agent_cgroup_name, agent_parent_leaf, find_hierarchy
 from stages.launch.agents.containers import RUNTIME_LABEL, find_runtime
@@ -386,16 +386,9 @@ class HostAgent:
             self._save_offsets()
         messages = self.consumer.consume(num_messages=500, timeout=0.1)
         self._commands_read += len(messages)
-        for msg in messages:
-            if msg.error():
-                continue  # a partition EOF or a broker hiccup: librdkafka retries by itself
-            try:
-                self._command(msg)
-            except Exception:  # no command may end the agent (and with it every task it watches)
-                log.exception("command at offset %d could not be carried out; skipped", msg.offset())
-            self.offsets[msg.partition()] = msg.offset() + 1
-        if messages:  # once per batch: what was handled is not handled again after a restart
-            self._save_offsets()
+        if messages:
+            self._commands(messages)
+            self._save_offsets()  # once per batch: what was handled is not handled again after a restart
         self._check_reader()
         for u in self.driver.poll():
             if u.cpu_seconds is not None:
@@ -432,17 +425,40 @@ class HostAgent:
                     "goes on from offsets %s", self.reader.rule.after_s, self.commands.name, stalled, at)
         metrics.AGENT_READER_RENEWALS.inc()
 
-    def _command(self, msg) -> None:
+    def _commands(self, messages: list) -> None:
+        """One batch of commands, in order. A launch whose kill is in the same batch (an agent
+        behind on its commands reads both at once: the job manager gave the run up meanwhile, and
+        may run it elsewhere already) is never started, not started and killed a moment later."""
+        batch = []
+        for msg in messages:
+            if msg.error():
+                continue  # a partition EOF or a broker hiccup: librdkafka retries by itself
+            batch.append((msg, self._decode(msg)))
+        killed = {task_id for _, cmd in batch if cmd is not None for task_id in cmd["kills"]}
+        for msg, cmd in batch:
+            if cmd is not None:
+                try:
+                    self._command(msg, cmd, killed)
+                except Exception:  # no command may end the agent (and with it every task it watches)
+                    log.exception("command at offset %d could not be carried out; skipped", msg.offset())
+            self.offsets[msg.partition()] = msg.offset() + 1
+
+    def _decode(self, msg) -> dict | None:
+        """The AgentCommand in msg when it is for one of this agent's hosts; else None."""
         try:
             name, cmd = self.serde.decode(msg.value())
-        except DecodeError as exc:
+        except Exception as exc:  # undecodable, or not what the schema promised: skipped, and said
             log.warning("command at offset %d skipped: %s", msg.offset(), exc)
-            return
+            return None
         host_id = cmd.get("host_id") if name == "peloton.AgentCommand" else None
         if host_id not in self.hosts:
-            return  # another host's, on the same partition
+            return None  # another host's, on the same partition
         if cmd["sent_ms"] < self.fresh_since_ms:
-            return
+            return None
+        return cmd
+
+    def _command(self, msg, cmd: dict, killed: set[str]) -> None:
+        host_id = cmd["host_id"]
         fresh = []
         now = time.monotonic()
         for launch in cmd["launches"]:
@@ -454,6 +470,12 @@ class HostAgent:
                 continue
             if started or task_id in self.ended or task_id in self.held:
                 continue  # a command read again (after a restart or a takeover): it was taken already
+            if task_id in killed:
+                self.pending.append(TaskUpdate(task_id, host_id, "TASK_KILLED", _now_ms(),
+                                               message="killed before it started (its kill came with its launch)"))
+                self.ended[task_id] = None
+                metrics.AGENT_COMMANDS.labels("launch_killed").inc()
+                continue
             if self.fenced_at is None and self.lease_until - now >= self.start_margin:
                 fresh.append((host_id, launch))
             elif now <= self.lease_until + self.hold_s:

@@ -168,7 +168,7 @@ def test_an_agent_runs_its_hosts_launches_and_skips_what_it_cannot_use(tmp_path)
                     "resources": Resources(cpu=1).to_record()}]})
 
         for value in (b"garbage", launch("../../etc"), launch("j-0-1", host="h2"), launch("j-0-1")):
-            agent._command(Msg(value))
+            agent._commands([Msg(value)])
         assert set(agent.runs) == {"j-0-1"}  # only its own host's, and only a sound task id
         deadline = 50
         while "j-0-1" in agent.driver.active() and deadline:
@@ -321,7 +321,7 @@ def test_an_agent_not_heard_within_its_lease_after_starting_has_nothing_to_kill_
                 "command_id": "c", "host_id": "h1", "kills": [], "sent_ms": 2 ** 60, "launches": [{
                     "task_id": "j-0-1", "job_id": "j", "instance": 0, "run_id": 1, "command": "true",
                     "resources": Resources(cpu=1).to_record()}]})
-            agent._command(Msg(launch))  # read just after the fence: it waits for a report
+            agent._commands([Msg(launch)])  # read just after the fence: it waits for a report
             assert not agent.runs and not agent.pending and list(agent.held) == ["j-0-1"]
 
             first, later = slow.held[:1], slow.held[1:]  # the round sent before the fence, those after
@@ -403,7 +403,7 @@ def test_a_launch_read_as_the_lease_runs_out_waits_for_a_report_and_starts_once(
 
     agent, producer, sent = short_lease_agent
     partition = agent.command_partition["h1"]
-    agent._command(Msg(launch_command("j-0-1"), offset=41, partition=partition))
+    agent._commands([Msg(launch_command("j-0-1"), offset=41, partition=partition)])
     agent.offsets[partition] = 42
     agent._save_offsets()
     assert not agent.runs and not agent.driver.active() and list(agent.held) == ["j-0-1"]
@@ -417,7 +417,7 @@ def test_a_launch_read_as_the_lease_runs_out_waits_for_a_report_and_starts_once(
     agent.step()
     assert list(agent.runs) == ["j-0-1"] and "j-0-1" in agent.driver.active() and not agent.held
     assert json.loads((agent.state_dir / "offsets.json").read_text()) == {str(partition): 42}
-    agent._command(Msg(launch_command("j-0-1"), offset=41, partition=partition))  # read again: nothing
+    agent._commands([Msg(launch_command("j-0-1"), offset=41, partition=partition)])  # read again: nothing
     assert list(agent.runs) == ["j-0-1"]
 
 
@@ -425,7 +425,7 @@ def test_a_held_launch_no_report_renews_in_time_is_answered_lost_and_never_start
     """Past its deadline the host manager may have given the host up and run the task elsewhere:
     an acknowledgement that comes later starts nothing."""
     agent, producer, _ = short_lease_agent
-    agent._command(Msg(launch_command("j-0-1")))
+    agent._commands([Msg(launch_command("j-0-1"))])
     agent._report()
     agent.held["j-0-1"].until = time.monotonic() - 0.01  # the time a report had passed
     for callback in producer.held:  # acknowledged too late to count for the held launch
@@ -435,14 +435,14 @@ def test_a_held_launch_no_report_renews_in_time_is_answered_lost_and_never_start
     assert not agent.runs and not agent.held and not agent.driver.active()
     [lost] = agent.pending
     assert (lost.task_id, lost.state, lost.reason) == ("j-0-1", "TASK_LOST", "REASON_AGENT_FENCED")
-    agent._command(Msg(launch_command("j-0-1")))  # read again (a host manager that took over): still not
+    agent._commands([Msg(launch_command("j-0-1"))])  # read again (a host manager that took over): still not
     assert not agent.runs and not agent.held
 
 
 def test_a_kill_of_a_held_launch_ends_it_before_it_starts(short_lease_agent) -> None:
     agent, producer, _ = short_lease_agent
-    agent._command(Msg(launch_command("j-0-1")))
-    agent._command(Msg(launch_command("", kills=("j-0-1",))))
+    agent._commands([Msg(launch_command("j-0-1"))])
+    agent._commands([Msg(launch_command("", kills=("j-0-1",)))])
     assert not agent.held and [(u.task_id, u.state) for u in agent.pending] == [("j-0-1", "TASK_KILLED")]
     agent._report()
     for callback in producer.held:
@@ -488,3 +488,16 @@ def test_an_agent_whose_reports_the_client_refuses_goes_on_and_says_why(tmp_path
     finally:
         agent.driver.close()
         agent.consumer.close()
+
+
+def test_a_launch_read_with_its_kill_in_one_batch_is_never_started(short_lease_agent) -> None:
+    """An agent behind on its commands reads a launch and, further on, the kill of that run (the
+    job manager gave it up meanwhile, and may run it elsewhere): it never starts it."""
+    agent, _, _ = short_lease_agent
+    agent.lease_until = time.monotonic() + 60  # a healthy lease: it would start at once
+    agent._commands([Msg(launch_command("j-0-1"), offset=1), Msg(launch_command("j-1-1"), offset=2),
+                     Msg(launch_command("", kills=("j-0-1",)), offset=3)])
+    assert list(agent.runs) == ["j-1-1"] and agent.driver.active() == {"j-1-1"}
+    assert [(u.task_id, u.state) for u in agent.pending] == [("j-0-1", "TASK_KILLED")]
+    agent._commands([Msg(launch_command("j-0-1"), offset=1)])  # read again: still not started
+    assert list(agent.runs) == ["j-1-1"]
