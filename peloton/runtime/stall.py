@@ -81,10 +81,14 @@ class ReadStall:
         return {p: (pos if pos is not None and pos >= 0 else self._first[p])
                 for p, pos in positions.items() if (pos is not None and pos >= 0) or p in self._first}
 
-    def forget(self) -> None:
-        """A new reader: what the old one was judged by no longer holds."""
+    def forget(self, assigned: dict[int, int] | None = None) -> None:
+        """A new reader: what the old one was judged by no longer holds. It stands where it was
+        `assigned` until it fetches: its owner's report of where it is says so meanwhile (an
+        agent that never handled a command there had nothing else to say), and it is judged
+        from there, not from the first end seen after it came."""
         self._ends.clear()
         self._first.clear()
+        self._first.update(assigned or {})
 
 
 class EndsAside:
@@ -172,11 +176,11 @@ class ReaderWatch:
         threading.Thread(target=abandon_consumer, args=(consumer,), name="stalled-reader-abandoned",
                          daemon=True).start()
         new.assign([TopicPartition(self.topic, p, at.get(p, otherwise)) for p in self.partitions])
-        self.renewed()
+        self.renewed(at)
         return new, at
 
-    def renewed(self) -> None:
-        self.rule.forget()
+    def renewed(self, assigned: dict[int, int] | None = None) -> None:
+        self.rule.forget(assigned)
         self.renewals += 1
         self._next = self.clock() + self.every_s
 

@@ -86,3 +86,44 @@ def test_ends_asked_of_no_partition_are_empty_and_make_no_client() -> None:
     aside = EndsAside({"bootstrap.servers": "127.0.0.1:1"})
     assert aside("t", [], 0.5) == {}
     assert aside._admin is None
+
+
+def test_a_renewed_reader_stands_where_it_was_assigned_until_it_fetches() -> None:
+    """An agent that never handled a command on a partition and whose reader stalled: the new
+    reader has no position until it fetches, and its owner knows no offset, so without this its
+    reports said nothing of where it stood (the host manager then fell back to giving up unread
+    launches after a grace, and they ran twice), and it was judged only from the first end seen
+    after it came."""
+    from confluent_kafka import TopicPartition
+
+    from peloton.runtime.stall import ReaderWatch
+
+    class Unfetched:
+        def position(self, parts):
+            return [TopicPartition(tp.topic, tp.partition, -1001) for tp in parts]
+
+        def assign(self, parts):
+            self.assigned = {tp.partition: tp.offset for tp in parts}
+
+        def close(self):
+            pass
+
+    ends = {0: 7}
+    clock = [0.0]
+    watch = ReaderWatch("t", [0], lambda topic, partitions, timeout_s: dict(ends), after_s=10, every_s=5,
+                        clock=lambda: clock[0])
+    watch.begin([0])  # assigned at the end, 7: nothing handled there yet
+    ends[0] = 9  # two commands came, and the reader fetched nothing
+    for t in (5, 10, 15):
+        clock[0] = t
+        stalled = watch.stalled(Unfetched(), {0: None})
+    assert stalled == [0]
+    new, at = watch.renew(Unfetched(), Unfetched, {0: None})
+    assert at == {0: 7} and new.assigned == {0: 7}
+    assert watch.standing(new, {0: None}) == {0: 7}  # not {}: its reports say where it stands
+    ends[0] = 10
+    seen = []
+    for t in (20, 25, 30):
+        clock[0] = t
+        seen.append(watch.stalled(new, {0: None}))
+    assert seen == [[], [], [0]]  # the commands from 7 on waited for it from its start
