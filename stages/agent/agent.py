@@ -471,9 +471,8 @@ class HostAgent:
             if started or task_id in self.ended or task_id in self.held:
                 continue  # a command read again (after a restart or a takeover): it was taken already
             if task_id in killed:
-                self.pending.append(TaskUpdate(task_id, host_id, "TASK_KILLED", _now_ms(),
-                                               message="killed before it started (its kill came with its launch)"))
-                self.ended[task_id] = None
+                self._never_start(task_id, host_id, "TASK_KILLED", "killed before it started (its kill came with its "
+                                                                   "launch)")
                 metrics.AGENT_COMMANDS.labels("launch_killed").inc()
                 continue
             if self.fenced_at is None and self.lease_until - now >= self.start_margin:
@@ -484,7 +483,8 @@ class HostAgent:
                 self.held[task_id] = _Held(host_id, launch, msg.partition(), msg.offset(),
                                            self.lease_until + self.hold_s)
             else:  # the host manager may already run it elsewhere
-                self._answer_held(task_id, host_id, "not started: its agent's lease had run out")
+                self._never_start(task_id, host_id, TASK_LOST, "not started: its agent's lease had run out",
+                                  REASON_AGENT_FENCED)
         if fresh:
             self._launch(fresh)
         kills = [t for t in cmd["kills"] if not self._drop_held(t)]
@@ -523,8 +523,9 @@ class HostAgent:
         late = [t for t, h in self.held.items() if now > h.until]
         for task_id in late:
             held = self.held.pop(task_id)
-            self._answer_held(task_id, held.host_id, f"not started: its agent read the launch as its lease ran out "
-                                                     f"and no report got through within {self.hold_s:g}s after")
+            self._never_start(task_id, held.host_id, TASK_LOST, f"not started: its agent read the launch as its "
+                              f"lease ran out and no report got through within {self.hold_s:g}s after",
+                              REASON_AGENT_FENCED)
         if late:
             log.warning("%d launches held for a report were not started: none got through in time; they are "
                         "answered lost, and run again", len(late))
@@ -537,9 +538,9 @@ class HostAgent:
             return True
         return bool(late)
 
-    def _answer_held(self, task_id: str, host_id: str, message: str) -> None:
-        """A launch this agent will never start is answered lost, and one read again stays so."""
-        self.pending.append(TaskUpdate(task_id, host_id, TASK_LOST, _now_ms(), REASON_AGENT_FENCED, message))
+    def _never_start(self, task_id: str, host_id: str, state: str, message: str, reason: str = "") -> None:
+        """A launch this agent will never start is answered so, and one read again stays unstarted."""
+        self.pending.append(TaskUpdate(task_id, host_id, state, _now_ms(), reason, message))
         self.ended[task_id] = None
 
     def _drop_held(self, task_id: str) -> bool:
@@ -547,20 +548,24 @@ class HostAgent:
         held = self.held.pop(task_id, None)
         if held is None:
             return False
-        self.pending.append(TaskUpdate(task_id, held.host_id, "TASK_KILLED", _now_ms(),
-                                       message="killed before it started (its launch waited for the agent's lease)"))
-        self.ended[task_id] = None
+        self._never_start(task_id, held.host_id, "TASK_KILLED",
+                          "killed before it started (its launch waited for the agent's lease)")
         metrics.AGENT_HELD_LAUNCHES.labels("killed").inc()
         return True
 
-    def _save_offsets(self) -> None:
-        """Where a restarted agent goes on reading: past what was handled, but not past a launch
-        still held (it is not in runs.json yet, and would be lost)."""
-        saved = {p: o for p, o in self.offsets.items() if o is not None}
+    def _before_held(self, offsets: dict[int, int | None]) -> dict[int, int]:
+        """These offsets (partition -> every command before it handled), none past a launch still
+        held: held, it counts as not read yet, for a restart (it is not in runs.json, and would be
+        lost) as for the host manager (which would give it up as read and not run)."""
+        out = {p: o for p, o in offsets.items() if o is not None}
         for held in self.held.values():
-            if held.partition in saved:
-                saved[held.partition] = min(saved[held.partition], held.offset)
-        self._save("offsets.json", {str(p): o for p, o in saved.items()})
+            if held.partition in out:
+                out[held.partition] = min(out[held.partition], held.offset)
+        return out
+
+    def _save_offsets(self) -> None:
+        """Where a restarted agent goes on reading (_before_held)."""
+        self._save("offsets.json", {str(p): o for p, o in self._before_held(self.offsets).items()})
 
     def _fence(self) -> None:
         """The lease ran out: every run here is killed at once (no grace: the host manager's
@@ -611,10 +616,7 @@ class HostAgent:
         # in this step or earlier): the host manager gives up a launch this agent does not run only
         # once the agent has read past it, so a reader that stalls delays a launch but never runs
         # it beside the copy that replaced it.
-        read_to = self.reader.standing(self.consumer, self.offsets)
-        for held in self.held.values():  # not read as far as the host manager is concerned
-            if read_to.get(held.partition) is not None:
-                read_to[held.partition] = min(read_to[held.partition], held.offset)
+        read_to = self._before_held(self.reader.standing(self.consumer, self.offsets))
         round_id = next(self._round_ids)
         # The updates travel with this round; they are sent again if any of its reports fails.
         sending = _Round(time.monotonic(), 0, self.pending)
@@ -751,8 +753,8 @@ class HostAgent:
                                            "its agent was stopped"))
         self.adopted = {}
         for task_id, held in self.held.items():
-            self.pending.append(TaskUpdate(task_id, held.host_id, TASK_LOST, _now_ms(), REASON_AGENT_SHUTDOWN,
-                                           "not started: its agent was stopped"))
+            self._never_start(task_id, held.host_id, TASK_LOST, "not started: its agent was stopped",
+                              REASON_AGENT_SHUTDOWN)
         if self.held:
             metrics.AGENT_HELD_LAUNCHES.labels("stopped").inc(len(self.held))
             self.held = {}
