@@ -130,6 +130,7 @@ def main() -> None:
     window, timeout_s = int(sys.argv[1]), float(sys.argv[2])
     answers = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # whatever else writes to stdout goes to the log, not between the answers
+    from peloton.runtime import error_text
     from pelotonctl.lag import STAGES, LagMonitor
 
     monitor = LagMonitor(Settings.from_env(), STAGES, window, timeout_s)
@@ -139,8 +140,7 @@ def main() -> None:
             try:
                 out = {"sample": monitor.sample(tuple(ask["stages"]) if ask.get("stages") else None, ask.get("window"))}
             except Exception as exc:  # the broker's error in its own words; the parent says unavailable
-                error = exc.args[0] if exc.args else None
-                out = {"error": error.str() if hasattr(error, "str") else str(exc) or type(exc).__name__}
+                out = {"error": error_text(exc)}
             answers.write(json.dumps(out) + "\n")
             answers.flush()
     except KeyboardInterrupt:  # Ctrl-C on `lag --watch` reaches the whole process group

@@ -20,7 +20,7 @@ clients' settings), sweep.py (a chore done a batch a tick), stuck.py (a watchdog
 
 from peloton.runtime.clients import CONSUMER_RECOVERY, QUIET, RECOVERY, kafka_access, producer_config
 from peloton.runtime.emitter import BUNDLE_MAX_ITEMS, Emitter, RecordingEmitter
-from peloton.runtime.errors import BrokerUnavailable, DeliveryError, RecordError, RecordTooLarge, is_transient
+from peloton.runtime.errors import BrokerUnavailable, DeliveryError, RecordError, RecordTooLarge, error_text, is_transient
 from peloton.runtime.held import HeldOffsets
 from peloton.runtime.loop import StageRuntime
 from peloton.runtime.record import Record, WrongSchema, decode_message, now_ms
@@ -31,5 +31,5 @@ from peloton.runtime.views import CompactedView, StaticView
 __all__ = [
     "BUNDLE_MAX_ITEMS", "CONSUMER_RECOVERY", "QUIET", "RECOVERY", "BrokerUnavailable", "CompactedView", "DeliveryError", "Emitter",
     "HeldOffsets", "Record", "RecordError", "RecordTooLarge", "RecordingEmitter", "Stage", "StageRuntime",
-    "StaticView", "Sweep", "WrongSchema", "decode_message", "handle_batch", "is_transient", "kafka_access", "now_ms", "producer_config",
+    "StaticView", "Sweep", "WrongSchema", "decode_message", "error_text", "handle_batch", "is_transient", "kafka_access", "now_ms", "producer_config",
 ]

@@ -25,6 +25,15 @@ class RecordTooLarge(RecordError):
     """What a record would make is larger than the broker accepts."""
 
 
+def error_text(exc: BaseException) -> str:
+    """A failure in the broker's own words: a KafkaException's KafkaError text (not its repr),
+    else the exception's message, else its type's name."""
+    error = exc.args[0] if exc.args else None
+    if isinstance(error, KafkaError):
+        return error.str()
+    return str(exc) or type(exc).__name__
+
+
 def is_transient(exc: BaseException) -> bool:
     """A failure that is not the record's fault: the broker or the store is unavailable. The
     batch is tried again after a pause instead of being dead-lettered."""

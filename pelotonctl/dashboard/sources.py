@@ -14,7 +14,7 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from peloton.config import Settings
 from peloton.model.states import JOB_STATES, JOB_TERMINAL, UNPLACED
-from peloton.runtime import CompactedView
+from peloton.runtime import CompactedView, error_text
 from peloton.store import QueryStore, store_unavailable
 from pelotonctl.admin import host_row
 from pelotonctl.watch import late_start_s, not_started
@@ -39,9 +39,7 @@ def _unavailable(method):
         try:
             return method(self, *args, **kwargs)
         except KafkaException as exc:
-            error = exc.args[0] if exc.args else None  # a KafkaError: its text, not its repr
-            detail = error.str() if hasattr(error, "str") else str(exc)
-            raise SourceUnavailable(f"broker at {self.settings.bootstrap} is unavailable: {detail}") from exc
+            raise SourceUnavailable(f"broker at {self.settings.bootstrap} is unavailable: {error_text(exc)}") from exc
         except store_unavailable() as exc:
             raise SourceUnavailable(f"store is unavailable: {exc}") from exc
         except ConnectionError as exc:  # the lag sampler's: it says what was unavailable

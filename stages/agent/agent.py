@@ -41,6 +41,7 @@ from peloton.config import Settings
 from peloton.model.resources import Resources
 from peloton.model.states import REASON_AGENT_FENCED
 from peloton.runtime.clients import kafka_access
+from peloton.runtime.errors import error_text
 from peloton.runtime.heap import settle_heap
 from peloton.runtime.loop import STATUS_EVERY_S
 from peloton.runtime.stall import EndsAside, ReaderWatch
@@ -660,9 +661,8 @@ class HostAgent:
         now = time.monotonic()
         if now - self._refused_said_at >= STATUS_EVERY_S:
             self._refused_said_at = now
-            error = exc.args[0] if exc.args else exc
             log.warning("the Kafka client refuses this agent's reports to %s: %s; they go again, and the lease runs "
-                        "out if none gets through", topic, error.str() if hasattr(error, "str") else error)
+                        "out if none gets through", topic, error_text(exc))
 
     def _check_unanswered(self) -> None:
         """A Kafka client that will not deliver is replaced: a new producer takes over, and the
