@@ -8,6 +8,7 @@ import random
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -18,6 +19,12 @@ from pathlib import Path
 # three-broker cluster exiting on start. Below the range only another listener can take it.
 PORTS_FROM = 20000
 _choose = random.SystemRandom()  # not the tests' seeded random: two workers would pick alike
+# A chosen port is claimed here (one empty file per port) for CLAIM_S: a server may bind it only
+# seconds later (a broker's proxy port waits for the broker to start), and in that gap another
+# test worker found it free and took it (seen in CI). Claims are shared by every process of
+# this user on the machine; an old one is taken over.
+CLAIMS_DIR = Path(tempfile.gettempdir()) / f"peloton-ports-{os.getuid()}"
+CLAIM_S = 300.0
 
 
 def port_is_free(port: int) -> bool:
@@ -43,11 +50,32 @@ def free_port() -> int:
     if floor - PORTS_FROM >= 1000:
         for _ in range(100):
             port = _choose.randrange(PORTS_FROM, floor)
-            if port_is_free(port):
+            if port_is_free(port) and _claim(port):
                 return port
     with socket.socket() as s:  # a machine whose range leaves no room below it
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _claim(port: int) -> bool:
+    """Whether this process may have the port: no other chose it less than CLAIM_S ago."""
+    mark = CLAIMS_DIR / str(port)
+    try:
+        CLAIMS_DIR.mkdir(mode=0o700, exist_ok=True)
+        if time.time() - mark.stat().st_mtime < CLAIM_S:
+            return False
+        mark.unlink(missing_ok=True)  # an old claim: its server has bound the port or gone
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return True  # no place for claims (a read-only tmp): choose as before
+    try:
+        os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        return False  # another process claimed it this instant
+    except OSError:
+        return True
+    return True
 
 
 def alive(pid: int) -> bool:

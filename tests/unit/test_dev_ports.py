@@ -3,10 +3,31 @@ stopped on start."""
 
 from __future__ import annotations
 
+import os
 import socket
+import time
+
+import pytest
 
 from pelotonctl.dev import processes
 from pelotonctl.dev.processes import PORTS_FROM, ephemeral_floor, first_errors, free_port, port_is_free
+
+
+@pytest.fixture(autouse=True)
+def claims(tmp_path, monkeypatch):
+    """The claims of these tests' ports, apart from the machine's."""
+    monkeypatch.setattr(processes, "CLAIMS_DIR", tmp_path / "claims")
+    return tmp_path / "claims"
+
+
+class Chooser:
+    """Draws the given ports in turn."""
+
+    def __init__(self, *picks: int):
+        self.picks = list(picks)
+
+    def randrange(self, low, high):
+        return self.picks.pop(0)
 
 
 def test_a_free_port_lies_below_the_range_outgoing_connections_take_theirs_from() -> None:
@@ -21,20 +42,31 @@ def test_a_port_someone_listens_on_is_not_chosen(monkeypatch) -> None:
     held.bind(("127.0.0.1", 0))
     held.listen()
     taken, other = held.getsockname()[1], free_port()
+    (processes.CLAIMS_DIR / str(other)).unlink()
     try:
         assert not port_is_free(taken)
-
-        class Chooser:  # draws the held port twice, then a free one
-            picks = [taken, taken, other]
-
-            def randrange(self, low, high):
-                return self.picks.pop(0)
-
-        monkeypatch.setattr(processes, "_choose", Chooser())
+        monkeypatch.setattr(processes, "_choose", Chooser(taken, taken, other))  # held twice, then free
         monkeypatch.setattr(processes, "ephemeral_floor", lambda: 65000)
         assert free_port() == other
     finally:
         held.close()
+
+
+def test_a_port_another_worker_chose_is_not_chosen_until_its_claim_is_old(monkeypatch, claims) -> None:
+    # Between a port's choice and its server's bind (a broker's proxy port waits for the broker to
+    # start) it is free to see; another worker's choice must not land on it.
+    first = free_port()
+    second = free_port()
+    monkeypatch.setattr(processes, "ephemeral_floor", lambda: 65000)
+    monkeypatch.setattr(processes, "_choose", Chooser(first, second, first, second))
+    assert port_is_free(first)
+    with pytest.raises(IndexError):  # both are claimed: neither is given again
+        free_port()
+    old = time.time() - processes.CLAIM_S - 1
+    os.utime(claims / str(first), (old, old))
+    monkeypatch.setattr(processes, "_choose", Chooser(second, first))
+    assert free_port() == first  # its claim ran out: the server it was for bound it or went
+    assert (claims / str(first)).stat().st_mtime > old
 
 
 def test_a_machine_with_no_room_below_its_range_gets_a_port_the_kernel_chose(monkeypatch) -> None:
