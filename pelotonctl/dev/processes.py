@@ -20,9 +20,9 @@ from pathlib import Path
 PORTS_FROM = 20000
 _choose = random.SystemRandom()  # not the tests' seeded random: two workers would pick alike
 # A chosen port is claimed here (one empty file per port) for CLAIM_S: a server may bind it only
-# seconds later (a broker's proxy port waits for the broker to start), and in that gap another
-# test worker found it free and took it (seen in CI). Claims are shared by every process of
-# this user on the machine; an old one is taken over.
+# seconds later (a cluster chooses all its ports before its first node starts), and in that gap
+# it was found free again and given twice (seen in CI: one broker's client and proxy ports).
+# Claims are shared by every process of this user on the machine; an old one is taken over.
 CLAIMS_DIR = Path(tempfile.gettempdir()) / f"peloton-ports-{os.getuid()}"
 CLAIM_S = 300.0
 
