@@ -94,6 +94,10 @@ class StageRuntime:
         self._admin = None
         self._consume_errors = 0
         self._per_message = 1.0  # records per message read lately (bundles hold many)
+        # Messages read but left for the next turn, in the order read: a turn ends where its
+        # records' weight passes max_turn_tasks (Stage.weight; only stages that weigh theirs).
+        self._carry: list = []
+        self._weigh = stage.weight if type(stage).weight is not Stage.weight else None
         self._unassigned_since: float | None = None
         self._next_membership_check = 0.0
         self.rejoins = 0  # times a new consumer joined because the old one was out of its group
@@ -189,6 +193,8 @@ class StageRuntime:
 
     def _forget(self, ids: list[tuple[str, int]], how: str) -> None:
         self.assigned.difference_update(ids)
+        gone = set(ids)  # their next owner reads them from the last commit, carried ones too
+        self._carry = [m for m in self._carry if (self.catalogue.by_name[m.topic()].id, m.partition()) not in gone]
         for tp in ids:
             self._next.pop(tp, None)
             self._committed.pop(tp, None)
@@ -280,7 +286,10 @@ class StageRuntime:
         # it. (consume() with a timeout waits out the timeout unless the batch fills, so each
         # stage held a job's records up to poll_timeout_s on their way.)
         wanted = max(1, int(self.settings.max_batch / self._per_message))
-        msgs = self.consumer.consume(wanted, 0)
+        # (Messages left from the last turn come first; the consumer is still asked, for its
+        # liveness and what arrived behind them.)
+        fresh = self.consumer.consume(max(1, wanted - len(self._carry)), 0)
+        msgs, self._carry = self._carry + fresh, []
         if not msgs:
             first = self.consumer.poll(self.settings.poll_timeout_s)
             if first is not None:
@@ -466,7 +475,8 @@ class StageRuntime:
         records = []
         positions: dict[tuple[str, int], int] = {}
         by_name = self.catalogue.by_name
-        for m in msgs:
+        weight = 0
+        for n, m in enumerate(msgs):
             err = m.error()
             if err is not None:
                 if err.code() != KafkaError._PARTITION_EOF:
@@ -476,16 +486,26 @@ class StageRuntime:
                 continue
             spec = by_name[m.topic()]
             tp = (spec.id, m.partition())
+            try:
+                decoded = decode_message(self.serde, spec, m.partition(), m.offset(), m.key(), m.value(), m.headers())
+            except DecodeError as exc:
+                decoded = []
+                self.emitter.dead_letter(m, f"undecodable: {exc}", "undecodable")
+            except WrongSchema as exc:
+                decoded = []
+                self.emitter.dead_letter(m, str(exc), "wrong_schema")
+            if self._weigh is not None and decoded:
+                weight += sum(self._weigh(r) for r in decoded)
+                if weight > self.settings.max_turn_tasks and records:
+                    # The turn is full: this message and those after it wait, in order, for the
+                    # next; nothing of them is handled or committed now.
+                    self._carry = [x for x in msgs[n:] if x.error() is None]
+                    msgs = msgs[:n]
+                    break
             if tp not in positions:  # the batch's first message of the partition: its age, for lag seconds
                 self._read_times.setdefault(tp, deque(maxlen=64)).append((m.offset(), m.timestamp()[1]))
             positions[tp] = m.offset() + 1
-            try:
-                records.extend(decode_message(self.serde, spec, m.partition(), m.offset(), m.key(), m.value(),
-                                               m.headers()))
-            except DecodeError as exc:
-                self.emitter.dead_letter(m, f"undecodable: {exc}", "undecodable")
-            except WrongSchema as exc:
-                self.emitter.dead_letter(m, str(exc), "wrong_schema")
+            records.extend(decoded)
         if msgs:  # records per message, for the size of the next poll
             self._per_message = 0.7 * self._per_message + 0.3 * max(1.0, len(records) / len(msgs))
         return records, positions

@@ -47,6 +47,12 @@ class Stage:
     def tick(self, now: float) -> None:
         pass
 
+    def weight(self, record: Record) -> int:
+        """How many tasks the record brings into a turn, for a stage where one record can bring
+        many (admit: a create); the runtime ends a turn at settings.max_turn_tasks. A stage that
+        does not override it is not weighed."""
+        return 1
+
     def held_offsets(self) -> dict[tuple[str, int], int]:
         """Lowest offset per (topic id, partition) that must be read again after a crash."""
         return {}

@@ -50,6 +50,7 @@ from stages.admit.commands import (
 from stages.admit.drain import ON_HOST, plan_drain
 from stages.admit.owned_tasks import OwnedTasks
 from stages.admit.senders import sender_problem
+from stages.admit.weight import record_weight
 from stages.admit.workflow import (
     ACTIONS,
     ACTIVE,
@@ -118,6 +119,9 @@ class AdmitStage(Stage):
             self.hosts = CompactedView(settings, "host-state", catalogue, head=HOST_CAPACITY)
         self.status_partitions = catalogue["task-status"].partitions
         self.expiry = Sweep(min(EXPIRY_CHECK_S, max(1.0, settings.job_retention_s / 4)), EXPIRED_PER_TICK)
+
+    def weight(self, record: Record) -> int:
+        return record_weight(record)
 
     def handle(self, records: list[Record]) -> None:
         commands = [r for r in records if r.topic == "job-commands"]

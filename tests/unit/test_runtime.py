@@ -205,6 +205,65 @@ def test_a_holding_stage_records_how_far_it_read_and_its_lag_counts_the_held_rec
     assert len(consumer.commits) == 1
 
 
+class Weigher(Recorder):
+    """Each record brings as many tasks as its job id's number says ("a2": two)."""
+
+    def weight(self, record):
+        return int(record.value["job_id"][1:])
+
+
+def test_a_turn_ends_where_its_records_bring_too_many_tasks_and_the_rest_come_next_in_order() -> None:
+    # A backlog of creates read at once would make every task of them in one turn (admit: about
+    # 1.7 KB a task until the turn commits); the turn stops at max_turn_tasks instead.
+    from dataclasses import replace
+
+    stage = Weigher()
+    batch = [Message(0, command("a2")), Message(0, command("d1"), partition=1), Message(1, command("b2")),
+             Message(2, command("c2")), Message(1, command("e9"), partition=1), Message(3, command("f1"))]
+    rt, consumer, _out = runtime_for(stage, batch)
+    rt.settings = replace(rt.settings, max_turn_tasks=5)
+    rt.assigned = {("job-commands", 0), ("job-commands", 1)}
+    name = CAT["job-commands"].name
+    rt.run_once()
+    assert stage.handled == ["a2", "d1", "b2"]  # 5 tasks; c2 would make 7
+    assert consumer.commits[-1] == {(name, 0): 2, (name, 1): 1}  # nothing past what was handled
+    rt.run_once()
+    assert stage.handled[3:] == ["c2"]  # e9 would pass the bound: it waits
+    assert consumer.commits[-1] == {(name, 0): 3}
+    rt.run_once()
+    assert stage.handled[4:] == ["e9"]  # above the bound alone, it still goes: nothing waits for ever
+    rt.run_once()
+    assert stage.handled[5:] == ["f1"]
+    assert consumer.commits[-1] == {(name, 0): 4}
+    assert [c for c in consumer.commits if (name, 1) in c][-1][(name, 1)] == 2
+
+
+def test_a_record_left_for_the_next_turn_is_dropped_with_its_partition_for_its_next_owner() -> None:
+    from dataclasses import replace
+
+    stage = Weigher()
+    batch = [Message(0, command("a4")), Message(0, command("b4"), partition=1), Message(1, command("c4"))]
+    rt, consumer, _out = runtime_for(stage, batch)
+    rt.settings = replace(rt.settings, max_turn_tasks=5)
+    rt.assigned = {("job-commands", 0), ("job-commands", 1)}
+    rt.run_once()
+    assert stage.handled == ["a4"]
+    rt._forget([("job-commands", 1)], "revoked")  # its next owner reads b4 from the last commit
+    rt.run_once()
+    rt.run_once()
+    assert stage.handled == ["a4", "c4"]
+
+
+def test_a_stage_that_does_not_weigh_its_records_takes_its_whole_batch() -> None:
+    from dataclasses import replace
+
+    stage = Recorder()
+    rt, _consumer, _out = runtime_for(stage, [Message(i, command(f"j{i}")) for i in range(8)])
+    rt.settings = replace(rt.settings, max_turn_tasks=2)
+    rt.run_once()
+    assert len(stage.handled) == 8
+
+
 # -- bundles: what a batch sends for one key goes as one message, and is read back record by record --
 def status(job_id: str, instance: int, state: str = "TASK_RUNNING") -> dict:
     return {"event_id": f"e{instance}", "task_id": f"{job_id}-{instance}-1", "job_id": job_id, "instance": instance,
