@@ -311,8 +311,9 @@ class StageRuntime:
     def _past_markers(self) -> None:
         """A transaction's commit marker takes an offset of its own after its last record. The
         consumer's position moves past markers as it reads them; so does what is committed
-        (every record before the position was handled), or each partition written in
-        transactions would show a lag of 1 for ever, here and in kafka-consumer-groups."""
+        (every record before the position was handled, but in a partition with messages carried
+        to the next turn), or each partition written in transactions would show a lag of 1 for
+        ever, here and in kafka-consumer-groups."""
         if not self.assigned:
             return
         parts = [TopicPartition(self.catalogue[t].name, p) for t, p in self.assigned]
@@ -320,9 +321,11 @@ class StageRuntime:
             read = self.consumer.position(parts)
         except KafkaException:
             return
+        # (Not where messages read are carried to the next turn: the position is past them.)
+        carried = {(self.catalogue.by_name[m.topic()].id, m.partition()) for m in self._carry}
         for tp in read:
             key = (self.catalogue.by_name[tp.topic].id, tp.partition)
-            if tp.offset >= 0 and tp.offset > self._next.get(key, -1):
+            if tp.offset >= 0 and tp.offset > self._next.get(key, -1) and key not in carried:
                 self._next[key] = tp.offset
 
     def caught_up(self, topic: str, partitions: list[int], timeout: float = 1.0) -> bool:

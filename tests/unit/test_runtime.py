@@ -238,6 +238,26 @@ def test_a_turn_ends_where_its_records_bring_too_many_tasks_and_the_rest_come_ne
     assert [c for c in consumer.commits if (name, 1) in c][-1][(name, 1)] == 2
 
 
+def test_a_partition_with_messages_carried_is_not_committed_past_them_whatever_the_consumer_read() -> None:
+    # The consumer's position is past a carried message (it was fetched); the commit that moves
+    # past transaction markers must not take it for handled (a job manager killed then lost the
+    # creates it carried: found by the backlog integration test).
+    from dataclasses import replace
+
+    stage = Weigher()
+    batch = [Message(0, command("a4")), Message(1, command("b4")), Message(2, command("c4"))]
+    rt, consumer, _out = runtime_for(stage, batch)
+    consumer.position = lambda parts: [type(tp)(tp.topic, tp.partition, 3) for tp in parts]  # all fetched
+    rt.settings = replace(rt.settings, max_turn_tasks=5)
+    name = CAT["job-commands"].name
+    rt.run_once()
+    assert stage.handled == ["a4"] and consumer.commits[-1] == {(name, 0): 1}
+    rt.run_once()
+    assert stage.handled == ["a4", "b4"] and consumer.commits[-1] == {(name, 0): 2}
+    rt.run_once()
+    assert stage.handled == ["a4", "b4", "c4"] and consumer.commits[-1] == {(name, 0): 3}
+
+
 def test_a_record_left_for_the_next_turn_is_dropped_with_its_partition_for_its_next_owner() -> None:
     from dataclasses import replace
 
