@@ -144,6 +144,10 @@ class StageRuntime:
     def _ids(self, partitions: Iterable[TopicPartition]) -> list[tuple[str, int]]:
         return [(self.catalogue.by_name[tp.topic].id, tp.partition) for tp in partitions]
 
+    def _partition_of(self, msg) -> tuple[str, int]:
+        """A message's (topic id, partition)."""
+        return self.catalogue.by_name[msg.topic()].id, msg.partition()
+
     def _on_assign(self, consumer, partitions) -> None:
         ids = self._ids(partitions)
         self.assigned.update(ids)
@@ -194,7 +198,7 @@ class StageRuntime:
     def _forget(self, ids: list[tuple[str, int]], how: str) -> None:
         self.assigned.difference_update(ids)
         gone = set(ids)  # their next owner reads them from the last commit, carried ones too
-        self._carry = [m for m in self._carry if (self.catalogue.by_name[m.topic()].id, m.partition()) not in gone]
+        self._carry = [m for m in self._carry if self._partition_of(m) not in gone]
         for tp in ids:
             self._next.pop(tp, None)
             self._committed.pop(tp, None)
@@ -322,7 +326,7 @@ class StageRuntime:
         except KafkaException:
             return
         # (Not where messages read are carried to the next turn: the position is past them.)
-        carried = {(self.catalogue.by_name[m.topic()].id, m.partition()) for m in self._carry}
+        carried = {self._partition_of(m) for m in self._carry}
         for tp in read:
             key = (self.catalogue.by_name[tp.topic].id, tp.partition)
             if tp.offset >= 0 and tp.offset > self._next.get(key, -1) and key not in carried:

@@ -96,10 +96,10 @@ class Recorder(Stage):
                 "task_id": r.value["job_id"], "job_id": r.value["job_id"], "pool": "/p", "reason": "", "timestamp_ms": 1})
 
 
-def runtime_for(stage: Stage, batch) -> tuple[StageRuntime, Consumer, RecordingEmitter]:
+def runtime_for(stage: Stage, batch, **settings) -> tuple[StageRuntime, Consumer, RecordingEmitter]:
     # At least once: the transactional path is tested with a stand-in producer (test_transaction).
     settings = Settings(bootstrap="127.0.0.1:9", retry_min_s=0.01, retry_max_s=0.02, metrics_port=-1,
-                        exactly_once=False)
+                        exactly_once=False, **settings)
     rt = StageRuntime(stage, settings, "test")
     rt.consumer = Consumer(batch)
     rt.emitter = RecordingEmitter(stage.name)
@@ -215,13 +215,10 @@ class Weigher(Recorder):
 def test_a_turn_ends_where_its_records_bring_too_many_tasks_and_the_rest_come_next_in_order() -> None:
     # A backlog of creates read at once would make every task of them in one turn (admit: about
     # 1.7 KB a task until the turn commits); the turn stops at max_turn_tasks instead.
-    from dataclasses import replace
-
     stage = Weigher()
     batch = [Message(0, command("a2")), Message(0, command("d1"), partition=1), Message(1, command("b2")),
              Message(2, command("c2")), Message(1, command("e9"), partition=1), Message(3, command("f1"))]
-    rt, consumer, _out = runtime_for(stage, batch)
-    rt.settings = replace(rt.settings, max_turn_tasks=5)
+    rt, consumer, _out = runtime_for(stage, batch, max_turn_tasks=5)
     rt.assigned = {("job-commands", 0), ("job-commands", 1)}
     name = CAT["job-commands"].name
     rt.run_once()
@@ -242,13 +239,10 @@ def test_a_partition_with_messages_carried_is_not_committed_past_them_whatever_t
     # The consumer's position is past a carried message (it was fetched); the commit that moves
     # past transaction markers must not take it for handled (a job manager killed then lost the
     # creates it carried: found by the backlog integration test).
-    from dataclasses import replace
-
     stage = Weigher()
     batch = [Message(0, command("a4")), Message(1, command("b4")), Message(2, command("c4"))]
-    rt, consumer, _out = runtime_for(stage, batch)
+    rt, consumer, _out = runtime_for(stage, batch, max_turn_tasks=5)
     consumer.position = lambda parts: [type(tp)(tp.topic, tp.partition, 3) for tp in parts]  # all fetched
-    rt.settings = replace(rt.settings, max_turn_tasks=5)
     name = CAT["job-commands"].name
     rt.run_once()
     assert stage.handled == ["a4"] and consumer.commits[-1] == {(name, 0): 1}
@@ -259,12 +253,9 @@ def test_a_partition_with_messages_carried_is_not_committed_past_them_whatever_t
 
 
 def test_a_record_left_for_the_next_turn_is_dropped_with_its_partition_for_its_next_owner() -> None:
-    from dataclasses import replace
-
     stage = Weigher()
     batch = [Message(0, command("a4")), Message(0, command("b4"), partition=1), Message(1, command("c4"))]
-    rt, consumer, _out = runtime_for(stage, batch)
-    rt.settings = replace(rt.settings, max_turn_tasks=5)
+    rt, consumer, _out = runtime_for(stage, batch, max_turn_tasks=5)
     rt.assigned = {("job-commands", 0), ("job-commands", 1)}
     rt.run_once()
     assert stage.handled == ["a4"]
@@ -275,11 +266,8 @@ def test_a_record_left_for_the_next_turn_is_dropped_with_its_partition_for_its_n
 
 
 def test_a_stage_that_does_not_weigh_its_records_takes_its_whole_batch() -> None:
-    from dataclasses import replace
-
     stage = Recorder()
-    rt, _consumer, _out = runtime_for(stage, [Message(i, command(f"j{i}")) for i in range(8)])
-    rt.settings = replace(rt.settings, max_turn_tasks=2)
+    rt, _consumer, _out = runtime_for(stage, [Message(i, command(f"j{i}")) for i in range(8)], max_turn_tasks=2)
     rt.run_once()
     assert len(stage.handled) == 8
 
