@@ -20,6 +20,7 @@ a cluster started again from the same folder finds its own log.
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 import os
 import secrets
@@ -388,6 +389,24 @@ class KafkaCluster:
         except (OSError, ValueError):
             return None
         return pid if alive(pid) else None
+
+    def fenced_at(self, node_id: int, since: float) -> float | None:
+        """When (wall clock) a controller fenced node `node_id`, the first time at or after `since`
+        (less a second: the log's clock is read to the millisecond, ours finer), as the live
+        nodes' logs say ("Fencing broker N at epoch"); None while none has."""
+        for n in self.nodes:
+            if n.node_id == node_id:
+                continue
+            try:
+                lines = n.log.read_text(errors="replace").splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                if f"Fencing broker {node_id} at epoch" in line:
+                    stamp = datetime.datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                    if stamp >= since - 1:
+                        return stamp
+        return None
 
     def kill(self, node_id: int, sig: int = signal.SIGKILL, timeout: float = 30.0) -> None:
         """Send `sig` to a node (SIGTERM: a clean shutdown) and wait until it is gone."""

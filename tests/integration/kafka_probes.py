@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from peloton.config import Settings
 from peloton.runtime.clients import CONSUMER_RECOVERY, QUIET, producer_config
+from pelotonctl.dev.coordinators import coordinated_by
 
 PARTITIONS = 6
 WRITTEN = "write-probe"
@@ -59,33 +60,6 @@ class WriteProbe(threading.Thread):
         self.running = False
         self.join(15)
         return max(longest_gap(times) for times in self.acked.values())
-
-
-def java_hash(text: str) -> int:
-    """String.hashCode, which Kafka reduces to a coordinator's partition."""
-    h = 0
-    for ch in text:
-        h = (31 * h + ord(ch)) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def coordinated_by(admin: AdminClient, topic: str, node: int, prefix: str) -> str:
-    """A name (prefix-N) whose coordinator is `node`: Kafka coordinates a group or a transactional
-    id from the partition abs(hashCode) mod the partition count of __consumer_offsets or
-    __transaction_state, on that partition's leader. Names with a non-negative hash only, where
-    every way Kafka has written abs agrees."""
-    for _ in range(100):
-        partitions = admin.list_topics(topic=topic, timeout=10).topics[topic].partitions
-        if partitions:
-            break
-        time.sleep(0.2)  # made at the first use of a group or transaction: the stages' by now
-    led = {p for p, meta in partitions.items() if meta.leader == node}
-    assert led, f"node {node} leads no partition of {topic}"
-    for n in range(100_000):
-        name, h = f"{prefix}-{n}", java_hash(f"{prefix}-{n}")
-        if h >= 0 and h % len(partitions) in led:
-            return name
-    raise AssertionError(f"no name for {topic} on node {node}")
 
 
 class TransactProbe(threading.Thread):

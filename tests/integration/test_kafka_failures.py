@@ -69,17 +69,10 @@ def each_ran_once(p: Pipeline, job_id: str, count: int) -> None:
 def election_seconds(cluster, since: float, dead: int) -> float:
     """Seconds from `since` (wall clock) until a live controller fenced node `dead` and moved its
     partitions' leadership, from the controllers' logs ("Fencing broker N ...")."""
-    import datetime
-
     for _ in range(50):
-        for n in cluster.nodes:
-            if n.node_id == dead:
-                continue
-            for line in n.log.read_text(errors="replace").splitlines():
-                if f"Fencing broker {dead} at epoch" in line:
-                    stamp = datetime.datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-                    if stamp >= since - 1:
-                        return stamp - since
+        fenced = cluster.fenced_at(dead, since)
+        if fenced is not None:
+            return fenced - since
         time.sleep(0.2)
     raise AssertionError(f"no controller log says broker {dead} was fenced")
 

@@ -1,0 +1,38 @@
+"""Which broker coordinates a consumer group or a transactional id, so that a failure test or a
+bench can pick a name whose coordinator is the node it will kill (the worst case for a client)."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka.admin import AdminClient
+
+
+def java_hash(text: str) -> int:
+    """String.hashCode, which Kafka reduces to a coordinator's partition."""
+    h = 0
+    for ch in text:
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def coordinated_by(admin: AdminClient, topic: str, node: int, prefix: str) -> str:
+    """A name (prefix-N) whose coordinator is `node`: Kafka coordinates a group or a transactional
+    id from the partition abs(hashCode) mod the partition count of __consumer_offsets or
+    __transaction_state, on that partition's leader. Names with a non-negative hash only, where
+    every way Kafka has written abs agrees."""
+    led: set[int] = set()
+    partitions: dict = {}
+    for _ in range(100):
+        partitions = admin.list_topics(topic=topic, timeout=10).topics[topic].partitions
+        led = {p for p, meta in partitions.items() if meta.leader == node}
+        if led:
+            break
+        time.sleep(0.2)  # made at the first use of a group or transaction, leaders chosen just after
+    if not led:
+        raise RuntimeError(f"node {node} leads no partition of {topic}")
+    for n in range(100_000):
+        name, h = f"{prefix}-{n}", java_hash(f"{prefix}-{n}")
+        if h >= 0 and h % len(partitions) in led:
+            return name
+    raise RuntimeError(f"no name for {topic} on node {node}")
