@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import signal
 import statistics
 import sys
@@ -119,7 +120,7 @@ def trial(cluster: KafkaCluster, admin: AdminClient, way: str, n: int) -> dict:
     writer = TransactionalWriter(cluster.bootstrap, coordinated_by(admin, "__transaction_state", dead,
                                                                    f"failover-{n}-{way}"), way)
     writer.start()
-    time.sleep(3 + random.random())  # a random moment of the batch's life
+    time.sleep(3 + random.random())  # steady by then; the kill lands anywhere in a batch's life
     killed = time.time()
     cluster.kill(dead, signal.SIGKILL)
     deadline = killed + 60
@@ -169,15 +170,15 @@ def bench_failover(rounds: int = 4, ways: tuple[str, ...] = WAYS, each=None) -> 
     finally:
         for node in cluster.nodes:
             cluster.kill(node.node_id, signal.SIGKILL)
+        shutil.rmtree(home, ignore_errors=True)
     return trials
 
 
 def main() -> None:
     args = [a for a in sys.argv[1:] if a != "--json"]
-    rounds = int(args[0]) if args else 4
     ways = tuple(args[1].split(",")) if len(args) > 1 else WAYS
-    unknown = [w for w in ways if w not in WAYS]
-    if rounds < 1 or unknown:
+    rounds = int(args[0]) if args and args[0].isdigit() else 0 if args else 4
+    if rounds < 1 or len(args) > 2 or any(w not in WAYS for w in ways):
         sys.exit(f"usage: python -m pelotonctl.bench.failover [ROUNDS>=1] [WAY,...] [--json]; ways: {', '.join(WAYS)}")
     as_json = "--json" in sys.argv
 
