@@ -10,7 +10,8 @@ then SIGKILLed mid-stream. acks=all writes wait for that node until the controll
 the producer's flush outlives the kill, and it recovers one of three ways:
 - renew: a new producer under the same transactional id, whose init has the coordinator abort
   the old attempt (what a stage does, peloton.runtime.transaction);
-- abort: abort_transaction on the same producer, then the batch again;
+- abort: abort_transaction on the same producer, then the batch again (after the coordinator's
+  move mostly refused with a fatal INVALID_TXN_STATE; then a new producer takes over);
 - keep: the same transaction flushed until through, then committed (the textbook loop).
 Each trial prints how long after the controller's fencing line (its log) the producer committed
 again, and the node is started again and the leaders moved back before the next. The ways take
