@@ -14,7 +14,9 @@ the producer's flush outlives the kill, and it recovers one of three ways:
   move mostly refused with a fatal INVALID_TXN_STATE; then a new producer takes over);
 - keep: the same transaction flushed until through, then committed (the textbook loop).
 Each trial prints how long after the controller's fencing line (its log) the producer committed
-again, and the node is started again and the leaders moved back before the next. The ways take
+again, and whether the dead node was the active controller (the election is then about 2.5 s
+longer: the quorum elects another first); the node is started again and the leaders moved back
+before the next. The ways take
 turns, so the machine's mood spreads over all of them.
 """
 
@@ -143,7 +145,7 @@ def trial(cluster: KafkaCluster, admin: AdminClient, way: str, n: int) -> dict:
     except Exception:  # noqa: BLE001 - nothing to move is fine
         pass
     time.sleep(3)
-    return {"way": way, "node": dead,
+    return {"way": way, "node": dead, "was_controller": cluster.active_controller(killed) == dead,
             "fenced_after_kill_s": round(fenced - killed, 2) if fenced else None,
             "commit_after_fencing_s": round(again - fenced, 2) if again and fenced else None,
             "said": [f"{t - (fenced or killed):+.2f}s {what}" for t, what in writer.said if t > killed - 1][:10]}
@@ -186,7 +188,8 @@ def main() -> None:
     def each(t: dict) -> None:
         if not as_json:
             said = ", ".join(dict.fromkeys(line.split("s ", 1)[1] for line in t["said"]))
-            print(f"{t['way']:6} node {t['node']} fenced {t['fenced_after_kill_s']}s after the kill; "
+            node = f"node {t['node']}{' (the active controller)' if t['was_controller'] else ''}"
+            print(f"{t['way']:6} {node} fenced {t['fenced_after_kill_s']}s after the kill; "
                   f"committed again {t['commit_after_fencing_s']}s after the fencing ({said or 'no error'})",
                   flush=True)
 

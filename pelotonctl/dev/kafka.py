@@ -397,16 +397,25 @@ class KafkaCluster:
         for n in self.nodes:
             if n.node_id == node_id:
                 continue
-            try:
-                lines = n.log.read_text(errors="replace").splitlines()
-            except OSError:
-                continue
-            for line in lines:
+            for line in _log_lines(n):
                 if f"Fencing broker {node_id} at epoch" in line:
-                    stamp = datetime.datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                    stamp = _log_time(line)
                     if stamp >= since - 1:
                         return stamp
         return None
+
+    def active_controller(self, at: float) -> int | None:
+        """The node that had last become the active controller at `at` (wall clock), as the nodes'
+        logs say ("Becoming the active controller"); None when no log says. Losing that node
+        lengthens the election: the quorum elects another first."""
+        latest: tuple[float, int] | None = None
+        for n in self.nodes:
+            for line in _log_lines(n):
+                if "Becoming the active controller at epoch" in line:
+                    stamp = _log_time(line)
+                    if stamp <= at and (latest is None or stamp > latest[0]):
+                        latest = (stamp, n.node_id)
+        return latest[1] if latest else None
 
     def kill(self, node_id: int, sig: int = signal.SIGKILL, timeout: float = 30.0) -> None:
         """Send `sig` to a node (SIGTERM: a clean shutdown) and wait until it is gone."""
@@ -426,6 +435,18 @@ class KafkaCluster:
                     pass
         for n in self.nodes:
             self.kill(n.node_id, signal.SIGTERM, timeout)
+
+
+def _log_lines(node: Node) -> list[str]:
+    try:
+        return node.log.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+
+
+def _log_time(line: str) -> float:
+    """A broker log line's time ("[2026-11-29 01:15:58,595] ..."), wall clock."""
+    return datetime.datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
 def client_properties(settings) -> str:
