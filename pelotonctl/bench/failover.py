@@ -16,8 +16,7 @@ the producer's flush outlives the kill, and it recovers one of three ways:
 Each trial prints how long after the controller's fencing line (its log) the producer committed
 again, and whether the dead node was the active controller (the election is then about 2.5 s
 longer: the quorum elects another first); the node is started again and the leaders moved back
-before the next. The ways take
-turns, so the machine's mood spreads over all of them.
+before the next. The ways take turns, so the machine's mood spreads over all of them.
 """
 
 from __future__ import annotations
