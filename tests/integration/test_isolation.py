@@ -44,6 +44,9 @@ def isolated(p) -> None:
         pytest.skip(f"the agent runs no cgroups here: {line or 'no isolation line in its log'}")
 
 
+# Alone: a cpu quota caps a task, it does not promise it the cores: beside another worker's tests
+# on the two cores the busy loop got 1.21 cpu seconds of its 3 (make test, 2026-11-29).
+@pytest.mark.alone
 def test_tasks_over_their_memory_or_disk_fail_with_the_reason_a_busy_loop_gets_its_cpu_and_a_neighbour_succeeds(
         pipeline_factory) -> None:
     # One host, four tasks: 0 allocates 300 MB under 64, 1 loops with half a cpu for 6 s, 2 writes
