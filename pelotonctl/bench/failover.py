@@ -128,12 +128,7 @@ def trial(cluster: KafkaCluster, admin: AdminClient, way: str, n: int) -> dict:
     deadline = killed + 60
     while time.time() < deadline and not any(c > killed for c in writer.commits):
         time.sleep(0.05)
-    fenced = None
-    for _ in range(50):
-        fenced = cluster.fenced_at(dead, killed)
-        if fenced is not None:
-            break
-        time.sleep(0.2)
+    fenced = cluster.wait_fenced(dead, killed)
     again = next((c for c in writer.commits if c > killed), None)
     writer.running = False
     writer.join(15)

@@ -404,6 +404,16 @@ class KafkaCluster:
                         return stamp
         return None
 
+    def wait_fenced(self, node_id: int, since: float, timeout: float = 10.0) -> float | None:
+        """fenced_at, waited for up to `timeout` seconds (a controller fences a dead node after its
+        session, and the line reaches the log a moment later)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            fenced = self.fenced_at(node_id, since)
+            if fenced is not None or time.monotonic() >= deadline:
+                return fenced
+            time.sleep(0.2)
+
     def active_controller(self, at: float) -> int | None:
         """The node that had last become the active controller at `at` (wall clock), as the nodes'
         logs say ("Becoming the active controller"); None when no log says. Losing that node

@@ -53,3 +53,9 @@ def test_a_fencing_is_found_in_another_nodes_log_from_a_second_before_the_moment
     assert c.fenced_at(1, at("2026-11-29 01:14:20")) is None  # an earlier fencing is not this one
     assert c.fenced_at(3, at("2026-11-29 01:15:00")) == approx(at("2026-11-29 01:15:02") + 0.603)
     assert c.fenced_at(3, at("2026-11-29 01:15:30")) is None  # only node 3's own log says so
+
+
+def test_waiting_for_a_fencing_returns_it_once_logged_and_none_at_the_timeout(tmp_path: Path) -> None:
+    c = cluster(tmp_path)
+    assert c.wait_fenced(1, at("2026-11-29 01:14:10"), timeout=5) == approx(at("2026-11-29 01:14:12") + 0.94)
+    assert c.wait_fenced(1, at("2026-11-29 01:20:00"), timeout=0.3) is None
