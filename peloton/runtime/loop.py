@@ -123,8 +123,6 @@ class StageRuntime:
                 "isolation.level": "read_committed",
                 "socket.nagle.disable": True,
                 "allow.auto.create.topics": False,  # see producer_config
-                # Notice topics made again (after a broker lost them) within seconds, not minutes.
-                "topic.metadata.refresh.interval.ms": int(settings.topic_check_s * 1000),
                 **CONSUMER_RECOVERY,
                 **debug_config(settings),
             }
