@@ -88,6 +88,18 @@ def eventually(check, timeout: float = 10.0):
         time.sleep(0.05)
 
 
+def quickest(call, times: int = 3) -> float:
+    """The shortest of a few calls' wall times: one call can lose its core for longer than the
+    bound to the suite's other worker and the brokers on a 2-core machine; three in a row rarely
+    do, and a call that waits on ZooKeeper waits every time."""
+    best = float("inf")
+    for _ in range(times):
+        started = time.perf_counter()
+        call()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
 def by_id(rows: list[dict]) -> dict[str, dict]:
     return {r["instance_id"]: r for r in rows}
 
@@ -120,9 +132,7 @@ def test_an_update_returns_at_once_and_other_clients_see_it(registry):
     stage, reader = registry(), registry()
     stage.register("entitle", "entitle-0", {"metrics": "h:1", "partitions": []})
 
-    started = time.perf_counter()
-    stage.update({"partitions": [0, 1, 2]})
-    assert time.perf_counter() - started < 0.02  # microseconds in practice; room for a GIL switch
+    assert quickest(lambda: stage.update({"partitions": [0, 1, 2]})) < 0.02  # microseconds in practice
 
     row = eventually(lambda: [r for r in reader.instances() if r["partitions"] == [0, 1, 2]])[0]
     assert row["metrics"] == "h:1"  # an update merges into what was registered
@@ -219,9 +229,8 @@ def test_registration_outlives_a_zookeeper_that_restarts_empty(zookeeper, regist
 
     zookeeper.stop()
     try:
-        started = time.perf_counter()
-        stage.update({"partitions": [0, 1]})  # ZooKeeper away: returns at once, never raises
-        assert time.perf_counter() - started < 0.02  # microseconds in practice; room for a GIL switch
+        # ZooKeeper away: returns at once, never raises
+        assert quickest(lambda: stage.update({"partitions": [0, 1]})) < 0.02  # microseconds in practice
     finally:
         zookeeper.start(wipe=True)
 
