@@ -32,7 +32,8 @@ def coordinated_by(admin: AdminClient, topic: str, node: int, prefix: str) -> st
             break
         time.sleep(0.2)  # made at the first use of a group or transaction, leaders chosen just after
     else:
-        raise RuntimeError(f"node {node} leads no partition of {topic} (partitions seen: {sorted(partitions)})")
+        raise RuntimeError(f"node {node} leads no partition of {topic}, or its metadata never listed them all "
+                           f"(last seen: partitions {sorted(partitions)}, led by it {sorted(led)})")
     for n in range(100_000):
         name, h = f"{prefix}-{n}", java_hash(f"{prefix}-{n}")
         if h >= 0 and h % len(partitions) in led:
