@@ -14,9 +14,10 @@ the producer's flush outlives the kill, and it recovers one of three ways:
   move mostly refused with a fatal INVALID_TXN_STATE; then a new producer takes over);
 - keep: the same transaction flushed until through, then committed (the textbook loop).
 Each trial prints how long after the controller's fencing line (its log) the producer committed
-again, and whether the dead node was the active controller (the election is then about 2.5 s
-longer: the quorum elects another first); the node is started again and the leaders moved back
-before the next. The ways take turns, so the machine's mood spreads over all of them.
+again, whether the dead node was the active controller (the election is then about 2.5 s
+longer: the quorum elects another first), and how often and for how long the brokers refused a
+transaction marker after the kill (their logs; a coordinator whose markers are refused keeps the
+next transaction waiting); the node is started again and the leaders moved back before the next. The ways take turns, so the machine's mood spreads over all of them.
 """
 
 from __future__ import annotations
@@ -129,6 +130,7 @@ def trial(cluster: KafkaCluster, admin: AdminClient, way: str, n: int) -> dict:
     while time.time() < deadline and not any(c > killed for c in writer.commits):
         time.sleep(0.05)
     fenced = cluster.wait_fenced(dead, killed)
+    refused, refused_over = cluster.refused_markers(killed)
     again = next((c for c in writer.commits if c > killed), None)
     writer.running = False
     writer.join(15)
@@ -142,6 +144,7 @@ def trial(cluster: KafkaCluster, admin: AdminClient, way: str, n: int) -> dict:
     return {"way": way, "node": dead, "was_controller": cluster.active_controller(killed) == dead,
             "fenced_after_kill_s": round(fenced - killed, 2) if fenced else None,
             "commit_after_fencing_s": round(again - fenced, 2) if again and fenced else None,
+            "markers_refused": refused, "markers_refused_over_s": round(refused_over, 2),
             "said": [f"{t - (fenced or killed):+.2f}s {what}" for t, what in writer.said if t > killed - 1][:10]}
 
 
@@ -184,7 +187,8 @@ def main() -> None:
             said = ", ".join(dict.fromkeys(line.split("s ", 1)[1] for line in t["said"]))
             node = f"node {t['node']}{' (the active controller)' if t['was_controller'] else ''}"
             print(f"{t['way']:6} {node} fenced {t['fenced_after_kill_s']}s after the kill; "
-                  f"committed again {t['commit_after_fencing_s']}s after the fencing ({said or 'no error'})",
+                  f"committed again {t['commit_after_fencing_s']}s after the fencing ({said or 'no error'}); "
+                  f"markers refused {t['markers_refused']} times over {t['markers_refused_over_s']}s",
                   flush=True)
 
     trials = bench_failover(rounds, ways, each)

@@ -427,6 +427,18 @@ class KafkaCluster:
                         latest = (stamp, n.node_id)
         return latest[1] if latest else None
 
+    def refused_markers(self, since: float) -> tuple[int, float]:
+        """How many times, from `since` (wall clock) on, a transaction coordinator had a
+        partition's commit or abort marker refused and sent it again, and over how many seconds
+        from the first refusal to the last, as the nodes' logs say. While a coordinator's markers
+        are refused, the producer's next transaction waits (CONCURRENT_TRANSACTIONS), and so do
+        the partitions' read_committed readers: after a node's loss one coordinator was refused
+        NOT_LEADER_OR_FOLLOWER for 3.1 s by the partitions' new leader (docs/design.md)."""
+        stamps = sorted(stamp for n in self.nodes for line in _log_lines(n)
+                        if "transaction marker for partition" in line and " has failed with error " in line
+                        and (stamp := _log_time(line)) >= since)
+        return len(stamps), (stamps[-1] - stamps[0]) if stamps else 0.0
+
     def kill(self, node_id: int, sig: int = signal.SIGKILL, timeout: float = 30.0) -> None:
         """Send `sig` to a node (SIGTERM: a clean shutdown) and wait until it is gone."""
         pid = self.pid(node_id)

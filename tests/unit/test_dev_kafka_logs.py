@@ -1,5 +1,6 @@
-"""What a cluster's logs say about an election: when a node was fenced, and which node was the
-active controller (KafkaCluster.fenced_at, active_controller), read from Kafka's own log lines."""
+"""What a cluster's logs say about an election: when a node was fenced, which node was the active
+controller, how long transaction markers were refused (KafkaCluster.fenced_at, active_controller,
+refused_markers), read from Kafka's own log lines."""
 
 import datetime
 from pathlib import Path
@@ -18,6 +19,14 @@ LOGS = {
         "[2026-11-29 01:15:02,603] INFO [QuorumController id=2] Fencing broker 3 at epoch 40 because its session "
         "has timed out. (org.apache.kafka.controller.ReplicationControlManager)"],
     3: ["[2026-11-29 01:14:05,000] WARN something else (kafka.server.KafkaServer)",
+        "[2026-11-29 01:14:13,280] INFO [Transaction Marker Request Completion Handler 3]: Sending t0.launch-0's "
+        "transaction marker for partition t0.host-state-0 has failed with error org.apache.kafka.common.errors."
+        "NotLeaderOrFollowerException, retrying with current coordinator epoch 0 (kafka.coordinator.transaction."
+        "TransactionMarkerRequestCompletionHandler)",
+        "[2026-11-29 01:14:16,399] INFO [Transaction Marker Request Completion Handler 3]: Sending t0.launch-0's "
+        "transaction marker for partition t0.host-state-0 has failed with error org.apache.kafka.common.errors."
+        "NotLeaderOrFollowerException, retrying with current coordinator epoch 0 (kafka.coordinator.transaction."
+        "TransactionMarkerRequestCompletionHandler)",
         # a node's own log is not asked about itself (it was the one that died)
         "[2026-11-29 01:16:00,000] INFO [QuorumController id=3] Fencing broker 3 at epoch 99 because its session "
         "has timed out. (org.apache.kafka.controller.ReplicationControlManager)"],
@@ -59,3 +68,10 @@ def test_waiting_for_a_fencing_returns_it_once_logged_and_none_at_the_timeout(tm
     c = cluster(tmp_path)
     assert c.wait_fenced(1, at("2026-11-29 01:14:10"), timeout=5) == approx(at("2026-11-29 01:14:12") + 0.94)
     assert c.wait_fenced(1, at("2026-11-29 01:20:00"), timeout=0.3) is None
+
+
+def test_refused_markers_are_counted_with_the_seconds_from_the_first_to_the_last(tmp_path: Path) -> None:
+    c = cluster(tmp_path)
+    assert c.refused_markers(at("2026-11-29 01:14:10")) == (2, approx(3.119))
+    assert c.refused_markers(at("2026-11-29 01:14:14")) == (1, 0.0)
+    assert c.refused_markers(at("2026-11-29 01:14:20")) == (0, 0.0)
