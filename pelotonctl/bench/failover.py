@@ -17,7 +17,8 @@ Each trial prints how long after the controller's fencing line (its log) the pro
 again, whether the dead node was the active controller (the election is then about 2.5 s
 longer: the quorum elects another first), and how often and for how long the brokers refused a
 transaction marker after the kill (their logs; a coordinator whose markers are refused keeps the
-next transaction waiting); the node is started again and the leaders moved back before the next. The ways take turns, so the machine's mood spreads over all of them.
+next transaction waiting); the node is started again and the leaders moved back before the next.
+The ways take turns, so the machine's mood spreads over all of them.
 """
 
 from __future__ import annotations
