@@ -35,7 +35,8 @@ def coordinated_by(admin: AdminClient, topic: str, node: int, prefix: str) -> st
         raise RuntimeError(f"node {node} leads no partition of {topic}, or its metadata never listed them all "
                            f"(last seen: partitions {sorted(partitions)}, led by it {sorted(led)})")
     for n in range(100_000):
-        name, h = f"{prefix}-{n}", java_hash(f"{prefix}-{n}")
+        name = f"{prefix}-{n}"
+        h = java_hash(name)
         if h >= 0 and h % len(partitions) in led:
             return name
     raise RuntimeError(f"no name for {topic} on node {node}")
