@@ -42,9 +42,12 @@ def offsets_at(admin: AdminClient, parts: list[tuple[str, int]], spec: OffsetSpe
     except KafkaException:
         return {}
     out = {}
+    # One wait for all: a client that answers nothing would otherwise cost the caller's loop the
+    # whole wait once per partition.
+    deadline = time.monotonic() + timeout_s + 1
     for tp, future in futures.items():
         try:
-            out[(tp.topic, tp.partition)] = future.result(timeout=timeout_s + 1).offset
+            out[(tp.topic, tp.partition)] = future.result(timeout=max(0.0, deadline - time.monotonic())).offset
         except (KafkaException, TimeoutError):
             continue
     return out

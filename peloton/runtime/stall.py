@@ -19,16 +19,23 @@ preceding blocking FetchRequest"), and on a stuck reader's it may never be answe
 then skips itself for as long as the reader stays stuck. An agent of the three-broker test read
 no command for three minutes after the whole cluster's restart (2026-11-28), and its watch,
 then asking on the reader, said nothing.
+
+The watch's admin client is a librdkafka client too, and can be stuck the same way: unanswered
+past ADMIN_UNANSWERED_S, it is replaced (EndsAside). A broker that is truly away costs a new
+admin client every ADMIN_UNANSWERED_S; a stuck one kept the watch quiet for good (an agent on
+Kafka 4.2.2 read no command for 180 s after the whole cluster's restart, its watch silent).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
 
 from confluent_kafka import OFFSET_END, IsolationLevel, KafkaException, TopicPartition
 
+log = logging.getLogger("peloton.stall")
 
 CHECK_EVERY_S = 5.0
 # Past the transaction timeout (10 s) and a broker's failover: a record read that late is slow,
@@ -40,6 +47,9 @@ ASK_TIMEOUT_S = 0.5
 # The ends at a reader's start (ReaderWatch.begin): the admin client's first request also finds
 # the brokers, and nothing else waits on the loop yet.
 BEGIN_ASK_TIMEOUT_S = 2.0
+# Every question unanswered for this long: the admin client itself is taken for stuck and made
+# afresh. As long as a reader is judged stalled after: no election or restart takes this long.
+ADMIN_UNANSWERED_S = STALLED_AFTER_S
 
 
 class ReadStall:
@@ -94,25 +104,59 @@ class ReadStall:
 class EndsAside:
     """Partitions' last stable offsets (the ends a read_committed reader reads to), asked on an
     admin client of its own: one ListOffsets request per leader for all of them, on connections
-    no reader's fetch holds. The client is made at the first question."""
+    no reader's fetch holds. The client is made at the first question, and made again when no
+    question was answered for `unanswered_s` (a stuck client says nothing, as a stuck reader
+    reads nothing)."""
 
-    def __init__(self, config: dict):
+    def __init__(self, config: dict, unanswered_s: float = ADMIN_UNANSWERED_S, clock=time.monotonic,
+                 make_admin=None):
         self.config = {**config, "log_level": 2}  # the reader beside it already says what the brokers do
+        self.unanswered_s = unanswered_s
+        self.clock = clock
+        self._make_admin = make_admin or self._admin_client
         self._admin = None
+        self._answered = clock()  # when a question was last answered (or the client made)
+        self.renewals = 0
+
+    def _admin_client(self):
+        from confluent_kafka.admin import AdminClient
+
+        return AdminClient(self.config)
 
     def __call__(self, topic: str, partitions: list[int], timeout_s: float) -> dict[int, int] | None:
         """{partition: end}, or None when some partition's leader did not answer in timeout_s."""
-        from confluent_kafka.admin import AdminClient, OffsetSpec
+        from confluent_kafka.admin import OffsetSpec
 
         from peloton.runtime.readback import offsets_at
 
         if not partitions:
             return {}  # nothing to ask, and no client made for it
         if self._admin is None:
-            self._admin = AdminClient(self.config)
+            self._admin = self._make_admin()
+            self._answered = self.clock()
         ends = offsets_at(self._admin, [(topic, p) for p in partitions], OffsetSpec.latest(), timeout_s,
                           IsolationLevel.READ_COMMITTED)
-        return {p: end for (_, p), end in ends.items()} if len(ends) == len(partitions) else None
+        if len(ends) == len(partitions):
+            self._answered = self.clock()
+            return {p: end for (_, p), end in ends.items()}
+        if self.clock() - self._answered >= self.unanswered_s:
+            self._renew()
+        return None
+
+    def _renew(self) -> None:
+        log.warning("the read watch's admin client answered nothing for %.0f s: a new one asks from now on",
+                    self.clock() - self._answered)
+        # Dropping the last reference destroys the client, which waits for its threads: not on
+        # the caller's loop.
+        stuck, self._admin = self._admin, None  # the next question makes the new one
+        threading.Thread(target=_let_go, args=(stuck,), name="stuck-admin-abandoned", daemon=True).start()
+        del stuck
+        self.renewals += 1
+
+
+def _let_go(client) -> None:
+    """A daemon thread's target: the thread's reference is the client's last, let go here."""
+    del client
 
 
 class ReaderWatch:

@@ -195,3 +195,32 @@ def test_a_launch_a_stalled_agent_has_not_read_waits_for_it_and_runs_once(settin
     finally:
         reports.close()
         agent.close()
+
+
+def test_a_watch_whose_admin_client_answers_nothing_gets_a_new_one_and_learns_the_ends(settings) -> None:
+    """The watch's admin client stuck (here: one that reaches no broker, as one stuck after the
+    cluster's restart reaches none): its questions go unanswered, and the watch, kept quiet by it,
+    never judged the reader. Past `unanswered_s` a new client asks, and answers come."""
+    from pelotonctl.dev.processes import free_port
+
+    topic = Catalogue(settings.topic_prefix)["agent-commands"].name
+    producer = Producer(kafka_access(settings))
+    for _ in range(2):
+        producer.produce(topic, key=b"h", value=b"x", partition=0)
+    producer.flush(10)
+    made = []
+
+    def make_admin():
+        # the first reaches nothing; its successor reaches the broker
+        bootstrap = f"127.0.0.1:{free_port()}" if not made else kafka_access(settings)["bootstrap.servers"]
+        made.append(AdminClient({**kafka_access(settings), "bootstrap.servers": bootstrap, "log_level": 0}))
+        return made[-1]
+
+    aside = EndsAside(kafka_access(settings), unanswered_s=2.0, make_admin=make_admin)
+    asked = time.monotonic()
+    ends = None
+    while ends is None and time.monotonic() - asked < 15:
+        ends = aside(topic, [0, 1], 0.5)
+    assert ends == {0: 2, 1: 0}, ends
+    assert aside.renewals == 1 and len(made) == 2
+    assert time.monotonic() - asked >= 2.0  # the first client had its time to answer

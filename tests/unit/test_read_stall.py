@@ -127,3 +127,92 @@ def test_a_renewed_reader_stands_where_it_was_assigned_until_it_fetches() -> Non
         clock[0] = t
         seen.append(watch.stalled(new, {0: None}))
     assert seen == [[], [], [0]]  # the commands from 7 on waited for it from its start
+
+
+class _Admin:
+    """An admin client that answers ListOffsets with `end` for every partition, or never."""
+
+    def __init__(self, end: int | None):
+        self.end = end
+
+    def list_offsets(self, request, isolation_level=None, request_timeout=None):
+        from concurrent.futures import Future
+
+        from confluent_kafka import KafkaError, KafkaException
+
+        if self.end is None:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        out = {}
+        for tp in request:
+            future = Future()
+            future.set_result(type("Answer", (), {"offset": self.end})())
+            out[tp] = future
+        return out
+
+
+def test_an_admin_client_that_answers_nothing_for_long_is_made_afresh() -> None:
+    """The watch's own client can be stuck as a reader can: kept, it skipped every check for good."""
+    from peloton.runtime.stall import EndsAside
+
+    clock = [0.0]
+    made = []
+
+    def make_admin():
+        made.append(_Admin(None if len(made) == 0 else 7))  # the first is stuck, its successor answers
+        return made[-1]
+
+    aside = EndsAside({}, unanswered_s=20, clock=lambda: clock[0], make_admin=make_admin)
+    for t in (0, 5, 10, 15):
+        clock[0] = t
+        assert aside("t", [0, 1], 0.5) is None
+    assert len(made) == 1 and aside.renewals == 0  # a broker away this long is an election, not a stuck client
+    clock[0] = 20
+    assert aside("t", [0, 1], 0.5) is None
+    assert aside.renewals == 1
+    clock[0] = 25
+    assert aside("t", [0, 1], 0.5) == {0: 7, 1: 7}
+    assert len(made) == 2
+
+
+def test_an_admin_client_that_answers_now_and_then_is_kept() -> None:
+    from peloton.runtime.stall import EndsAside
+
+    clock = [0.0]
+    answers = iter([None, 3, None, None, None, 4, None, None, None])
+    current = _Admin(None)
+
+    def ask(*args, **kwargs):
+        current.end = next(answers)
+        return _Admin.list_offsets(current, *args, **kwargs)
+
+    current.list_offsets = ask
+    made = []
+    aside = EndsAside({}, unanswered_s=20, clock=lambda: clock[0], make_admin=lambda: made.append(1) or current)
+    for i in range(9):
+        clock[0] = 5 * i
+        aside("t", [0], 0.5)
+    assert made == [1] and aside.renewals == 0  # never 20 s without an answer
+
+
+def test_partitions_a_client_never_answers_cost_one_wait_not_one_each(monkeypatch) -> None:
+    """A stuck client's futures never resolve: each partition's wait came after the last one's,
+    and an agent's loop stood still for partitions x (timeout + 1 s) at every check."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    from peloton.runtime import readback
+
+    clock = [100.0]
+    monkeypatch.setattr(readback.time, "monotonic", lambda: clock[0])
+
+    class Unanswered:
+        def result(self, timeout=None):
+            clock[0] += timeout  # the whole wait goes by
+            raise TimeoutError()
+
+    class Stuck:
+        def list_offsets(self, request, isolation_level=None, request_timeout=None):
+            return {TopicPartition(tp.topic, tp.partition): Unanswered() for tp in request}
+
+    assert readback.offsets_at(Stuck(), [("t", p) for p in range(8)], OffsetSpec.latest(), 0.5) == {}
+    assert clock[0] - 100.0 <= 1.5
