@@ -21,13 +21,14 @@ install: $(STAMP)
 
 # The servers' jars from Maven Central (jvm/NAME/pom.xml pins each version): Apache Kafka's broker
 # and tools, Apache Cassandra's server. Fetched once into an ignored folder, each apart from the
-# other (they pin different Netty, Guava and Jackson); a fetch cut short leaves no half folder.
+# other (they pin different Netty, Guava and Jackson); a fetch cut short leaves no half folder. The
+# mark holds the pom's SHA-256: pelotonctl/dev/jars.py fetches again when the pom changed.
 .jars/%/.complete: jvm/%/pom.xml
 	@command -v mvn >/dev/null || { echo "Maven (mvn) and Java 17 are needed to fetch the servers' jars" >&2; exit 1; }
 	rm -rf .jars/$*.partial
 	mvn -q -B -f jvm/$*/pom.xml org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
 	  -DoutputDirectory=$(CURDIR)/.jars/$*.partial -DincludeScope=runtime
-	rm -rf .jars/$* && mv .jars/$*.partial .jars/$* && touch $@
+	rm -rf .jars/$* && mv .jars/$*.partial .jars/$* && sha256sum jvm/$*/pom.xml | cut -d' ' -f1 > $@
 
 jars: .jars/kafka/.complete .jars/cassandra/.complete
 
