@@ -15,8 +15,9 @@ instead of starting only to be killed, or being answered lost, and so running tw
 
 Tasks outlive the host manager (they are this process's children, not the launch stage's), and
 they outlive this process too: its state directory keeps the offset of the last command handled
-and the runs it started, so that after a restart it adopts the runs still alive (their process
-groups, verified by pid file) and reports the others lost.
+and the runs it started, with the ending of each it saw end until a report of that is delivered,
+so that after a restart it reports those endings again, adopts the runs still alive (their
+process groups, verified by pid file) and reports the others lost.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from peloton.runtime.stall import EndsAside, ReaderWatch
 from peloton.runtime.stuck import StuckWatch
 from peloton.serde import registry
 from peloton.topics import Catalogue, partition_for
+from stages.agent.endings import EndingsJournal
 from stages.launch.agents.cgroups import Hierarchy, agent_cgroup_name, agent_parent_leaf, find_hierarchy
 from stages.launch.agents.containers import RUNTIME_LABEL, find_runtime
 from stages.launch.agents.driver import TASK_LOST, LaunchRequest, TaskUpdate
@@ -161,6 +163,11 @@ class HostAgent:
             sandbox_keep_seconds=settings.sandbox_keep_s)
         self.gpus = gpus
         self.runs: dict[str, dict] = self._load("runs.json", {})  # task id -> its launch and host, while it runs
+        self.runs = self.runs if isinstance(self.runs, dict) else {}
+        self.journal = EndingsJournal(self.state_dir / "endings.jsonl")
+        # task id -> how its run ended, until a report of that is acknowledged (kept in the journal)
+        self.endings: dict[str, TaskUpdate] = self.journal.load(self.runs)
+        self._forgotten = False  # acknowledged endings forgotten in memory, not yet on disk
         self.adopted: dict[str, int] = {}  # task id -> process group, of runs started before our restart
         # An agent of a release before cgroups were named by the state directory (36457f0) made its
         # runs' cgroups under its name alone: those of its runs go as the runs end, then the parent.
@@ -307,10 +314,18 @@ class HostAgent:
             metrics.AGENT_LIMIT_KILLS.labels(self.name, u.reason).inc()
 
     def _adopt(self) -> None:
-        """Runs the previous agent process started: alive ones are ours again, ended ones are
-        reported lost (their exit code went with the process that waited for them)."""
+        """Runs the previous agent process started: those it saw end are reported again as they
+        ended (the report of it may not have been delivered), alive ones are ours again, and ones
+        that ended since are reported lost (their exit code went with the process that waited for
+        them)."""
         alive = surviving_groups(self.sandbox_root, list(self.runs))
         for task_id in list(self.runs):
+            ending = self.endings.get(task_id)
+            if ending is not None:
+                self.runs[task_id]["ended"] = True  # forgotten once this report is delivered
+                self.pending.append(ending)
+                log.info("run %s ended before the agent restarted (%s): reported again", task_id, ending.state)
+                continue
             pgid = alive.get(task_id)
             if pgid is not None:
                 self.adopted[task_id] = pgid
@@ -345,6 +360,7 @@ class HostAgent:
         self.pending.append(TaskUpdate(task_id, self._host_of(task_id), TASK_LOST, _now_ms(), REASON_AGENT_RESTARTED,
                                        message))
         self.runs.pop(task_id, None)
+        self.endings.pop(task_id, None)
         self._save("runs.json", self.runs)
 
     # -- the loop -------------------------------------------------------------------------------
@@ -401,15 +417,32 @@ class HostAgent:
                                f"(its lease): the host manager runs it elsewhere ({u.message})")
             self.pending.append(u)
         self._watch_adopted()
-        ended = [u.task_id for u in self.pending if u.terminal and u.task_id in self.runs]
-        if ended:
-            for task_id in ended:
-                self.runs[task_id]["ended"] = True  # reported below, forgotten once delivered
+        self._keep_endings()
         now = time.monotonic()
         if self.pending or now >= self._next_report:
             self._report(everyone=now >= self._next_report)
             if now >= self._next_report:
                 self._next_report = now + self.settings.agent_heartbeat_s
+        self._save_forgotten()
+
+    def _save_forgotten(self) -> None:
+        """Runs whose endings were acknowledged leave runs.json, then the journal (a line of a run
+        no longer there is ignored). An agent killed before this reports those endings again:
+        the host manager ignores an ending of a run it no longer holds."""
+        if self._forgotten:
+            self._forgotten = False
+            self._save("runs.json", self.runs)
+            self.journal.rewrite(list(self.endings.values()))
+
+    def _keep_endings(self) -> None:
+        """Runs that ended keep their ending in the journal (stages/agent/endings.py) until a
+        report of it is acknowledged: an agent restarted in between reports it again. Written
+        once per step, before the report that carries them."""
+        fresh = [u for u in self.pending if u.terminal and u.task_id in self.runs and u.task_id not in self.endings]
+        for u in fresh:
+            self.runs[u.task_id]["ended"] = True  # reported below, forgotten once delivered
+            self.endings[u.task_id] = u
+        self.journal.append(fresh)
 
     def _check_reader(self) -> None:
         """A consumer that stopped fetching while commands waited is replaced (peloton/runtime/
@@ -736,10 +769,11 @@ class HostAgent:
         if done:
             for task_id in done:
                 del self.runs[task_id]
+                self.endings.pop(task_id, None)
                 self.ended[task_id] = None
             while len(self.ended) > ENDED_KEPT:
                 self.ended.popitem(last=False)
-            self._save("runs.json", self.runs)
+            self._forgotten = True  # saved at the end of the step, once for all the step's rounds
 
     def stop(self, *_args) -> None:
         self._running = False
@@ -767,8 +801,12 @@ class HostAgent:
             self._report()
             self.producer.flush(5.0)
         finally:
-            self.runs = {}
+            # Endings not acknowledged by now are kept for the next agent to report; every other
+            # run was reported lost above.
+            self.runs = {task_id: run for task_id, run in self.runs.items() if task_id in self.endings}
             self._save("runs.json", self.runs)
+            self.journal.rewrite(list(self.endings.values()))
+            self.journal.close()
             self.consumer.close()
             if self.logs is not None:
                 self.logs.close()

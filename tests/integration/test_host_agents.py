@@ -154,6 +154,36 @@ def test_an_agent_restarted_with_sigkill_adopts_its_running_tasks_and_the_job_su
         assert [n for n in hierarchy.leftovers(set()) if n.startswith(job)] == []
 
 
+def test_runs_that_ended_while_their_agent_could_not_report_run_once_after_it_is_killed_and_started_again(
+        kafka_cluster, tmp_path) -> None:
+    """The broker away, the runs end and their agent cannot report it; the agent is SIGKILLed
+    before the broker returns. The next agent reports the endings it kept (stages/agent/endings.py):
+    the job succeeds with each task run once. Before, it reported them lost, and each ran again."""
+    from stages.agent.agent import agent_state_dir
+    from tests.integration.conftest import Pipeline
+
+    cluster = kafka_cluster(1)
+    # A lease longer than the outage: a fenced agent's runs are lost by design (test_kafka_failures).
+    p = Pipeline(cluster.bootstrap, tmp_path / "p", "agent:1:cpu=4,mem_mb=1024,disk_mb=1000", agent_timeout_s=60.0)
+    try:
+        p.start_all()
+        job = p.submit(sleepers(3, 3))
+        wait_running(p, job, 3)
+        cluster.kill(1, signal.SIGKILL)
+        journal = agent_state_dir(p.home, "agent-0") / "endings.jsonl"
+        p.wait_for("the three endings kept", lambda: journal.exists() and len(journal.read_text().splitlines()) == 3, 30)
+        p.procs["agent-0"].send_signal(signal.SIGKILL)
+        p.procs["agent-0"].wait()
+        cluster.start_node(1)
+        p.start_agent("agent-0")
+        assert p.wait_job(job, timeout=120) == "SUCCEEDED"
+        assert p.store.launch_counts(job) == {0: 1, 1: 1, 2: 1}
+        assert [e for e in p.store.task_events(job) if e["state"] == "LOST"] == []
+        assert p.log("agent-0").read_text().count("ended before the agent restarted") == 3
+    finally:
+        p.stop()
+
+
 def test_an_agent_upgraded_from_cgroups_named_by_its_name_alone_removes_them_as_its_adopted_runs_end(
         pipeline_factory) -> None:
     from stages.launch.agents.cgroups import Limits, find_hierarchy

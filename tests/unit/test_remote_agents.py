@@ -3,6 +3,7 @@ reports in, reconciliation and lost hosts."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -180,6 +181,107 @@ def test_an_agent_runs_its_hosts_launches_and_skips_what_it_cannot_use(tmp_path)
     finally:
         agent.driver.close()
         agent.consumer.close()
+
+
+def test_a_run_that_ended_before_its_agent_restarted_is_reported_as_it_ended_not_lost(tmp_path) -> None:
+    """Its report not yet delivered (here: no broker at all), the agent stops; the next agent on
+    the same state directory reports the run's real ending. It reported the run lost, and the
+    host manager ran a task that had succeeded a second time."""
+    from peloton.config import Settings
+    from peloton.serde import registry
+    from stages.agent.agent import AgentSpec, HostAgent
+
+    settings = Settings(bootstrap="127.0.0.1:1", home=tmp_path)
+    first = HostAgent(settings, [AgentSpec("h1", Resources(cpu=4), {})])
+    try:
+        for task_id, command in (("j-0-1", "true"), ("j-1-1", "exit 3")):
+            first._commands([Msg(registry().encode("peloton.AgentCommand", {
+                "command_id": task_id, "host_id": "h1", "kills": [], "sent_ms": 1, "launches": [{
+                    "task_id": task_id, "job_id": "j", "instance": 0, "run_id": 1, "command": command,
+                    "resources": Resources(cpu=1).to_record()}]}))])
+        deadline = time.monotonic() + 10
+        while first.driver.active() and time.monotonic() < deadline:
+            first.step()
+        assert not first.driver.active(), "the runs never ended"
+        assert set(first.runs) == {"j-0-1", "j-1-1"}  # no report delivered: both kept
+    finally:
+        first.driver.close()
+        first.consumer.close()
+    second = HostAgent(settings, [AgentSpec("h1", Resources(cpu=4), {})])
+    try:
+        second._adopt()
+        endings = {u.task_id: (u.state, u.exit_code) for u in second.pending}
+        assert endings == {"j-0-1": ("TASK_FINISHED", 0), "j-1-1": ("TASK_FAILED", 3)}
+        assert not second.adopted
+        # Once a report of them is delivered, they are forgotten, as any ending.
+        second._report()
+        for round_id in list(second._rounds):
+            for _ in range(second._rounds[round_id].waiting):
+                second._delivered(round_id, None)
+        second._save_forgotten()  # the end of the step that read the acknowledgement
+        assert second.runs == {} and set(second.ended) == {"j-0-1", "j-1-1"}
+        assert second.endings == {} and second.journal.path.read_text() == ""
+        assert json.loads((second.state_dir / "runs.json").read_text()) == {}
+    finally:
+        second.driver.close()
+        second.consumer.close()
+
+
+def test_an_agent_stopped_before_its_endings_were_acknowledged_leaves_them_to_the_next(tmp_path) -> None:
+    """A clean stop reports the runs it ends lost and forgets them; an ending it could not get
+    acknowledged (the broker away) is kept for the next agent (it was forgotten with them)."""
+    from peloton.config import Settings
+    from stages.agent.agent import AgentSpec, HostAgent
+    from stages.launch.agents.driver import TaskUpdate
+
+    settings = Settings(bootstrap="127.0.0.1:1", home=tmp_path)
+    first = HostAgent(settings, [AgentSpec("h1", Resources(cpu=4), {})], simulate=True)
+    first.producer = SilentProducer()  # takes the reports, acknowledges none
+    first.runs = {"j-0-1": {"job_id": "j", "instance": 0, "run_id": 1, "host": "h1"}}
+    first.pending.append(TaskUpdate("j-0-1", "h1", "TASK_FINISHED", 1, exit_code=0))
+    first._keep_endings()
+    first._report()
+    first.close()
+    second = HostAgent(settings, [AgentSpec("h1", Resources(cpu=4), {})], simulate=True)
+    try:
+        second._adopt()
+        assert [(u.task_id, u.state, u.exit_code) for u in second.pending] == [("j-0-1", "TASK_FINISHED", 0)]
+    finally:
+        second.driver.close()
+        second.consumer.close()
+
+
+def test_the_endings_journal_keeps_what_it_can_read_of_runs_still_kept(tmp_path) -> None:
+    import json
+
+    from stages.agent.endings import EndingsJournal
+    from stages.launch.agents.driver import TaskUpdate
+
+    journal = EndingsJournal(tmp_path / "endings.jsonl")
+    assert journal.load({"j-0-1": {}}) == {}  # no file yet
+    finished = TaskUpdate("j-0-1", "h1", "TASK_FINISHED", 1, exit_code=0, cpu_seconds=0.5)
+    failed = TaskUpdate("j-1-1", "h1", "TASK_FAILED", 2, exit_code=3)
+    journal.append([finished])
+    journal.append([failed])
+    assert journal.load({"j-0-1": {}, "j-1-1": {}}) == {"j-0-1": finished, "j-1-1": failed}
+    assert journal.load({"j-1-1": {}}) == {"j-1-1": failed}  # j-0-1's was acknowledged: its run is gone
+    with open(journal.path, "a") as f:
+        f.write(json.dumps({"task_id": "j-2-1", "host_id": "h1", "state": "TASK_RUNNING", "timestamp_ms": 3}) + "\n")
+        f.write(json.dumps({"task_id": "j-3-1", "host_id": "h1", "state": "TASK_FINISHED", "timestamp_ms": 3,
+                            "colour": "red"}) + "\n")
+        f.write("[1, 2]\n")
+        f.write('{"task_id": "j-4-1", "host_id": "h1", "sta')  # cut short by a crash mid-append
+    runs = {t: {} for t in ("j-0-1", "j-1-1", "j-2-1", "j-3-1", "j-4-1")}
+    assert journal.load(runs) == {"j-0-1": finished, "j-1-1": failed}  # the rest is no ending: lost, as before
+    journal.rewrite([failed])
+    assert journal.load(runs) == {"j-1-1": failed}
+    journal.append([finished])  # after a rewrite, on the new file
+    assert journal.load(runs) == {"j-0-1": finished, "j-1-1": failed}
+    journal.rewrite([])
+    assert journal.load(runs) == {} and journal.path.read_text() == ""
+    journal.append([failed])  # after emptying in place, from its start
+    assert journal.path.read_text().count("\n") == 1 and journal.load(runs) == {"j-1-1": failed}
+    journal.close()
 
 
 @pytest.fixture
