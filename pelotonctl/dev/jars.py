@@ -1,7 +1,7 @@
 """Server jars from Maven Central: jvm/NAME/pom.xml lists a server's artifacts, and its runtime
 jars are copied into .jars/NAME once (`make jars`, or fetch() on first use); later calls find
-them, until the pom changes. Each server keeps a folder of its own: Kafka and Cassandra pin different Netty, Guava and
-Jackson, so one classpath cannot hold both."""
+them, until the pom changes. Each server keeps a folder of its own: Kafka and Cassandra pin
+different Netty, Guava and Jackson, so one classpath cannot hold both."""
 
 from __future__ import annotations
 
