@@ -144,8 +144,8 @@ class EndsAside:
         return None
 
     def _renew(self) -> None:
-        log.warning("the read watch's admin client answered nothing for %.0f s: a new one asks from now on",
-                    self.clock() - self._answered)
+        log.warning("the read watch's admin client answered nothing for %.0f s (the brokers away, or the client "
+                    "stuck): a new one asks from now on", self.clock() - self._answered)
         # Dropping the last reference destroys the client, which waits for its threads: not on
         # the caller's loop.
         stuck, self._admin = self._admin, None  # the next question makes the new one
