@@ -185,8 +185,8 @@ def test_an_agent_runs_its_hosts_launches_and_skips_what_it_cannot_use(tmp_path)
 
 def test_a_run_that_ended_before_its_agent_restarted_is_reported_as_it_ended_not_lost(tmp_path) -> None:
     """Its report not yet delivered (here: no broker at all), the agent stops; the next agent on
-    the same state directory reports the run's real ending. It reported the run lost, and the
-    host manager ran a task that had succeeded a second time."""
+    the same state directory reports the run's real ending. Before, it reported the run lost, and
+    the host manager ran a task that had succeeded a second time."""
     from peloton.config import Settings
     from peloton.serde import registry
     from stages.agent.agent import AgentSpec, HostAgent
