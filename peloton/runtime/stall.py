@@ -147,16 +147,10 @@ class EndsAside:
         log.warning("the read watch's admin client answered nothing for %.0f s (the brokers away, or the client "
                     "stuck): a new one asks from now on", self.clock() - self._answered)
         # Dropping the last reference destroys the client, which waits for its threads: not on
-        # the caller's loop.
-        stuck, self._admin = self._admin, None  # the next question makes the new one
-        threading.Thread(target=_let_go, args=(stuck,), name="stuck-admin-abandoned", daemon=True).start()
-        del stuck
+        # the caller's loop. The list holds the only reference, and the thread empties it.
+        stuck, self._admin = [self._admin], None  # the next question makes the new one
+        threading.Thread(target=stuck.clear, name="stuck-admin-abandoned", daemon=True).start()
         self.renewals += 1
-
-
-def _let_go(client) -> None:
-    """A daemon thread's target: the thread's reference is the client's last, let go here."""
-    del client
 
 
 class ReaderWatch:
