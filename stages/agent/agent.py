@@ -17,7 +17,8 @@ Tasks outlive the host manager (they are this process's children, not the launch
 they outlive this process too: its state directory keeps the offset of the last command handled
 and the runs it started, with the ending of each it saw end until a report of that is delivered,
 so that after a restart it reports those endings again, adopts the runs still alive (their
-process groups, verified by pid file) and reports the others lost.
+process groups, verified by pid file), and reports the others, and the adopted ones as they end,
+as their executors saw them end (stages/launch/agents/executor.py).
 """
 
 from __future__ import annotations
@@ -316,8 +317,8 @@ class HostAgent:
     def _adopt(self) -> None:
         """Runs the previous agent process started: those it saw end are reported again as they
         ended (the report of it may not have been delivered), alive ones are ours again, and ones
-        that ended since are reported lost (their exit code went with the process that waited for
-        them)."""
+        that ended since are reported as their executors saw them end (lost where none could
+        say)."""
         alive = surviving_groups(self.sandbox_root, list(self.runs))
         for task_id in list(self.runs):
             ending = self.endings.get(task_id)
@@ -331,8 +332,22 @@ class HostAgent:
                 self.adopted[task_id] = pgid
                 log.info("adopted run %s (process group %d)", task_id, pgid)
             else:
-                self._lost(task_id, "it ended while its agent was away; its exit code is unknown")
+                self._orphan_ended(task_id, "while its agent was away")
         self._clear_leftovers()
+
+    def _orphan_ended(self, task_id: str, when: str) -> None:
+        """A run no agent of this process waited for has ended: reported as its executor saw it end
+        (kept in the journal like any ending, until acknowledged), else lost."""
+        ending = self.driver.orphan_ending(task_id, self._host_of(task_id))
+        if ending is None:
+            self._lost(task_id, f"it ended {when}, and left no word of how (its executor killed too)")
+            return
+        if self.runs.get(task_id, {}).get("kill_sent"):  # as the driver maps an end after its own kill
+            ending = replace(ending, state="TASK_KILLED", reason="",
+                             message=f"killed by its agent before the agent restarted ({ending.message or 'exit 0'})")
+        log.info("run %s ended %s: %s%s", task_id, when, ending.state,
+                 f" ({ending.message})" if ending.message else "")
+        self.pending.append(ending)
 
     def _clear_leftovers(self) -> None:
         """What runs that ended under no agent left here (cgroups, containers) goes, the runs
@@ -525,6 +540,12 @@ class HostAgent:
         if kills:
             self.driver.kill(kills)
             metrics.AGENT_COMMANDS.labels("kill").inc(len(kills))
+            # Kept, so that a next agent reports a run ending after this kill as killed.
+            marked = [t for t in kills if t in self.runs and not self.runs[t].get("kill_sent")]
+            for task_id in marked:
+                self.runs[task_id]["kill_sent"] = True
+            if marked:
+                self._save("runs.json", self.runs)
             for task_id in kills:
                 pgid = self.adopted.pop(task_id, None)
                 if pgid is not None:
@@ -630,7 +651,7 @@ class HostAgent:
         ended = [t for t in self.adopted if t not in alive]
         for task_id in ended:
             del self.adopted[task_id]
-            self._lost(task_id, "it ended after its agent restarted; its exit code is unknown")
+            self._orphan_ended(task_id, "after its agent restarted")
         if ended:
             self._clear_leftovers()
 

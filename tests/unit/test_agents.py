@@ -457,8 +457,8 @@ def test_a_process_that_left_its_tasks_session_ends_with_the_task(tmp_path: Path
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 def test_local_close_leaves_no_running_children(tmp_path: Path) -> None:
     driver = LocalDriver(tmp_path)
-    # Each task records its process group id and forks a background child.
-    command = "echo $$ > pgid; sleep 30 & sleep 30 & wait"
+    # Each task records its process group id (its executor's pid) and forks a background child.
+    command = "cut -d' ' -f5 /proc/$$/stat > pgid; sleep 30 & sleep 30 & wait"
     driver.launch([request(f"task-{i}", command, kill_grace_seconds=0.2) for i in range(3)])
     pgids = []
     for i in range(3):

@@ -4,6 +4,8 @@ reports in, reconciliation and lost hosts."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 
 import pytest
@@ -223,6 +225,81 @@ def test_a_run_that_ended_before_its_agent_restarted_is_reported_as_it_ended_not
         assert second.endings == {} and second.journal.path.read_text() == ""
         assert json.loads((second.state_dir / "runs.json").read_text()) == {}
     finally:
+        second.driver.close()
+        second.consumer.close()
+
+
+def _agent_that_dies(settings, runs: dict[str, str], kills: tuple[str, ...] = ()):
+    """An agent that starts these runs (task id -> shell command), is told to kill `kills`, and is
+    gone without a close(): its runs go on, as after a SIGKILL, and none of their endings is seen
+    by it."""
+    from peloton.serde import registry
+    from stages.agent.agent import AgentSpec, HostAgent
+
+    first = HostAgent(settings, [AgentSpec("h1", Resources(cpu=4), {})])
+    for task_id, command in runs.items():
+        first._commands([Msg(registry().encode("peloton.AgentCommand", {
+            "command_id": task_id, "host_id": "h1", "kills": [], "sent_ms": 1, "launches": [{
+                "task_id": task_id, "job_id": "j", "instance": int(task_id.split("-")[1]), "run_id": 1,
+                "command": command, "resources": Resources(cpu=1).to_record()}]}))])
+    assert set(first.runs) == set(runs)
+    deadline = time.monotonic() + 10
+    while kills and not all((first.driver.sandbox(t) / "up").exists() for t in kills) and time.monotonic() < deadline:
+        time.sleep(0.02)  # each run to be killed has started (not only its executor)
+    if kills:
+        first._commands([Msg(registry().encode("peloton.AgentCommand", {
+            "command_id": "kills", "host_id": "h1", "kills": list(kills), "sent_ms": 1, "launches": []}))])
+    first.consumer.close()
+    return first
+
+
+def test_runs_that_ended_while_no_agent_watched_are_reported_as_their_executors_saw_them_end(tmp_path) -> None:
+    """The agent gone, its runs end; the next agent reads each ending from the run's executor
+    (stages/launch/agents/executor.py). Before, each was reported lost: the exit code had gone
+    with the agent that was the run's parent, and a task that had succeeded ran again."""
+    from peloton.config import Settings
+    from stages.agent.agent import AgentSpec, HostAgent
+
+    settings = Settings(bootstrap="127.0.0.1:1", home=tmp_path)
+    first = _agent_that_dies(settings, {"j-0-1": "true", "j-1-1": "exit 3", "j-2-1": "kill -TERM $$",
+                                        "j-3-1": "sleep 30", "j-4-1": "touch up; sleep 30"}, kills=("j-4-1",))
+    groups = {t: first.driver._tasks[t].pid for t in first.runs}
+    os.killpg(groups["j-3-1"], signal.SIGKILL)  # its executor too: nothing could say how it ended
+    for task_id in groups:
+        first.driver._tasks[task_id].proc.wait(10)
+    second = HostAgent(settings, [AgentSpec("h1", Resources(cpu=4), {})])
+    try:
+        second._adopt()
+        endings = {u.task_id: (u.state, u.exit_code, u.signal) for u in second.pending}
+        assert endings == {"j-0-1": ("TASK_FINISHED", 0, None), "j-1-1": ("TASK_FAILED", 3, None),
+                           "j-2-1": ("TASK_FAILED", None, signal.SIGTERM), "j-3-1": ("TASK_LOST", None, None),
+                           "j-4-1": ("TASK_KILLED", None, signal.SIGTERM)}  # the kill its first agent sent
+        second._keep_endings()  # kept until a report of them is acknowledged, as any ending
+        assert set(second.endings) == {"j-0-1", "j-1-1", "j-2-1", "j-4-1"}
+    finally:
+        second.driver.close()
+        second.consumer.close()
+
+
+def test_an_adopted_run_that_ends_is_reported_as_it_ended(tmp_path) -> None:
+    from peloton.config import Settings
+    from stages.agent.agent import AgentSpec, HostAgent
+
+    settings = Settings(bootstrap="127.0.0.1:1", home=tmp_path)
+    first = _agent_that_dies(settings, {"j-0-1": "sleep 1; exit 4", "j-1-1": "sleep 1"})
+    second = HostAgent(settings, [AgentSpec("h1", Resources(cpu=4), {})])
+    try:
+        second._adopt()
+        assert set(second.adopted) == {"j-0-1", "j-1-1"} and second.pending == []
+        deadline = time.monotonic() + 10
+        while second.adopted and time.monotonic() < deadline:
+            second._watch_adopted()
+            time.sleep(0.05)
+        endings = {u.task_id: (u.state, u.exit_code) for u in second.pending}
+        assert endings == {"j-0-1": ("TASK_FAILED", 4), "j-1-1": ("TASK_FINISHED", 0)}
+    finally:
+        for task in first.driver._tasks.values():
+            task.proc.wait(10)
         second.driver.close()
         second.consumer.close()
 

@@ -144,6 +144,11 @@ class AgentDriver(ABC):
         """reap_orphans() for one task: what was done, or None when nothing of it was running."""
         return self.reap_orphans([task_id]).get(task_id)
 
+    def orphan_ending(self, task_id: str, host_id: str) -> TaskUpdate | None:
+        """How a run an earlier driver started ended, where that outlives the driver; None when it
+        cannot be known (then the run is reported lost). The default never knows."""
+        return None
+
     def clear_leftovers(self, keep: set[str]) -> list[str]:
         """Remove what earlier drivers left of runs that neither this driver nor `keep` (runs
         adopted from them) holds: their cgroups and containers. Returns the task ids cleared. The

@@ -22,6 +22,10 @@ field 22) and the boot id. kill_orphan() / LocalDriver.reap_orphans() use it to 
 the group, never touching a process that merely reuses the pid. Linux /proc is needed to verify
 a process; without it nothing is ever killed as an orphan.
 
+Executor: the process this driver starts for a task is its executor (executor.py), the group's
+leader, which starts the command, waits for it, writes how it ended to <sandbox>/.peloton-exit and
+ends the same way; so the next agent of a host still learns how a run it adopted ended.
+
 Isolation (host agents as root): a task runs in a cgroup of its own (cgroups.py), entered before
 it runs anything (the gate); a task that names an image runs in it through an OCI runtime
 (containers.py); GPUs are handed out per device; a sandbox past its disk limit is killed.
@@ -38,10 +42,12 @@ import pwd
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from stat import S_ISREG
 
 from peloton.model.health import HEALTH_UNKNOWN, HealthCheck
 from peloton.model.states import (REASON_CONTAINER_LAUNCH_FAILED, REASON_CONTAINER_LIMITATION_DISK,
@@ -53,6 +59,7 @@ from .driver import (
     REASON_HEALTH_CHECK_STATUS_UPDATED,
     REASON_TASK_UNHEALTHY,
     TASK_FAILED,
+    TASK_FINISHED,
     TASK_KILLED,
     TASK_RUNNING,
     TASK_STARTING,
@@ -60,10 +67,12 @@ from .driver import (
     LaunchRequest,
     TaskUpdate,
     exit_update,
+    now_ms,
     update_for,
 )
 from .cgroups import Hierarchy, Limits, TaskCgroup, Usage
 from .containers import ContainerRuntime, ImageError
+from .executor import NOT_STARTED
 from .health import HealthChecks
 
 _CLOSE_POLL_SECONDS = 0.01
@@ -72,6 +81,7 @@ _CLOSE_POLL_SECONDS = 0.01
 DISK_CHECK_SECONDS = 2.0
 
 PID_FILE = ".peloton-pid"  # in the task's sandbox; tasks must leave it alone
+STATUS_FILE = ".peloton-exit"  # in the task's sandbox: how its command ended (executor.py)
 SANDBOX_GC_SECONDS = 60.0  # how often sandboxes past their keep are looked for
 SANDBOX_GC_BATCH = 1_000  # and how many one look removes at most (a whole batch: the next poll looks again)
 DEFAULT_ORPHAN_GRACE_SECONDS = 2.0  # SIGTERM -> SIGKILL for orphans (the task spec is not at hand)
@@ -174,6 +184,26 @@ class LocalDriver(AgentDriver):
         """
         theirs = [t for t in task_ids if t not in self._tasks]
         return kill_orphans(self._root, theirs, self._orphan_grace)
+
+    def orphan_ending(self, task_id: str, host_id: str) -> TaskUpdate | None:
+        """How a run an earlier driver started ended (one adopted, or one that ended while no agent
+        watched), from its executor's status file and what its cgroup counted, if still there (read
+        before clear_leftovers). None when its executor wrote nothing: it was SIGKILLed (by a
+        fence, or by hand), or the run started before executors."""
+        try:
+            status = read_status(self.sandbox(task_id))
+        except ValueError:  # not a name a sandbox can have
+            return None
+        if status is None:
+            return None
+        usage = None
+        if self._isolation is not None:
+            cgroup = self._isolation.task(task_id)
+            if not cgroup.directories()[0].is_dir() and self._runtime is not None:
+                cgroup = self._isolation.at(self._runtime.cgroups_path(task_id))
+            if cgroup.directories()[0].is_dir():
+                usage = cgroup.usage()
+        return orphan_update(task_id, host_id, status, usage)
 
     def clear_leftovers(self, keep: set[str]) -> list[str]:
         """The cgroups (and containers) of runs no driver holds any more: one that ended while its
@@ -281,24 +311,30 @@ class LocalDriver(AgentDriver):
         """The task's process, the environment and account (Popen's user options) it runs with, and
         its cgroup."""
         devices = {"CUDA_VISIBLE_DEVICES": ",".join(gpus), "NVIDIA_VISIBLE_DEVICES": ",".join(gpus)} if gpus else {}
+        (self.sandbox(request.task_id) / STATUS_FILE).unlink(missing_ok=True)  # an earlier attempt's
         if request.image:
             return self._spawn_container(request, devices)
+        if not request.shell and _missing(request.command, task_environment(request).get("PATH")):
+            # Checked here, as the executor would only exit 127: not found is a launch failure.
+            raise FileNotFoundError(f"[Errno 2] No such file or directory: {request.command!r}")
         if self._isolation is not None:
             return self._spawn_isolated(request, devices)
-        return (*self._spawn_in(request, subprocess.DEVNULL, command_line(request), devices), None)
+        run = [*executor_argv(), *command_line(request)]
+        return (*self._spawn_in(request, subprocess.DEVNULL, run, devices), None)
 
     def _spawn_isolated(self, request: LaunchRequest, devices: dict[str, str]
                         ) -> tuple[subprocess.Popen[bytes], dict, dict, TaskCgroup]:
         """The task starts held at a gate (a shell reading its stdin) until its first process is in
-        its cgroup, so nothing it forks can start outside; then the shell execs the command."""
-        if not request.shell and _missing(request.command, task_environment(request).get("PATH")):
-            # Checked here, as the gate's shell would only exit 127: not found is a launch failure.
-            raise FileNotFoundError(f"[Errno 2] No such file or directory: {request.command!r}")
+        its cgroup, so nothing it forks can start outside; then the shell execs the executor."""
         res = request.resources
-        cgroup = self._isolation.make(request.task_id, Limits(res.cpu, res.mem_mb, self._pids_max))
+        # The executor shares the task's cgroup (it must be in before the command starts): its
+        # memory and its process come on top of what the task asked for, as Mesos' do.
+        cgroup = self._isolation.make(request.task_id, Limits(res.cpu, res.mem_mb and res.mem_mb + EXECUTOR_MEM_MB,
+                                                              self._pids_max and self._pids_max + 1))
         gate_out, gate_in = os.pipe()
         try:
-            proc, env, as_user = self._spawn_in(request, gate_out, [*_GATE, *command_line(request)], devices)
+            run = [*_GATE, *executor_argv(), *command_line(request)]
+            proc, env, as_user = self._spawn_in(request, gate_out, run, devices)
         except BaseException:
             os.close(gate_in)
             cgroup.destroy()
@@ -335,8 +371,9 @@ class LocalDriver(AgentDriver):
                                 sandbox, uid, gid, res.cpu, res.mem_mb, self._pids_max, request.task_id)
         runtime.delete(request.task_id)  # a container of an earlier attempt under the same id
         with open(sandbox / "stdout", "ab") as out, open(sandbox / "stderr", "ab") as err:
-            proc = subprocess.Popen(runtime.run_argv(request.task_id, bundle), cwd=sandbox, stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=err, start_new_session=True)
+            proc = subprocess.Popen([*executor_argv(), *runtime.run_argv(request.task_id, bundle)], cwd=sandbox,
+                                    env={**os.environ, **EXECUTOR_ENVIRONMENT}, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=err, start_new_session=True)
         cgroup = self._isolation.at(runtime.cgroups_path(request.task_id)) if self._isolation is not None else None
         return proc, env, {}, cgroup
 
@@ -360,7 +397,7 @@ class LocalDriver(AgentDriver):
             proc = subprocess.Popen(
                 argv,
                 cwd=sandbox,
-                env=env,
+                env={**env, **EXECUTOR_ENVIRONMENT},
                 stdin=stdin,
                 stdout=out,
                 stderr=err,
@@ -423,6 +460,11 @@ class LocalDriver(AgentDriver):
         self._give_back_gpus(task.request.host_id, task.gpus)
         self._health.forget(task.request.task_id)
         _remove_pid_file(self.sandbox(task.request.task_id))
+        if returncode == NOT_STARTED:
+            status = read_status(self.sandbox(task.request.task_id))
+            if status is not None and status[0] == "error":
+                return update_for(task.request, TASK_FAILED, reason=REASON_CONTAINER_LAUNCH_FAILED,
+                                  message=f"failed to start command: {status[1]}")
         return _outcome(task, returncode, usage)
 
 
@@ -492,6 +534,81 @@ def task_environment(request: LaunchRequest) -> dict[str, str]:
     env["PELOTON_INSTANCE_ID"] = str(request.instance)
     env["PELOTON_TASK_ID"] = request.task_id
     return env
+
+
+def _executor_interpreter() -> str:
+    """A Python every task account can run: the system's (this process's own may live under a
+    home only root can enter), else this one's."""
+    return shutil.which("python3", path="/usr/bin:/bin:/usr/local/bin") or os.path.realpath(sys.executable)
+
+
+# What the executor itself holds of its run's cgroup: its private memory is under 3 MB (the
+# interpreter's code is shared, page cache), and it is one process.
+EXECUTOR_MEM_MB = 4
+# The executor's program travels in its environment (which it takes out before starting the
+# command), so that `ps` shows a line, not the program.
+EXECUTOR_ENVIRONMENT = {"PELOTON_EXECUTOR": (Path(__file__).parent / "executor.py").read_text()}
+_EXECUTOR = [_executor_interpreter(), "-I", "-S", "-c", 'import os; exec(os.environ.pop("PELOTON_EXECUTOR"))']
+
+
+def executor_argv() -> list[str]:
+    """What starts a command under its executor (executor.py), given EXECUTOR_ENVIRONMENT too. It
+    writes the ending in its working directory, the sandbox (named relative: the directories above
+    may be closed to the task's user, who enters the sandbox as root before dropping to it)."""
+    return [*_EXECUTOR, STATUS_FILE]
+
+
+def read_status(sandbox: Path) -> tuple[str, str] | None:
+    """How the executor in `sandbox` saw its command end: ("exit", code), ("signal", number) or
+    ("error", why it did not start); None when it wrote nothing readable. The sandbox is the
+    task's: a task can only garble its own ending there, and what it leaves under the name (a
+    link to a file of root's, a pipe that would hold the agent) is not read."""
+    try:
+        fd = os.open(sandbox / STATUS_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not S_ISREG(os.fstat(fd).st_mode):
+            return None
+        text = os.read(fd, 4096).decode(errors="replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    kind, _, value = text.strip().partition(" ")
+    if kind == "error" and value:
+        return kind, value
+    if kind in ("exit", "signal") and value.isdigit() and len(value) <= 3:
+        return kind, value
+    return None
+
+
+def orphan_update(task_id: str, host_id: str, status: tuple[str, str], usage: Usage | None) -> TaskUpdate:
+    """The terminal update of a run whose executor wrote `status` while no driver of ours waited
+    for it: as _ending() maps a run's end, less what only its driver knew (a kill it sent)."""
+    kind, value = status
+    at = now_ms()
+    if kind == "error":
+        return TaskUpdate(task_id, host_id, TASK_FAILED, at, REASON_CONTAINER_LAUNCH_FAILED,
+                          f"failed to start command: {value}")
+    signum = int(value) if kind == "signal" else None
+    code = int(value) if kind == "exit" else None
+    if usage is not None and usage.oom_killed:
+        update = TaskUpdate(task_id, host_id, TASK_FAILED, at, REASON_CONTAINER_LIMITATION_MEMORY,
+                            "memory limit exceeded: killed by the kernel", exit_code=code, signal=signum)
+    elif signum is not None:
+        update = TaskUpdate(task_id, host_id, TASK_FAILED, at, REASON_COMMAND_EXECUTOR_FAILED,
+                            f"command terminated by signal {_signal_name(signum)}", signal=signum)
+    elif code == 0:
+        update = TaskUpdate(task_id, host_id, TASK_FINISHED, at, exit_code=0)
+    else:
+        update = TaskUpdate(task_id, host_id, TASK_FAILED, at, REASON_COMMAND_EXECUTOR_FAILED,
+                            f"command exited with code {code}", exit_code=code)
+    if usage is None:
+        return update
+    said = usage.describe()
+    return replace(update, message=f"{update.message}; {said}" if update.message else said,
+                   cpu_seconds=usage.cpu_seconds, peak_mem_mb=usage.peak_mem_mb)
 
 
 def _disk_mb(directory: Path) -> float:

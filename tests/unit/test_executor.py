@@ -1,0 +1,88 @@
+"""The run's executor (stages/launch/agents/executor.py), run as the local driver runs it: it
+ends as its command ended, and writes that down where the next agent finds it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from stages.launch.agents.local import EXECUTOR_ENVIRONMENT, STATUS_FILE, executor_argv, read_status
+
+
+def run(tmp_path: Path, script: str, **popen) -> subprocess.Popen:
+    return subprocess.Popen([*executor_argv(), "/bin/sh", "-c", script], cwd=tmp_path,
+                            env={**os.environ, **EXECUTOR_ENVIRONMENT}, start_new_session=True, **popen)
+
+
+@pytest.mark.parametrize(("script", "returncode", "status"), [
+    ("exit 0", 0, ("exit", "0")),
+    ("exit 3", 3, ("exit", "3")),
+    ("kill -TERM $$", -signal.SIGTERM, ("signal", "15")),
+    ("kill -KILL $$", -signal.SIGKILL, ("signal", "9")),
+    ("kill -SEGV $$", -signal.SIGSEGV, ("signal", "11")),
+])
+def test_it_ends_as_its_command_did_and_writes_that_down(tmp_path, script, returncode, status) -> None:
+    assert run(tmp_path, script).wait(10) == returncode
+    assert read_status(tmp_path) == status
+    assert sorted(p.name for p in tmp_path.iterdir()) == [STATUS_FILE]  # no core, no temporary file
+
+
+def test_a_kill_sent_to_the_group_ends_the_command_not_the_executor_first(tmp_path) -> None:
+    """The command gets the SIGTERM (and may exit as it likes); the executor outlives it to say so."""
+    proc = run(tmp_path, "trap 'exit 7' TERM; echo up > up; while :; do sleep 0.05; done")
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "up").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(10) == 7
+    assert read_status(tmp_path) == ("exit", "7")
+
+
+def test_the_command_starts_with_the_signals_a_shell_would_give_it(tmp_path) -> None:
+    """Not the executor's ignored SIGTERM and the rest, nor Python's ignored SIGPIPE (a pipe's
+    reader gone must end its writer, as under a shell)."""
+    proc = run(tmp_path, "grep -E '^SigIgn' /proc/self/status > ignored; echo \"${PELOTON_EXECUTOR:-}\" > left")
+    assert proc.wait(10) == 0
+    assert (tmp_path / "left").read_text() == "\n"  # the executor's program is not the command's
+    ignored = int((tmp_path / "ignored").read_text().split()[1], 16)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGPIPE, signal.SIGXFSZ):
+        assert not ignored & (1 << (signum - 1)), signum
+
+
+def test_a_command_that_cannot_start_says_why(tmp_path) -> None:
+    (tmp_path / "not-a-program").write_text("nothing\n")
+    proc = subprocess.Popen([*executor_argv(), str(tmp_path / "not-a-program")], cwd=tmp_path,
+                            env={**os.environ, **EXECUTOR_ENVIRONMENT})
+    assert proc.wait(10) == 127
+    kind, why = read_status(tmp_path)
+    assert kind == "error" and "Permission denied" in why
+
+
+@pytest.mark.parametrize("text", ["", "exit", "exit -1", "exit 1e9", "signal x", "garbage 1", "exit 12345"])
+def test_a_status_file_the_task_garbled_says_nothing(tmp_path, text) -> None:
+    (tmp_path / STATUS_FILE).write_text(text)
+    assert read_status(tmp_path) is None
+
+
+def test_what_the_task_left_under_the_status_files_names_is_never_followed(tmp_path) -> None:
+    """A container's executor runs as root in a sandbox its task writes to: a link left there is
+    replaced, not written through; and the agent reads no link, nor a pipe that would hold it."""
+    outside = tmp_path / "outside"
+    outside.write_text("root's\n")
+    sandbox = tmp_path / "sandbox"
+    sandbox.mkdir()
+    (sandbox / (STATUS_FILE + ".tmp")).symlink_to(outside)
+    assert run(sandbox, "exit 5").wait(10) == 5
+    assert outside.read_text() == "root's\n" and read_status(sandbox) == ("exit", "5")
+    (sandbox / STATUS_FILE).unlink()
+    outside.write_text("error what root keeps\n")
+    (sandbox / STATUS_FILE).symlink_to(outside)
+    assert read_status(sandbox) is None
+    (sandbox / STATUS_FILE).unlink()
+    os.mkfifo(sandbox / STATUS_FILE)
+    assert read_status(sandbox) is None
