@@ -25,8 +25,10 @@ def agent_run(
     max_seconds: Optional[float] = typer.Option(None, help="Stop after this long (for tests)."),
 ) -> None:
     """Run this host's agent: it registers with the host manager and runs the tasks placed here.
-    SIGTERM stops it and its tasks (reported lost, so they run elsewhere); after a SIGKILL, a new
-    agent of the same name adopts the tasks still running."""
+    SIGTERM stops it and its tasks (reported lost, so they run elsewhere). SIGHUP stops it for a
+    restart: its tasks go on, and the next agent of the same name adopts them if it starts within
+    the lease (else they are killed, and run elsewhere); after a SIGKILL, a new agent of the same
+    name adopts the tasks still running."""
     from stages.agent.agent import HOST_ID, AgentSpec, gpu_devices, parse_port_ranges, parse_resources, run_agent
 
     if not HOST_ID.fullmatch(name):

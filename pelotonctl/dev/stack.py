@@ -342,11 +342,11 @@ class DevStack:
         self._stop(state["components"], progress, timeout)
         self.state_file.unlink(missing_ok=True)
 
-    def _stop(self, components: list[dict], progress, timeout: float = 15.0) -> None:
+    def _stop(self, components: list[dict], progress, timeout: float = 15.0, restarting: bool = False) -> None:
         # The stages, the API and the agents first and together (each finishes its batch and
         # leaves its group), then the servers one by one: the brokers of a cluster stopped at once
         # would wait on each other's controlled shutdown.
-        _stop_together([c for c in components if c["component"] not in SERVERS], progress, timeout)
+        _stop_together([c for c in components if c["component"] not in SERVERS], progress, timeout, restarting)
         for c in components:
             if c["component"] in SERVERS:
                 _stop_together([c], progress, timeout)
@@ -377,7 +377,7 @@ class DevStack:
         instance (broker-1, admit-0, agent-0) or a component (broker: every broker, admit: every
         admit instance). Each starts on its existing data: a broker on its log, the Cassandra node
         on its data folder, a stage on its group's committed offsets and the store, an agent on
-        its state directory."""
+        its state directory (its runs go on meanwhile: handed over with SIGHUP, and adopted)."""
         state = self.read()
         if not state:
             raise StackError("no dev stack is recorded here; `pelotonctl dev up` starts one")
@@ -397,7 +397,7 @@ class DevStack:
 
         passwords = state.get("kafka_users")
         brokers = [c for c in chosen if c["component"] == "broker"]
-        self._stop(chosen, progress, timeout)
+        self._stop(chosen, progress, timeout, restarting=True)
         if brokers:
             from pelotonctl.dev.kafka import KafkaCluster, KafkaError
 
@@ -511,15 +511,17 @@ class DevStack:
         tmp.replace(self.state_file)
 
 
-def _stop_together(components: list[dict], progress, timeout: float) -> None:
-    """SIGTERM to each running component at once, then a wait of `timeout` for them all; those
-    still running are killed. Says each one's end as it comes."""
+def _stop_together(components: list[dict], progress, timeout: float, restarting: bool = False) -> None:
+    """SIGTERM to each running component at once (SIGHUP to an agent `restarting`: it hands its
+    runs over to the next agent instead of ending them), then a wait of `timeout` for them all;
+    those still running are killed. Says each one's end as it comes."""
     left = [c for c in components if c["pid"] and alive(c["pid"])]
     for c in left:
+        sig = signal.SIGHUP if restarting and c["component"] == "agent" else signal.SIGTERM
         if _is_group_leader(c["pid"]):  # started by us in its own session: reach its children too
-            os.killpg(c["pid"], signal.SIGTERM)
+            os.killpg(c["pid"], sig)
         else:
-            os.kill(c["pid"], signal.SIGTERM)
+            os.kill(c["pid"], sig)
     deadline = time.monotonic() + timeout
     while left:
         for c in [c for c in left if not alive(c["pid"])]:

@@ -18,7 +18,9 @@ they outlive this process too: its state directory keeps the offset of the last 
 and the runs it started, with the ending of each it saw end until a report of that is delivered,
 so that after a restart it reports those endings again, adopts the runs still alive (their
 process groups, verified by pid file), and reports the others, and the adopted ones as they end,
-as their executors saw them end (stages/launch/agents/executor.py).
+as their executors saw them end (stages/launch/agents/executor.py). SIGTERM ends the runs with
+the agent; SIGHUP (a restart) leaves them to the next agent, each executor told to end its run
+when the lease runs out unless an agent has taken it over by then.
 """
 
 from __future__ import annotations
@@ -210,6 +212,8 @@ class HostAgent:
             self.logs = LogServer(self.sandbox_root, settings.agent_logs_secret, settings.agent_logs_host,
                                   settings.agent_logs_port, settings.sandbox_keep_s).start()
         self._running = True
+        self._handing_over = False  # stopping for a restart: the runs go on (restart())
+        self.handed: set[str] = set()  # the runs handed over to the next agent, as this one stops
         self._next_report = 0.0
         self.fresh_since_ms = 0
         # The lease: the agent's runs may go on while its reports reach the broker. Each report
@@ -333,6 +337,8 @@ class HostAgent:
                 log.info("adopted run %s (process group %d)", task_id, pgid)
             else:
                 self._orphan_ended(task_id, "while its agent was away")
+        # Runs handed over by a restart: this agent's lease fences them now, not their executors.
+        self.driver.take_over(list(self.adopted))
         self._clear_leftovers()
 
     def _orphan_ended(self, task_id: str, when: str) -> None:
@@ -664,7 +670,7 @@ class HostAgent:
                 "exit_code": u.exit_code, "signal": u.signal, "timestamp_ms": u.timestamp_ms,
                 "health": u.health})
         running: dict[str, list[str]] = {}
-        for task_id in self.driver.active() | set(self.adopted):
+        for task_id in self.driver.active() | set(self.adopted) | self.handed:
             running.setdefault(self._host_of(task_id), []).append(task_id)
         topic = self.catalogue["placements"].name
         # Where the reader stands in each commands partition (every command before it handled,
@@ -799,14 +805,38 @@ class HostAgent:
     def stop(self, *_args) -> None:
         self._running = False
 
+    def restart(self, *_args) -> None:
+        """SIGHUP: stop, handing the runs over to the next agent started on this state directory
+        (an upgrade, `pelotonctl dev restart agent-N`), as Mesos' agent leaves its executors."""
+        self._handing_over = True
+        self._running = False
+
+    def _hand_over(self) -> set[str]:
+        """The runs left going for the next agent: each executor is told the lease's end, when it
+        kills its run unless an agent has taken it over (stages/launch/agents/executor.py). None
+        while fenced: the runs were killed, and no agent may start them again."""
+        if self.fenced_at is not None:
+            return set()
+        until = time.time() + (self.lease_until - time.monotonic())
+        handed = set(self.driver.hand_over(until, list(self.adopted)))
+        log.info("handing %d runs over to the next agent of this host: they go on until the lease runs out in "
+                 "%.0fs unless it takes them over first", len(handed), until - time.time())
+        return handed
+
     def close(self) -> None:
-        """A clean stop (SIGTERM) ends the runs here: they are reported lost, and run elsewhere.
+        """A clean stop (SIGTERM) ends the runs here: they are reported lost, and run elsewhere;
+        a restart (SIGHUP) hands them over instead (_hand_over), and ends only those it cannot.
         Adopted runs go first, with their grace: the driver's close removes every cgroup left."""
-        for task_id in list(self.adopted):
+        self.handed = self._hand_over() if self._handing_over else set()
+        handed = self.handed
+        for task_id in [t for t in self.adopted if t not in handed]:
             kill_orphan(self.sandbox_root, task_id)
             self.pending.append(TaskUpdate(task_id, self._host_of(task_id), TASK_LOST, _now_ms(), REASON_AGENT_SHUTDOWN,
                                            "its agent was stopped"))
         self.adopted = {}
+        if self.held and self._handing_over:
+            self._save_offsets()  # before the held launches: the next agent reads them again
+            self.held = {}
         for task_id, held in self.held.items():
             self._never_start(task_id, held.host_id, TASK_LOST, "not started: its agent was stopped",
                               REASON_AGENT_SHUTDOWN)
@@ -822,9 +852,10 @@ class HostAgent:
             self._report()
             self.producer.flush(5.0)
         finally:
-            # Endings not acknowledged by now are kept for the next agent to report; every other
-            # run was reported lost above.
-            self.runs = {task_id: run for task_id, run in self.runs.items() if task_id in self.endings}
+            # Endings not acknowledged by now are kept for the next agent to report, and the runs
+            # handed over for it to adopt; every other run was reported lost above.
+            self.runs = {task_id: run for task_id, run in self.runs.items()
+                         if task_id in self.endings or task_id in handed}
             self._save("runs.json", self.runs)
             self.journal.rewrite(list(self.endings.values()))
             self.journal.close()
@@ -893,6 +924,7 @@ def run_agent(settings: Settings, specs: list[AgentSpec], simulate: bool = False
     agent = HostAgent(settings, specs, simulate, name, gpus)
     signal.signal(signal.SIGTERM, agent.stop)
     signal.signal(signal.SIGINT, agent.stop)
+    signal.signal(signal.SIGHUP, agent.restart)
     from peloton.registry import join  # kazoo is loaded only where a registry is used
 
     address = metrics.serve(settings)

@@ -77,6 +77,10 @@ def test_dev_up_status_and_down(tmp_path) -> None:
         assert restarted.returncode == 0, restarted.stderr
         assert "running again on its log" in restarted.stdout
         assert ctl("dev", "restart", "admit").returncode == 0
+        # An agent is restarted with SIGHUP: it hands its runs (none here) over to the next.
+        assert ctl("dev", "restart", "agent-0").returncode == 0
+        agent_log = Path(next(r["log"] for r in rows if r["component"] == "agent")).read_text()
+        assert "handing 0 runs over to the next agent" in agent_log and agent_log.count(" up: ") == 2
         after = {r.get("instance") or r["component"]: r for r in json.loads(ctl("dev", "status", "--json").stdout)}
         assert all(r["running"] for r in after.values())
         assert after["broker-1"]["pid"] != rows[0]["pid"] and after["admit-0"]["pid"] != rows[1]["pid"]

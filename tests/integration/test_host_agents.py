@@ -5,6 +5,7 @@ SIGKILL adopts what it left running, and kills it if its lease ran out while it 
 from __future__ import annotations
 
 import ast
+import os
 import re
 import signal
 import time
@@ -154,6 +155,75 @@ def test_an_agent_restarted_with_sigkill_adopts_its_running_tasks_and_the_job_su
     hierarchy, _ = agent_hierarchy(p, "agent-0")
     if hierarchy is not None:
         assert [n for n in hierarchy.leftovers(set()) if n.startswith(job)] == []
+
+
+def test_an_agent_restarted_with_sighup_hands_its_runs_over_and_each_task_runs_once(pipeline_factory) -> None:
+    """A restart (SIGHUP, as `dev restart agent-0` sends): the runs go on under their executors,
+    the next agent adopts them and reports them as they end. Before, the agent's stop ended them
+    (reported lost), and each ran again."""
+    p = pipeline_factory(hosts="agent:1:cpu=4,mem_mb=1024,disk_mb=1000", agent_timeout_s=20.0)
+    p.start_all()
+    job = p.submit(sleepers(3, 12))
+    wait_running(p, job, 3)
+    p.procs["agent-0"].send_signal(signal.SIGHUP)
+    assert p.procs["agent-0"].wait(30) == 0
+    assert "handing 3 runs over to the next agent" in p.log("agent-0").read_text()
+    assert len(processes_of(job)) >= 3  # the runs go on with no agent
+    p.start_agent("agent-0")
+    assert p.wait_job(job, timeout=60) == "SUCCEEDED"
+    log = p.log("agent-0").read_text()
+    assert log.count("adopted run") == 3 and log.count("ended after its agent restarted: TASK_FINISHED") == 3
+    assert [e for e in p.store.task_events(job) if e["state"] == "LOST"] == []
+    assert p.store.launch_counts(job) == {0: 1, 1: 1, 2: 1}
+    assert processes_of(job) == []
+
+
+def test_runs_handed_over_to_an_agent_that_never_returns_are_killed_by_their_lease_and_run_elsewhere(
+        pipeline_factory) -> None:
+    """The restart does not come: each executor kills its run when the lease runs out, before the
+    host manager calls the host down and runs the task elsewhere: never two live copies."""
+    p = pipeline_factory(hosts="agent:2:cpu=2,mem_mb=1024,disk_mb=1000", agent_timeout_s=8.0,
+                         agent_heartbeat_s=0.5)
+    p.start_all()
+    job = p.submit(sleepers(4, 40))
+    wait_running(p, job, 4)
+    tasks = p.store.tasks_of_job(job)
+    victim = tasks[0].host_id
+    on_victim = {t.instance for t in tasks if t.host_id == victim}
+    first_runs = {f"{job}-{i}-1" for i in on_victim}
+    p.procs[victim].send_signal(signal.SIGHUP)
+    assert p.procs[victim].wait(30) == 0
+    handed_at = time.monotonic()
+    assert f"handing {len(on_victim)} runs over" in p.log(victim).read_text()
+    deadline = handed_at + 60
+    gone_at = None
+    while time.monotonic() < deadline:
+        alive = _task_ids_running() & first_runs
+        if not alive and gone_at is None:
+            gone_at = time.monotonic()
+        again = {t.instance for t in p.store.tasks_of_job(job) if t.instance in on_victim and t.run_id == 2
+                 and t.state in ("RUNNING", "SUCCEEDED")}
+        assert not (again and alive), f"runs {sorted(again)} run again while {sorted(alive)} still live"
+        if len(again) == len(on_victim):
+            break
+        time.sleep(0.1)
+    assert gone_at is not None and gone_at - handed_at < p.settings.agent_lease() + 3, "not killed at the lease"
+    assert p.wait_job(job, timeout=90) == "SUCCEEDED"
+    lost = {(e["instance"], e["reason"]) for e in p.store.task_events(job) if e["state"] == "LOST"}
+    assert lost == {(i, "REASON_AGENT_DISCONNECTED") for i in on_victim}, lost
+
+
+def _task_ids_running() -> set[str]:
+    """PELOTON_TASK_ID of every live process that has one."""
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            for entry in open(f"/proc/{pid}/environ", "rb").read().split(b"\0"):
+                if entry.startswith(b"PELOTON_TASK_ID="):
+                    found.add(entry.split(b"=", 1)[1].decode())
+        except OSError:
+            continue
+    return found
 
 
 def test_runs_that_ended_while_their_agent_could_not_report_run_once_after_it_is_killed_and_started_again(

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from stages.launch.agents.local import EXECUTOR_ENVIRONMENT, STATUS_FILE, executor_argv, read_status
+from stages.launch.agents.executor import LEASE_FILE
+from stages.launch.agents.local import (EXECUTOR_ENVIRONMENT, STATUS_FILE, executor_argv, read_status,
+                                     tell_executor, write_pid_file)
 
 
 def run(tmp_path: Path, script: str, **popen) -> subprocess.Popen:
@@ -86,3 +88,48 @@ def test_what_the_task_left_under_the_status_files_names_is_never_followed(tmp_p
     (sandbox / STATUS_FILE).unlink()
     os.mkfifo(sandbox / STATUS_FILE)
     assert read_status(sandbox) is None
+
+
+def _started(tmp_path: Path, script: str) -> subprocess.Popen:
+    """An executor whose command has started (so its own handlers are in place), with its pid file
+    as the local driver writes it."""
+    proc = run(tmp_path, f"touch up; {script}")
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "up").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    write_pid_file(tmp_path, proc.pid)
+    return proc
+
+
+def test_a_run_handed_over_is_killed_when_the_lease_runs_out_with_no_agent_holding_it(tmp_path) -> None:
+    proc = _started(tmp_path, "sleep 30")
+    handed_at = time.monotonic()
+    assert tell_executor(tmp_path, time.time() + 0.5)
+    assert proc.wait(10) == -signal.SIGKILL  # its whole group, the executor with it
+    assert 0.4 < time.monotonic() - handed_at < 5
+    assert read_status(tmp_path) == ("fenced", "")
+    assert not tell_executor(tmp_path, time.time() + 0.5)  # nothing left to tell
+
+
+def test_a_run_taken_over_by_the_next_agent_is_not_fenced_by_its_executor(tmp_path) -> None:
+    proc = _started(tmp_path, "sleep 1.5; exit 4")
+    assert tell_executor(tmp_path, time.time() + 0.5)
+    assert (tmp_path / LEASE_FILE).exists()
+    assert tell_executor(tmp_path, None)  # taken over: the lease file goes, and its timer with it
+    assert not (tmp_path / LEASE_FILE).exists()
+    assert proc.wait(10) == 4
+    assert read_status(tmp_path) == ("exit", "4")
+
+
+def test_a_run_started_before_executors_is_never_sent_an_executors_signal(tmp_path) -> None:
+    """Its pid file names the command itself, to which SIGUSR1 would be an end, or news of its own."""
+    proc = subprocess.Popen(["sleep", "30"], cwd=tmp_path, start_new_session=True)
+    try:
+        write_pid_file(tmp_path, proc.pid)
+        record = (tmp_path / ".peloton-pid").read_text().replace(', "executor": true', "")
+        (tmp_path / ".peloton-pid").write_text(record)
+        assert not tell_executor(tmp_path, time.time() + 0.5)
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()

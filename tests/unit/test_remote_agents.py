@@ -229,7 +229,7 @@ def test_a_run_that_ended_before_its_agent_restarted_is_reported_as_it_ended_not
         second.consumer.close()
 
 
-def _agent_that_dies(settings, runs: dict[str, str], kills: tuple[str, ...] = ()):
+def _agent_that_dies(settings, runs: dict[str, str], kills: tuple[str, ...] = (), dies: bool = True):
     """An agent that starts these runs (task id -> shell command), is told to kill `kills`, and is
     gone without a close(): its runs go on, as after a SIGKILL, and none of their endings is seen
     by it."""
@@ -249,7 +249,8 @@ def _agent_that_dies(settings, runs: dict[str, str], kills: tuple[str, ...] = ()
     if kills:
         first._commands([Msg(registry().encode("peloton.AgentCommand", {
             "command_id": "kills", "host_id": "h1", "kills": list(kills), "sent_ms": 1, "launches": []}))])
-    first.consumer.close()
+    if dies:
+        first.consumer.close()
     return first
 
 
@@ -302,6 +303,86 @@ def test_an_adopted_run_that_ends_is_reported_as_it_ended(tmp_path) -> None:
             task.proc.wait(10)
         second.driver.close()
         second.consumer.close()
+
+
+def test_an_agent_restarted_with_sighup_hands_its_runs_over_and_the_next_adopts_them(tmp_path) -> None:
+    """SIGHUP: the runs go on under their executors, told the lease's end, and the next agent
+    adopts them (they are not fenced after it took them over) and reports them as they end."""
+    from peloton.config import Settings
+    from stages.agent.agent import AgentSpec, HostAgent
+
+    settings = Settings(bootstrap="127.0.0.1:1", home=tmp_path)
+    first = _agent_that_dies(settings, {"j-0-1": "touch up; sleep 3; exit 4", "j-1-1": "touch up; sleep 3"}, dies=False)
+    deadline = time.monotonic() + 10
+    while not all((first.driver.sandbox(t) / "up").exists() for t in first.runs) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    # Made now, as making one takes a while: the second adopts the runs and is restarted in turn,
+    # handing them over again, to the third.
+    second, third = (HostAgent(settings, [AgentSpec("h1", Resources(cpu=4), {})]) for _ in range(2))
+    first.producer = SilentProducer()
+    first.lease_until = time.monotonic() + 1.5  # their executors would fence them 1.5 s from now
+    first.restart()
+    first.close()
+    try:
+        assert first.handed == {"j-0-1", "j-1-1"} and set(first.runs) == {"j-0-1", "j-1-1"}
+        assert json.loads((first.state_dir / "runs.json").read_text()).keys() == {"j-0-1", "j-1-1"}
+        assert first.pending == [] and first.producer.held  # its last report went, and lost nothing
+        second.lease_until = time.monotonic() + 60  # as a report of its own would have renewed it
+        second._adopt()
+        assert set(second.adopted) == {"j-0-1", "j-1-1"} and second.pending == []
+        assert not any((second.driver.sandbox(t) / ".peloton-lease").exists() for t in second.adopted)
+        second.producer = SilentProducer()
+        second.restart()
+        second.close()  # adopted runs are handed over too (their cgroups kept)
+        assert second.handed == {"j-0-1", "j-1-1"}
+        third.lease_until = time.monotonic() + 60
+        third._adopt()
+        assert set(third.adopted) == {"j-0-1", "j-1-1"} and third.pending == []
+        deadline = time.monotonic() + 10
+        while third.adopted and time.monotonic() < deadline:
+            third._watch_adopted()
+            time.sleep(0.05)
+        endings = {u.task_id: (u.state, u.exit_code) for u in third.pending}
+        assert endings == {"j-0-1": ("TASK_FAILED", 4), "j-1-1": ("TASK_FINISHED", 0)}
+    finally:
+        third.driver.close()
+        third.consumer.close()
+
+
+def test_runs_handed_over_to_no_agent_are_killed_when_the_lease_runs_out_and_reported_lost(tmp_path) -> None:
+    from peloton.config import Settings
+    from stages.agent.agent import AgentSpec, HostAgent
+
+    settings = Settings(bootstrap="127.0.0.1:1", home=tmp_path)
+    first = _agent_that_dies(settings, {"j-0-1": "touch up; sleep 30"}, dies=False)
+    deadline = time.monotonic() + 10
+    while not (first.driver.sandbox("j-0-1") / "up").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    pgid = first.driver._tasks["j-0-1"].pid
+    first.producer = SilentProducer()
+    first.lease_until = time.monotonic() + 0.5
+    first.restart()
+    first.close()
+    deadline = time.monotonic() + 10
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _group_alive(pgid), "a run handed over outlived the lease with no agent to hold it"
+    second = HostAgent(settings, [AgentSpec("h1", Resources(cpu=4), {})])
+    try:
+        second._adopt()
+        assert [(u.task_id, u.state, u.reason) for u in second.pending] == [
+            ("j-0-1", "TASK_LOST", "REASON_AGENT_FENCED")]
+    finally:
+        second.driver.close()
+        second.consumer.close()
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of the group runs (a zombie does not: this test process, not init, is
+    the parent of an executor the test's first agent started)."""
+    from stages.launch.agents.local import _live_groups
+
+    return pgid in _live_groups()
 
 
 def test_an_agent_stopped_before_its_endings_were_acknowledged_leaves_them_to_the_next(tmp_path) -> None:

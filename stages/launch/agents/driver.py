@@ -149,6 +149,15 @@ class AgentDriver(ABC):
         cannot be known (then the run is reported lost). The default never knows."""
         return None
 
+    def hand_over(self, lease_until: float, adopted: Sequence[str] = ()) -> list[str]:
+        """Leave the runs (its own, and those `adopted` from an earlier driver) going for the next
+        agent of the host, fenced at `lease_until` (seconds since the epoch) if none takes them
+        over; the task ids left. The default leaves none: its runs end with it."""
+        return []
+
+    def take_over(self, task_ids: Sequence[str]) -> None:
+        """Runs an earlier driver handed over, now held by this one. The default has none."""
+
     def clear_leftovers(self, keep: set[str]) -> list[str]:
         """Remove what earlier drivers left of runs that neither this driver nor `keep` (runs
         adopted from them) holds: their cgroups and containers. Returns the task ids cleared. The

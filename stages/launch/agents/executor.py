@@ -16,11 +16,18 @@
 # and cheap to start with every run (no json, and _signal rather than signal, whose enums would
 # add 5 ms).
 #
-# The status file holds one line: "exit N", "signal N", or "error TEXT" when the command could
-# not be started (then the executor exits 127).
+# The status file (.peloton-exit) holds one line: "exit N", "signal N", "error TEXT" when the command could not be
+# started (then the executor exits 127), or "fenced" (below).
+#
+# The lease while no agent holds it: an agent that hands its runs over to the next (a restart,
+# SIGHUP) writes its lease's end (seconds since the epoch) to .peloton-lease in each sandbox and
+# sends the executor SIGUSR1; if no agent has taken the run over by then (the next one removes
+# the file and sends SIGUSR1 again), the executor kills the run's whole process group, itself
+# included, as the agent's own fence would have: the host manager runs it elsewhere after that.
 
 import os
 import sys
+import time
 
 import _signal
 
@@ -29,13 +36,18 @@ KILL_SIGNALS = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP, _signal.SIGQUIT
 # Python ignores these itself; a command must start with them as a shell would start it.
 PYTHON_IGNORES = (_signal.SIGPIPE, _signal.SIGXFSZ)
 NOT_STARTED = 127
+# In the sandbox, the executor's working directory (named relative: the directories above may be
+# closed to the task's user, who enters the sandbox as root before dropping to it).
+STATUS_FILE = ".peloton-exit"
+LEASE_FILE = ".peloton-lease"
+FENCED = "fenced"
 
 
-def write_status(path: str, line: str) -> None:
+def write_status(line: str) -> None:
     """The status file, whole or not at all (a reader never sees half a line). Written into the
     task's own sandbox, where the task may have left anything under the names we use (as root, for
     a container's executor): a file made afresh, never one found there, nor a link followed."""
-    tmp = f"{path}.tmp"
+    tmp = f"{STATUS_FILE}.tmp"
     try:
         try:
             os.unlink(tmp)
@@ -46,9 +58,27 @@ def write_status(path: str, line: str) -> None:
             os.write(fd, line.encode(errors="replace"))
         finally:
             os.close(fd)
-        os.replace(tmp, path)
+        os.replace(tmp, STATUS_FILE)
     except OSError:
         pass  # a sandbox gone or full: the agent that watches us still reads our own exit
+
+
+def lease_news(_signum, _frame) -> None:
+    """SIGUSR1: the lease file says until when the run may go on with no agent, or (gone) that an
+    agent holds the run again."""
+    try:
+        with open(LEASE_FILE, "rb") as f:
+            until = float(f.read(64))
+    except (OSError, ValueError):
+        _signal.setitimer(_signal.ITIMER_REAL, 0)
+        return
+    _signal.setitimer(_signal.ITIMER_REAL, max(0.001, until - time.time()))
+
+
+def lease_out(_signum, _frame) -> None:
+    """SIGALRM: the lease ran out with no agent to renew it."""
+    write_status(f"{FENCED}\n")
+    os.killpg(os.getpgrp(), _signal.SIGKILL)
 
 
 def end_like(status: int) -> None:
@@ -70,23 +100,25 @@ def end_like(status: int) -> None:
     os._exit(os.WEXITSTATUS(status))
 
 
-def main(argv: list[str]) -> None:
-    status_path, command = argv[0], argv[1:]
+def main(command: list[str]) -> None:
     for signum in KILL_SIGNALS:
         _signal.signal(signum, _signal.SIG_IGN)
+    _signal.signal(_signal.SIGUSR1, lease_news)
+    _signal.signal(_signal.SIGALRM, lease_out)
     try:
         pid = os.posix_spawnp(command[0], command, os.environ, setsigdef=KILL_SIGNALS + PYTHON_IGNORES)
     except (OSError, IndexError) as exc:
-        write_status(status_path, f"error {exc}\n")
+        write_status(f"error {exc}\n")
         os._exit(NOT_STARTED)
     while True:
         _, status = os.waitpid(pid, 0)
         if os.WIFEXITED(status) or os.WIFSIGNALED(status):
             break
+    _signal.setitimer(_signal.ITIMER_REAL, 0)  # the run ended: nothing left to fence
     if os.WIFSIGNALED(status):
-        write_status(status_path, f"signal {os.WTERMSIG(status)}\n")
+        write_status(f"signal {os.WTERMSIG(status)}\n")
     else:
-        write_status(status_path, f"exit {os.WEXITSTATUS(status)}\n")
+        write_status(f"exit {os.WEXITSTATUS(status)}\n")
     end_like(status)
 
 

@@ -50,8 +50,8 @@ from pathlib import Path
 from stat import S_ISREG
 
 from peloton.model.health import HEALTH_UNKNOWN, HealthCheck
-from peloton.model.states import (REASON_CONTAINER_LAUNCH_FAILED, REASON_CONTAINER_LIMITATION_DISK,
-                                   REASON_CONTAINER_LIMITATION_MEMORY)
+from peloton.model.states import (REASON_AGENT_FENCED, REASON_CONTAINER_LAUNCH_FAILED,
+                                   REASON_CONTAINER_LIMITATION_DISK, REASON_CONTAINER_LIMITATION_MEMORY)
 from peloton.runtime.sweep import Sweep
 
 from .driver import (
@@ -61,6 +61,7 @@ from .driver import (
     TASK_FAILED,
     TASK_FINISHED,
     TASK_KILLED,
+    TASK_LOST,
     TASK_RUNNING,
     TASK_STARTING,
     AgentDriver,
@@ -72,7 +73,7 @@ from .driver import (
 )
 from .cgroups import Hierarchy, Limits, TaskCgroup, Usage
 from .containers import ContainerRuntime, ImageError
-from .executor import NOT_STARTED
+from .executor import FENCED, LEASE_FILE, NOT_STARTED, STATUS_FILE
 from .health import HealthChecks
 
 _CLOSE_POLL_SECONDS = 0.01
@@ -81,7 +82,6 @@ _CLOSE_POLL_SECONDS = 0.01
 DISK_CHECK_SECONDS = 2.0
 
 PID_FILE = ".peloton-pid"  # in the task's sandbox; tasks must leave it alone
-STATUS_FILE = ".peloton-exit"  # in the task's sandbox: how its command ended (executor.py)
 SANDBOX_GC_SECONDS = 60.0  # how often sandboxes past their keep are looked for
 SANDBOX_GC_BATCH = 1_000  # and how many one look removes at most (a whole batch: the next poll looks again)
 DEFAULT_ORPHAN_GRACE_SECONDS = 2.0  # SIGTERM -> SIGKILL for orphans (the task spec is not at hand)
@@ -138,6 +138,7 @@ class LocalDriver(AgentDriver):
         self._close_timeout = close_timeout
         self._orphan_grace = orphan_grace_seconds
         self._tasks: dict[str, _LocalTask] = {}
+        self._handed: set[str] = set()  # runs left going for the next agent (hand_over)
         self._outbox: list[TaskUpdate] = []
         self._health = HealthChecks()
         self._closed = False
@@ -205,6 +206,29 @@ class LocalDriver(AgentDriver):
                 usage = cgroup.usage()
         return orphan_update(task_id, host_id, status, usage)
 
+    def hand_over(self, lease_until: float, adopted: Sequence[str] = ()) -> list[str]:
+        """Leaves the runs, its own and those `adopted` from an earlier driver, to the next agent of
+        this host (this one restarts): each goes on under its executor, told to kill it at
+        `lease_until` (seconds since the epoch) unless an agent has taken it over by then. This
+        driver forgets them (its close() ends nothing of theirs, cgroups included); a run whose
+        executor cannot be told is left to close(), and an adopted one to its caller. The task ids
+        handed over."""
+        handed = []
+        for task_id in list(self._tasks):
+            if tell_executor(self.sandbox(task_id), lease_until):
+                task = self._tasks.pop(task_id)
+                self._health.forget(task_id)
+                self._give_back_gpus(task.request.host_id, task.gpus)
+                handed.append(task_id)
+        handed += [t for t in adopted if tell_executor(self.sandbox(t), lease_until)]
+        self._handed.update(handed)
+        return handed
+
+    def take_over(self, task_ids: Sequence[str]) -> None:
+        """Runs an earlier agent handed over, adopted: their executors need not fence them any more."""
+        for task_id in task_ids:
+            tell_executor(self.sandbox(task_id), None)
+
     def clear_leftovers(self, keep: set[str]) -> list[str]:
         """The cgroups (and containers) of runs no driver holds any more: one that ended while its
         agent was away, or an orphan killed, kept its cgroup, and nothing else removes it (an
@@ -214,7 +238,7 @@ class LocalDriver(AgentDriver):
         containers at recovery alike."""
         if self._isolation is None:
             return []
-        keep = keep | set(self._tasks)
+        keep = keep | set(self._tasks) | self._handed
         cleared = self._isolation.leftovers(keep)
         for name in cleared:
             self._isolation.task(name).destroy(wait_s=0.2)
@@ -542,6 +566,8 @@ def _executor_interpreter() -> str:
     return shutil.which("python3", path="/usr/bin:/bin:/usr/local/bin") or os.path.realpath(sys.executable)
 
 
+# How long a hand-over waits for an executor that has just started to set its handlers.
+_EXECUTOR_READY_WAIT_S = 1.0
 # What the executor itself holds of its run's cgroup: its private memory is under 3 MB (the
 # interpreter's code is shared, page cache), and it is one process.
 EXECUTOR_MEM_MB = 4
@@ -552,30 +578,23 @@ _EXECUTOR = [_executor_interpreter(), "-I", "-S", "-c", 'import os; exec(os.envi
 
 
 def executor_argv() -> list[str]:
-    """What starts a command under its executor (executor.py), given EXECUTOR_ENVIRONMENT too. It
-    writes the ending in its working directory, the sandbox (named relative: the directories above
-    may be closed to the task's user, who enters the sandbox as root before dropping to it)."""
-    return [*_EXECUTOR, STATUS_FILE]
+    """What starts a command under its executor (executor.py), given EXECUTOR_ENVIRONMENT too, in
+    its sandbox."""
+    return list(_EXECUTOR)
 
 
 def read_status(sandbox: Path) -> tuple[str, str] | None:
-    """How the executor in `sandbox` saw its command end: ("exit", code), ("signal", number) or
-    ("error", why it did not start); None when it wrote nothing readable. The sandbox is the
+    """How the executor in `sandbox` saw its command end: ("exit", code), ("signal", number),
+    ("error", why it did not start) or ("fenced", "") when it killed the run itself, the lease
+    having run out with no agent holding it; None when it wrote nothing readable. The sandbox is the
     task's: a task can only garble its own ending there, and what it leaves under the name (a
     link to a file of root's, a pipe that would hold the agent) is not read."""
-    try:
-        fd = os.open(sandbox / STATUS_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+    text = read_plain(sandbox / STATUS_FILE)
+    if text is None:
         return None
-    try:
-        if not S_ISREG(os.fstat(fd).st_mode):
-            return None
-        text = os.read(fd, 4096).decode(errors="replace")
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
     kind, _, value = text.strip().partition(" ")
+    if kind == FENCED and not value:
+        return kind, value
     if kind == "error" and value:
         return kind, value
     if kind in ("exit", "signal") and value.isdigit() and len(value) <= 3:
@@ -588,6 +607,9 @@ def orphan_update(task_id: str, host_id: str, status: tuple[str, str], usage: Us
     for it: as _ending() maps a run's end, less what only its driver knew (a kill it sent)."""
     kind, value = status
     at = now_ms()
+    if kind == FENCED:
+        return TaskUpdate(task_id, host_id, TASK_LOST, at, REASON_AGENT_FENCED,
+                          "killed by its executor: its agent's lease ran out while no agent held the run")
     if kind == "error":
         return TaskUpdate(task_id, host_id, TASK_FAILED, at, REASON_CONTAINER_LAUNCH_FAILED,
                           f"failed to start command: {value}")
@@ -781,27 +803,112 @@ def _boot_id() -> str | None:
         return None
 
 
-def write_pid_file(sandbox: Path, pid: int) -> None:
-    """Record the task's process group (= its leader's pid) and who that leader is, atomically."""
-    stat = _proc_stat(pid)
-    record = {"pgid": pid, "start_time": stat.start_time if stat else None, "boot_id": _boot_id()}
-    tmp = sandbox / (PID_FILE + ".tmp")
-    tmp.write_text(json.dumps(record) + "\n")
-    os.replace(tmp, sandbox / PID_FILE)
-
-
-def _read_pid_file(sandbox: Path) -> tuple[int, int, str | None] | None:
-    """(pgid, start time, boot id) from a task's pid file, or None if missing or garbled."""
+def write_fresh(path: Path, text: str) -> None:
+    """Writes `text` to `path` in a sandbox, whole (renamed into place), as a file made afresh:
+    the task owns its sandbox and may have left anything under our names, and the agent is root
+    (a link there is replaced, never written through). OSError when it cannot."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     try:
-        record = json.loads((sandbox / PID_FILE).read_text())
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def read_plain(path: Path, limit: int = 4096) -> str | None:
+    """The start of a file the agent wrote (or its executor did) in a sandbox, or None: what a
+    task left under its name instead (a link to a file of root's, a pipe that would hold the
+    agent) is not read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, limit).decode(errors="replace") if S_ISREG(os.fstat(fd).st_mode) else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def write_pid_file(sandbox: Path, pid: int) -> None:
+    """Record the task's process group (= its executor's pid) and who that leader is, atomically."""
+    stat = _proc_stat(pid)
+    record = {"pgid": pid, "start_time": stat.start_time if stat else None, "boot_id": _boot_id(), "executor": True}
+    write_fresh(sandbox / PID_FILE, json.dumps(record) + "\n")
+
+
+def tell_executor(sandbox: Path, lease_until: float | None) -> bool:
+    """Tells a run's executor until when (seconds since the epoch) the run may go on with no agent,
+    or (None) that an agent holds it again. False when it has no executor alive to tell."""
+    pid = executor_of(sandbox)
+    if pid is None:
+        return False
+    if lease_until is None and not (sandbox / LEASE_FILE).exists():
+        return True  # never told to fence: nothing to call off
+    # SIGUSR1 ends an executor that has not yet set its handler (it is one that just started).
+    deadline = time.monotonic() + _EXECUTOR_READY_WAIT_S
+    while not _catches(pid, signal.SIGUSR1):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    try:
+        if lease_until is None:
+            (sandbox / LEASE_FILE).unlink(missing_ok=True)
+        else:
+            write_fresh(sandbox / LEASE_FILE, f"{lease_until:.3f}\n")
+        os.kill(pid, signal.SIGUSR1)
+    except OSError:
+        return False
+    return True
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether the process has a handler set for the signal (SigCgt in /proc/<pid>/status)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) & (1 << (signum - 1)))
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def _read_pid_record(sandbox: Path) -> dict | None:
+    try:
+        record = json.loads(read_plain(sandbox / PID_FILE) or "")
         pgid, start_time, boot_id = record["pgid"], record["start_time"], record.get("boot_id")
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+    except (ValueError, TypeError, KeyError, AttributeError):
         return None
     valid = (
         type(pgid) is int and pgid > 1 and type(start_time) is int and start_time >= 0
         and (boot_id is None or isinstance(boot_id, str))
     )
-    return (pgid, start_time, boot_id) if valid else None
+    return record if valid else None
+
+
+def _read_pid_file(sandbox: Path) -> tuple[int, int, str | None] | None:
+    """(pgid, start time, boot id) from a task's pid file, or None if missing or garbled."""
+    record = _read_pid_record(sandbox)
+    return None if record is None else (record["pgid"], record["start_time"], record.get("boot_id"))
+
+
+def executor_of(sandbox: Path) -> int | None:
+    """The pid of the run's executor, alive, as its pid file names it (pid, start time and boot),
+    or None: the run ended, or started before executors (its leader is the command itself, which
+    must not be sent an executor's signals)."""
+    record = _read_pid_record(sandbox)
+    if record is None or record.get("executor") is not True:
+        return None
+    if record.get("boot_id") is not None and record["boot_id"] != _boot_id():
+        return None
+    leader = _proc_stat(record["pgid"])
+    if leader is None or leader.state == "Z" or leader.start_time != record["start_time"]:
+        return None
+    return record["pgid"]
 
 
 def collect_sandboxes(sandbox_root: Path, keep_seconds: float, held: set[str],
