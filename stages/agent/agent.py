@@ -814,7 +814,7 @@ class HostAgent:
     def _hand_over(self) -> set[str]:
         """The runs left going for the next agent: each executor is told the lease's end, when it
         kills its run unless an agent has taken it over (stages/launch/agents/executor.py). None
-        while fenced: the runs were killed, and no agent may start them again."""
+        while fenced: its runs were killed already."""
         if self.fenced_at is not None:
             return set()
         until = time.time() + (self.lease_until - time.monotonic())

@@ -243,15 +243,29 @@ def _agent_that_dies(settings, runs: dict[str, str], kills: tuple[str, ...] = ()
                 "task_id": task_id, "job_id": "j", "instance": int(task_id.split("-")[1]), "run_id": 1,
                 "command": command, "resources": Resources(cpu=1).to_record()}]}))])
     assert set(first.runs) == set(runs)
-    deadline = time.monotonic() + 10
-    while kills and not all((first.driver.sandbox(t) / "up").exists() for t in kills) and time.monotonic() < deadline:
-        time.sleep(0.02)  # each run to be killed has started (not only its executor)
+    _until_started(first, kills)  # each run to be killed has started (not only its executor)
     if kills:
         first._commands([Msg(registry().encode("peloton.AgentCommand", {
             "command_id": "kills", "host_id": "h1", "kills": list(kills), "sent_ms": 1, "launches": []}))])
     if dies:
         first.consumer.close()
     return first
+
+
+def _until_started(agent, task_ids) -> None:
+    """Until the runs' commands (each starting with `touch up`) have started."""
+    deadline = time.monotonic() + 10
+    while not all((agent.driver.sandbox(t) / "up").exists() for t in task_ids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _endings_of_adopted(agent) -> dict[str, tuple[str, int | None]]:
+    """Watches the agent's adopted runs to their ends: task id -> (state, exit code) reported."""
+    deadline = time.monotonic() + 10
+    while agent.adopted and time.monotonic() < deadline:
+        agent._watch_adopted()
+        time.sleep(0.05)
+    return {u.task_id: (u.state, u.exit_code) for u in agent.pending}
 
 
 def test_runs_that_ended_while_no_agent_watched_are_reported_as_their_executors_saw_them_end(tmp_path) -> None:
@@ -292,12 +306,7 @@ def test_an_adopted_run_that_ends_is_reported_as_it_ended(tmp_path) -> None:
     try:
         second._adopt()
         assert set(second.adopted) == {"j-0-1", "j-1-1"} and second.pending == []
-        deadline = time.monotonic() + 10
-        while second.adopted and time.monotonic() < deadline:
-            second._watch_adopted()
-            time.sleep(0.05)
-        endings = {u.task_id: (u.state, u.exit_code) for u in second.pending}
-        assert endings == {"j-0-1": ("TASK_FAILED", 4), "j-1-1": ("TASK_FINISHED", 0)}
+        assert _endings_of_adopted(second) == {"j-0-1": ("TASK_FAILED", 4), "j-1-1": ("TASK_FINISHED", 0)}
     finally:
         for task in first.driver._tasks.values():
             task.proc.wait(10)
@@ -313,9 +322,7 @@ def test_an_agent_restarted_with_sighup_hands_its_runs_over_and_the_next_adopts_
 
     settings = Settings(bootstrap="127.0.0.1:1", home=tmp_path)
     first = _agent_that_dies(settings, {"j-0-1": "touch up; sleep 3; exit 4", "j-1-1": "touch up; sleep 3"}, dies=False)
-    deadline = time.monotonic() + 10
-    while not all((first.driver.sandbox(t) / "up").exists() for t in first.runs) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    _until_started(first, first.runs)
     # Made now, as making one takes a while: the second adopts the runs and is restarted in turn,
     # handing them over again, to the third.
     second, third = (HostAgent(settings, [AgentSpec("h1", Resources(cpu=4), {})]) for _ in range(2))
@@ -338,12 +345,7 @@ def test_an_agent_restarted_with_sighup_hands_its_runs_over_and_the_next_adopts_
         third.lease_until = time.monotonic() + 60
         third._adopt()
         assert set(third.adopted) == {"j-0-1", "j-1-1"} and third.pending == []
-        deadline = time.monotonic() + 10
-        while third.adopted and time.monotonic() < deadline:
-            third._watch_adopted()
-            time.sleep(0.05)
-        endings = {u.task_id: (u.state, u.exit_code) for u in third.pending}
-        assert endings == {"j-0-1": ("TASK_FAILED", 4), "j-1-1": ("TASK_FINISHED", 0)}
+        assert _endings_of_adopted(third) == {"j-0-1": ("TASK_FAILED", 4), "j-1-1": ("TASK_FINISHED", 0)}
     finally:
         third.driver.close()
         third.consumer.close()
@@ -355,9 +357,7 @@ def test_runs_handed_over_to_no_agent_are_killed_when_the_lease_runs_out_and_rep
 
     settings = Settings(bootstrap="127.0.0.1:1", home=tmp_path)
     first = _agent_that_dies(settings, {"j-0-1": "touch up; sleep 30"}, dies=False)
-    deadline = time.monotonic() + 10
-    while not (first.driver.sandbox("j-0-1") / "up").exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
+    _until_started(first, ["j-0-1"])
     pgid = first.driver._tasks["j-0-1"].pid
     first.producer = SilentProducer()
     first.lease_until = time.monotonic() + 0.5

@@ -16,8 +16,8 @@
 # and cheap to start with every run (no json, and _signal rather than signal, whose enums would
 # add 5 ms).
 #
-# The status file (.peloton-exit) holds one line: "exit N", "signal N", "error TEXT" when the command could not be
-# started (then the executor exits 127), or "fenced" (below).
+# The status file (.peloton-exit) holds one line: "exit N", "signal N", "error TEXT" when the
+# command could not be started (then the executor exits 127), or "fenced" (below).
 #
 # The lease while no agent holds it: an agent that hands its runs over to the next (a restart,
 # SIGHUP) writes its lease's end (seconds since the epoch) to .peloton-lease in each sandbox and
@@ -66,9 +66,12 @@ def write_status(line: str) -> None:
 def lease_news(_signum, _frame) -> None:
     """SIGUSR1: the lease file says until when the run may go on with no agent, or (gone) that an
     agent holds the run again."""
-    try:
-        with open(LEASE_FILE, "rb") as f:
-            until = float(f.read(64))
+    try:  # a container's executor is root: no link followed, no pipe left there waited on
+        fd = os.open(LEASE_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:
+            until = float(os.read(fd, 64))
+        finally:
+            os.close(fd)
     except (OSError, ValueError):
         _signal.setitimer(_signal.ITIMER_REAL, 0)
         return
