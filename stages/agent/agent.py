@@ -339,7 +339,24 @@ class HostAgent:
                 self._orphan_ended(task_id, "while its agent was away")
         # Runs handed over by a restart: this agent's lease fences them now, not their executors.
         self.driver.take_over(list(self.adopted))
+        self.driver.watch_adopted([r for r in map(self._checked_run, self.adopted) if r is not None])
         self._clear_leftovers()
+
+    def _checked_run(self, task_id: str) -> tuple[LaunchRequest, float] | None:
+        """An adopted run with a health check, as the driver needs it to go on checking it, and
+        when it started (seconds since the epoch: its first check waits for it as before)."""
+        run = self.runs.get(task_id, {})
+        health = run.get("health")
+        if not isinstance(health, dict):
+            return None
+        try:
+            return LaunchRequest(
+                task_id=task_id, job_id=run["job_id"], instance=run["instance"], run_id=run["run_id"],
+                host_id=self._host_of(task_id), command="", shell=True,
+                environment=tuple(health["environment"].items()), user=health["user"], image=health["image"],
+                kill_grace_seconds=health["kill_grace_seconds"], health_check=health["check"]), float(health["started"])
+        except (KeyError, TypeError, ValueError, AttributeError):  # a runs.json of another release, or garbled
+            return None
 
     def _orphan_ended(self, task_id: str, when: str) -> None:
         """A run no agent of this process waited for has ended: reported as its executor saw it end
@@ -431,6 +448,8 @@ class HostAgent:
         for u in self.driver.poll():
             if u.cpu_seconds is not None:
                 self._count_usage(u)
+            if u.terminal and self.adopted.pop(u.task_id, None) is not None:
+                self._clear_leftovers()  # an adopted run its health check gave up on, killed
             if u.terminal and u.task_id in self.fencing:
                 self.fencing.discard(u.task_id)
                 u = TaskUpdate(u.task_id, u.host_id, TASK_LOST, u.timestamp_ms, REASON_AGENT_FENCED,
@@ -555,6 +574,7 @@ class HostAgent:
             for task_id in kills:
                 pgid = self.adopted.pop(task_id, None)
                 if pgid is not None:
+                    self.driver.let_go([task_id])
                     kill_orphan(self.sandbox_root, task_id)
                     self.pending.append(TaskUpdate(task_id, host_id, "TASK_KILLED", _now_ms(),
                                                    message="killed (a run adopted after the agent restarted)"))
@@ -567,6 +587,11 @@ class HostAgent:
             task_id = launch["task_id"]
             self.runs[task_id] = {"job_id": launch["job_id"], "instance": launch["instance"],
                                   "run_id": launch["run_id"], "host": host_id}
+            if launch.get("health_check_json"):  # what a next agent needs to go on checking it
+                self.runs[task_id]["health"] = {
+                    "check": launch["health_check_json"], "environment": launch["environment"],
+                    "user": launch["user"], "image": launch.get("image", ""),
+                    "kill_grace_seconds": launch["kill_grace_seconds"], "started": time.time()}
             fresh.append(LaunchRequest(
                 task_id=task_id, job_id=launch["job_id"], instance=launch["instance"], run_id=launch["run_id"],
                 host_id=host_id, command=launch["command"], shell=launch["shell"],
@@ -643,6 +668,7 @@ class HostAgent:
                     "gets through (those read in the next %.1fs wait for it)", self.lease_s, since, what, self.hold_s)
         self.fencing.update(active)
         self.driver.kill_now(active)
+        self.driver.let_go(list(self.adopted))
         for task_id, _pgid in list(self.adopted.items()):
             kill_orphan(self.sandbox_root, task_id, grace_seconds=0)
             del self.adopted[task_id]
@@ -655,6 +681,7 @@ class HostAgent:
             return
         alive = surviving_groups(self.sandbox_root, list(self.adopted))
         ended = [t for t in self.adopted if t not in alive]
+        self.driver.let_go(ended)
         for task_id in ended:
             del self.adopted[task_id]
             self._orphan_ended(task_id, "after its agent restarted")

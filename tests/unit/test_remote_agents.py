@@ -229,10 +229,11 @@ def test_a_run_that_ended_before_its_agent_restarted_is_reported_as_it_ended_not
         second.consumer.close()
 
 
-def _agent_that_dies(settings, runs: dict[str, str], kills: tuple[str, ...] = (), dies: bool = True):
+def _agent_that_dies(settings, runs: dict[str, str], kills: tuple[str, ...] = (), dies: bool = True,
+                     checks: dict[str, str] | None = None):
     """An agent that starts these runs (task id -> shell command), is told to kill `kills`, and is
     gone without a close(): its runs go on, as after a SIGKILL, and none of their endings is seen
-    by it."""
+    by it. `checks`: task id -> its health check (JSON)."""
     from peloton.serde import registry
     from stages.agent.agent import AgentSpec, HostAgent
 
@@ -241,7 +242,8 @@ def _agent_that_dies(settings, runs: dict[str, str], kills: tuple[str, ...] = ()
         first._commands([Msg(registry().encode("peloton.AgentCommand", {
             "command_id": task_id, "host_id": "h1", "kills": [], "sent_ms": 1, "launches": [{
                 "task_id": task_id, "job_id": "j", "instance": int(task_id.split("-")[1]), "run_id": 1,
-                "command": command, "resources": Resources(cpu=1).to_record()}]}))])
+                "command": command, "resources": Resources(cpu=1).to_record(),
+                "health_check_json": (checks or {}).get(task_id)}]}))])
     assert set(first.runs) == set(runs)
     _until_started(first, kills)  # each run to be killed has started (not only its executor)
     if kills:
@@ -312,6 +314,38 @@ def test_an_adopted_run_that_ends_is_reported_as_it_ended(tmp_path) -> None:
             task.proc.wait(10)
         second.driver.close()
         second.consumer.close()
+
+
+def test_an_adopted_runs_health_is_checked_by_the_agent_that_adopted_it(tmp_path) -> None:
+    """Its check goes on after the restart: news of a healthy run, and a run whose check gives up
+    killed and reported failed as unhealthy (before, an adopted run went unchecked)."""
+    from peloton.config import Settings
+    from peloton.model.health import COMMAND, HealthCheck
+    from stages.agent.agent import AgentSpec, HostAgent
+    from stages.launch.agents.local import surviving_groups
+
+    def check(command: str) -> str:
+        return HealthCheck(COMMAND, command=command, initial_interval_s=0.5, interval_s=0.1,
+                           max_consecutive_failures=2, timeout_s=2).to_json()
+
+    settings = Settings(bootstrap="127.0.0.1:1", home=tmp_path)
+    _agent_that_dies(settings, {"j-0-1": "touch ok; sleep 30", "j-1-1": "sleep 30"},
+                     checks={"j-0-1": check("test -f ok"), "j-1-1": check("test -f ok")})
+    second = HostAgent(settings, [AgentSpec("h1", Resources(cpu=4), {})])
+    second.producer = SilentProducer()  # takes the reports: their updates are read from it below
+    try:
+        second.lease_until = time.monotonic() + 60
+        second._adopt()
+        assert set(second.adopted) == {"j-0-1", "j-1-1"}
+        deadline = time.monotonic() + 10
+        while "j-1-1" in second.adopted and time.monotonic() < deadline:
+            second.step()
+        said = [(u.task_id, u.state, u.health, u.reason) for r in second._rounds.values() for u in r.updates]
+        assert ("j-0-1", "TASK_RUNNING", "HEALTHY", "REASON_TASK_HEALTH_CHECK_STATUS_UPDATED") in said
+        assert ("j-1-1", "TASK_FAILED", "", "REASON_TASK_UNHEALTHY") in said
+        assert surviving_groups(second.sandbox_root, ["j-1-1"]) == {}  # killed, its group gone
+    finally:
+        second.close()
 
 
 def test_an_agent_restarted_with_sighup_hands_its_runs_over_and_the_next_adopts_them(tmp_path) -> None:

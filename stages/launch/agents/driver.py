@@ -158,6 +158,13 @@ class AgentDriver(ABC):
     def take_over(self, task_ids: Sequence[str]) -> None:
         """Runs an earlier driver handed over, now held by this one. The default has none."""
 
+    def watch_adopted(self, runs: Sequence[tuple[LaunchRequest, float]]) -> None:
+        """Go on checking the health of runs adopted from an earlier driver (each with when it
+        started, seconds since the epoch; news from poll()). The default checks none."""
+
+    def let_go(self, task_ids: Sequence[str]) -> None:
+        """Adopted runs that ended or were killed elsewhere: no more news of them."""
+
     def clear_leftovers(self, keep: set[str]) -> list[str]:
         """Remove what earlier drivers left of runs that neither this driver nor `keep` (runs
         adopted from them) holds: their cgroups and containers. Returns the task ids cleared. The

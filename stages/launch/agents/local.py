@@ -139,6 +139,7 @@ class LocalDriver(AgentDriver):
         self._orphan_grace = orphan_grace_seconds
         self._tasks: dict[str, _LocalTask] = {}
         self._handed: set[str] = set()  # runs left going for the next agent (hand_over)
+        self._adopted: dict[str, LaunchRequest] = {}  # runs of an earlier driver whose health is checked here
         self._outbox: list[TaskUpdate] = []
         self._health = HealthChecks()
         self._closed = False
@@ -223,6 +224,25 @@ class LocalDriver(AgentDriver):
         handed += [t for t in adopted if tell_executor(self.sandbox(t), lease_until)]
         self._handed.update(handed)
         return handed
+
+    def watch_adopted(self, runs: Sequence[tuple[LaunchRequest, float]]) -> None:
+        """Health checks for runs adopted from an earlier driver (which this one does not wait
+        for), each with when it started (seconds since the epoch): their news comes from poll(),
+        and a run whose check gives up is killed and reported failed there, as one of its own."""
+        for request, started in runs:
+            check = HealthCheck.from_json(request.health_check)
+            if check is None:
+                continue
+            env, as_user = self._check_context(request)
+            self._adopted[request.task_id] = request
+            since = time.monotonic() - max(0.0, time.time() - started)  # its start, on this clock
+            self._health.watch(request.task_id, check, self.sandbox(request.task_id), env, since, as_user)
+
+    def let_go(self, task_ids: Sequence[str]) -> None:
+        """Adopted runs that ended or were killed: their checks stop."""
+        for task_id in task_ids:
+            if self._adopted.pop(task_id, None) is not None:
+                self._health.forget(task_id)
 
     def take_over(self, task_ids: Sequence[str]) -> None:
         """Runs an earlier agent handed over, adopted: their executors need not fence them any more."""
@@ -387,9 +407,7 @@ class LocalDriver(AgentDriver):
         account = self._allowed.account(request.user) if request.user else self._user
         uid, gid = (account.pw_uid, account.pw_gid) if account is not None else (os.getuid(), os.getgid())
         os.chown(sandbox, uid, gid)
-        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/sandbox",
-               **dict(request.environment), **devices, "PELOTON_JOB_ID": request.job_id,
-               "PELOTON_INSTANCE_ID": str(request.instance), "PELOTON_TASK_ID": request.task_id}
+        env = _container_environment(request, devices)
         res = request.resources
         bundle = runtime.bundle(self._root / ".bundles" / request.task_id, request.image, command_line(request), env,
                                 sandbox, uid, gid, res.cpu, res.mem_mb, self._pids_max, request.task_id)
@@ -406,15 +424,11 @@ class LocalDriver(AgentDriver):
         sandbox = self.sandbox(request.task_id)
         sandbox.mkdir(parents=True, exist_ok=True)
         account = self._allowed.account(request.user) if request.user else self._user
-        env = {**task_environment(request), **devices}
-        as_user = {}
+        env, as_user = _account_environment(request, account, sandbox, devices)
         if account is not None:
             # The sandbox is the task's own; the child enters it (chdir) before it drops to the
             # user, so directories above it need not be open to that user.
             os.chown(sandbox, account.pw_uid, account.pw_gid)
-            groups = os.getgrouplist(account.pw_name, account.pw_gid) if request.user else []
-            as_user = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": groups}
-            env.update(USER=account.pw_name, LOGNAME=account.pw_name, HOME=str(sandbox))
         # Append so a relaunch under the same id keeps the earlier attempt's logs. The child
         # gets its own copies of the descriptors, so ours can be closed right away.
         with open(sandbox / "stdout", "ab") as out, open(sandbox / "stderr", "ab") as err:
@@ -448,6 +462,9 @@ class LocalDriver(AgentDriver):
             kill_escapees({u.task_id for u in updates})
         for news in self._health.step(now):
             task = self._tasks.get(news.task_id)
+            if task is None and news.task_id in self._adopted:
+                updates.extend(self._adopted_health(self._adopted[news.task_id], news))
+                continue
             if task is None or task.kill_signal is not None:
                 continue  # ended or being stopped already: its health says nothing any more
             updates.append(update_for(task.request, TASK_RUNNING, reason=REASON_HEALTH_CHECK_STATUS_UPDATED,
@@ -456,6 +473,24 @@ class LocalDriver(AgentDriver):
                 task.unhealthy = news.message
                 self.kill([news.task_id])
         return updates
+
+    def _adopted_health(self, request: LaunchRequest, news) -> list[TaskUpdate]:
+        """An adopted run's health news; a run its check gave up on is killed, as _step kills its own."""
+        said = update_for(request, TASK_RUNNING, reason=REASON_HEALTH_CHECK_STATUS_UPDATED, message=news.message,
+                          health=news.health)
+        if not news.kill:
+            return [said]
+        self.let_go([request.task_id])
+        kill_orphan(self._root, request.task_id, request.kill_grace_seconds)
+        return [said, update_for(request, TASK_FAILED, reason=REASON_TASK_UNHEALTHY, message=f"killed: {news.message}")]
+
+    def _check_context(self, request: LaunchRequest) -> tuple[dict, dict]:
+        """The environment and account (Popen's user options) a run's health check runs with: its
+        own, as _spawn_in or _spawn_container gave them (less GPU devices)."""
+        if request.image:
+            return _container_environment(request, {}), {}
+        account = self._allowed.account(request.user) if request.user else self._user
+        return _account_environment(request, account, self.sandbox(request.task_id), {})
 
     def _watch_disks(self) -> None:
         for task in self._tasks.values():
@@ -631,6 +666,23 @@ def orphan_update(task_id: str, host_id: str, status: tuple[str, str], usage: Us
     said = usage.describe()
     return replace(update, message=f"{update.message}; {said}" if update.message else said,
                    cpu_seconds=usage.cpu_seconds, peak_mem_mb=usage.peak_mem_mb)
+
+
+def _account_environment(request: LaunchRequest, account, sandbox: Path, devices: dict[str, str]) -> tuple[dict, dict]:
+    """A run's environment, and Popen's user options for `account` (a pwd entry; None: ours)."""
+    env = {**task_environment(request), **devices}
+    if account is None:
+        return env, {}
+    groups = os.getgrouplist(account.pw_name, account.pw_gid) if request.user else []
+    env.update(USER=account.pw_name, LOGNAME=account.pw_name, HOME=str(sandbox))
+    return env, {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": groups}
+
+
+def _container_environment(request: LaunchRequest, devices: dict[str, str]) -> dict[str, str]:
+    """The environment of a run inside its image."""
+    return {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/sandbox",
+            **dict(request.environment), **devices, "PELOTON_JOB_ID": request.job_id,
+            "PELOTON_INSTANCE_ID": str(request.instance), "PELOTON_TASK_ID": request.task_id}
 
 
 def _disk_mb(directory: Path) -> float:
