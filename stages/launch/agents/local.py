@@ -36,6 +36,7 @@ No threads: poll() checks the few hundred local children with a non-blocking wai
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import pwd
@@ -75,6 +76,8 @@ from .cgroups import Hierarchy, Limits, TaskCgroup, Usage
 from .containers import ContainerRuntime, ImageError
 from .executor import FENCED, LEASE_FILE, NOT_STARTED, STATUS_FILE
 from .health import HealthChecks
+
+log = logging.getLogger("peloton.agent")
 
 _CLOSE_POLL_SECONDS = 0.01
 # How often an isolated task's sandbox is measured against its diskLimitMb (a watcher, as Mesos'
@@ -230,10 +233,14 @@ class LocalDriver(AgentDriver):
         for), each with when it started (seconds since the epoch): their news comes from poll(),
         and a run whose check gives up is killed and reported failed there, as one of its own."""
         for request, started in runs:
-            check = HealthCheck.from_json(request.health_check)
+            try:  # what an earlier agent saved, under settings that may have changed since
+                check = HealthCheck.from_json(request.health_check)
+                env, as_user = self._check_context(request) if check is not None else ({}, {})
+            except (ValueError, TypeError, KeyError, OSError) as exc:
+                log.warning("the health check of adopted run %s cannot go on: %s", request.task_id, exc)
+                continue
             if check is None:
                 continue
-            env, as_user = self._check_context(request)
             self._adopted[request.task_id] = request
             since = time.monotonic() - max(0.0, time.time() - started)  # its start, on this clock
             self._health.watch(request.task_id, check, self.sandbox(request.task_id), env, since, as_user)
