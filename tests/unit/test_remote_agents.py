@@ -329,8 +329,8 @@ def test_an_adopted_runs_health_is_checked_by_the_agent_that_adopted_it(tmp_path
                            max_consecutive_failures=2, timeout_s=2).to_json()
 
     settings = Settings(bootstrap="127.0.0.1:1", home=tmp_path)
-    _agent_that_dies(settings, {"j-0-1": "touch ok; sleep 30", "j-1-1": "sleep 30"},
-                     checks={"j-0-1": check("test -f ok"), "j-1-1": check("test -f ok")})
+    _agent_that_dies(settings, {"j-0-1": "sleep 30", "j-1-1": "sleep 30"},
+                     checks={"j-0-1": check("true"), "j-1-1": check("false")})
     second = HostAgent(settings, [AgentSpec("h1", Resources(cpu=4), {})])
     second.producer = SilentProducer()  # takes the reports: their updates are read from it below
     try:
@@ -355,13 +355,13 @@ def test_an_agent_restarted_with_sighup_hands_its_runs_over_and_the_next_adopts_
     from stages.agent.agent import AgentSpec, HostAgent
 
     settings = Settings(bootstrap="127.0.0.1:1", home=tmp_path)
-    first = _agent_that_dies(settings, {"j-0-1": "touch up; sleep 3; exit 4", "j-1-1": "touch up; sleep 3"}, dies=False)
+    first = _agent_that_dies(settings, {"j-0-1": "touch up; sleep 5; exit 4", "j-1-1": "touch up; sleep 5"}, dies=False)
     _until_started(first, first.runs)
     # Made now, as making one takes a while: the second adopts the runs and is restarted in turn,
     # handing them over again, to the third.
     second, third = (HostAgent(settings, [AgentSpec("h1", Resources(cpu=4), {})]) for _ in range(2))
     first.producer = SilentProducer()
-    first.lease_until = time.monotonic() + 1.5  # their executors would fence them 1.5 s from now
+    first.lease_until = time.monotonic() + 3.0  # their executors would fence them 3 s from now (the runs last 5)
     first.restart()
     first.close()
     try:
