@@ -235,11 +235,11 @@ class LocalDriver(AgentDriver):
         for request, started in runs:
             try:  # what an earlier agent saved, under settings that may have changed since
                 check = HealthCheck.from_json(request.health_check)
-                env, as_user = self._check_context(request) if check is not None else ({}, {})
+                if check is None:
+                    continue
+                env, as_user = self._check_context(request)
             except (ValueError, TypeError, KeyError, OSError) as exc:
                 log.warning("the health check of adopted run %s cannot go on: %s", request.task_id, exc)
-                continue
-            if check is None:
                 continue
             self._adopted[request.task_id] = request
             since = time.monotonic() - max(0.0, time.time() - started)  # its start, on this clock
@@ -365,7 +365,8 @@ class LocalDriver(AgentDriver):
         (self.sandbox(request.task_id) / STATUS_FILE).unlink(missing_ok=True)  # an earlier attempt's
         if request.image:
             return self._spawn_container(request, devices)
-        if not request.shell and _missing(request.command, task_environment(request).get("PATH")):
+        path = dict(request.environment).get("PATH", os.environ.get("PATH"))  # task_environment's, not copied
+        if not request.shell and _missing(request.command, path):
             # Checked here, as the executor would only exit 127: not found is a launch failure.
             raise FileNotFoundError(f"[Errno 2] No such file or directory: {request.command!r}")
         if self._isolation is not None:
@@ -411,7 +412,7 @@ class LocalDriver(AgentDriver):
             raise ImageError(f"image {request.image!r}: this host's agent has no container runtime")
         sandbox = self.sandbox(request.task_id)
         sandbox.mkdir(parents=True, exist_ok=True)
-        account = self._allowed.account(request.user) if request.user else self._user
+        account = self._account(request)
         uid, gid = (account.pw_uid, account.pw_gid) if account is not None else (os.getuid(), os.getgid())
         os.chown(sandbox, uid, gid)
         env = _container_environment(request, devices)
@@ -430,7 +431,7 @@ class LocalDriver(AgentDriver):
                   ) -> tuple[subprocess.Popen[bytes], dict, dict]:
         sandbox = self.sandbox(request.task_id)
         sandbox.mkdir(parents=True, exist_ok=True)
-        account = self._allowed.account(request.user) if request.user else self._user
+        account = self._account(request)
         env, as_user = _account_environment(request, account, sandbox, devices)
         if account is not None:
             # The sandbox is the task's own; the child enters it (chdir) before it drops to the
@@ -491,13 +492,16 @@ class LocalDriver(AgentDriver):
         kill_orphan(self._root, request.task_id, request.kill_grace_seconds)
         return [said, update_for(request, TASK_FAILED, reason=REASON_TASK_UNHEALTHY, message=f"killed: {news.message}")]
 
+    def _account(self, request: LaunchRequest):
+        """The pwd entry the run runs as (None: as this process); ValueError where its user may not."""
+        return self._allowed.account(request.user) if request.user else self._user
+
     def _check_context(self, request: LaunchRequest) -> tuple[dict, dict]:
         """The environment and account (Popen's user options) a run's health check runs with: its
         own, as _spawn_in or _spawn_container gave them (less GPU devices)."""
         if request.image:
             return _container_environment(request, {}), {}
-        account = self._allowed.account(request.user) if request.user else self._user
-        return _account_environment(request, account, self.sandbox(request.task_id), {})
+        return _account_environment(request, self._account(request), self.sandbox(request.task_id), {})
 
     def _watch_disks(self) -> None:
         for task in self._tasks.values():
@@ -668,11 +672,7 @@ def orphan_update(task_id: str, host_id: str, status: tuple[str, str], usage: Us
     else:
         update = TaskUpdate(task_id, host_id, TASK_FAILED, at, REASON_COMMAND_EXECUTOR_FAILED,
                             f"command exited with code {code}", exit_code=code)
-    if usage is None:
-        return update
-    said = usage.describe()
-    return replace(update, message=f"{update.message}; {said}" if update.message else said,
-                   cpu_seconds=usage.cpu_seconds, peak_mem_mb=usage.peak_mem_mb)
+    return _with_usage(update, usage)
 
 
 def _account_environment(request: LaunchRequest, account, sandbox: Path, devices: dict[str, str]) -> tuple[dict, dict]:
@@ -724,10 +724,14 @@ _GATE = ["/bin/sh", "-c", 'read -r go && [ "$go" = go ] && exec "$@" </dev/null;
 
 
 def _outcome(task: _LocalTask, returncode: int, usage: Usage | None = None) -> TaskUpdate:
-    update = _ending(task, returncode, usage)
+    return _with_usage(_ending(task, returncode, usage), usage)
+
+
+def _with_usage(update: TaskUpdate, usage: Usage | None) -> TaskUpdate:
+    """A run's last update with what its cgroup counted it used, in its message too."""
     if usage is None:
         return update
-    said = usage.describe()  # what the run used, as its cgroup counted it
+    said = usage.describe()
     return replace(update, message=f"{update.message}; {said}" if update.message else said,
                    cpu_seconds=usage.cpu_seconds, peak_mem_mb=usage.peak_mem_mb)
 
