@@ -41,7 +41,10 @@ class Settings:
     store: str = field(default_factory=lambda: str(home_dir() / "peloton.db"))
     home: Path = field(default_factory=home_dir)
     # ZooKeeper connect string (host:port,...): the instance registry. Empty: no registry.
+    # zookeeper_auth ("user:password"): the digest credentials every node is made under, that user's
+    # alone (empty: nodes open to anyone who reaches ZooKeeper).
     zookeeper: str = ""
+    zookeeper_auth: str = ""
     # Host inventory, e.g. "agent:2:cpu=4,mem_mb=8192;sim:100:cpu=32": agent hosts are host agent
     # processes (dev up starts them), local and sim hosts run inside the launch stage.
     hosts: str = "agent:2:cpu=8,mem_mb=16384,disk_mb=100000"
@@ -107,8 +110,13 @@ class Settings:
     agent_heartbeat_s: float = 1.0
     agent_timeout_s: float = 20.0
     agent_lease_s: float = 0.0
-    # The user tasks run as, where agents run as root: an unprivileged account unless told
-    # `root`. Agents not running as root run tasks as themselves.
+    # Who runs run as, where agents run as root: each job under a uid and gid of its own on a host,
+    # from this range (systemd's for dynamic users; the agents of one machine share it), so no
+    # job's run can signal, trace or read another's. Empty: every run as task_user, an
+    # unprivileged account unless told `root`. Agents not running as root run tasks as themselves.
+    task_uids: str = "61184-65519"
+    # Where the machine's allotment of those uids is kept: one for every agent of the machine.
+    identities_dir: str = "/var/lib/peloton"
     task_user: str = "nobody"
     # The accounts a job's own command.user may name (comma-separated; `*`: any but root; root
     # only by name). Empty: none, and a task that names a user fails saying so.
@@ -118,6 +126,9 @@ class Settings:
     # only counted. Tasks of `local` hosts (inside launch) are never isolated.
     isolation: str = "auto"
     task_pids_max: int = 4096
+    # Where the host's GPU device nodes are (nvidia0, ...): what an agent finds and gives out, each
+    # run allowed its own alone (stages/launch/agents/devices.py).
+    gpu_dev_dir: str = "/dev"
     # The OCI runtime agents run tasks that name an image in: `auto` (runc where installed and the
     # agent is root), a binary's name or path, or `off`. Images are root file systems under
     # image_dir (empty: $PELOTON_HOME/images), one directory per image (`pelotonctl image import`).
@@ -140,10 +151,19 @@ class Settings:
     command_token: str = ""
     # How long the API waits for the job manager to act on a command when asked to (wait=true).
     command_wait_s: float = 30.0
-    # Agents serve their sandboxes' stdout and stderr to the API, which presents this secret
-    # (empty: agents serve nothing, and task logs are read on the CLI's own machine), on this
-    # address (0.0.0.0: every interface, advertised by host name) and port (0: any free one).
-    agent_logs_secret: str = ""
+    # Agents serve a run's stdout and stderr only against the API's grant for that run
+    # (peloton.auth.grants): the API signs grants with agent_logs_key (its Ed25519 private key),
+    # agents check them with agent_logs_public_key (empty: agents serve nothing, and task logs are
+    # read on the CLI's own machine); on this address (0.0.0.0: every interface, advertised by host
+    # name) and port (0: any free one).
+    agent_logs_key: str = ""
+    agent_logs_public_key: str = ""
+    # Agents sign each report with their host's key, which the host manager checks (peloton.auth.
+    # host_keys): launch holds the cluster's agents key (agent_report_key) and derives every
+    # host's; an agent holds its own host's (host_key), or, simulating many hosts, the cluster's.
+    # Empty on launch: reports are not checked.
+    agent_report_key: str = ""
+    host_key: str = ""
     agent_logs_host: str = "127.0.0.1"
     agent_logs_port: int = 0
     # Identities from an OIDC issuer besides our own tokens (peloton.auth.oidc): the issuer every
@@ -268,6 +288,10 @@ class Settings:
         if self.job_retention_s < 0:
             out.append(f"PELOTON_JOB_RETENTION_S={self.job_retention_s:g} must be 0 (keep jobs that ended until "
                        f"deleted) or above")
+        low, _, high = self.task_uids.partition("-")
+        if self.task_uids and not (low.isdigit() and high.isdigit() and 0 < int(low) <= int(high) < 2**31 - 1):
+            out.append(f"PELOTON_TASK_UIDS={self.task_uids!r}: expected a range of uids FIRST-LAST above 0, like "
+                       f"61184-65519, or empty (every run as PELOTON_TASK_USER)")
         if self.retry_min_s > self.retry_max_s:
             out.append(f"PELOTON_RETRY_MIN_S={self.retry_min_s:g} is above PELOTON_RETRY_MAX_S={self.retry_max_s:g}")
         return out
@@ -281,7 +305,7 @@ class Settings:
 
     def job_limits(self) -> JobLimits:
         return JobLimits(cpu=self.max_task_cpu, mem_mb=self.max_task_mem_mb, disk_mb=self.max_task_disk_mb,
-                         gpu=self.max_task_gpu)
+                         gpu=self.max_task_gpu, users=self.task_users, default_user=self.task_user)
 
     def yaml_limits(self) -> YamlLimits:
         return YamlLimits(max_bytes=self.max_config_bytes)
@@ -335,6 +359,6 @@ def _dev_stack(home: Path) -> dict:
         state = json.loads((home / "dev" / "stack.json").read_text())
     except (OSError, ValueError):
         return {}
-    keys = ("bootstrap", "store", "zookeeper", "api_url", "token", "kafka_user", "kafka_password", "kafka_ca",
-            "signed_commands", "command_token")
+    keys = ("bootstrap", "store", "zookeeper", "zookeeper_auth", "api_url", "token", "kafka_user", "kafka_password",
+            "kafka_ca", "signed_commands", "command_token", "task_users")
     return {k: state[k] for k in keys if state.get(k)}

@@ -9,6 +9,10 @@ ZooKeeper node saying where it runs, so any machine can list the cluster's proce
 The address is a ZooKeeper connection string, "zk1:2181,zk2:2181", optionally ending in a chroot
 path ("zk1:2181/prod") under which the root lives; PELOTON_ZOOKEEPER names it.
 
+With credentials (PELOTON_ZOOKEEPER_AUTH, "user:password") every node made gets a digest ACL of
+that user alone: a client without them (a task on the machine) can neither read, change nor
+remove the cluster's nodes. ZooKeeper keeps the credentials' hash, never the password.
+
 A stage calls `start()` once (the only call that raises when ZooKeeper is away), `register()` at
 start, `update()` as often as it likes (when its partitions change), and `close()` on the way
 out. `register`, `update` and `close` never raise because of ZooKeeper and `update` returns in
@@ -32,6 +36,7 @@ from typing import Self
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, LockTimeout, NodeExistsError, NoNodeError
+from kazoo.security import make_digest_acl
 from kazoo.handlers.threading import KazooTimeoutError
 
 log = logging.getLogger("peloton.registry")
@@ -71,8 +76,9 @@ def _check_name(what: str, value: str) -> str:
 
 
 class Registry:
-    def __init__(self, hosts: str, root: str = "/peloton", timeout: float = 10.0):
+    def __init__(self, hosts: str, root: str = "/peloton", timeout: float = 10.0, auth: str = ""):
         self.hosts = hosts
+        self._auth = auth  # "user:password": every node made is that user's alone
         servers, chroot = split_chroot(hosts)
         # A chroot in the address is handled here rather than by kazoo, so that it is created on
         # first use like every other path.
@@ -103,8 +109,15 @@ class Registry:
         if self._client is not None:
             return self
         try:
+            secured = {}
+            if self._auth:
+                user, sep, password = self._auth.partition(":")
+                if not sep or not user:
+                    raise ValueError("PELOTON_ZOOKEEPER_AUTH must be user:password")
+                secured = {"auth_data": [("digest", self._auth)],
+                           "default_acl": [make_digest_acl(user, password, all=True)]}
             client = KazooClient(
-                hosts=self._servers, timeout=self.timeout, logger=_kazoo_log,
+                hosts=self._servers, timeout=self.timeout, logger=_kazoo_log, **secured,
                 # Reconnect for ever, never waiting more than 2 s between tries (kazoo's default
                 # backoff grows to an hour).
                 connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 2.0},
@@ -411,12 +424,12 @@ class Registry:
         t.join(self.timeout)
 
 
-def join(hosts: str, kind: str, instance_id: str, info: dict) -> Registry | None:
+def join(hosts: str, kind: str, instance_id: str, info: dict, auth: str = "") -> Registry | None:
     """Register this process (a stage instance or an agent) in ZooKeeper when one is configured.
     The registry is for operators, not for the work: one that cannot be reached is logged, not fatal."""
     if not hosts:
         return None
-    registry = Registry(hosts)
+    registry = Registry(hosts, auth=auth)
     try:
         registry.start()
     except RegistryUnavailable as exc:

@@ -155,7 +155,8 @@ def pool_tree_lock(settings: Settings):
         return
     from peloton.registry import Registry
 
-    with Registry(settings.zookeeper) as registry, registry.lock("pool-tree", timeout=settings.flush_timeout_s):
+    with Registry(settings.zookeeper, auth=settings.zookeeper_auth) as registry, \
+            registry.lock("pool-tree", timeout=settings.flush_timeout_s):
         yield
 
 
@@ -290,14 +291,18 @@ def request_maintenance(settings: Settings, host_id: str, action: str, who: str 
 
 
 def check_job(settings: Settings, store: QueryStore, pool: str, text: str, job_id: str,
-              hosts: list[Resources] | None = None) -> JobSpec:
-    """Every check the job manager makes at create, so a job refused there is refused here."""
+              hosts: list[Resources] | None = None, may_read=None) -> JobSpec:
+    """Every check the job manager makes at create, so a job refused there is refused here.
+    may_read(pool) -> bool: whether the caller may read a job of that pool (an id taken by a job
+    the caller may not read is said to be taken, and no more); None: the caller may read all."""
     spec = validate_job(text, settings)
     pools = store.list_pools()
     problem = job_id_problem(job_id) or leaf_pool_error(pools, pool)
     if problem:
         raise UserError(problem)
     if (known := store.get_job(job_id)) is not None:
+        if may_read is not None and not may_read(known.pool):
+            raise UserError(f"job id {job_id} is taken: a job id names one job")
         raise UserError(f"job {job_id} exists already (in {known.pool}, {known.state}): a job id names one job")
     if deleted := store.deleted_jobs([job_id]):
         raise UserError(deleted_id_problem(job_id, deleted[job_id]))
@@ -313,13 +318,13 @@ def check_job(settings: Settings, store: QueryStore, pool: str, text: str, job_i
 
 def submit_job(settings: Settings, store: QueryStore, pool: str, text: str, job_id: str | None = None,
                out: Emitter | None = None, hosts: list[Resources] | None = None, requested_by: str = "pelotonctl",
-               command_id: str | None = None) -> str:
+               command_id: str | None = None, may_read=None) -> str:
     """Check locally (clear errors, nothing sent), then publish a CREATE command.
 
     Pass `out` (and `hosts`) to submit many jobs through one producer (creating one costs about a
     second)."""
     job_id = job_id or str(uuid.uuid4())
-    check_job(settings, store, pool, text, job_id, hosts)
+    check_job(settings, store, pool, text, job_id, hosts, may_read)
     out = out or emitter(settings)
     try:
         out.emit("job-commands", job_id, "peloton.JobCommand", {

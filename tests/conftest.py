@@ -61,7 +61,7 @@ def cassandra_keyspace(cassandra_node):
     empties its tables instead (under a second)."""
     from peloton.store import open_store
 
-    url = f"cassandra://{cassandra_node.contact}/peloton_tests"
+    url = cassandra_node.store_url("peloton_tests")
     store = open_store(url)
     keep = {"schema_version", "locks"}
     tables = [r[0] for r in store.execute(

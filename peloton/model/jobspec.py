@@ -39,6 +39,10 @@ class JobLimits:
     disk_mb: float = 104_857_600  # 100 TiB
     gpu: float = 64
     fd: float = 1_048_576  # Linux's default ceiling on open files (fs.nr_open)
+    # The accounts a command.user may name (PELOTON_TASK_USERS, and PELOTON_TASK_USER beside
+    # them: peloton/model/users.py); None: not checked here (the agents still check).
+    users: str | None = None
+    default_user: str = ""
 
 
 class JobConfigError(ValueError):

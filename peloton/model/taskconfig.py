@@ -14,6 +14,7 @@ from peloton.model.fields import join as _join
 from peloton.model.fields import mapping as _mapping
 from peloton.model.fields import text as _text
 from peloton.model.health import parse_health_check
+from peloton.model.users import user_problem
 from peloton.model.jobfields import (Problems, lower_keys_deep, read_amount, read_boolean, read_integer,
                                     read_labels, read_list, read_mapping, read_named_pairs, read_string)
 from peloton.model.jobspec import (DEFAULT_CONFIG, DEFAULT_KILL_GRACE_SECONDS, MAX_AVRO_INT, MAX_KILL_GRACE_SECONDS,
@@ -38,6 +39,11 @@ def read_task_config(raw: Any, path: str, problems: Problems, limits: JobLimits)
             if key in fields or (key == "image" and "container" in fields)}
     if "resource" in fields:  # the one reader that needs the per-task caps
         read["resource"] = _read_resources(fields, path, problems, limits)
+    user = read["command"].user if "command" in read else ""
+    if user and limits.users is not None:  # what no host of the cluster would run it as
+        problem = user_problem(user, limits.users, limits.default_user)
+        if problem:
+            problems.add(_join(_join(path, "command"), "user"), problem)
     _note_unhonoured(fields, path, problems)
     return read
 

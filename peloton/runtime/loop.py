@@ -132,7 +132,8 @@ class StageRuntime:
         from peloton.registry import join
 
         return join(self.settings.zookeeper, self.stage.name, self.instance_id, {
-            "group": self.catalogue.group(self.stage.name), "partitions": [], "metrics": self.metrics_address})
+            "group": self.catalogue.group(self.stage.name), "partitions": [], "metrics": self.metrics_address},
+            auth=self.settings.zookeeper_auth)
 
     def _registry_partitions(self) -> None:
         if self.registry is not None:

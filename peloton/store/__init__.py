@@ -13,6 +13,7 @@ Every backend is held to one contract suite (tests/unit/test_store.py).
 from __future__ import annotations
 
 import importlib
+import re
 import sqlite3
 import sys
 from pathlib import Path
@@ -55,6 +56,11 @@ def store_unavailable(every_backend: bool = False) -> tuple[type[BaseException],
     return tuple(kinds)
 
 
+def masked_url(url: str) -> str:
+    """A store URL without its password, for messages and logs."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 CASSANDRA_SCHEME = "cassandra://"
 
@@ -87,5 +93,5 @@ def open_store(url_or_path: str | Path) -> StorageGateway:
 
 
 __all__ = ["CLAIMS_KEPT_MS", "Allocation", "AllocationStore", "JobRow", "JobStore", "Launch", "LaunchStore",
-           "QueryStore", "QueuedGang", "StorageGateway", "TaskRow", "open_store", "sqlite_path",
+           "QueryStore", "QueuedGang", "StorageGateway", "TaskRow", "masked_url", "open_store", "sqlite_path",
            "store_unavailable"]

@@ -33,10 +33,11 @@ import uuid
 import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import orjson
 from cassandra import ConsistencyLevel, Timeout
+from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
 from cassandra.concurrent import execute_concurrent
 from cassandra.policies import (
@@ -47,6 +48,7 @@ from cassandra.policies import (
 from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, SimpleStatement, tuple_factory
 
 from peloton.auth.tokens import TokenRow
+from peloton.store import masked_url
 from peloton.model.states import JOB_TERMINAL, TASK_TERMINAL, UNLAUNCHED
 from peloton.store.base import (
     CLAIMS_KEPT_MS,
@@ -176,21 +178,27 @@ class _Tx:
 
 
 def parse_url(url: str) -> tuple[list[str], int, str, dict[str, str]]:
-    """(hosts, port, keyspace, options) of a cassandra:// URL."""
+    """(hosts, port, keyspace, options) of a cassandra:// URL; its user and password, when it names
+    them, are in options as "user" and "password"."""
     parts = urlsplit(url)
     keyspace = parts.path.strip("/")
     if parts.scheme != "cassandra" or not parts.netloc or not keyspace.replace("_", "").isalnum():
-        raise ValueError(f"PELOTON_STORE={url!r}: a Cassandra store is cassandra://host[:port][,host...]/keyspace "
-                         "(the keyspace: letters, digits and _)")
+        raise ValueError(f"PELOTON_STORE={masked_url(url)!r}: a Cassandra store is cassandra://[user:password@]"
+                         "host[:port][,host...]/keyspace (the keyspace: letters, digits and _)")
+    login, at, netloc = parts.netloc.rpartition("@")
+    credentials = {}
+    if at:
+        user, _, password = login.partition(":")
+        credentials = {"user": unquote(user), "password": unquote(password)}
     hosts, ports = [], set()
-    for item in parts.netloc.split(","):
+    for item in netloc.split(","):
         host, _, port = item.partition(":")
         hosts.append(host)
         ports.add(int(port) if port else DEFAULT_PORT)
     if len(ports) > 1:
-        raise ValueError(f"PELOTON_STORE={url!r}: every host must use the same CQL port")
+        raise ValueError(f"PELOTON_STORE={masked_url(url)!r}: every host must use the same CQL port")
     options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    return hosts, ports.pop(), keyspace, options
+    return hosts, ports.pop(), keyspace, {**options, **credentials}
 
 
 class CassandraStore(StorageGateway):
@@ -202,7 +210,10 @@ class CassandraStore(StorageGateway):
             load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=options.get("dc", ""))),
             consistency_level=ConsistencyLevel.LOCAL_QUORUM, serial_consistency_level=ConsistencyLevel.LOCAL_SERIAL,
             request_timeout=timeout, row_factory=tuple_factory)
+        login = ({"auth_provider": PlainTextAuthProvider(options["user"], options["password"])}
+                 if "user" in options else {})
         self.cluster = Cluster(hosts, port=port, protocol_version=5, execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+                               **login,
                                connect_timeout=5, control_connection_timeout=5,
                                # A node that went away is tried every second, not after a
                                # doubling backoff: a store restarted is used again within seconds.

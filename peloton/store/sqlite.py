@@ -13,6 +13,7 @@ files. A file made before the parts has their tables moved out the first time it
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -240,6 +241,15 @@ class SqliteStore(StorageGateway):
     def _connect(path: Path) -> sqlite3.Connection:
         # Autocommit mode; writes group themselves with transaction() (BEGIN IMMEDIATE takes the
         # write lock up front so two processes never deadlock upgrading a read lock).
+        # The store's files are its readers' alone (tasks share the machine): made 0600, and SQLite
+        # gives its WAL and shared memory files the database's own mode.
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        for file in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+            try:
+                if file.stat().st_uid == os.geteuid():
+                    os.chmod(file, 0o600)
+            except FileNotFoundError:
+                pass
         db = sqlite3.connect(str(path), timeout=60, isolation_level=None, check_same_thread=False)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")

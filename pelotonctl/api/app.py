@@ -120,6 +120,10 @@ class Door:
             self.audit.record(None, action, obj, None, False, str(exc))
             raise
 
+    def may(self, principal: Principal, action: str, pool: str) -> bool:
+        """Whether the principal may act so on the pool (asked, not audited: nothing is done)."""
+        return decide(principal, action, pool, PoolsAbove(self.store.get_pool), self.admin_groups).allowed
+
     def allow(self, principal: Principal, action: str, obj: str, pool: str | None = None) -> None:
         decision = decide(principal, action, pool, PoolsAbove(self.store.get_pool), self.admin_groups)
         self.audit.record(principal, action, obj, pool, decision.allowed, decision.reason)
@@ -158,6 +162,7 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
     from importlib.metadata import version
 
     door = Door(settings, store, out, audit, hosts_view)
+    grant_key = logs.grant_key(settings)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -224,7 +229,8 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
         command_id = _new_id()
         hosts = admin.distinct_capacities(door.hosts())
         job_id = door.send(admin.submit_job, settings, store, body.pool, body.config, body.job_id, hosts=hosts,
-                           requested_by=who.user, command_id=command_id)
+                           requested_by=who.user, command_id=command_id,
+                           may_read=lambda pool: door.may(who, "job.read", pool))
         answer = {"job_id": job_id, "command_id": command_id}
         if wait:
             settle(answer)
@@ -415,23 +421,9 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
                   file: Annotated[str, Query(pattern="^(stdout|stderr)$")] = "stdout",
                   offset: Annotated[int, Query(ge=0)] = 0,
                   limit: Annotated[int, Query(ge=0, le=4 * 1024 * 1024)] = 4 * 1024 * 1024) -> PlainTextResponse:
-        readable_job(job_id, creds)
-        task = task_of(job_id, instance)
-        run_id = run or task.run_id
-        if run_id > task.run_id:
-            raise Refused(404, f"instance {instance} of job {job_id} has runs 1-{task.run_id}")
-        host_id = task.host_id if run_id == task.run_id else next(
-            (e["host_id"] for e in reversed(store.task_events(job_id))
-             if e["instance"] == instance and e["run_id"] == run_id and e["host_id"]), "")
-        if not host_id:
-            raise Refused(404, f"run {run_id} of instance {instance} of job {job_id} has not been on a host")
-        host = next((h for h in door.hosts() if h["host_id"] == host_id), None)
-        url = (host or {}).get("log_url") or ""
-        if not url or not settings.agent_logs_secret:
-            raise Refused(404, f"host {host_id} serves no task logs (a simulated host, an agent without "
-                               "PELOTON_AGENT_LOGS_SECRET, or one not heard from)")
-        data, size = logs.fetch(url, settings.agent_logs_secret, f"{job_id}-{instance}-{run_id}", file, offset,
-                                limit)
+        readable_job(job_id, creds)  # only then does the API sign a grant for the run's output
+        data, size = logs.run_output(store, door.hosts(), grant_key, task_of(job_id, instance), run, file, offset,
+                                     limit)
         return PlainTextResponse(data, headers={"X-File-Size": str(size)})
 
     # -- task events as they happen ---------------------------------------------------------

@@ -128,7 +128,7 @@ def add_operations(app: FastAPI, door, refused) -> Operations:
             raise refused(503, "this API has no PELOTON_ZOOKEEPER: the cluster's instances register in ZooKeeper, "
                                "and the API must be started with its address to list them")
         try:
-            with Registry(hosts, timeout=timeout) as registry:
+            with Registry(hosts, timeout=timeout, auth=settings.zookeeper_auth) as registry:
                 return {"instances": registry.instances()}
         except RegistryUnavailable as exc:
             raise refused(503, str(exc)) from None

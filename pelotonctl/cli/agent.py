@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -42,12 +43,13 @@ def agent_run(
     except ValueError as exc:
         fail(f"--ports: {exc}", EXIT_INVALID)
     devices: tuple[str, ...] = ()
+    settings = load_settings()
     if not simulate:
         try:
-            devices, capacity = gpu_devices(gpus, capacity)
+            devices, capacity = gpu_devices(gpus, capacity, Path(settings.gpu_dev_dir))
         except ValueError as exc:
             fail(str(exc), EXIT_INVALID)
     labels = key_values(attribute, "--attribute")
     names = [f"{name}-{i}" for i in range(simulate)] if simulate else [name]
     specs = [AgentSpec(n, capacity, labels, port_ranges) for n in names]
-    run_agent(load_settings(), specs, simulate=bool(simulate), name=name, max_seconds=max_seconds, gpus=devices)
+    run_agent(settings, specs, simulate=bool(simulate), name=name, max_seconds=max_seconds, gpus=devices)

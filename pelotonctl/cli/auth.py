@@ -58,3 +58,32 @@ def auth_list(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> 
         table.add_row(r["token_id"], r["user"], ",".join(r["groups"]), "yes" if r["admin"] else "",
                       when(r["created_ms"]), when(r["revoked_ms"]))
     out.print(table)
+
+
+@auth_app.command("log-keys")
+def auth_log_keys(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """Make a key pair for log grants: the API signs a grant per run with the private key
+    (PELOTON_AGENT_LOGS_KEY), agents check grants with the public one (PELOTON_AGENT_LOGS_PUBLIC_KEY)."""
+    from peloton.auth.grants import new_key_pair
+
+    private, public = new_key_pair()
+    if as_json:
+        print_json({"PELOTON_AGENT_LOGS_KEY": private, "PELOTON_AGENT_LOGS_PUBLIC_KEY": public})
+    else:
+        sys.stdout.write(f"PELOTON_AGENT_LOGS_KEY={private}  # the API's alone\n"
+                         f"PELOTON_AGENT_LOGS_PUBLIC_KEY={public}  # every agent's\n")
+
+
+@auth_app.command("host-key")
+def auth_host_key(host: str = typer.Argument(..., help="The host's id, as its agent names it (--name).")) -> None:
+    """The key a host's agent signs its reports with (PELOTON_HOST_KEY), made from the cluster's
+    agents key (PELOTON_AGENT_REPORT_KEY, which only the host managers hold): give each agent its
+    own, so that none can report for another host."""
+    from peloton.auth.host_keys import host_key
+    from pelotonctl.cli.common import EXIT_INVALID, fail, load_settings
+
+    settings = load_settings()
+    if not settings.agent_report_key:
+        fail("PELOTON_AGENT_REPORT_KEY is not set: the host managers' key, from which each host's is made",
+             EXIT_INVALID)
+    sys.stdout.write(f"PELOTON_HOST_KEY={host_key(settings.agent_report_key, host)}\n")

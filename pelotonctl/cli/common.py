@@ -9,7 +9,6 @@ unavailable; 6 not permitted (no valid token, or the token's user may not do it)
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -123,11 +122,6 @@ def broker_call(fn, *args):
     except (KafkaException, DeliveryError, BrokerUnavailable) as exc:
         fail(f"broker at {load_settings().bootstrap} is unavailable (is `pelotonctl dev up` running, or "
               f"PELOTON_KAFKA_BOOTSTRAP set?): {exc}", EXIT_UNAVAILABLE)
-
-
-def masked(url: str) -> str:
-    """A store URL without its password, for messages."""
-    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
 
 
 def client():

@@ -10,7 +10,7 @@ import typer
 from peloton.config import Settings
 from pelotonctl.cli import (agent, api, auth, bench, cluster, dashboard, deadletters, dev, host, image, job, lag,
                             resmgr, respool, stage, task, topics, update)
-from pelotonctl.cli.common import EXIT_INVALID, EXIT_UNAVAILABLE, commands, err, masked, out
+from pelotonctl.cli.common import EXIT_INVALID, EXIT_UNAVAILABLE, commands, err, out
 
 # add_completion gives --install-completion and --show-completion (bash, zsh, fish, PowerShell).
 app = commands("Peloton-style cluster scheduler on Kafka.", add_completion=True)
@@ -82,7 +82,7 @@ def peloton_json_flag(args: list[str]) -> list[str]:
 def main() -> None:
     import logging
 
-    from peloton.store import store_unavailable
+    from peloton.store import masked_url, store_unavailable
 
     # The connection pool's retries would print a warning each: the one line below says it.
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
@@ -90,7 +90,7 @@ def main() -> None:
         app(args=peloton_json_flag(sys.argv[1:]))
     except store_unavailable() as exc:  # any command: one line naming what is away, exit 5
         try:
-            where = masked(Settings.from_env().store)
+            where = masked_url(Settings.from_env().store)
         except ValueError:
             where = "PELOTON_STORE"
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -193,7 +193,7 @@ class DirectClient:
                 "zk1:2181,zk2:2181, optionally ending in a chroot path such as /peloton); for a local dev "
                 "stack `pelotonctl dev status` shows what runs (`dev up --store postgres` or `--store cassandra` "
                 "starts a ZooKeeper)")
-        with Registry(hosts, timeout=timeout) as registry:
+        with Registry(hosts, timeout=timeout, auth=self.settings.zookeeper_auth) as registry:
             return registry.instances()
 
     def close(self) -> None:

@@ -4,6 +4,7 @@ machine, with its data, commit log and log under a folder of its own.
     node = CassandraNode.create(home / "cassandra")   # ports chosen once, kept in node.json
     node.start()                                      # waits until it listens for CQL clients
     node.contact                                      # "127.0.0.1:PORT", the CQL address
+    node.store_url("peloton")                         # cassandra://peloton:PASSWORD@127.0.0.1:PORT/peloton
     node.kill(signal.SIGKILL); node.start()            # the node keeps its data
     node.stop()
 
@@ -12,11 +13,17 @@ jars`, or on first use). How it starts is what Cassandra's bin/cassandra and its
 conf/jvm17-server.options do (docs/design.md, "Cassandra from jars"): CassandraDaemon on the
 jars plus a conf folder (its logback.xml), the jamm agent, and on Java 17 the module exports and
 opens Cassandra needs.
+
+Clients log in (PasswordAuthenticator, CassandraAuthorizer), as an operator runs it: tasks share
+the machine. At its first start the node's default superuser `cassandra` gets a password of its
+own, and the store's role `peloton` (no superuser: it may make keyspaces, and holds what it made)
+another; both are kept in access.json (0600) in the node's folder.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 import shutil
 import signal
 import socket
@@ -25,6 +32,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from peloton.private import private_dir, write_private
 from pelotonctl.dev.jars import JarsUnavailable, fetch
 from pelotonctl.dev.jvm import DEFAULT, check_kind, jvm_options
 from pelotonctl.dev.processes import alive, end_group, free_port, tail
@@ -50,7 +58,11 @@ JVM_OPTIONS = [
         "java.base/java.lang", "java.base/java.util")],
 ]
 # A single machine's node: gossip need not settle, and the ring has one member.
-FAST_START = ["-Dcassandra.skip_wait_for_gossip_to_settle=0", "-Dcassandra.ring_delay_ms=100"]
+# The default superuser is made at once, not 10 s after the start, so the node's roles can be set.
+FAST_START = ["-Dcassandra.skip_wait_for_gossip_to_settle=0", "-Dcassandra.ring_delay_ms=100",
+              "-Dcassandra.superuser_setup_delay_ms=0"]
+STORE_ROLE = "peloton"
+DEFAULT_SUPERUSER = ("cassandra", "cassandra")  # what Cassandra makes: changed at the first start
 LOGBACK = """\
 <configuration scan="false">
   <appender name="OUT" class="ch.qos.logback.core.ConsoleAppender">
@@ -110,6 +122,9 @@ concurrent_counter_writes: 4
 concurrent_materialized_view_writes: 4
 concurrent_compactors: 1
 auto_snapshot: false
+authenticator: PasswordAuthenticator
+authorizer: CassandraAuthorizer
+role_manager: CassandraRoleManager
 # Lightweight transactions in two round trips instead of four (Cassandra 4.1's Paxos v2): a
 # launch claims each task run with one.
 paxos_variant: v2
@@ -137,6 +152,25 @@ class CassandraNode:
     def pid_file(self) -> Path:
         return self.dir / "cassandra.pid"
 
+    def access(self) -> dict:
+        """The node's roles' passwords: {"superuser": ..., "store": ...} (after its first start)."""
+        return json.loads((self.dir / "access.json").read_text())
+
+    def store_url(self, keyspace: str) -> str:
+        """A store's URL on this node, as its store role."""
+        return f"cassandra://{STORE_ROLE}:{self.access()['store']}@{self.contact}/{keyspace}"
+
+    def session(self, superuser: bool = False):
+        """(cluster, session) of the driver on this node, as the store's role or the superuser."""
+        from cassandra.auth import PlainTextAuthProvider
+        from cassandra.cluster import Cluster
+
+        access = self.access()
+        login = ("cassandra", access["superuser"]) if superuser else (STORE_ROLE, access["store"])
+        cluster = Cluster(["127.0.0.1"], port=self.native_port, protocol_version=5,
+                          auth_provider=PlainTextAuthProvider(*login))
+        return cluster, cluster.connect()
+
     @classmethod
     def create(cls, dir: Path, native_port: int | None = None, jvm: str = DEFAULT) -> CassandraNode:
         """A node in `dir` (made once: a folder that has one already opens it), its JVM light or
@@ -145,6 +179,7 @@ class CassandraNode:
         if (dir / "node.json").exists():
             return cls.open(dir)
         check_kind(jvm)  # before anything is made
+        private_dir(dir)
         (dir / "conf").mkdir(parents=True, exist_ok=True)
         node = cls(dir, native_port or free_port(), free_port(), free_port(), jvm)
         (dir / "cassandra.yaml").write_text(cassandra_yaml(dir, node.native_port, node.storage_port))
@@ -200,11 +235,41 @@ class CassandraNode:
             # The log says it before the port is bound: a client let in at once was refused (the
             # full suite, once). Both, then.
             if self._starts() > before and _accepts(self.native_port):
+                if not (self.dir / "access.json").exists():
+                    self._set_roles(deadline)
                 return
             if proc.poll() is not None:
                 raise CassandraError(f"Cassandra exited with code {proc.returncode}:\n{tail(self.log)}")
             time.sleep(0.2)
         raise CassandraError(f"Cassandra did not start within {timeout:.0f}s:\n{tail(self.log)}")
+
+    def _set_roles(self, deadline: float) -> None:
+        """At the first start: the store's role made, and the default superuser's well-known
+        password changed (both kept in access.json)."""
+        from cassandra import AuthenticationFailed
+        from cassandra.auth import PlainTextAuthProvider
+        from cassandra.cluster import Cluster, NoHostAvailable
+
+        access = {"superuser": secrets.token_hex(16), "store": secrets.token_hex(16)}
+        while True:  # the default superuser exists a moment after the port answers
+            cluster = Cluster(["127.0.0.1"], port=self.native_port, protocol_version=5,
+                              auth_provider=PlainTextAuthProvider(*DEFAULT_SUPERUSER))
+            try:
+                session = cluster.connect()
+                break
+            except (NoHostAvailable, AuthenticationFailed) as exc:
+                cluster.shutdown()
+                if time.monotonic() > deadline:
+                    raise CassandraError(f"Cassandra's default superuser never logged in: {exc}") from None
+                time.sleep(0.5)
+        try:
+            session.execute(f"CREATE ROLE IF NOT EXISTS {STORE_ROLE} WITH LOGIN = true AND PASSWORD = %s",
+                            (access["store"],))
+            session.execute(f"GRANT CREATE ON ALL KEYSPACES TO {STORE_ROLE}")
+            session.execute("ALTER ROLE cassandra WITH PASSWORD = %s", (access["superuser"],))
+        finally:
+            cluster.shutdown()
+        write_private(self.dir / "access.json", json.dumps(access))
 
     def _starts(self) -> int:
         try:

@@ -32,6 +32,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from peloton.private import private_dir, write_private
 from pelotonctl.dev.jars import JarsUnavailable, fetch
 from pelotonctl.dev.jvm import DEFAULT, LIGHT, check_kind, jvm_options
 from pelotonctl.dev.processes import alive, end_group, first_errors, free_port, tail
@@ -267,7 +268,7 @@ class KafkaCluster:
         check_kind(jvm)  # before anything is made
         dir = Path(dir).resolve()
         shutil.rmtree(dir, ignore_errors=True)
-        dir.mkdir(parents=True)
+        private_dir(dir)  # the nodes' passwords, key and log: the cluster's alone (tasks share the machine)
         members = []
         for i in range(1, nodes + 1):
             port = first_port if (i == 1 and first_port) else free_port()
@@ -282,8 +283,8 @@ class KafkaCluster:
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in members)
         (dir / "log4j2.properties").write_text(LOG4J)
         for n in members:
-            n.dir.mkdir()
-            (n.dir / "server.properties").write_text(node_properties(n, voters, nodes, access))
+            private_dir(n.dir)
+            write_private(n.dir / "server.properties", node_properties(n, voters, nodes, access))
             done = subprocess.run(java_command("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c",
                                                str(n.dir / "server.properties"), *scram, heap_mb=128),
                                   capture_output=True, text=True)
@@ -297,11 +298,10 @@ class KafkaCluster:
                        "internal_port": n.internal_port} for n in members]},
             indent=2))
         if access is not None:
-            secret = dir / "access.json"
-            secret.touch(mode=0o600)
-            secret.write_text(json.dumps({"admin_password": access.admin_password,
-                                          "broker_password": access.broker_password,
-                                          "ca": str(access.ca), "keystore": str(access.keystore)}, indent=2))
+            write_private(dir / "access.json", json.dumps({"admin_password": access.admin_password,
+                                                            "broker_password": access.broker_password,
+                                                            "ca": str(access.ca), "keystore": str(access.keystore)},
+                                                           indent=2))
         return cluster
 
     @classmethod

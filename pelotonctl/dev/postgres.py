@@ -2,13 +2,15 @@
 
 Debian's `postgresql` package provides the binaries (/usr/lib/postgresql/<version>/bin). The
 server refuses to run as root, so as root every command runs as the `postgres` user, on a
-directory that user owns. Trust authentication on 127.0.0.1 only; fsync off: the data is thrown
-away with the directory.
+directory that user owns (0700). Password authentication (SCRAM-SHA-256) on its socket and on
+127.0.0.1 alike, as an operator runs it: tasks share the machine, and trust would let any of them
+in as the superuser. fsync off: the data is thrown away with the directory.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -42,13 +44,14 @@ class PostgresServer:
     dir: Path
     port: int
     options: str = ""  # the server's -o options, to start it again
+    password: str = ""  # the superuser's (SCRAM)
 
     @property
     def url(self) -> str:
         return self.url_of("postgres")
 
     def url_of(self, database: str) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+        return f"postgresql://postgres:{self.password}@127.0.0.1:{self.port}/{database}"
 
     @property
     def pid(self) -> int:
@@ -59,13 +62,17 @@ class PostgresServer:
             return 0
 
     def create_database(self, prefix: str = "peloton") -> str:
-        """A new empty database; its URL."""
+        """A new empty database, owned by a role of its own (a password, no superuser, no other
+        database); the URL that reaches it as that role."""
         import psycopg
 
         name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+        password = secrets.token_hex(16)
         with psycopg.connect(self.url, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-        return self.url_of(name)
+            conn.execute(f"CREATE ROLE \"{name}\" LOGIN PASSWORD '{password}' NOSUPERUSER NOCREATEDB NOCREATEROLE")
+            conn.execute(f'CREATE DATABASE "{name}" OWNER "{name}"')
+            conn.execute(f'REVOKE ALL ON DATABASE "{name}" FROM PUBLIC')
+        return f"postgresql://{name}:{password}@127.0.0.1:{self.port}/{name}"
 
     def stop(self, keep: bool = False) -> None:
         """Stop the server; its directory goes too unless `keep` (then start() brings it back)."""
@@ -88,14 +95,24 @@ class PostgresServer:
 def start_postgres(port: int, parent: Path | None = None, timeout: float = 60) -> PostgresServer:
     """initdb and start a server on 127.0.0.1:port in a new directory (under parent, or /tmp)."""
     bins = bin_dir()
-    # The server user must reach the directory: not below a root-only pytest tmp dir.
+    # The server user must reach the directory (not below a root-only pytest tmp dir), and no one
+    # else: it holds the server's data, log and socket.
     base = Path(tempfile.mkdtemp(prefix="peloton-pg-", dir=parent))
-    os.chmod(base, 0o755)
+    os.chmod(base, 0o700)
     if os.geteuid() == 0:
         shutil.chown(base, "postgres", "postgres")
     data = base / "data"
     run = lambda cmd: subprocess.run(_as_server_user(cmd), capture_output=True, text=True, timeout=timeout)  # noqa: E731
-    init = run([str(bins / "initdb"), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync", "-D", str(data)])
+    password = secrets.token_hex(16)
+    pwfile = base / "superuser-password"
+    fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(password + "\n")
+    if os.geteuid() == 0:
+        shutil.chown(pwfile, "postgres", "postgres")
+    init = run([str(bins / "initdb"), "-A", "scram-sha-256", f"--pwfile={pwfile}", "-U", "postgres", "-E", "UTF8",
+                "--no-sync", "-D", str(data)])
+    pwfile.unlink()
     if init.returncode:
         raise PostgresUnavailable(f"initdb failed: {init.stderr.strip()[-500:]}")
     options = f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off"
@@ -104,7 +121,7 @@ def start_postgres(port: int, parent: Path | None = None, timeout: float = 60) -
     if started.returncode:
         log = (base / "server.log").read_text(errors="replace")[-800:] if (base / "server.log").exists() else ""
         raise PostgresUnavailable(f"PostgreSQL did not start on port {port}: {started.stderr.strip()} {log}")
-    server = PostgresServer(base, port, options)
+    server = PostgresServer(base, port, options, password)
     _wait_ready(server, timeout)
     return server
 

@@ -19,7 +19,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from peloton.config import REPO_ROOT, Settings, dev_pace
-from peloton.store import sqlite_path
+from peloton.auth.grants import new_key_pair
+from peloton.auth.host_keys import host_key
+from peloton.private import open_home, private_dir, write_private
+from peloton.store import masked_url, sqlite_path
 from pelotonctl.dev.jvm import DEFAULT as JVM_DEFAULT
 from pelotonctl.dev.processes import alive, free_port, port_is_free
 from stages.launch.inventory import AGENT, SIM_AGENT, HostSpec, parse_inventory
@@ -63,7 +66,7 @@ def settings_store(settings: Settings) -> str:
     try:
         return str(Path(settings.store).relative_to(Path.cwd()))
     except ValueError:
-        return settings.store
+        return masked_url(settings.store)
 
 
 def wait_for_port(host: str, port: int, timeout: float = 20.0) -> None:
@@ -77,9 +80,23 @@ def wait_for_port(host: str, port: int, timeout: float = 20.0) -> None:
     raise StackError(f"nothing listens on {host}:{port} after {timeout:.0f}s")
 
 
+# Settings no component gets unless it is given them by name (extra_env): the operator's tokens and
+# the log-grant keys. An agent gets no store either: it speaks only to Kafka.
+NOT_INHERITED = ("PELOTON_TOKEN", "PELOTON_COMMAND_TOKEN", "PELOTON_AGENT_LOGS_KEY", "PELOTON_AGENT_LOGS_PUBLIC_KEY",
+                 "PELOTON_AGENT_REPORT_KEY", "PELOTON_HOST_KEY")
+
+
+def component_env(settings: Settings, extra_env: dict[str, str] | None, agent: bool = False) -> dict[str, str]:
+    """A component's environment: this process's and the settings, less what is not its own."""
+    env = {**os.environ, **settings.env()}
+    for name in (*NOT_INHERITED, *(("PELOTON_STORE",) if agent else ())):
+        env.pop(name, None)
+    return {**env, **(extra_env or {}), "PYTHONUNBUFFERED": "1"}
+
+
 def start_stage(name: str, settings: Settings, log_path: Path, instance_id: str | None = None,
                 extra_env: dict[str, str] | None = None) -> subprocess.Popen:
-    env = {**os.environ, **settings.env(), **(extra_env or {}), "PYTHONUNBUFFERED": "1"}
+    env = component_env(settings, extra_env)
     cmd = [sys.executable, "-m", "pelotonctl", "stage", "run", name]
     if instance_id:
         cmd += ["--instance-id", instance_id]
@@ -91,7 +108,7 @@ def start_stage(name: str, settings: Settings, log_path: Path, instance_id: str 
 def start_agent(host: HostSpec, settings: Settings, log_path: Path, *options: str,
                 extra_env: dict[str, str] | None = None) -> subprocess.Popen:
     """A host agent process for one host of an `agent:` group of the inventory."""
-    env = {**os.environ, **settings.env(), **(extra_env or {}), "PYTHONUNBUFFERED": "1"}
+    env = component_env(settings, extra_env, agent=True)
     r = host.capacity
     cmd = [sys.executable, "-m", "pelotonctl", "agent", "run", "--name", host.host_id,
            "--resources", f"cpu={r.cpu:g},mem_mb={r.mem_mb:g},disk_mb={r.disk_mb:g},gpu={r.gpu:g}", *options]
@@ -102,7 +119,7 @@ def start_agent(host: HostSpec, settings: Settings, log_path: Path, *options: st
 
 def start_api(settings: Settings, log_path: Path, port: int, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
     """One API instance (`pelotonctl api`) on this port."""
-    env = {**os.environ, **settings.env(), **(extra_env or {}), "PYTHONUNBUFFERED": "1"}
+    env = component_env(settings, extra_env)
     cmd = [sys.executable, "-m", "pelotonctl", "api", "--port", str(port)]
     log = open(log_path, "ab")
     return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -184,7 +201,7 @@ class DevStack:
         state = self.read()
         if not state:
             return []
-        return [{**c, "running": alive(c["pid"])} for c in state["components"]]
+        return [{**c, "address": masked_url(c["address"]), "running": alive(c["pid"])} for c in state["components"]]
 
     def up(self, progress=print, store: str = "sqlite", instances: int = 1, brokers: int = 1,
            jvm: str = JVM_DEFAULT) -> dict:
@@ -195,7 +212,8 @@ class DevStack:
         and a ZooKeeper; instances starts that many of every stage; brokers=3 a three-node Kafka
         cluster (replication factor 3, min.insync.replicas 2); jvm: light or full, how much the
         broker's and the Cassandra node's JVMs compile (dev/jvm.py)."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+        open_home(self.settings.home)
+        private_dir(self.dir)  # the stack's tokens, servers' passwords and logs
         with open(self.dir / "up.lock", "w") as lock:
             try:  # two `dev up` at once: the second must not start a second broker and stages
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -211,8 +229,7 @@ class DevStack:
             return self._up(progress, store, instances, brokers, jvm)
 
     def _up(self, progress, store_kind: str, instances: int, brokers: int, jvm: str) -> dict:
-        logs = self.dir / "logs"
-        logs.mkdir(exist_ok=True)
+        logs = private_dir(self.dir / "logs")
         components = []
         external = os.environ.get("PELOTON_KAFKA_BOOTSTRAP")
         passwords: dict[str, str] = {}  # each component's Kafka user (none on an external broker)
@@ -245,8 +262,11 @@ class DevStack:
         # started as a component's) and store. Job commands must be signed: the API with its
         # service token, a team's producer with the team's, the demo with the stack's admin token.
         self.settings = settings = replace(self.settings, **kafka, signed_commands=True)
-        state = {**kafka, "signed_commands": True, "store": settings.store, "zookeeper": settings.zookeeper, "hosts": settings.hosts,
-                 "started": time.time(), "components": components}
+        state = {**kafka, "signed_commands": True, "store": settings.store, "zookeeper": settings.zookeeper,
+                 "zookeeper_auth": settings.zookeeper_auth, "hosts": settings.hosts, "task_users": settings.task_users,
+                 "started": time.time(), "components": components,
+                 # Each agent signs its reports with its host's key, made from this; launch checks them.
+                 "agent_report_key": secrets.token_hex(32)}
         self._write(state)
         from peloton.store import open_store
         from pelotonctl import principals
@@ -272,7 +292,8 @@ class DevStack:
                 log = logs / f"{instance if instances > 1 else name}.log"
                 env, address = metrics_port(settings)
                 proc = start_stage(name, settings, log, instance_id=instance,
-                                   extra_env={**env, **principals.as_user(name, passwords)})
+                                   extra_env={**env, **principals.as_user(name, passwords),
+                                              **component_keys(name, state)})
                 procs[instance] = (proc, log)
                 components.append({"component": name, "instance": instance, "pid": proc.pid,
                                    "address": f"group {settings.topic_prefix}peloton.{name}", "log": str(log),
@@ -281,13 +302,13 @@ class DevStack:
         state["token"] = state["command_token"] = self._issue(settings, os.environ.get("USER") or "dev", ["dev"], True)
         state["command_tokens"] = {"api": self._issue(settings, "api", [], True),
                                    "producer": self._issue(settings, "producer", ["dev"], False)}
-        # Agents serve their sandboxes to the API alone, which presents this secret.
-        state["agent_logs_secret"] = secrets.token_hex(16)
-        serving = {"PELOTON_AGENT_LOGS_SECRET": state["agent_logs_secret"]}
+        # Agents serve a run's output against the API's grant for it: the API signs, agents check.
+        state["agent_logs_key"], state["agent_logs_public_key"] = new_key_pair()
         self._write(state)
         api_port = free_port()
         log = logs / "api.log"
-        proc = start_api(settings, log, api_port, extra_env={**principals.as_user("api", passwords), **serving,
+        proc = start_api(settings, log, api_port, extra_env={**principals.as_user("api", passwords),
+                                                              **component_keys("api", state),
                                                               "PELOTON_COMMAND_TOKEN": state["command_tokens"]["api"]})
         state["api_url"] = f"http://127.0.0.1:{api_port}"
         components.append({"component": "api", "instance": "api-0", "pid": proc.pid, "address": state["api_url"],
@@ -296,7 +317,8 @@ class DevStack:
         for host in agent_hosts(settings):
             log = logs / f"{host.host_id}.log"
             env, address = metrics_port(settings)
-            proc = start_agent(host, settings, log, extra_env={**env, **principals.as_user("agent", passwords), **serving})
+            proc = start_agent(host, settings, log, extra_env={**env, **principals.as_user("agent", passwords),
+                                                                **component_keys("agent", state, host.host_id)})
             procs[host.host_id] = (proc, log)
             components.append({"component": "agent", "instance": host.host_id, "pid": proc.pid,
                                "address": f"host {host.host_id}", "log": str(log), "metrics": address})
@@ -305,7 +327,8 @@ class DevStack:
         if simulated:
             log = logs / f"{SIM_AGENT}.log"
             env, address = metrics_port(settings)
-            proc = start_sim_agent(simulated, settings, log, extra_env={**env, **principals.as_user("agent", passwords)})
+            proc = start_sim_agent(simulated, settings, log, extra_env={**env, **principals.as_user("agent", passwords),
+                                                                         **component_keys("agent", state, SIM_AGENT)})
             procs[f"agent-{SIM_AGENT}"] = (proc, log)
             components.append({"component": "agent", "instance": SIM_AGENT, "pid": proc.pid,
                                "address": f"{len(simulated)} simulated hosts", "log": str(log), "metrics": address})
@@ -390,7 +413,8 @@ class DevStack:
             raise StackError(f"{name}: the stack did not start it on data of its own (an external broker, or a "
                              "throwaway server), so it cannot be restarted here")
         settings = replace(self.settings, bootstrap=state["bootstrap"], store=state["store"],
-                           zookeeper=state.get("zookeeper") or "", hosts=state["hosts"],
+                           zookeeper=state.get("zookeeper") or "", zookeeper_auth=state.get("zookeeper_auth") or "",
+                           hosts=state["hosts"],
                            signed_commands=bool(state.get("signed_commands")),
                            **{k: state[k] for k in ("kafka_user", "kafka_password", "kafka_ca") if state.get(k)})
         from pelotonctl.principals import as_user
@@ -420,8 +444,7 @@ class DevStack:
             log = Path(c["log"])
             env = {"PELOTON_METRICS_PORT": c["metrics"].rsplit(":", 1)[1].split("/")[0]} if c.get("metrics") else {}
             env.update(as_user(c["component"], passwords))
-            if c["component"] in ("api", "agent"):
-                env["PELOTON_AGENT_LOGS_SECRET"] = state.get("agent_logs_secret", "")
+            env.update(component_keys(c["component"], state, c.get("instance") or ""))
             if c["component"] == "api":
                 env["PELOTON_COMMAND_TOKEN"] = (state.get("command_tokens") or {}).get("api", "")
                 c["pid"] = start_api(settings, log, c["port"], extra_env=env).pid
@@ -449,7 +472,9 @@ class DevStack:
             store = self._start_postgres(components, progress)
         else:
             store = self._start_cassandra(components, jvm, progress)
-        return {"store": store, "zookeeper": self._start_zookeeper(components, progress)}
+        # The stack's nodes in ZooKeeper are its user's alone (digest ACLs): not open to its tasks.
+        return {"store": store, "zookeeper": self._start_zookeeper(components, progress),
+                "zookeeper_auth": f"peloton:{secrets.token_hex(16)}"}
 
     def _start_postgres(self, components: list[dict], progress) -> str:
         """A throwaway PostgreSQL ("dir": gone with `dev down`, never restarted); its new database's URL."""
@@ -459,7 +484,8 @@ class DevStack:
         url = pg.create_database("peloton")
         components.append({"component": "postgres", "pid": pg.pid, "address": url,
                            "log": str(pg.dir / "server.log"), "dir": str(pg.dir)})
-        progress(f"postgres  {url} (pid {pg.pid})")
+        progress(f"postgres  {masked_url(url)} (pid {pg.pid}): password (SCRAM) authentication, a role of the "
+                 "stack's own")
         return url
 
     def _start_cassandra(self, components: list[dict], jvm: str, progress) -> str:
@@ -475,9 +501,10 @@ class DevStack:
         except CassandraError:
             node.stop()  # one that did not answer in time must not outlive the failed `dev up`
             raise
-        url = f"cassandra://{node.contact}/{CASSANDRA_KEYSPACE}"
+        url = node.store_url(CASSANDRA_KEYSPACE)
         components.append({"component": "cassandra", "pid": node.pid(), "address": url, "log": str(node.log)})
-        progress(f"cassandra Apache Cassandra {release()} on {node.contact} (pid {node.pid()})")
+        progress(f"cassandra Apache Cassandra {release()} on {node.contact} (pid {node.pid()}): clients log in "
+                 "(PasswordAuthenticator), the store as a role of its own")
         return url
 
     def _restart_cassandra(self, component: dict, progress) -> None:
@@ -505,10 +532,23 @@ class DevStack:
         return address
 
     def _write(self, state: dict) -> None:
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.touch(mode=0o600)  # it holds the stack's admin token: its owner's to read alone
-        tmp.write_text(json.dumps(state, indent=2))
-        tmp.replace(self.state_file)
+        write_private(self.state_file, json.dumps(state, indent=2))  # the stack's admin token is in it
+
+
+def component_keys(component: str, state: dict, host: str = "") -> dict[str, str]:
+    """What of the stack's keys a component gets, and no other: the API the private key that signs
+    log grants; launch the agents key it checks every host's reports with; an agent the grants'
+    public key and its own host's key (a process of simulated hosts: the agents key itself)."""
+    if component == "api":
+        return {"PELOTON_AGENT_LOGS_KEY": state.get("agent_logs_key", "")}
+    if component == "launch":
+        return {"PELOTON_AGENT_REPORT_KEY": state.get("agent_report_key", "")}
+    if component == "agent" and host == SIM_AGENT:
+        return {"PELOTON_AGENT_REPORT_KEY": state.get("agent_report_key", "")}
+    if component == "agent":
+        return {"PELOTON_AGENT_LOGS_PUBLIC_KEY": state.get("agent_logs_public_key", ""),
+                "PELOTON_HOST_KEY": host_key(state["agent_report_key"], host) if state.get("agent_report_key") else ""}
+    return {}
 
 
 def _stop_together(components: list[dict], progress, timeout: float, restarting: bool = False) -> None:

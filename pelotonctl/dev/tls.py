@@ -16,13 +16,15 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
+from peloton.private import private_dir, write_private
+
 VALID_DAYS = 3650
 
 
 def make_certificates(dir: Path) -> tuple[Path, Path]:
     """(ca.pem, broker.pem) in `dir`: the CA clients trust, and the broker's key and certificate
     (for 127.0.0.1 and localhost), signed by that CA."""
-    dir.mkdir(parents=True, exist_ok=True)
+    private_dir(dir)
     now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
     ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "peloton dev CA")])
@@ -41,9 +43,7 @@ def make_certificates(dir: Path) -> tuple[Path, Path]:
             .sign(ca_key, hashes.SHA256()))
     ca_path, broker_path = dir / "ca.pem", dir / "broker.pem"
     ca_path.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    broker_path.touch(mode=0o600)
-    broker_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                          serialization.NoEncryption())
-        + cert.public_bytes(serialization.Encoding.PEM) + ca.public_bytes(serialization.Encoding.PEM))
+    write_private(broker_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                 serialization.NoEncryption())
+                  + cert.public_bytes(serialization.Encoding.PEM) + ca.public_bytes(serialization.Encoding.PEM))
     return ca_path, broker_path

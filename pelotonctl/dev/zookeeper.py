@@ -18,6 +18,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from peloton.private import private_dir
 from pelotonctl.dev.processes import free_port, tail
 
 ZK_SERVER = Path("/usr/share/zookeeper/bin/zkServer.sh")
@@ -57,7 +58,8 @@ def start_zookeeper(dir: Path, port: int | None = None, timeout: float = 60.0) -
         raise ZooKeeperError(f"ZooKeeper needs Java and `java` is not on PATH; `{INSTALL_COMMAND}` installs "
                              "the default JRE with it")
     dir = Path(dir).resolve()
-    (dir / "data").mkdir(parents=True, exist_ok=True)
+    private_dir(dir / "data")
+    private_dir(dir)
     attempts = 1 if port else 3  # a free port can be taken by someone else before ZooKeeper binds it
     for attempt in range(attempts):
         chosen = port or free_port()
@@ -77,7 +79,9 @@ def _start(dir: Path, port: int, timeout: float) -> tuple[subprocess.Popen, str]
         f"clientPort={port}",
         "clientPortAddress=127.0.0.1",
         "admin.enableServer=false",
-        "4lw.commands.whitelist=*",
+        # What the stack asks (is it serving); `envi`, `dump` and `cons` would tell anyone on the
+        # machine the server's environment, sessions and clients.
+        "4lw.commands.whitelist=srvr,ruok,mntr",
         "maxClientCnxns=0",
         "",
     ]))

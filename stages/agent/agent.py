@@ -2,10 +2,10 @@
 
 It reads its host's commands (launches and kills) from the agent-commands topic, runs each task
 as a process group in its sandbox (the local driver), and reports to the host manager through an
-AgentReport on its host shard's partition of the placements topic: its resources and labels,
-every run it has now, and the Mesos status updates since its last report. Reports are sent at
-least every `agent_heartbeat_s`, and at once when something changed. The host manager marks a
-host whose reports stop DOWN and its runs LOST.
+AgentReport on its host shard's partition of the agent-reports topic, signed with its host's key
+(peloton/auth/host_keys.py): its resources and labels, every run it has now, and the Mesos status
+updates since its last report. Reports are sent at least every `agent_heartbeat_s`, and at once
+when something changed. The host manager marks a host whose reports stop DOWN and its runs LOST.
 
 Fencing: the agent's runs live by a lease that each report the broker acknowledges extends. An
 agent cut off from the broker for its lease kills its runs (the host manager, which waits longer,
@@ -41,9 +41,12 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 
 from peloton import metrics
+from peloton.auth.host_keys import HEADER as HOST_SIGNATURE
+from peloton.auth.host_keys import host_key, signature, unseal
 from peloton.config import Settings
 from peloton.model.resources import Resources
 from peloton.model.states import REASON_AGENT_FENCED
+from peloton.private import open_home, private_dir
 from peloton.runtime.clients import kafka_access
 from peloton.runtime.errors import error_text
 from peloton.runtime.heap import settle_heap
@@ -148,7 +151,11 @@ class HostAgent:
         self.serde = registry()
         self.agent_id = uuid.uuid4().hex[:12]
         self.state_dir = agent_state_dir(settings.home, self.name)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        # Its runs' launches (their environments) and runc's state: the agent's alone; the home
+        # above them lets runs through to their sandboxes and lists nothing.
+        open_home(settings.home)
+        private_dir(self.state_dir.parent)
+        private_dir(self.state_dir)
         self.sandbox_root = Path(settings.home) / "sandboxes"
         cgroup_name = agent_cgroup_name(self.name, self.state_dir)
         self.isolation, self.isolation_said = ((None, "simulated runs") if simulate
@@ -161,8 +168,10 @@ class HostAgent:
             specs = [replace(spec, labels={**spec.labels, RUNTIME_LABEL: runtime_label}) for spec in specs]
             self.hosts = {spec.name: spec for spec in specs}
         self.driver = SimDriver(settings.sim_task_seconds) if simulate else LocalDriver(
-            self.sandbox_root, user=settings.task_user, allowed_users=settings.task_users,
-            isolation=self.isolation, pids_max=settings.task_pids_max, gpus=gpus, runtime=self.runtime,
+            self.sandbox_root, user=settings.task_user, allowed_users=settings.task_users, task_uids=settings.task_uids,
+            identities_dir=settings.identities_dir,
+            isolation=self.isolation, pids_max=settings.task_pids_max, gpus=gpus, gpu_dev=Path(settings.gpu_dev_dir),
+            runtime=self.runtime,
             sandbox_keep_seconds=settings.sandbox_keep_s)
         self.gpus = gpus
         self.runs: dict[str, dict] = self._load("runs.json", {})  # task id -> its launch and host, while it runs
@@ -181,8 +190,9 @@ class HostAgent:
         # the launches its predecessor may not have sent) starts nothing.
         self.ended: OrderedDict[str, None] = OrderedDict()
         self.commands = self.catalogue["agent-commands"]
-        shards = self.catalogue["placements"].partitions
-        self.report_partition = {h: partition_for(h, shards) for h in self.hosts}
+        self.reports = self.catalogue["agent-reports"]
+        self.report_partition = {h: partition_for(h, self.reports.partitions) for h in self.hosts}
+        self.report_keys = report_keys(settings, list(self.hosts))
         self.command_partition = {h: partition_for(h, self.commands.partitions) for h in self.hosts}
         self.reader = ReaderWatch(self.commands.name, sorted(set(self.command_partition.values())),
                                   EndsAside(kafka_access(settings)))
@@ -203,14 +213,15 @@ class HostAgent:
         self.started_at = self.delivered_at
         self.ever_delivered = False  # the first acknowledgement is logged: how long a start took to be heard
         self.consumer = self._new_consumer()
-        # The sandboxes' files, served to the API (with the cluster's agent-logs secret): a user
-        # reads a run's output through the API from wherever the run was.
+        # The sandboxes' files, served against the API's grant for each run: a user reads a run's
+        # output through the API, which checks who may read the job, from wherever the run was.
         self.logs = None
-        if settings.agent_logs_secret and not simulate:
+        if settings.agent_logs_public_key and not simulate:
+            from peloton.auth.grants import public_key
             from stages.agent.logs import LogServer
 
-            self.logs = LogServer(self.sandbox_root, settings.agent_logs_secret, settings.agent_logs_host,
-                                  settings.agent_logs_port, settings.sandbox_keep_s).start()
+            self.logs = LogServer(self.sandbox_root, public_key(settings.agent_logs_public_key), set(self.hosts),
+                                  settings.agent_logs_host, settings.agent_logs_port, settings.sandbox_keep_s).start()
         self._running = True
         self._handing_over = False  # stopping for a restart: the runs go on (restart())
         self.handed: set[str] = set()  # the runs handed over to the next agent, as this one stops
@@ -306,10 +317,16 @@ class HostAgent:
         log.info("agent %s (%s) up: %d host(s) like %s, %s, labels %s; commands from %s%s", self.name, self.agent_id,
                  len(self.hosts), first.name, first.capacity, first.labels, self.commands.name, partitions)
         log.info("isolation: %s", self.isolation_said)
+        if isinstance(self.driver, LocalDriver):
+            log.info("accounts: %s", self.driver.describe_accounts())
         log.info("images: %s", self.runtime_said)
+        if self.logs is not None:
+            log.info("run output served at %s, to a caller with the API's grant for the run", self.logs.url)
         if self.gpus:
-            log.info("GPUs: %s, each given to one task at a time (CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES)",
-                     ",".join(self.gpus))
+            fenced = ("each run may open its own alone (devices cgroup)" if self.isolation and self.isolation.devices
+                      else "a run is not kept from opening others' (no devices cgroup here; a run in an image is)")
+            log.info("GPUs: %s, each given to one task at a time (CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES); %s",
+                     ",".join(self.gpus), fenced)
 
     def _count_usage(self, u: TaskUpdate) -> None:
         metrics.AGENT_RUN_CPU.labels(self.name).inc(u.cpu_seconds)
@@ -337,8 +354,11 @@ class HostAgent:
                 log.info("adopted run %s (process group %d)", task_id, pgid)
             else:
                 self._orphan_ended(task_id, "while its agent was away")
-        # Runs handed over by a restart: this agent's lease fences them now, not their executors.
+        # Runs handed over by a restart: this agent's lease fences them now, not their executors;
+        # their GPUs stay theirs.
         self.driver.take_over(list(self.adopted))
+        self.driver.hold_gpus({t: (self._host_of(t), tuple(map(str, self.runs[t].get("gpus") or ())))
+                               for t in self.adopted})
         self.driver.watch_adopted([r for r in map(self._checked_run, self.adopted) if r is not None])
         self._clear_leftovers()
 
@@ -518,9 +538,15 @@ class HostAgent:
             self.offsets[msg.partition()] = msg.offset() + 1
 
     def _decode(self, msg) -> dict | None:
-        """The AgentCommand in msg when it is for one of this agent's hosts; else None."""
+        """The AgentCommand in msg when it is for one of this agent's hosts; else None. A sealed
+        one (peloton/auth/host_keys.py) is opened with the host's key: another host's is not."""
         try:
             name, cmd = self.serde.decode(msg.value())
+            if name == "peloton.SealedAgentCommand" and cmd["host_id"] in self.hosts:
+                key = self.report_keys.get(cmd["host_id"])
+                if key is None:
+                    raise ValueError("sealed, and this agent has no host key (PELOTON_HOST_KEY)")
+                name, cmd = self.serde.decode(unseal(key, cmd["host_id"], cmd["sealed"]))
         except Exception as exc:  # undecodable, or not what the schema promised: skipped, and said
             log.warning("command at offset %d skipped: %s", msg.offset(), exc)
             return None
@@ -600,6 +626,11 @@ class HostAgent:
                 user=launch["user"], image=launch.get("image", ""), health_check=launch.get("health_check_json")))
         self._save("runs.json", self.runs)  # before they start: a crash now still finds them
         self.driver.launch(fresh)
+        held = {r.task_id: list(self.driver.gpus_of(r.task_id)) for r in fresh if r.resources.gpu > 0}
+        for task_id, gpus in held.items():  # a next agent holds them again while the run goes on
+            self.runs[task_id]["gpus"] = gpus
+        if any(held.values()):
+            self._save("runs.json", self.runs)
         metrics.AGENT_COMMANDS.labels("launch").inc(len(fresh))
 
     def _start_held(self, now: float) -> bool:
@@ -699,7 +730,7 @@ class HostAgent:
         running: dict[str, list[str]] = {}
         for task_id in self.driver.active() | set(self.adopted) | self.handed:
             running.setdefault(self._host_of(task_id), []).append(task_id)
-        topic = self.catalogue["placements"].name
+        topic = self.reports.name
         # Where the reader stands in each commands partition (every command before it handled,
         # in this step or earlier): the host manager gives up a launch this agent does not run only
         # once the agent has read past it, so a reader that stalls delays a launch but never runs
@@ -721,9 +752,11 @@ class HostAgent:
                       "commands_read": read_to.get(self.command_partition[host_id]),
                       "log_url": self.logs.url if self.logs else ""}
             value = self.serde.encode("peloton.AgentReport", record)
+            key = self.report_keys.get(host_id)
+            signed = {"headers": [(HOST_SIGNATURE, signature(key, value))]} if key else {}
             try:
                 self.producer.produce(topic, key=host_id.encode(), value=value,
-                                      partition=self.report_partition[host_id],
+                                      partition=self.report_partition[host_id], **signed,
                                       on_delivery=lambda err, _msg, r=round_id: self._delivered(r, err))
             except (BufferError, KafkaException) as exc:
                 # The queue is full (the broker is away), or the client refuses the report at once
@@ -922,6 +955,17 @@ def _abandon(producer) -> None:
         pass
 
 
+def report_keys(settings: Settings, hosts: list[str]) -> dict[str, str]:
+    """Each host's key its reports are signed with: this host's own (PELOTON_HOST_KEY), or, for a
+    process that simulates many hosts, each derived from the cluster's (PELOTON_AGENT_REPORT_KEY).
+    None given: reports go unsigned (a host manager that checks them refuses them)."""
+    if settings.host_key:
+        return dict.fromkeys(hosts, settings.host_key)
+    if settings.agent_report_key:
+        return {h: host_key(settings.agent_report_key, h) for h in hosts}
+    return {}
+
+
 def agent_state_dir(home: str | Path, name: str) -> Path:
     """Where an agent keeps what it must find again after a restart (its runs, runc's state), and
     what names its cgroups (agent_cgroup_name)."""
@@ -956,7 +1000,8 @@ def run_agent(settings: Settings, specs: list[AgentSpec], simulate: bool = False
 
     address = metrics.serve(settings)
     registry = join(settings.zookeeper, "agent", name, {"hosts": sorted(agent.hosts)[:100],
-                                                         "host_count": len(agent.hosts), "metrics": address})
+                                                         "host_count": len(agent.hosts), "metrics": address},
+                    auth=settings.zookeeper_auth)
     settle_heap()
     try:
         agent.run(max_seconds)

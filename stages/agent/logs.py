@@ -1,14 +1,16 @@
-"""An agent serves its sandboxes' output files to the API, and to nobody else: every request must
-carry the cluster's agent-logs secret (PELOTON_AGENT_LOGS_SECRET), which the API holds and users
-never see; users reach logs through the API, which checks who may read the job. Read-only, a
-byte range at a time, only a run's stdout and stderr (no path a request can steer elsewhere).
+"""An agent serves a run's output files only against a grant for that run: the API, having
+checked that its caller may read the job, signs a short-lived grant for the run and its host
+(peloton/auth/grants.py), and the agent checks it with the API's public key
+(PELOTON_AGENT_LOGS_PUBLIC_KEY). A grant for one run opens no other, and nothing an agent holds can
+make one. Read-only, a byte range at a time, only a run's stdout and stderr (no path a request
+can steer elsewhere).
 
-    GET /v1/sandboxes/<task id>/<stdout|stderr>?offset=N&limit=M   -> the bytes, X-File-Size: total
+    GET /v1/sandboxes/<task id>/<stdout|stderr>?offset=N&limit=M   Authorization: Bearer <grant>
+        -> the bytes, X-File-Size: total
 """
 
 from __future__ import annotations
 
-import hmac
 import logging
 import os
 import socket
@@ -18,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+from peloton.auth.grants import GrantError, check
 from stages.launch.agents.local import sandbox_path
 
 log = logging.getLogger("peloton.agent")
@@ -27,9 +30,9 @@ MAX_CHUNK = 4 * 1024 * 1024  # per request: a client pages through a large file
 
 
 class LogServer:
-    def __init__(self, sandbox_root: Path, secret: str, host: str = "127.0.0.1", port: int = 0,
-                 keep_s: float = 0.0):
-        self.sandbox_root, self.secret = sandbox_root, secret
+    def __init__(self, sandbox_root: Path, verify_key, hosts: set[str] | frozenset[str], host: str = "127.0.0.1",
+                 port: int = 0, keep_s: float = 0.0):
+        self.sandbox_root, self.verify_key, self.hosts = sandbox_root, verify_key, frozenset(hosts)
         # Why a file may be missing, said with each 404: the agent removes sandboxes keep_s after
         # their run ended (LocalDriver's collect_sandboxes).
         self.missing_hint = (f" (sandboxes are removed {keep_s / 86400:g} days after their run ended: "
@@ -65,14 +68,19 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # the standard library's name for it
         logs = self.server_logs
-        given = self.headers.get("Authorization") or ""
-        if not hmac.compare_digest(given.encode(), f"Bearer {logs.secret}".encode()):
-            self._answer(HTTPStatus.UNAUTHORIZED, b"the agent serves its sandboxes to the API only\n")
-            return
         url = urlsplit(self.path)
         parts = url.path.strip("/").split("/")
         if len(parts) != 4 or parts[:2] != ["v1", "sandboxes"] or parts[3] not in FILES:
             self._answer(HTTPStatus.NOT_FOUND, b"GET /v1/sandboxes/<task id>/<stdout|stderr>\n")
+            return
+        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+        try:
+            if scheme != "Bearer" or not token:
+                raise GrantError("no grant: the API gives one to a caller who may read the job")
+            check(logs.verify_key, token.strip(), parts[2], logs.hosts)
+        except GrantError as exc:
+            self._answer(HTTPStatus.FORBIDDEN if token else HTTPStatus.UNAUTHORIZED,
+                         f"the agent serves run {parts[2]}'s output only with the API's grant for it: {exc}\n".encode())
             return
         query = parse_qs(url.query)
         try:

@@ -1,5 +1,7 @@
-"""launch stage: placements and kills in (partition = host shard); task status events out
-(key = job id), host state out (compacted, key = host id).
+"""launch stage: placements and kills in (partition = host shard), and the agents' reports
+(agent-reports, partitioned alike: an instance owns a shard's partition of both); task status
+events out (key = job id), host state out (compacted, key = host id). A report counts only when
+signed with its host's key (peloton/auth/host_keys.py), where this stage holds the cluster's.
 
 Every launch is first claimed in the store by task run id: a placement delivered twice (a place
 instance died after sending it, or this partition moved) launches nothing the second time. A kill
@@ -16,6 +18,9 @@ import time
 from pathlib import Path
 
 from peloton import metrics
+from peloton.auth.host_keys import HEADER as HOST_SIGNATURE
+from peloton.auth.host_keys import HostKeys, seal
+from peloton.auth.signing import header_of
 from peloton.model.events import StatusRuns, send_progress, split_task_id, task_status
 from peloton.model.gang import task_problem
 from peloton.model.health import DISABLED, HEALTH_UNKNOWN
@@ -33,13 +38,15 @@ log = logging.getLogger("peloton.launch")
 
 
 TOPIC = "placements"
+REPORTS = "agent-reports"  # partitioned as TOPIC: partition N of each is host shard N
 # Runs that ended more than store.CLAIMS_KEPT_MS ago are forgotten hourly, up to 10,000 a tick.
 CLAIM_SWEEP = (3600.0, 10_000)
 
 
 class LaunchStage(Stage):
     name = "launch"
-    inputs = (TOPIC,)
+    inputs = (TOPIC, REPORTS)
+    assignment = "range"  # a shard's placements and its agents' reports in one instance
 
     def __init__(self, store: LaunchStore, drivers: dict[str, AgentDriver] | None = None):
         self.store = store
@@ -54,6 +61,7 @@ class LaunchStage(Stage):
         self.claim_sweep = Sweep(*CLAIM_SWEEP)
         self.kill_reasons: dict[str, tuple[str, str]] = {}  # task id -> (reason, message) of a kill asked for
         self.shards: set[int] = set()  # the host shards this instance owns
+        self.host_keys: HostKeys | None = None  # checks each report's signature, where set (bind)
         self.agent_seen: dict[str, float] = {}  # agent host id -> time.monotonic() of its last report
         self.down: set[str] = set()  # agent hosts whose reports stopped
         self.maintenance: dict[str, str] = {}  # host id -> DRAINING, DRAINED or DOWN (an operator's)
@@ -69,20 +77,34 @@ class LaunchStage(Stage):
 
     def bind(self, emitter, settings, catalogue) -> None:
         super().bind(emitter, settings, catalogue)
+        if catalogue[REPORTS].partitions != catalogue[TOPIC].partitions:
+            raise ValueError(f"topics.yaml: {REPORTS} has {catalogue[REPORTS].partitions} partitions and {TOPIC} "
+                             f"{catalogue[TOPIC].partitions}: a host shard is one partition of each")
+        self.host_keys = HostKeys(settings.agent_report_key) if settings.agent_report_key else None
         # Hosts run by this process's drivers; agents (separate processes) join as they report.
         self.inventory = {h.host_id: h for h in parse_inventory(settings.hosts, catalogue[TOPIC].partitions)
                           if h.driver not in REMOTE}
-        self.remote = RemoteDriver(lambda host_id, command: self.emit.emit(
-            "agent-commands", host_id, "peloton.AgentCommand", command), commands_end=self._commands_end)
+        self.remote = RemoteDriver(self._send_command, commands_end=self._commands_end)
         self.drivers[AGENT] = self.remote
         for kind in {h.driver for h in self.inventory.values()}:
             if kind not in self.drivers:
                 if kind == "local":
                     options = {"sandbox_root": Path(settings.home) / "sandboxes", "user": settings.task_user,
-                               "allowed_users": settings.task_users, "sandbox_keep_seconds": settings.sandbox_keep_s}
+                               "allowed_users": settings.task_users, "sandbox_keep_seconds": settings.sandbox_keep_s,
+                               "task_uids": settings.task_uids, "identities_dir": settings.identities_dir}
                 else:
                     options = {"task_seconds": settings.sim_task_seconds}
                 self.drivers[kind] = make_driver(kind, **options)
+
+    def _send_command(self, host_id: str, command: dict) -> None:
+        """An AgentCommand to one host's agent; sealed with its host's key where this stage holds
+        the cluster's, so that no other agent reads it."""
+        if self.host_keys is None:
+            self.emit.emit("agent-commands", host_id, "peloton.AgentCommand", command)
+            return
+        plain = self.emit.serde.encode("peloton.AgentCommand", command)
+        self.emit.emit("agent-commands", host_id, "peloton.SealedAgentCommand",
+                       {"host_id": host_id, "sealed": seal(self.host_keys.key(host_id), host_id, plain)})
 
     # -- ownership ----------------------------------------------------------------------------
     def on_assign(self, partitions: list[tuple[str, int]]) -> None:
@@ -195,6 +217,8 @@ class LaunchStage(Stage):
                                          "this host manager runs itself")
                 continue
             problem = task_problem({"task_id": host_id, "resources": report["capacity"]})
+            if not problem and self.host_keys is not None:
+                problem = self.host_keys.problem(host_id, r.raw_value or b"", header_of(r.headers, HOST_SIGNATURE))
             if problem:
                 self.emit.dead_letter(r, f"agent report: {problem}")
                 continue

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from peloton.auth.host_keys import host_key
 from peloton.config import DEV_PACE, REPO_ROOT, Settings
 from pelotonctl.admin import create_pool, ensure_topics, submit_job
 from pelotonctl import principals
@@ -117,13 +119,20 @@ class Pipeline:
         self.procs: dict[str, subprocess.Popen] = {}
         ensure_topics(self.settings)
         self.passwords = PASSWORDS if self.settings.kafka_user else None
+        self.report_key = secrets.token_hex(32)  # launch checks each agent's reports against its host's key
         if self.passwords:
             principals.apply(self.settings, self.passwords)
         create_pool(self.settings, self.store, "/test", pool_yaml(cpu=pool_cpu))
 
-    def as_user(self, component: str) -> dict[str, str]:
-        """The variables that start a process as the component's Kafka user."""
-        return principals.as_user(component, self.passwords)
+    def as_user(self, component: str, host: str = "") -> dict[str, str]:
+        """The variables that start a process as the component's Kafka user, with its keys (launch
+        the agents key, an agent its host's, one of simulated hosts the agents key)."""
+        keys = {}
+        if component == "launch" or host == "simagent":
+            keys = {"PELOTON_AGENT_REPORT_KEY": self.report_key}
+        elif component == "agent" and host:
+            keys = {"PELOTON_HOST_KEY": host_key(self.report_key, host)}
+        return {**principals.as_user(component, self.passwords), **keys}
 
     def log(self, instance: str) -> Path:
         return self.home / f"{instance}.log"
@@ -144,7 +153,8 @@ class Pipeline:
         [host] = [h for h in agent_hosts(self.settings) if h.host_id == host_id]
         log = self.log(host_id)
         starts = log.read_text().count(" up: ") if log.exists() else 0
-        proc = start_agent(host, self.settings, log, *options, extra_env={**self.as_user("agent"), **(extra_env or {})})
+        proc = start_agent(host, self.settings, log, *options,
+                           extra_env={**self.as_user("agent", host_id), **(extra_env or {})})
         self.procs[host_id] = proc
         if wait:  # this start's line, not an earlier one of the same host
             self.wait_for(f"agent {host_id} up", lambda: proc.poll() is None and log.read_text().count(" up: ") > starts, 60)
@@ -159,7 +169,7 @@ class Pipeline:
         simulated = sim_agent_hosts(self.settings)
         if simulated:
             self.procs["agent-simagent"] = start_sim_agent(simulated, self.settings, self.log("agent-simagent"),
-                                                           extra_env=self.as_user("agent"))
+                                                           extra_env=self.as_user("agent", "simagent"))
         for instance, proc in self.procs.items():
             wait_for_log(self.log(instance), ready_line(instance), 60, proc)
 

@@ -10,6 +10,7 @@ import urllib.request
 
 import pytest
 
+from peloton.auth.grants import new_key_pair
 from pelotonctl.admin import create_pool
 from pelotonctl.dev.stack import free_port, start_api, wait_for_port
 
@@ -172,12 +173,13 @@ def test_task_logs_come_through_the_api_from_the_agent_that_ran_the_task(pipelin
     # (another home), reads a run's output through the API as a reader of the job's pool.
     p = pipeline_factory(hosts="agent:1:cpu=2,mem_mb=1024,disk_mb=1000")
     create_pool(p.settings, p.store, "/a", "name: a\nowningTeam: team-a\n" + RESOURCES)
-    secret = {"PELOTON_AGENT_LOGS_SECRET": "agents-and-the-api-only"}
+    signing, checking = new_key_pair()  # the API signs a grant per run; the agent checks it
     for stage in ("admit", "entitle", "place", "launch"):
         p.start(stage, wait=False)
-    p.start_agent("agent-0", extra_env=secret)
+    p.start_agent("agent-0", extra_env={"PELOTON_AGENT_LOGS_PUBLIC_KEY": checking})
     port = free_port()
-    p.procs["api-0"] = start_api(p.settings, p.log("api-0"), port, extra_env={**p.as_user("api"), **secret})
+    p.procs["api-0"] = start_api(p.settings, p.log("api-0"), port,
+                                 extra_env={**p.as_user("api"), "PELOTON_AGENT_LOGS_KEY": signing})
     wait_for_port("127.0.0.1", port, 60)
     api = f"http://127.0.0.1:{port}"
     alice = p.ctl("auth", "issue", "--user", "alice", "--group", "team-a").stdout.strip()

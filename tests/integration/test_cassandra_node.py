@@ -9,15 +9,12 @@ import signal
 import uuid
 
 import pytest
-from cassandra.cluster import Cluster
 
 pytestmark = pytest.mark.integration
 
 
 def session_of(node):
-    host, port = node.contact.rsplit(":", 1)
-    cluster = Cluster([host], port=int(port), protocol_version=5)
-    return cluster, cluster.connect()
+    return node.session()
 
 
 def test_a_node_from_jars_answers_cql_claims_once_and_keeps_its_writes_across_a_sigkill(cassandra_node) -> None:
@@ -46,3 +43,24 @@ def test_a_node_from_jars_answers_cql_claims_once_and_keeps_its_writes_across_a_
     finally:
         cluster.shutdown()
     assert node.log.read_text().count("Starting listening for CQL clients") == 2
+
+
+def test_a_client_without_the_nodes_passwords_is_refused(cassandra_node) -> None:
+    """Clients log in (PasswordAuthenticator): none without a password, nor with Cassandra's
+    well-known default superuser's, which the node changed at its first start."""
+    from cassandra.auth import PlainTextAuthProvider
+    from cassandra.cluster import Cluster, NoHostAvailable
+
+    for login in ({}, {"auth_provider": PlainTextAuthProvider("cassandra", "cassandra")}):
+        cluster = Cluster(["127.0.0.1"], port=cassandra_node.native_port, protocol_version=5, **login)
+        try:
+            with pytest.raises(NoHostAvailable) as refused:
+                cluster.connect()
+            assert "Authentication" in str(refused.value) or "authenticat" in str(refused.value).lower()
+        finally:
+            cluster.shutdown()
+    cluster, session = cassandra_node.session()  # the store's own role logs in
+    try:
+        assert session.execute("SELECT release_version FROM system.local").one() is not None
+    finally:
+        cluster.shutdown()

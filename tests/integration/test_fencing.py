@@ -193,7 +193,7 @@ def test_a_broker_stall_shorter_than_the_lease_kills_nothing_and_runs_nothing_tw
 
 
 def test_launches_read_as_the_lease_runs_out_wait_for_a_report_and_each_runs_once(pipeline_factory) -> None:
-    """The agent's reports refused (its right to write the placements topic taken away) while it
+    """The agent's reports refused (its right to write the agent-reports topic taken away) while it
     still reads its commands, as after a broker outage almost as long as its lease: launches it
     reads as the lease runs out, or just after, wait for a report to get through. Started at once
     they were killed by the fence a moment later, and those read after it were answered lost:
@@ -213,7 +213,7 @@ def test_launches_read_as_the_lease_runs_out_wait_for_a_report_and_each_runs_onc
     fenced = p.submit(sleepers(1, 60, cpu=1))
     p.wait_for("a run to fence", lambda: p.counts(fenced).get("RUNNING", 0) == 1, 60)
     admin = AdminClient(kafka_access(p.settings))
-    write = binding(Grant("agent", "topic", Catalogue(p.settings.topic_prefix)["placements"].name, "write"))
+    write = binding(Grant("agent", "topic", Catalogue(p.settings.topic_prefix)["agent-reports"].name, "write"))
     [(_, taking)] = admin.delete_acls([AclBindingFilter(write.restype, write.name, write.resource_pattern_type,
                                                         write.principal, write.host, write.operation,
                                                         write.permission_type)], request_timeout=10).items()

@@ -7,8 +7,11 @@ runs inside it. Skipped where the agent cannot make cgroups or has no runtime; i
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -107,6 +110,87 @@ def test_two_one_gpu_tasks_on_a_two_gpu_agent_get_different_devices_and_a_third_
     assert devices(third)[0] in ("0", "1")  # a device given back by one that ended
 
 
+GRANTED_JOB = """
+name: granted
+instancecount: 3
+defaultconfig:
+  resource: {{cpulimit: 0.1, memlimitmb: 16, disklimitmb: 1, gpulimit: 1}}
+  command:
+    shell: true
+    value: 'echo "$CUDA_VISIBLE_DEVICES" > devices; for n in 0 1; do ( exec 3<>"{dev}/nvidia$n" ) 2>> opened; done; sleep 8'
+"""
+
+
+IMAGE_GPU_JOB = """
+name: boxed-gpu
+instancecount: 1
+defaultconfig:
+  resource: {cpulimit: 0.1, memlimitmb: 16, disklimitmb: 1, gpulimit: 1}
+  container: {type: 1, docker: {image: "busybox:peloton-test"}}
+  command: {shell: true, value: 'echo "$CUDA_VISIBLE_DEVICES" > seen; ls /dev | grep nvidia >> seen'}
+"""
+
+
+def fake_gpus(top: Path) -> Path:
+    """Two NVIDIA device nodes (195:0 and 195:1) with no driver behind them: opening one a run may
+    open says ENXIO (no such device), opening one its devices cgroup denies it says EPERM."""
+    top.mkdir(mode=0o755)
+    os.chmod(top.parent, 0o711)  # runs under a uid of their own reach the nodes by their path
+    for n in (0, 1):
+        os.mknod(top / f"nvidia{n}", 0o666 | 0o020000, os.makedev(195, n))
+        os.chmod(top / f"nvidia{n}", 0o666)
+    return top
+
+
+def test_a_run_opens_its_own_gpus_alone_and_an_agent_restarted_keeps_them_held(pipeline_factory) -> None:
+    top = Path(tempfile.mkdtemp(prefix="peloton-gpus-"))
+    try:
+        dev = fake_gpus(top / "dev")
+        p = pipeline_factory(hosts="agent:1:cpu=4,mem_mb=1024,disk_mb=1000,gpu=2", gpu_dev_dir=str(dev),
+                             agent_timeout_s=20.0)
+        create_pool(p.settings, p.store, "/gpus", pool_yaml(4).replace("kind: gpu, reservation: 0, limit: 0",
+                                                                        "kind: gpu, reservation: 2, limit: 2"))
+        p.start_all()
+        said = p.log("agent-0").read_text()
+        if "each run may open its own alone (devices cgroup)" not in said:
+            pytest.skip(f"no devices cgroup for the agent here: {said.splitlines()[-1]}")
+        job = p.submit(GRANTED_JOB.format(dev=dev), pool="/gpus")
+        p.wait_for("two of the three running", lambda: p.counts(job).get("RUNNING", 0) == 2, 60)
+        running = [t for t in p.store.tasks_of_job(job) if t.state == "RUNNING"]
+        for task in running:
+            sandbox = p.settings.home / "sandboxes" / task.task_id
+            p.wait_for(f"{task.task_id} tried both GPUs", lambda s=sandbox: (s / "opened").exists() and
+                       (s / "opened").read_text().count("\n") >= 2, 10)
+            mine = (sandbox / "devices").read_text().strip()
+            other = {"0": "1", "1": "0"}[mine]
+            tried = (sandbox / "opened").read_text()
+            assert f"nvidia{mine}: No such device or address" in tried, tried  # allowed: only no driver
+            assert f"nvidia{other}: Operation not permitted" in tried, tried  # denied by its cgroup
+        # A restart hands the runs over; the next agent holds their GPUs again, so the third run
+        # waits for one of them to end instead of being given a GPU a run still holds.
+        p.procs["agent-0"].send_signal(signal.SIGHUP)
+        assert p.procs["agent-0"].wait(30) == 0
+        p.start_agent("agent-0")
+        assert p.wait_job(job, timeout=90) == "SUCCEEDED"
+        events = p.store.task_events(job)
+        third = next(t for t in p.store.tasks_of_job(job) if t.instance not in {r.instance for r in running})
+        started = min(e["timestamp_ms"] for e in events if e["instance"] == third.instance and e["state"] == "RUNNING")
+        first_end = min(e["timestamp_ms"] for e in events if e["instance"] != third.instance
+                        and e["state"] == "SUCCEEDED")
+        assert started >= first_end - 500, (started, first_end)  # not beside both GPU holders
+        assert [e for e in events if e["state"] in ("LOST", "FAILED")] == []
+        # In an image, a run finds its own GPU's device node in its /dev, and no other.
+        imported = p.ctl("image", "import", "busybox:peloton-test", str(busybox_rootfs(top / "rootfs")))
+        assert imported.returncode == 0, imported.stderr
+        boxed = p.submit(IMAGE_GPU_JOB, pool="/gpus")
+        assert p.wait_job(boxed, timeout=60) == "SUCCEEDED"
+        [task] = p.store.tasks_of_job(boxed)
+        mine, seen = (p.settings.home / "sandboxes" / task.task_id / "seen").read_text().split("\n", 1)
+        assert seen.split() == [f"nvidia{mine}"], (mine, seen)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
 IMAGE_JOB = """
 name: imaged
 instancecount: 1
@@ -152,7 +236,7 @@ def test_a_task_naming_an_image_runs_inside_it_and_a_host_without_a_runtime_is_n
     assert task.host_id == "agent-1"
     seen = (p.settings.home / "sandboxes" / task.task_id / "seen").read_text().split("\n")
     assert seen[0] == 'PRETTY_NAME="busybox image of the tests"'  # its own /etc, not the host's
-    assert seen[1] == "65534" and seen[2] == task.task_id  # as the task user, with its identity
+    assert 61184 <= int(seen[1]) <= 65519 and seen[2] == task.task_id  # as its job's own uid, with its identity
 
 
 def test_cgroups_of_runs_no_agent_holds_are_removed_and_what_runs_in_them_killed(tmp_path: Path) -> None:

@@ -158,7 +158,7 @@ def test_a_launch_a_stalled_agent_has_not_read_waits_for_it_and_runs_once(settin
         agent.start()
         agent.reader = ReaderWatch(agent.commands.name, agent.reader.partitions, agent.reader.ends, **QUICK)
         commands = agent.command_partition["h1"]
-        reports.assign([TopicPartition(catalogue["placements"].name, agent.report_partition["h1"], OFFSET_END)])
+        reports.assign([TopicPartition(catalogue["agent-reports"].name, agent.report_partition["h1"], OFFSET_END)])
         settle_until = time.monotonic() + 2
         while time.monotonic() < settle_until:
             agent.step()

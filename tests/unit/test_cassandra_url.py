@@ -14,6 +14,14 @@ def test_a_url_names_hosts_one_port_a_keyspace_and_options() -> None:
     assert parse_url("cassandra://c1/peloton")[1] == 9042  # CQL's port unless named
 
 
+def test_a_url_may_name_the_role_the_store_logs_in_as_and_messages_never_show_its_password() -> None:
+    assert parse_url("cassandra://peloton:s%40cret@c1:9142,c2:9142/ks") == (
+        ["c1", "c2"], 9142, "ks", {"user": "peloton", "password": "s@cret"})
+    with pytest.raises(ValueError) as refused:
+        parse_url("cassandra://peloton:hunter2@c1:1,c2:2/ks")
+    assert "hunter2" not in str(refused.value) and "peloton:***@" in str(refused.value)
+
+
 @pytest.mark.parametrize("url, says", [
     ("cassandra://c1:1,c2:2/peloton", "same CQL port"),
     ("cassandra://c1:9042/", "keyspace"),

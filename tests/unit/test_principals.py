@@ -29,8 +29,11 @@ def test_an_agent_reads_its_commands_and_writes_its_reports_and_nothing_more() -
     found = grants(Catalogue(""))
     topics = {(g.operation, g.name) for g in found["agent"] if g.resource == "topic"}
     assert topics == {("read", "peloton.agent-commands"), ("describe", "peloton.agent-commands"),
-                      ("write", "peloton.placements"), ("describe", "peloton.placements")}
+                      ("write", "peloton.agent-reports"), ("describe", "peloton.agent-reports")}
     assert [g for g in found["agent"] if g.resource == "transactional_id"] == []
+    # Placements are what a host manager launches from: an agent may not write them.
+    assert who(found, "write", "peloton.placements") == {"place", "entitle", "admit", "api"}
+    assert who(found, "write", "peloton.agent-reports") == {"agent"}
 
 
 def test_every_stage_reads_its_inputs_in_its_own_group_and_fences_with_its_own_transactional_ids() -> None:

@@ -185,6 +185,34 @@ def test_an_agent_runs_its_hosts_launches_and_skips_what_it_cannot_use(tmp_path)
         agent.consumer.close()
 
 
+def test_an_agent_opens_the_commands_sealed_for_its_host_and_no_others(tmp_path) -> None:
+    """Every agent reads its shard's partition; a command sealed with another host's key, or a
+    forged one, starts nothing (peloton/auth/host_keys.py)."""
+    from peloton.auth.host_keys import host_key, seal
+    from peloton.config import Settings
+    from peloton.serde import registry
+    from stages.agent.agent import AgentSpec, HostAgent
+
+    cluster_key = "ab" * 32
+    settings = Settings(bootstrap="127.0.0.1:1", home=tmp_path, host_key=host_key(cluster_key, "h1"))
+    agent = HostAgent(settings, [AgentSpec("h1", Resources(cpu=4), {})])
+    try:
+        def sealed(task_id: str, host: str, key_of: str) -> bytes:
+            plain = registry().encode("peloton.AgentCommand", {
+                "command_id": "c", "host_id": host, "kills": [], "sent_ms": 1, "launches": [{
+                    "task_id": task_id, "job_id": "j", "instance": 0, "run_id": 1, "command": "true",
+                    "resources": Resources(cpu=1).to_record()}]})
+            return registry().encode("peloton.SealedAgentCommand", {
+                "host_id": host, "sealed": seal(host_key(cluster_key, key_of), host, plain)})
+
+        for value in (sealed("j-1-1", "h1", "h2"), sealed("j-2-1", "h2", "h2"), sealed("j-0-1", "h1", "h1")):
+            agent._commands([Msg(value)])
+        assert set(agent.runs) == {"j-0-1"}
+    finally:
+        agent.driver.close()
+        agent.consumer.close()
+
+
 def test_a_run_that_ended_before_its_agent_restarted_is_reported_as_it_ended_not_lost(tmp_path) -> None:
     """Its report not yet delivered (here: no broker at all), the agent stops; the next agent on
     the same state directory reports the run's real ending. Before, it reported the run lost, and

@@ -1074,7 +1074,7 @@ def test_an_end_read_again_sends_its_release_again_so_no_allocation_is_held_for_
 
 
 def agent_report(host_id: str, running: list[str], partition: int, read: int | None = None) -> Record:
-    return record("placements", "peloton.AgentReport", {
+    return record("agent-reports", "peloton.AgentReport", {
         "host_id": host_id, "agent_id": "a1", "capacity": {"cpu": 8.0, "mem_mb": 1024.0, "disk_mb": 1000.0, "gpu": 0.0},
         "labels": {}, "running": running, "port_ranges": [{"low": 31000, "high": 32000}], "updates": [],
         "sent_ms": 1, "commands_read": read}, key=host_id, partition=partition)

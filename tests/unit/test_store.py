@@ -676,7 +676,7 @@ def test_the_cassandra_schema_is_versioned_and_migrated_once(cassandra_node) -> 
 
     from peloton.store.cassandra_schema import MIGRATIONS
 
-    url = f"cassandra://{cassandra_node.contact}/t_{uuid.uuid4().hex[:8]}"
+    url = cassandra_node.store_url(f"t_{uuid.uuid4().hex[:8]}")
     first, second = open_store(url), open_store(url)  # the second finds the schema made
     try:
         assert first.schema_version == second.schema_version == len(MIGRATIONS)

@@ -31,6 +31,7 @@ class Limits:
     cpu: float = 0.0  # cores; 0: no quota
     mem_mb: float = 0.0  # 0: no limit
     pids: int = 0  # 0: no cap
+    deny_devices: tuple[str, ...] = ()  # devices.deny rules ("c 195:1 rwm"): the GPUs it was not given
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +98,7 @@ class Hierarchy(ABC):
 
     version: int
     controllers: tuple[str, ...]
+    devices = False  # whether a task's cgroup can deny it devices (Limits.deny_devices)
 
     @abstractmethod
     def make(self, name: str, limits: Limits) -> TaskCgroup:
@@ -208,12 +210,18 @@ class V1(Hierarchy):
     def __init__(self, parents: dict[str, Path], mounts: dict[str, Path] | None = None):
         self.parents = parents  # controller -> the agent's parent directory in that controller's tree
         self.mounts = mounts or {}  # controller -> where its tree is mounted
+        # The devices controller where the host mounts it: a task denied the GPUs it was not given.
+        self.used = self.controllers + (("devices",) if "devices" in parents else ())
+        self.devices = "devices" in parents
+
+    def describe(self) -> str:
+        return f"cgroup v1 ({', '.join(self.used)}) under {self.parent_text()}"
 
     def at(self, path: str) -> V1Task:
-        return V1Task({c: self.mounts[c] / path.lstrip("/") for c in self.controllers})
+        return V1Task({c: self.mounts[c] / path.lstrip("/") for c in self.used if c in self.mounts})
 
     def task(self, name: str) -> V1Task:
-        return V1Task({c: self.parents[c] / name for c in self.controllers})
+        return V1Task({c: self.parents[c] / name for c in self.used})
 
     def parent_text(self) -> str:
         return str(self.parents["memory"])
@@ -226,9 +234,11 @@ class V1(Hierarchy):
         return V1(parents, self.mounts) if any(p.is_dir() for p in parents.values()) else None
 
     def make(self, name: str, limits: Limits) -> V1Task:
-        dirs = {c: self.parents[c] / name for c in self.controllers}
+        dirs = {c: self.parents[c] / name for c in self.used}
         for d in dict.fromkeys(dirs.values()):
             d.mkdir(exist_ok=True)
+        for rule in limits.deny_devices if "devices" in dirs else ():
+            _write(dirs["devices"] / "devices.deny", rule)
         if limits.cpu > 0:
             _write(dirs["cpu"] / "cpu.cfs_period_us", str(CPU_PERIOD_US))
             _write(dirs["cpu"] / "cpu.cfs_quota_us", str(max(MIN_CPU_QUOTA_US, round(limits.cpu * CPU_PERIOD_US))))
@@ -375,6 +385,14 @@ def find_hierarchy(agent: str, root: Path = Path("/sys/fs/cgroup"),
             parent = _inside(mounts[c], own.get(c, "/")) / leaf
             parent.mkdir(exist_ok=True)
             parents[c] = parent
+        devices = root / "devices"
+        if devices.is_dir():  # optional: without it a task may open any GPU of the host
+            try:
+                parent = _inside(devices, own.get("devices", "/")) / leaf
+                parent.mkdir(exist_ok=True)
+                parents["devices"], mounts["devices"] = parent, devices
+            except OSError:
+                pass
         memory = parents["memory"]
         if (memory / "memory.use_hierarchy").exists() and _read_int(memory / "memory.use_hierarchy") == 0:
             _write(memory / "memory.use_hierarchy", "1")  # a task's usage counts in its parents

@@ -56,8 +56,11 @@ class ContainerRuntime:
         return f"{self.cgroup_parent}/{task_id}"
 
     def bundle(self, bundle: Path, image: str, argv: list[str], env: dict[str, str], sandbox: Path,
-               uid: int, gid: int, cpu: float, mem_mb: float, pids: int, task_id: str) -> Path:
-        """Write the task's bundle (config.json) from the runtime's own default spec."""
+               uid: int, gid: int, cpu: float, mem_mb: float, pids: int, task_id: str,
+               devices: list[dict] | None = None) -> Path:
+        """Write the task's bundle (config.json) from the runtime's own default spec; `devices`:
+        OCI device entries of the GPUs the run was given (devices.py), made in it and allowed to
+        it (the default spec allows none but the usual few)."""
         rootfs = self.rootfs(image)
         bundle.mkdir(parents=True, exist_ok=True)
         config_path = bundle / "config.json"
@@ -89,6 +92,10 @@ class ContainerRuntime:
             resources["cpu"] = {"quota": max(1000, round(cpu * CPU_PERIOD_US)), "period": CPU_PERIOD_US}
         if pids > 0:
             resources["pids"] = {"limit": pids}
+        for device in devices or ():
+            linux.setdefault("devices", []).append(device)
+            resources.setdefault("devices", []).append({"allow": True, "type": device["type"], "major": device["major"],
+                                                        "minor": device["minor"], "access": "rwm"})
         config_path.write_text(json.dumps(config))
         return bundle
 

@@ -165,6 +165,13 @@ class AgentDriver(ABC):
     def let_go(self, task_ids: Sequence[str]) -> None:
         """Adopted runs that ended or were killed elsewhere: no more news of them."""
 
+    def gpus_of(self, task_id: str) -> tuple[str, ...]:
+        """The GPU devices a run holds. The default gives out none."""
+        return ()
+
+    def hold_gpus(self, runs: dict[str, tuple[str, tuple[str, ...]]]) -> None:
+        """Runs adopted from an earlier driver keep their GPUs (task id -> host, GPUs) until let_go()."""
+
     def clear_leftovers(self, keep: set[str]) -> list[str]:
         """Remove what earlier drivers left of runs that neither this driver nor `keep` (runs
         adopted from them) holds: their cgroups and containers. Returns the task ids cleared. The

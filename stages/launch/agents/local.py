@@ -51,6 +51,7 @@ from pathlib import Path
 from stat import S_ISREG
 
 from peloton.model.health import HEALTH_UNKNOWN, HealthCheck
+from peloton.model.users import allowed_names
 from peloton.model.states import (REASON_AGENT_FENCED, REASON_CONTAINER_LAUNCH_FAILED,
                                    REASON_CONTAINER_LIMITATION_DISK, REASON_CONTAINER_LIMITATION_MEMORY)
 from peloton.runtime.sweep import Sweep
@@ -74,8 +75,11 @@ from .driver import (
 )
 from .cgroups import Hierarchy, Limits, TaskCgroup, Usage
 from .containers import ContainerRuntime, ImageError
+from .environment import BASE_PATH, TMP_DIR, container_environment, task_environment
 from .executor import FENCED, LEASE_FILE, NOT_STARTED, STATUS_FILE
+from .devices import GpuAllotment
 from .health import HealthChecks
+from .identities import Account, JobIdentities, own_tree, parse_uid_range
 
 log = logging.getLogger("peloton.agent")
 
@@ -87,6 +91,9 @@ DISK_CHECK_SECONDS = 2.0
 PID_FILE = ".peloton-pid"  # in the task's sandbox; tasks must leave it alone
 SANDBOX_GC_SECONDS = 60.0  # how often sandboxes past their keep are looked for
 SANDBOX_GC_BATCH = 1_000  # and how many one look removes at most (a whole batch: the next poll looks again)
+IDENTITY_SWEEP_S = 5.0  # how often jobs with no run left here are looked for, to release their uids
+# A run's files are its job's alone: its sandbox 0700, what it makes 0600 unless it says otherwise.
+TASK_UMASK = 0o077
 DEFAULT_ORPHAN_GRACE_SECONDS = 2.0  # SIGTERM -> SIGKILL for orphans (the task spec is not at hand)
 MAX_ORPHAN_GRACE_SECONDS = 10.0  # the new owner blocks while it waits, so the grace is capped
 _ORPHAN_SIGKILL_WAIT_SECONDS = 1.0  # how long to wait for a SIGKILLed group to disappear
@@ -121,23 +128,40 @@ class LocalDriver(AgentDriver):
         isolation: Hierarchy | None = None,
         pids_max: int = 0,
         gpus: Sequence[str] = (),
+        gpu_dev: Path = Path("/dev"),
         runtime: ContainerRuntime | None = None,
         sandbox_keep_seconds: float = 0.0,
+        task_uids: str = "",
+        identities_dir: str | Path = "/var/lib/peloton",
     ) -> None:
         self._root = Path(sandbox_root)
         self._sandbox_keep = sandbox_keep_seconds  # 0: sandboxes stay (see collect_sandboxes)
         self._sandbox_sweep = Sweep(SANDBOX_GC_SECONDS, SANDBOX_GC_BATCH)
         self._runtime = runtime  # None: tasks that name an image fail to launch here
-        # Each host's GPU devices: a task asking for N gets N that no running task holds, named
-        # to it in CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES, and given back at its end.
-        self._gpus = tuple(gpus)
-        self._free_gpus: dict[str, list[str]] = {}
+        # Each host's GPU devices: a task asking for N gets N that no running task holds, and may
+        # open those alone (devices.py); given back at its end.
+        self._gpus = GpuAllotment(tuple(gpus), Path(gpu_dev))
+        self._adopted_gpus: dict[str, tuple[str, tuple[str, ...]]] = {}  # task id -> host, GPUs of an adopted run
         self._disk_checked = 0.0
         self._isolation = isolation  # None: tasks are bare process groups, their resources only counted
         self._pids_max = pids_max
         self._root.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:  # runs enter their own sandboxes, and may list none
+            os.chmod(self._root, 0o711)
         self._user = task_user(user)
         self._allowed = UserPolicy(allowed_users, default=user)
+        # Each job's runs under a uid of its own where this process may switch users; else every
+        # run as PELOTON_TASK_USER (or as this process, not root).
+        uids = parse_uid_range(task_uids)
+        self._identities = (JobIdentities(uids, Path(identities_dir), self._root)
+                            if uids is not None and os.geteuid() == 0 else None)
+        self._identity_sweep = 0.0
+        if os.geteuid() == 0 and (self._identities is not None or self._user is not None):
+            closed = [str(p) for p in self._root.resolve().parents if not os.stat(p).st_mode & 0o001]
+            if closed:
+                log.warning("runs reach their sandboxes by relative paths only: %s let no other user through "
+                            "(mode o+x), so a run's $HOME, $TMPDIR and $PELOTON_SANDBOX are closed to it",
+                            ", ".join(closed))
         self._close_timeout = close_timeout
         self._orphan_grace = orphan_grace_seconds
         self._tasks: dict[str, _LocalTask] = {}
@@ -150,6 +174,14 @@ class LocalDriver(AgentDriver):
     def sandbox(self, task_id: str) -> Path:
         """The task's sandbox directory; task ids must be plain names, not paths."""
         return sandbox_path(self._root, task_id)
+
+    def describe_accounts(self) -> str:
+        """Who runs run as here, for the agent's log."""
+        if self._identities is not None:
+            return self._identities.describe()
+        if self._user is not None:
+            return f"every run as {self._user.pw_name} (PELOTON_TASK_USER)"
+        return "every run as this agent's own user (it is not root, so it cannot switch users)"
 
     def launch(self, requests: Sequence[LaunchRequest]) -> None:
         if self._closed:
@@ -222,7 +254,7 @@ class LocalDriver(AgentDriver):
             if tell_executor(self.sandbox(task_id), lease_until):
                 task = self._tasks.pop(task_id)
                 self._health.forget(task_id)
-                self._give_back_gpus(task.request.host_id, task.gpus)
+                self._gpus.give_back(task.request.host_id, task.gpus)
                 handed.append(task_id)
         handed += [t for t in adopted if tell_executor(self.sandbox(t), lease_until)]
         self._handed.update(handed)
@@ -246,10 +278,25 @@ class LocalDriver(AgentDriver):
             self._health.watch(request.task_id, check, self.sandbox(request.task_id), env, since, as_user)
 
     def let_go(self, task_ids: Sequence[str]) -> None:
-        """Adopted runs that ended or were killed: their checks stop."""
+        """Adopted runs that ended or were killed: their checks stop, their GPUs are free again."""
         for task_id in task_ids:
             if self._adopted.pop(task_id, None) is not None:
                 self._health.forget(task_id)
+            host_id, gpus = self._adopted_gpus.pop(task_id, ("", ()))
+            self._gpus.give_back(host_id, gpus)
+
+    def hold_gpus(self, runs: dict[str, tuple[str, tuple[str, ...]]]) -> None:
+        """Runs adopted from an earlier driver keep their GPUs (task id -> host, GPUs): none is
+        given to another run until let_go()."""
+        for task_id, (host_id, gpus) in runs.items():
+            if gpus:
+                self._gpus.hold(host_id, gpus)
+                self._adopted_gpus[task_id] = (host_id, gpus)
+
+    def gpus_of(self, task_id: str) -> tuple[str, ...]:
+        """The GPUs a run of this driver holds (for its agent's record of it)."""
+        task = self._tasks.get(task_id)
+        return task.gpus if task is not None else ()
 
     def take_over(self, task_ids: Sequence[str]) -> None:
         """Runs an earlier agent handed over, adopted: their executors need not fence them any more."""
@@ -298,16 +345,16 @@ class LocalDriver(AgentDriver):
             self._isolation.close()
 
     def _start(self, request: LaunchRequest) -> list[TaskUpdate]:
-        gpus = self._take_gpus(request)
+        wanted = math.ceil(request.resources.gpu) if request.resources.gpu > 0 else 0
+        gpus = self._gpus.take(request.host_id, wanted)
         if gpus is None:
-            free = len(self._free_gpus.get(request.host_id, ()))
             return [update_for(request, TASK_FAILED, reason=REASON_CONTAINER_LAUNCH_FAILED,
-                               message=f"asks for {request.resources.gpu:g} GPUs; {free} of this host's "
-                                       f"{len(self._gpus)} are free")]
+                               message=f"asks for {request.resources.gpu:g} GPUs; {self._gpus.free(request.host_id)} "
+                                       f"of this host's {len(self._gpus.devices)} are free")]
         try:
             proc, env, as_user, cgroup = self._spawn(request, gpus)
         except (OSError, ValueError) as exc:  # e.g. executable not found, bad task id
-            self._give_back_gpus(request.host_id, gpus)
+            self._gpus.give_back(request.host_id, gpus)
             return [
                 update_for(
                     request,
@@ -339,42 +386,23 @@ class LocalDriver(AgentDriver):
         return [update_for(request, TASK_STARTING),
                 update_for(request, TASK_RUNNING, health=HEALTH_UNKNOWN if check is not None else "")]
 
-    def _take_gpus(self, request: LaunchRequest) -> tuple[str, ...] | None:
-        """The devices of this host given to the task (none if it asks for none), or None when
-        fewer are free than it asks for."""
-        wanted = math.ceil(request.resources.gpu) if request.resources.gpu > 0 else 0
-        if not wanted:
-            return ()
-        free = self._free_gpus.setdefault(request.host_id, list(self._gpus))
-        if len(free) < wanted:
-            return None
-        taken, free[:] = tuple(free[:wanted]), free[wanted:]
-        return taken
-
-    def _give_back_gpus(self, host_id: str, gpus: tuple[str, ...]) -> None:
-        if gpus:
-            free = self._free_gpus.setdefault(host_id, [])
-            free.extend(gpus)
-            free.sort(key=self._gpus.index)
-
     def _spawn(self, request: LaunchRequest, gpus: tuple[str, ...] = ()
                ) -> tuple[subprocess.Popen[bytes], dict, dict, TaskCgroup | None]:
         """The task's process, the environment and account (Popen's user options) it runs with, and
         its cgroup."""
-        devices = {"CUDA_VISIBLE_DEVICES": ",".join(gpus), "NVIDIA_VISIBLE_DEVICES": ",".join(gpus)} if gpus else {}
         (self.sandbox(request.task_id) / STATUS_FILE).unlink(missing_ok=True)  # an earlier attempt's
         if request.image:
-            return self._spawn_container(request, devices)
-        path = dict(request.environment).get("PATH", os.environ.get("PATH"))  # task_environment's, not copied
+            return self._spawn_container(request, gpus)
+        path = dict(request.environment).get("PATH", BASE_PATH)  # as task_environment gives it
         if not request.shell and _missing(request.command, path):
             # Checked here, as the executor would only exit 127: not found is a launch failure.
             raise FileNotFoundError(f"[Errno 2] No such file or directory: {request.command!r}")
         if self._isolation is not None:
-            return self._spawn_isolated(request, devices)
+            return self._spawn_isolated(request, gpus)
         run = [*executor_argv(), *command_line(request)]
-        return (*self._spawn_in(request, subprocess.DEVNULL, run, devices), None)
+        return (*self._spawn_in(request, subprocess.DEVNULL, run, gpus), None)
 
-    def _spawn_isolated(self, request: LaunchRequest, devices: dict[str, str]
+    def _spawn_isolated(self, request: LaunchRequest, gpus: tuple[str, ...]
                         ) -> tuple[subprocess.Popen[bytes], dict, dict, TaskCgroup]:
         """The task starts held at a gate (a shell reading its stdin) until its first process is in
         its cgroup, so nothing it forks can start outside; then the shell execs the executor."""
@@ -382,11 +410,12 @@ class LocalDriver(AgentDriver):
         # The executor shares the task's cgroup (it must be in before the command starts): its
         # memory and its process come on top of what the task asked for, as Mesos' do.
         cgroup = self._isolation.make(request.task_id, Limits(res.cpu, res.mem_mb and res.mem_mb + EXECUTOR_MEM_MB,
-                                                              self._pids_max and self._pids_max + 1))
+                                                              self._pids_max and self._pids_max + 1,
+                                                              self._gpus.denied(gpus)))
         gate_out, gate_in = os.pipe()
         try:
             run = [*_GATE, *executor_argv(), *command_line(request)]
-            proc, env, as_user = self._spawn_in(request, gate_out, run, devices)
+            proc, env, as_user = self._spawn_in(request, gate_out, run, gpus)
         except BaseException:
             os.close(gate_in)
             cgroup.destroy()
@@ -404,52 +433,48 @@ class LocalDriver(AgentDriver):
         os.close(gate_in)
         return proc, env, as_user, cgroup
 
-    def _spawn_container(self, request: LaunchRequest, devices: dict[str, str]
+    def _spawn_container(self, request: LaunchRequest, gpus: tuple[str, ...]
                          ) -> tuple[subprocess.Popen[bytes], dict, dict, TaskCgroup | None]:
         """The task inside its image, through the runtime: the runtime's process is the task's here."""
         runtime = self._runtime
         if runtime is None:
             raise ImageError(f"image {request.image!r}: this host's agent has no container runtime")
         sandbox = self.sandbox(request.task_id)
-        sandbox.mkdir(parents=True, exist_ok=True)
         account = self._account(request)
-        uid, gid = (account.pw_uid, account.pw_gid) if account is not None else (os.getuid(), os.getgid())
-        os.chown(sandbox, uid, gid)
-        env = _container_environment(request, devices)
+        uid, gid = (account.uid, account.gid) if account is not None else (os.getuid(), os.getgid())
+        env = container_environment(request, gpus)
         res = request.resources
-        bundle = runtime.bundle(self._root / ".bundles" / request.task_id, request.image, command_line(request), env,
-                                sandbox, uid, gid, res.cpu, res.mem_mb, self._pids_max, request.task_id)
-        runtime.delete(request.task_id)  # a container of an earlier attempt under the same id
-        with open(sandbox / "stdout", "ab") as out, open(sandbox / "stderr", "ab") as err:
+        out, err = open_sandbox(sandbox, account)
+        try:  # the executor, as root, runs the runtime: an environment of its own, none of ours
+            bundles = self._root / ".bundles"
+            bundles.mkdir(mode=0o700, exist_ok=True)  # a bundle holds its run's environment
+            bundle = runtime.bundle(bundles / request.task_id, request.image, command_line(request), env, sandbox, uid,
+                                    gid, res.cpu, res.mem_mb, self._pids_max, request.task_id, self._gpus.nodes(gpus))
+            runtime.delete(request.task_id)  # a container of an earlier attempt under the same id
             proc = subprocess.Popen([*executor_argv(), *runtime.run_argv(request.task_id, bundle)], cwd=sandbox,
-                                    env={**os.environ, **EXECUTOR_ENVIRONMENT}, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=err, start_new_session=True)
+                                    env={"PATH": BASE_PATH, **EXECUTOR_ENVIRONMENT}, stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=err, start_new_session=True)
+        finally:
+            os.close(out)
+            os.close(err)
         cgroup = self._isolation.at(runtime.cgroups_path(request.task_id)) if self._isolation is not None else None
         return proc, env, {}, cgroup
 
-    def _spawn_in(self, request: LaunchRequest, stdin, argv: list[str], devices: dict[str, str]
+    def _spawn_in(self, request: LaunchRequest, stdin, argv: list[str], gpus: tuple[str, ...]
                   ) -> tuple[subprocess.Popen[bytes], dict, dict]:
         sandbox = self.sandbox(request.task_id)
-        sandbox.mkdir(parents=True, exist_ok=True)
         account = self._account(request)
-        env, as_user = _account_environment(request, account, sandbox, devices)
-        if account is not None:
-            # The sandbox is the task's own; the child enters it (chdir) before it drops to the
-            # user, so directories above it need not be open to that user.
-            os.chown(sandbox, account.pw_uid, account.pw_gid)
-        # Append so a relaunch under the same id keeps the earlier attempt's logs. The child
-        # gets its own copies of the descriptors, so ours can be closed right away.
-        with open(sandbox / "stdout", "ab") as out, open(sandbox / "stderr", "ab") as err:
-            proc = subprocess.Popen(
-                argv,
-                cwd=sandbox,
-                env={**env, **EXECUTOR_ENVIRONMENT},
-                stdin=stdin,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-                **as_user,
-            )
+        env = task_environment(request, sandbox, account.name if account is not None else "", gpus)
+        as_user = account.popen() if account is not None else {}
+        # The child enters its sandbox (chdir) before it drops to its user, so the directories
+        # above it need not be open to that user. It gets its own copies of the descriptors.
+        out, err = open_sandbox(sandbox, account)
+        try:
+            proc = subprocess.Popen(argv, cwd=sandbox, env={**env, **EXECUTOR_ENVIRONMENT}, stdin=stdin, stdout=out,
+                                    stderr=err, start_new_session=True, umask=TASK_UMASK, **as_user)
+        finally:
+            os.close(out)
+            os.close(err)
         return proc, env, as_user
 
     def _step(self, now: float) -> list[TaskUpdate]:
@@ -463,6 +488,11 @@ class LocalDriver(AgentDriver):
         if self._isolation is not None and now - self._disk_checked >= DISK_CHECK_SECONDS:
             self._disk_checked = now
             self._watch_disks()
+        if self._identities is not None and now - self._identity_sweep >= IDENTITY_SWEEP_S:
+            self._identity_sweep = now
+            for job_id, uid in self._identities.release_idle():
+                log.info("job %s has no run on this host any more: its uid %d released, its sandboxes root's",
+                         job_id, uid)
         if self._sandbox_keep > 0 and self._sandbox_sweep.due(now):
             self._sandbox_sweep.done(now, len(collect_sandboxes(self._root, self._sandbox_keep, set(self._tasks),
                                                                 self._sandbox_sweep.batch)))
@@ -492,16 +522,30 @@ class LocalDriver(AgentDriver):
         kill_orphan(self._root, request.task_id, request.kill_grace_seconds)
         return [said, update_for(request, TASK_FAILED, reason=REASON_TASK_UNHEALTHY, message=f"killed: {news.message}")]
 
-    def _account(self, request: LaunchRequest):
-        """The pwd entry the run runs as (None: as this process); ValueError where its user may not."""
-        return self._allowed.account(request.user) if request.user else self._user
+    def _account(self, request: LaunchRequest) -> Account | None:
+        """Who the run runs as (None: as this process): the job's command.user where allowed here,
+        else the job's own identity on this host, else PELOTON_TASK_USER. ValueError where the
+        run may not run: its user not allowed, or no identity free."""
+        if request.user:
+            entry = self._allowed.account(request.user)
+            if entry is None:
+                return None
+            return Account(entry.pw_uid, entry.pw_gid, entry.pw_name,
+                           tuple(os.getgrouplist(entry.pw_name, entry.pw_gid)))
+        if self._identities is not None:
+            return self._identities.take(request.job_id)
+        if self._user is not None:
+            return Account(self._user.pw_uid, self._user.pw_gid, self._user.pw_name)
+        return None
 
     def _check_context(self, request: LaunchRequest) -> tuple[dict, dict]:
         """The environment and account (Popen's user options) a run's health check runs with: its
         own, as _spawn_in or _spawn_container gave them (less GPU devices)."""
         if request.image:
-            return _container_environment(request, {}), {}
-        return _account_environment(request, self._account(request), self.sandbox(request.task_id), {})
+            return container_environment(request), {}
+        account = self._account(request)
+        env = task_environment(request, self.sandbox(request.task_id), account.name if account is not None else "")
+        return env, account.popen() if account is not None else {}
 
     def _watch_disks(self) -> None:
         for task in self._tasks.values():
@@ -527,7 +571,7 @@ class LocalDriver(AgentDriver):
         if task.cgroup is not None:
             task.cgroup.destroy()  # and whatever left the process group with it
         del self._tasks[task.request.task_id]
-        self._give_back_gpus(task.request.host_id, task.gpus)
+        self._gpus.give_back(task.request.host_id, task.gpus)
         self._health.forget(task.request.task_id)
         _remove_pid_file(self.sandbox(task.request.task_id))
         if returncode == NOT_STARTED:
@@ -560,9 +604,7 @@ class UserPolicy:
 
     def __init__(self, allowed: str, default: str = ""):
         self.setting = allowed
-        names = {n.strip() for n in allowed.split(",") if n.strip()}
-        self.any = "*" in names
-        self.names = (names - {"*"}) | ({default} if default else set())
+        self.names, self.any = allowed_names(allowed, default)
 
     def account(self, name: str):
         """The pwd entry to run a task that names `name` as (None: as this process), or a
@@ -590,20 +632,39 @@ def sandbox_path(sandbox_root: str | Path, task_id: str) -> Path:
     return Path(sandbox_root) / task_id
 
 
+def open_sandbox(sandbox: Path, account: Account | None) -> tuple[int, int]:
+    """Makes the run's sandbox its job's own (0700, owned by its account, with a TMPDIR inside)
+    and opens its stdout and stderr (0600) to append to: a relaunch under the same id keeps the
+    earlier attempt's output, and whatever an earlier attempt left there becomes this account's.
+    A link left under those names is not followed (the agent is root). The two descriptors."""
+    existed = sandbox.is_dir()
+    sandbox.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(sandbox, 0o700, follow_symlinks=False)
+    (sandbox / TMP_DIR).mkdir(mode=0o700, exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+    fds = [os.open(sandbox / name, flags, 0o600) for name in ("stdout", "stderr")]
+    try:
+        for fd in fds:
+            os.fchmod(fd, 0o600)
+        if account is not None:
+            if existed:
+                own_tree(sandbox, None, account.uid, account.gid)
+            else:
+                for path in (sandbox, sandbox / TMP_DIR):
+                    os.lchown(path, account.uid, account.gid)
+                for fd in fds:
+                    os.fchown(fd, account.uid, account.gid)
+    except OSError:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return fds[0], fds[1]
+
+
 def command_line(request: LaunchRequest) -> list[str]:
     if request.shell:
         return ["/bin/sh", "-c", request.command]
     return [request.command, *request.arguments]
-
-
-def task_environment(request: LaunchRequest) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(request.environment)
-    # Set last: the task's identity must not be overridable by the request.
-    env["PELOTON_JOB_ID"] = request.job_id
-    env["PELOTON_INSTANCE_ID"] = str(request.instance)
-    env["PELOTON_TASK_ID"] = request.task_id
-    return env
 
 
 def _executor_interpreter() -> str:
@@ -673,23 +734,6 @@ def orphan_update(task_id: str, host_id: str, status: tuple[str, str], usage: Us
         update = TaskUpdate(task_id, host_id, TASK_FAILED, at, REASON_COMMAND_EXECUTOR_FAILED,
                             f"command exited with code {code}", exit_code=code)
     return _with_usage(update, usage)
-
-
-def _account_environment(request: LaunchRequest, account, sandbox: Path, devices: dict[str, str]) -> tuple[dict, dict]:
-    """A run's environment, and Popen's user options for `account` (a pwd entry; None: ours)."""
-    env = {**task_environment(request), **devices}
-    if account is None:
-        return env, {}
-    groups = os.getgrouplist(account.pw_name, account.pw_gid) if request.user else []
-    env.update(USER=account.pw_name, LOGNAME=account.pw_name, HOME=str(sandbox))
-    return env, {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": groups}
-
-
-def _container_environment(request: LaunchRequest, devices: dict[str, str]) -> dict[str, str]:
-    """The environment of a run inside its image."""
-    return {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/sandbox",
-            **dict(request.environment), **devices, "PELOTON_JOB_ID": request.job_id,
-            "PELOTON_INSTANCE_ID": str(request.instance), "PELOTON_TASK_ID": request.task_id}
 
 
 def _disk_mb(directory: Path) -> float:
