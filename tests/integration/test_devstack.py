@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from peloton.store import masked_url
+from pelotonctl.dev.cassandra import CassandraNode
 from pelotonctl.dev.stack import alive
 
 pytestmark = pytest.mark.integration
@@ -277,22 +279,24 @@ def test_a_cassandra_stack_runs_on_a_node_of_its_own_that_keeps_its_data_across_
     rows: list[dict] = []
     try:
         assert up.returncode == 0, up.stdout + up.stderr  # the default pool goes in through open_store
-        progress = r"^cassandra Apache Cassandra 5\.0\.\d+ on 127\.0\.0\.1:\d+ \(pid \d+\)$"
+        progress = r"^cassandra Apache Cassandra 5\.0\.\d+ on 127\.0\.0\.1:\d+ \(pid \d+\): clients log in"
         assert re.search(progress, up.stdout, re.MULTILINE), up.stdout
         empty = next(line for line in up.stdout.splitlines() if "start empty" in line)
-        assert "cassandra://127.0.0.1:" in empty and "peloton.db" not in empty, empty  # the store it really uses
+        assert "cassandra://peloton:***@127.0.0.1:" in empty and "peloton.db" not in empty, empty  # the store it really uses
         rows = json.loads(ctl("dev", "status", "--json").stdout)
         kinds = [r["component"] for r in rows]
         assert kinds[:3] == ["broker", "cassandra", "zookeeper"] and "postgres" not in kinds
         assert kinds.count("admit") == 2 and all(r["running"] for r in rows)
         node = rows[1]
         state = json.loads((tmp_path / "dev" / "stack.json").read_text())
-        assert re.fullmatch(r"cassandra://127\.0\.0\.1:\d+/peloton", node["address"])
-        assert state["store"] == node["address"]  # what the stages were given
+        assert re.fullmatch(r"cassandra://peloton:\*\*\*@127\.0\.0\.1:\d+/peloton", node["address"])
+        assert masked_url(state["store"]) == node["address"]  # what the stages were given, its password masked
         assert state["zookeeper"] == rows[2]["address"]  # the stages register there: several share the store
         assert Path(node["log"]) == tmp_path / "dev" / "cassandra" / "cassandra.log"
-        contact = node["address"].removeprefix("cassandra://").split("/")[0]
-        cluster, session = cql_session(contact)
+        cassandra = CassandraNode.open(tmp_path / "dev" / "cassandra")
+        with pytest.raises(Exception, match="(?i)authenticat|credentials"):  # no password, no session
+            cql_session(cassandra.contact)
+        cluster, session = cassandra.session(superuser=True)
         try:
             assert session.execute("SELECT release_version FROM system.local").one().release_version.startswith("5.0")
             assert session.execute("SELECT keyspace_name FROM system_schema.keyspaces "
@@ -311,7 +315,7 @@ def test_a_cassandra_stack_runs_on_a_node_of_its_own_that_keeps_its_data_across_
         assert all(r["running"] for r in after.values())
         assert after["cassandra"]["pid"] != node["pid"] and after["cassandra"]["address"] == node["address"]
         assert Path(node["log"]).read_text().count("Starting listening for CQL clients") == 2
-        cluster, session = cql_session(contact)
+        cluster, session = cassandra.session(superuser=True)
         try:
             assert session.execute("SELECT id FROM marks.marks WHERE id = 'before the restart'").one() is not None
         finally:

@@ -640,7 +640,10 @@ def open_sandbox(sandbox: Path, account: Account | None) -> tuple[int, int]:
     existed = sandbox.is_dir()
     sandbox.mkdir(mode=0o700, exist_ok=True)
     os.chmod(sandbox, 0o700, follow_symlinks=False)
-    (sandbox / TMP_DIR).mkdir(mode=0o700, exist_ok=True)
+    try:
+        (sandbox / TMP_DIR).mkdir(mode=0o700)
+    except FileExistsError:  # its own, from an earlier attempt (whatever it made of it)
+        pass
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
     fds = [os.open(sandbox / name, flags, 0o600) for name in ("stdout", "stderr")]
     try:
