@@ -225,19 +225,20 @@ def test_a_stack_with_two_instances_of_each_stage_loses_nothing_when_one_of_each
         status = ctl("job", "status", job_id, "--wait", "--timeout", "180", "--json")
         assert status.returncode == 0, status.stdout + status.stderr
         assert json.loads(status.stdout)["state"] == "SUCCEEDED"
-        store_url = next(r["address"] for r in rows if r["component"] == store)
+        store_url = json.loads((tmp_path / "dev" / "stack.json").read_text())["store"]  # status masks its password
+        assert masked_url(store_url) == next(r["address"] for r in rows if r["component"] == store)
         from peloton.store import open_store
 
-        store = open_store(store_url)
+        gateway = open_store(store_url)
         try:
-            tasks = store.tasks_of_job(job_id)
+            tasks = gateway.tasks_of_job(job_id)
             assert len(tasks) == 500 and {t.state for t in tasks} == {"SUCCEEDED"}
-            runs = store.launch_counts(job_id)
-            lost = {e["instance"] for e in store.task_events(job_id) if e["state"] == "LOST"}
+            runs = gateway.launch_counts(job_id)
+            lost = {e["instance"] for e in gateway.task_events(job_id) if e["state"] == "LOST"}
             # a run is launched twice only when its launch instance died under it (LOST, retried)
             assert {i for i, n in runs.items() if n > 1} <= lost
         finally:
-            store.close()
+            gateway.close()
         node_files = tmp_path / "dev" / "cassandra"  # Cassandra's own SSTables end in .db too
         sqlite = [f for f in tmp_path.rglob("*.db") if node_files not in f.parents]
         assert not sqlite, f"a SQLite file was made on a {store} stack: {sqlite}"
