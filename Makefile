@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # of CPU at each start instead of 0.5, and the suite starts about 700 of them.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: install system jars demo test unit integration bench soak clean
+.PHONY: install system jars demo test unit integration bench soak clean lint
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +71,12 @@ test: $(STAMP) system jars
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=30 -m "not slow and not alone" || status=$$?; \
 	$(BIN)/python -m pytest -q -m "alone and not slow" || status=$$?; \
 	exit $$status
+
+# The guards a developer runs before every commit, and CI before the tests: ruff (errors, imports,
+# idioms) and mypy (types) over the tree, as pyproject.toml configures them.
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 unit: $(STAMP) system
 	$(BIN)/python -m pytest -q tests/unit

@@ -31,8 +31,8 @@ A head reader reads a large record's leading fields and stops (compile_head_read
 from __future__ import annotations
 
 import struct
-from collections.abc import Collection
-from typing import Any, Callable
+from collections.abc import Callable, Collection
+from typing import Any, NoReturn, Self
 
 _DOUBLE = struct.Struct("<d")
 _PRIMITIVES = {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
@@ -51,29 +51,30 @@ class Encoded(dict):
     values inside are read-only by convention, as shared spans' are."""
 
     __slots__ = ("raw",)
+    raw: bytes | None
 
-    def __setitem__(self, key, value) -> None:
+    def __setitem__(self, key: Any, value: Any) -> None:
         self.raw = None
         dict.__setitem__(self, key, value)
 
-    def __delitem__(self, key) -> None:
+    def __delitem__(self, key: Any) -> None:
         self.raw = None
         dict.__delitem__(self, key)
 
-    def pop(self, *args):
+    def pop(self, *args: Any) -> Any:
         self.raw = None
         return dict.pop(self, *args)
 
-    def popitem(self):
+    def popitem(self) -> tuple[Any, Any]:
         self.raw = None
         return dict.popitem(self)
 
-    def setdefault(self, key, default=None):
+    def setdefault(self, key: Any, default: Any = None) -> Any:
         if key not in self:
             self.raw = None
         return dict.setdefault(self, key, default)
 
-    def update(self, *args, **kwargs) -> None:
+    def update(self, *args: Any, **kwargs: Any) -> None:
         self.raw = None
         dict.update(self, *args, **kwargs)
 
@@ -81,7 +82,8 @@ class Encoded(dict):
         self.raw = None
         dict.clear(self)
 
-    def __ior__(self, other):
+    # mypy wants an __ior__ overloaded as dict's __or__ is; this one only wraps dict's own.
+    def __ior__(self, other: Any) -> Self:  # type: ignore[misc]
         self.raw = None
         return dict.__ior__(self, other)
 
@@ -113,7 +115,7 @@ def read_long(data: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def _truncated(*_args) -> None:
+def _truncated(*_args: object) -> NoReturn:
     raise Truncated("the record's bytes end early or hold a negative length")
 
 

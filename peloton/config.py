@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
 from peloton.model.jobspec import JobLimits
 from peloton.model.safe_yaml import YamlLimits
@@ -127,7 +129,7 @@ class Settings:
     isolation: str = "auto"
     task_pids_max: int = 4096
     # Where the host's GPU device nodes are (nvidia0, ...): what an agent finds and gives out, each
-    # run allowed its own alone (stages/launch/agents/devices.py).
+    # run allowed its own alone (peloton/host/devices.py).
     gpu_dev_dir: str = "/dev"
     # The OCI runtime agents run tasks that name an image in: `auto` (runc where installed and the
     # agent is root), a binary's name or path, or `off`. Images are root file systems under
@@ -211,21 +213,22 @@ class Settings:
     max_task_gpu: float = 64.0
 
     @classmethod
-    def from_env(cls, **overrides) -> Settings:
+    def from_env(cls, **overrides: Any) -> Settings:
         """Settings from PELOTON_* variables; a value that does not parse is a SettingsError
         naming the variable."""
         home = home_dir()
         # A running dev stack is the default: its broker, store and ZooKeeper.
-        values: dict = {"home": home, "store": str(home / "peloton.db"), "bootstrap": cls.bootstrap,
-                        **_dev_stack(home)}
+        values: dict[str, Any] = {"home": home, "store": str(home / "peloton.db"), "bootstrap": cls.bootstrap,
+                                  **_dev_stack(home)}
         for f in fields(cls):
             name = _env_name(f.name)
             raw = os.environ.get(name)
-            if raw not in (None, "") or (f.name == "topic_prefix" and raw is not None):
+            if raw is not None and (raw != "" or f.name == "topic_prefix"):
+                typ = str(f.type)  # already a string: this module's annotations are postponed
                 try:
-                    values[f.name] = _parse(f.type, raw)
+                    values[f.name] = _parse(typ, raw)
                 except ValueError:
-                    kind = {"int": "a whole number", "float": "a number", "bool": "true or false"}.get(f.type, f.type)
+                    kind = {"int": "a whole number", "float": "a number", "bool": "true or false"}.get(typ, typ)
                     raise SettingsError(f"{name}={raw!r}: expected {kind}") from None
         values.update(overrides)
         return cls(**values).check()
@@ -323,7 +326,7 @@ DEV_PACE = {"entitlement_period_s": 1.0, "preemption_period_s": 10.0, "preemptio
 
 def dev_pace(settings: Settings) -> Settings:
     """settings at DEV_PACE, but for a PELOTON_* variable that sets one of them."""
-    pace = {name: value for name, value in DEV_PACE.items() if not os.environ.get(_env_name(name))}
+    pace: dict[str, Any] = {name: value for name, value in DEV_PACE.items() if not os.environ.get(_env_name(name))}
     return replace(settings, **pace)
 
 
@@ -339,8 +342,9 @@ def _env_name(field_name: str) -> str:
     return _ENV_NAMES.get(field_name) or f"PELOTON_{field_name.upper()}"
 
 
-def _parse(type_name: str, raw: str):
-    return {"int": int, "float": float, "Path": Path, "bool": _bool}.get(type_name, str)(raw)
+def _parse(type_name: str, raw: str) -> object:
+    parsers: dict[str, Callable[[str], object]] = {"int": int, "float": float, "Path": Path, "bool": _bool}
+    return parsers.get(type_name, str)(raw)
 
 
 def _bool(raw: str) -> bool:

@@ -104,6 +104,8 @@ def serve(settings: Settings) -> str | None:
                     settings.metrics_port, exc)
         return None
     host, port = server.server_address[:2]
+    if isinstance(host, bytes | bytearray):  # the type allows bytes; a TCP server's host is a str
+        host = host.decode()
     if host in ("0.0.0.0", "::"):
         host = socket.gethostname()
     address = f"http://{host}:{port}/metrics"

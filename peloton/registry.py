@@ -18,8 +18,9 @@ start, `update()` as often as it likes (when its partitions change), and `close(
 out. `register`, `update` and `close` never raise because of ZooKeeper and `update` returns in
 microseconds: one background thread writes the node, retries while ZooKeeper is away, and
 creates it again when the session was lost (the server dropped the ephemeral node), including
-after a ZooKeeper that restarted empty. A warning is logged once per outage. `instances()` and `lock()` are for tools and one-off coordination:
-they wait for answers and raise `RegistryUnavailable` when ZooKeeper does not give one.
+after a ZooKeeper that restarted empty. A warning is logged once per outage. `instances()` and
+`lock()` are for tools and one-off coordination: they wait for answers and raise
+`RegistryUnavailable` when ZooKeeper does not give one.
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Self
+from typing import Any, Self
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, LockTimeout, NodeExistsError, NoNodeError
-from kazoo.security import make_digest_acl
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.security import make_digest_acl
 
 log = logging.getLogger("peloton.registry")
 # kazoo logs every failed reconnect at WARNING; the registry says it once per outage instead.
@@ -138,7 +139,7 @@ class Registry:
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @property
@@ -181,7 +182,8 @@ class Registry:
         ZooKeeper is away the node is written when it is back."""
         if self._client is None:
             raise RuntimeError("Registry.register() before start()")
-        path = f"{self.root.rstrip('/')}/instances/{_check_name('kind', kind)}/{_check_name('instance id', instance_id)}"
+        kind, instance_id = _check_name("kind", kind), _check_name("instance id", instance_id)
+        path = f"{self.root.rstrip('/')}/instances/{kind}/{instance_id}"
         with self._mutex:
             if self._path not in (None, path):
                 raise RuntimeError(f"this Registry already registered {self._path}; use one Registry per instance")
@@ -252,16 +254,18 @@ class Registry:
 
     def _write_once(self) -> bool:
         """Bring our node to what `_data` says; False when it must be tried again."""
-        session = self._session()
-        if session is None:  # the connection listener wakes us when connected
+        client, session = self._client, self._session()
+        if client is None or session is None:  # the connection listener wakes us when connected
             return True
         with self._mutex:
             path, data = self._path, self._data
+        if path is None:  # nothing registered yet
+            return True
         if self._owner != session:
-            self._create(path, data, session)
+            self._create(client, path, data, session)
         elif data != self._written:
             try:
-                stat = self._client.set(path, data)
+                stat = client.set(path, data)
             except NoNodeError:  # deleted behind our back: create it again
                 self._owner = None
                 return False
@@ -279,8 +283,7 @@ class Registry:
             self._outage = False
         return True
 
-    def _create(self, path: str, data: bytes, session: int) -> None:
-        client = self._client
+    def _create(self, client: KazooClient, path: str, data: bytes, session: int) -> None:
         for _ in range(5):
             try:
                 _, stat = client.create(path, data, ephemeral=True, makepath=True, include_data=True)
@@ -332,7 +335,7 @@ class Registry:
             self._keeper.join(1.0)
 
     # -- reading -------------------------------------------------------------------------------
-    def _get(self, async_result):
+    def _get(self, async_result: Any) -> Any:
         try:
             return async_result.get(timeout=self.timeout)
         except KazooTimeoutError:
@@ -410,7 +413,7 @@ class Registry:
         finally:
             self._release(lk)
 
-    def _release(self, lk) -> None:
+    def _release(self, lk: Any) -> None:
         # Releasing waits for ZooKeeper; while it is away the release finishes in the background
         # when it is back (or the session's end frees the lock).
         def release() -> None:

@@ -7,11 +7,13 @@ against its own reader schema, and a schema registry can replace ids.yaml later.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import struct
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import fastavro
 import yaml
@@ -26,10 +28,11 @@ SCHEMA_DIR = REPO_ROOT / "schemas" / "avro"
 # reason, time); a gang's fields between its id and its tasks (its job's), and its time; an
 # admission's and a placement's time (one per batch); a release's after its task id (its job's,
 # its end's kind, the batch's time).
-SHARED_SPANS = {"peloton.TaskLaunchSpec": (("resources", None),), "peloton.TaskStatus": (("state", None),),
-                "peloton.GangDemand": (("job_id", "placement_strategy"), ("created_ms", None)),
-                "peloton.AdmittedGang": (("admitted_ms", None),), "peloton.Placement": (("placed_ms", None),),
-                "peloton.TaskRelease": (("job_id", None),)}
+SHARED_SPANS: dict[str, tuple[tuple[str, str | None], ...]] = {
+    "peloton.TaskLaunchSpec": (("resources", None),), "peloton.TaskStatus": (("state", None),),
+    "peloton.GangDemand": (("job_id", "placement_strategy"), ("created_ms", None)),
+    "peloton.AdmittedGang": (("admitted_ms", None),), "peloton.Placement": (("placed_ms", None),),
+    "peloton.TaskRelease": (("job_id", None),)}
 # Records a stage passes on as it read them: entitle sends each gang it reads from a GangDemands
 # bundle inside its AdmittedGang, and place each task's launch spec it reads in an AdmittedGang
 # inside its Placement. Read from those messages (KEEP_BYTES: message -> the records it keeps),
@@ -81,12 +84,10 @@ class SchemaRegistry:
         self.named = named  # name -> parsed schema, for references between files
         # Functions made for each current schema (avrocodec: a third of fastavro's time); fastavro
         # reads what older versions wrote, resolving it into the current schema.
-        self._codecs: dict[str, tuple] = {}
+        self._codecs: dict[str, tuple[Callable[[dict], bytes], Callable[[bytes, int], dict]]] = {}
         for name, (_id, parsed) in self.by_name.items():
-            try:
+            with contextlib.suppress(Unsupported):
                 self._codecs[name] = compile_codec(parsed, named, SHARED_SPANS, PASSED_ON, KEEP_BYTES.get(name, ()))
-            except Unsupported:
-                pass
 
     def encode(self, name: str, record: dict) -> bytes:
         return self.header(name) + self.encode_body(name, record)
@@ -130,7 +131,9 @@ class SchemaRegistry:
         try:
             if codec is not None:
                 return name, codec[1](data, 5)
-            record = fastavro.schemaless_reader(io.BytesIO(data[5:]), writer, schema if writer is not schema else None)
+            # Every schema here is a record, which fastavro reads as a dict (its type: any Avro value).
+            record: dict = fastavro.schemaless_reader(  # type: ignore[assignment]
+                io.BytesIO(data[5:]), writer, schema if writer is not schema else None)
         except Exception as exc:  # fastavro raises several types on corrupt payloads
             raise DecodeError(f"payload does not decode as {name}: {exc.__class__.__name__}: {exc}") from exc
         return name, record
@@ -193,7 +196,7 @@ def _avro_string(text: str) -> bytes:
     return _avro_long(len(data)) + data
 
 
-def _defined_names(schema, namespace: str = "") -> set[str]:
+def _defined_names(schema: Any, namespace: str = "") -> set[str]:
     """Full names of the record, enum and fixed types a raw schema defines in place."""
     if isinstance(schema, list):  # a union
         return set().union(*(_defined_names(branch, namespace) for branch in schema))

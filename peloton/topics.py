@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from peloton.config import REPO_ROOT
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
 
 TOPICS_FILE = REPO_ROOT / "topics.yaml"
 
@@ -55,7 +60,7 @@ class Catalogue:
     def __getitem__(self, tid: str) -> TopicSpec:
         return self.by_id[tid]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[TopicSpec]:
         return iter(self.by_id.values())
 
     def group(self, stage: str) -> str:
@@ -103,7 +108,7 @@ def partition_for(key: str, partitions: int) -> int:
     return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
 
 
-def apply_topics(admin, catalogue: Catalogue, timeout: float = 15.0, fix: bool = True) -> list[dict]:
+def apply_topics(admin: AdminClient, catalogue: Catalogue, timeout: float = 15.0, fix: bool = True) -> list[dict]:
     """Create missing topics with their settings; set the settings of existing ones where they
     differ from topics.yaml (`fix`), or only say how (a stage's check at start). A partition
     count that differs is reported, never changed: keys would move to other partitions.
@@ -114,7 +119,7 @@ def apply_topics(admin, catalogue: Catalogue, timeout: float = 15.0, fix: bool =
     metadata = admin.list_topics(timeout=timeout)
     replicas = min(3, max(1, len(metadata.brokers)))
     existing = metadata.topics
-    report = []
+    report: list[dict[str, Any]] = []
     missing = []
     present = [t for t in catalogue if t.name in existing]
     differences = _config_differences(admin, present, timeout) if present else {}
@@ -125,7 +130,8 @@ def apply_topics(admin, catalogue: Catalogue, timeout: float = 15.0, fix: bool =
         if have != t.partitions:
             row["status"] = f"mismatch: has {have} partitions, want {t.partitions}"
         elif differences.get(t.name):
-            changes = ", ".join(f"{k} is {have_v}, want {want_v}" for k, (have_v, want_v) in differences[t.name].items())
+            changes = ", ".join(f"{k} is {have_v}, want {want_v}"
+                                for k, (have_v, want_v) in differences[t.name].items())
             if fix:
                 _set_config(admin, t, differences[t.name], timeout)
                 row["status"] = f"updated: {changes}"
@@ -156,7 +162,7 @@ def apply_topics(admin, catalogue: Catalogue, timeout: float = 15.0, fix: bool =
     return report
 
 
-def _wait_until_served(admin, names: list[str], timeout: float) -> None:
+def _wait_until_served(admin: AdminClient, names: list[str], timeout: float) -> None:
     """Return once the broker serves every topic named, with a leader for each partition: the
     controller answers CreateTopics before the brokers' metadata has the topic, and a request in
     between (DescribeConfigs, a first produce) gets UNKNOWN_TOPIC_OR_PART. Returns at the timeout
@@ -170,13 +176,15 @@ def _wait_until_served(admin, names: list[str], timeout: float) -> None:
         time.sleep(0.1)
 
 
-def _config_differences(admin, topics: list[TopicSpec], timeout: float) -> dict[str, dict[str, tuple[str, str]]]:
-    """Per topic, the settings of topics.yaml whose value on the broker differs: name -> (have, want)."""
+def _config_differences(admin: AdminClient, topics: list[TopicSpec],
+                        timeout: float) -> dict[str, dict[str, tuple[str | None, str]]]:
+    """Per topic, the settings of topics.yaml whose value on the broker differs: name -> (have,
+    want); have is None where the broker has no such setting."""
     from confluent_kafka.admin import ConfigResource, ResourceType
 
     resources = [ConfigResource(ResourceType.TOPIC, t.name) for t in topics]
     answers = admin.describe_configs(resources, request_timeout=timeout)
-    out = {}
+    out: dict[str, dict[str, tuple[str | None, str]]] = {}
     by_name = {t.name: t for t in topics}
     for resource, future in answers.items():
         entries = future.result()
@@ -188,7 +196,7 @@ def _config_differences(admin, topics: list[TopicSpec], timeout: float) -> dict[
     return out
 
 
-def _set_config(admin, topic: TopicSpec, diff: dict[str, tuple[str, str]], timeout: float) -> None:
+def _set_config(admin: AdminClient, topic: TopicSpec, diff: dict[str, tuple[str | None, str]], timeout: float) -> None:
     """Set only the settings that differ (incremental: the topic's other settings stay)."""
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 

@@ -7,6 +7,7 @@ change pools and hosts and act in every pool. Pure: the API and the stages ask t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from peloton.auth.tokens import Principal
@@ -41,11 +42,11 @@ class PoolsAbove:
     where owners needs at most the pool's line up to the root, and an administrator or a read
     action none."""
 
-    def __init__(self, get_pool) -> None:
+    def __init__(self, get_pool: Callable[[str], dict | None]) -> None:
         self._get_pool = get_pool
         self._read: dict[str, dict | None] = {}
 
-    def get(self, path: str, default=None):
+    def get(self, path: str, default: dict | None = None) -> dict | None:
         if path not in self._read:
             self._read[path] = self._get_pool(path)
         found = self._read[path]

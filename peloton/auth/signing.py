@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Callable, Iterable
 
 from peloton.auth.tokens import Principal, TokenError, TokenRow, hash_secret, parts
 
@@ -35,7 +36,7 @@ def signature(token: str, value: bytes) -> bytes:
     return f"{parts(token)[0]}:{mac}".encode()
 
 
-def signer_of(header: bytes | None, value: bytes, find_token) -> Principal:
+def signer_of(header: bytes | None, value: bytes, find_token: Callable[[str], TokenRow | None]) -> Principal:
     """Who signed `value`: find_token(token_id) -> TokenRow | None. TokenError saying why not."""
     if not header:
         raise TokenError(f"unsigned: commands must carry a {HEADER} header (see the README's producer example)")
@@ -52,7 +53,7 @@ def signer_of(header: bytes | None, value: bytes, find_token) -> Principal:
         raise TokenError(f"signed with token {token_id}, which was revoked") from None
 
 
-def header_of(headers, name: str = HEADER) -> bytes | None:
+def header_of(headers: Iterable[tuple[str, bytes | None]] | None, name: str = HEADER) -> bytes | None:
     """A header's value from a Kafka message's headers (a list of (name, bytes) or None)."""
     for key, value in headers or ():
         if key == name:

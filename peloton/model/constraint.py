@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from peloton.model.fields import ProblemList, ProblemSink, describe, is_integer, join, mapping
 from peloton.model.fields import text as scalar_text  # `text` is constraint_from_json's argument
@@ -62,7 +62,7 @@ class OrConstraint:
     children: tuple[Constraint, ...]
 
 
-Constraint = Union[LabelConstraint, AndConstraint, OrConstraint]
+Constraint = LabelConstraint | AndConstraint | OrConstraint
 
 
 # ---------------------------------------------------------------------------------------------
@@ -148,9 +148,10 @@ def _children(fields: dict, kind: str, path: str, problems: ProblemSink,
     children = [
         _parse(item, f"{where}.constraints[{i}]", problems, depth + 1) for i, item in enumerate(items)
     ]
-    if any(c is None for c in children):
+    parsed = [c for c in children if c is not None]
+    if len(parsed) < len(children):
         return None
-    return tuple(children)
+    return tuple(parsed)
 
 
 def _label_constraint(fields: dict, path: str, problems: ProblemSink) -> LabelConstraint | None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from typing import TYPE_CHECKING
 
-# Mesos' reason for a task description that cannot run (we use it for a gang a stage refused).
-REASON_TASK_INVALID = "REASON_TASK_INVALID"
-# Placement gave up a cycle: no host could take the gang (the message says why).
-REASON_NO_HOST = "REASON_NO_HOST"
+from peloton.model.mesos import MesosState, Reason
+
+if TYPE_CHECKING:
+    from peloton.runtime.emitter import Emitter
 
 
 def task_id_of(job_id: str, instance: int, run_id: int) -> str:
@@ -27,6 +28,10 @@ def new_id() -> str:
     """A unique id for an event, a kill or a placement (32 hex digits, like uuid4().hex): a random
     prefix per process and a counter. uuid4 cost 3 us a call, 6% of the host manager's time."""
     return f"{_id_prefix}{next(_id_counter):016x}"
+
+
+_id_prefix: str  # set by _new_prefix, here and in a forked child
+_id_counter: itertools.count[int]
 
 
 def _new_prefix() -> None:
@@ -59,7 +64,7 @@ def task_kill(job_id: str, instance: int, run_id: int, task_id: str, reason: str
     }
 
 
-def send_progress(emit, state: str, steps: list[tuple[dict, str]]) -> None:
+def send_progress(emit: Emitter, state: str, steps: list[tuple[dict, str]]) -> None:
     """Tell the job manager that runs reached `state` (READY, PLACING, PLACED, LAUNCHING): one
     TaskProgress record per job on task-status. `steps` holds (TaskLaunchSpec record, host id or "")."""
     for job_id, record in task_progress(state, steps):
@@ -70,7 +75,8 @@ def task_progress(state: str, steps: list[tuple[dict, str]], timestamp_ms: int |
     """TaskProgress records (schemas/avro/TaskProgress.avsc), one per job: (job id, record)."""
     by_job: dict[str, list[dict]] = {}
     for t, host_id in steps:
-        by_job.setdefault(t["job_id"], []).append({"instance": t["instance"], "run_id": t["run_id"], "host_id": host_id})
+        by_job.setdefault(t["job_id"], []).append({"instance": t["instance"], "run_id": t["run_id"],
+                                                   "host_id": host_id})
     at = timestamp_ms or int(time.time() * 1000)
     return [(job_id, {"event_id": new_id(), "job_id": job_id, "state": state, "runs": runs, "timestamp_ms": at})
             for job_id, runs in by_job.items()]
@@ -79,7 +85,7 @@ def task_progress(state: str, steps: list[tuple[dict, str]], timestamp_ms: int |
 # Runs in one TaskStatusRuns record at most: a reader's batch is counted in records (as a bundle's
 # items are), and this keeps a record of a large job's turn well under the broker's message limit.
 RUNS_PER_RECORD = 500
-TASK_STARTING, TASK_RUNNING = "TASK_STARTING", "TASK_RUNNING"
+TASK_STARTING, TASK_RUNNING = MesosState.TASK_STARTING, MesosState.TASK_RUNNING
 
 
 class StatusRuns:
@@ -95,11 +101,12 @@ class StatusRuns:
     both drivers report a start) goes in the RUNNING record, `with_starting`, and its readers see
     the STARTING first (statuses_of_runs): one run less to write, send and read per start."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._records: list[tuple[str, dict]] = []  # (job id, record), in the order begun
         self._latest: dict[tuple, int] = {}  # (job id, status) -> index of its latest record
         self._last_of_run: dict[tuple[str, int, int], int] = {}  # run -> index of its last change's record
-        self._starting: tuple | None = None  # a plain TASK_STARTING held back: its TASK_RUNNING may follow
+        # A plain TASK_STARTING held back (job id, instance, run id, host id, time): its TASK_RUNNING may follow.
+        self._starting: tuple[str, int, int, str, int] | None = None
 
     @property
     def records(self) -> list[tuple[str, dict]]:
@@ -146,7 +153,7 @@ class StatusRuns:
                                "offset_ms": timestamp_ms - record["timestamp_ms"]})
         self._last_of_run[run] = at
 
-    def send(self, emit) -> None:
+    def send(self, emit: Emitter) -> None:
         """Emit the records on task-status, in the order begun."""
         for job_id, record in self.records:
             emit.emit("task-status", job_id, "peloton.TaskStatusRuns", record)
@@ -184,7 +191,7 @@ def task_errors(tasks: list[dict], message: str) -> list[dict]:
     for t in tasks:
         try:
             out.append(task_status(str(t["job_id"]), int(t["instance"]), int(t["run_id"]), str(t["task_id"]), "",
-                                   "TASK_ERROR", reason=REASON_TASK_INVALID, message=message[:2000]))
+                                   MesosState.TASK_ERROR, reason=Reason.TASK_INVALID, message=message[:2000]))
         except (KeyError, TypeError, ValueError):
             continue  # not even a task we could name: the dead letter alone tells of it
     return out

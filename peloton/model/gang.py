@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-
 # The resources record last found sound. A job's alike tasks read from one bundle share theirs
 # (avrocodec's shared spans, read-only), and entitle, place and launch each check every task.
 _SOUND: list = [None]

@@ -1,6 +1,6 @@
 """A task's health check, as Peloton defines it (v0 `healthCheck`, the stateless spec's
 `livenessCheck`): read and checked at submission, carried to the agent in the launch spec as
-JSON, and run there (stages/launch/agents/health.py).
+JSON, and run there (peloton/host/health.py).
 
 A check is a COMMAND (exit 0 is healthy) or an HTTP GET (a status from 200 to 399 is healthy).
 The first runs `initialIntervalSecs` after the run starts, the next ones `intervalSecs` apart;
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from typing import Any
 
 DISABLED = "DISABLED"
 HEALTH_UNKNOWN = "HEALTH_UNKNOWN"
@@ -93,7 +94,7 @@ def parse_health_check(raw: dict | None, path: str = "healthcheck") -> tuple[Hea
     if kind is None:
         problems.append((f"{path}.type", f"{raw.get('type')!r} is not a health check type (COMMAND or HTTP)"))
         return None, problems
-    timing = dict(
+    timing: dict[str, Any] = dict(
         initial_interval_s=number("initialintervalsecs", DEFAULT_INITIAL_INTERVAL_S),
         interval_s=number("intervalsecs", DEFAULT_INTERVAL_S),
         max_consecutive_failures=int(number("maxconsecutivefailures", DEFAULT_MAX_CONSECUTIVE_FAILURES, integer=True)),
@@ -117,6 +118,6 @@ def parse_health_check(raw: dict | None, path: str = "healthcheck") -> tuple[Hea
         problems.append((f"{path}.httpcheck.scheme", f"{scheme!r} is not http or https"))
     if not isinstance(where, str) or not where.startswith("/"):
         problems.append((f"{path}.httpcheck.path", f"expected a path starting with /, got {where!r}"))
-    if problems:
+    if problems or not isinstance(port, int):  # a port that is no int is among the problems
         return None, problems
     return HealthCheck(HTTP, http_scheme=scheme, http_port=port, http_path=where, **timing), problems

@@ -16,6 +16,7 @@ hold (an alias bomb, .inf, a huge number) can crash or balloon a process further
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from peloton.model.fields import ROOT, is_integer
@@ -24,14 +25,27 @@ from peloton.model.fields import join as _join
 from peloton.model.fields import mapping as _mapping
 from peloton.model.fields import text as _text
 from peloton.model.jobfields import Problems, read_boolean, read_integer, read_labels, read_mapping, read_string
-from peloton.model.jobspec import (DEFAULT_CONFIG, DEFAULT_PLACEMENT_STRATEGY, JOB_TYPES, MAX_AVRO_INT, MAX_INSTANCES,
-                                   PLACEMENT_STRATEGIES, JobConfigError, JobLimits, JobSpec, TaskSpec, instances_of)
+from peloton.model.jobspec import (
+    DEFAULT_CONFIG,
+    DEFAULT_PLACEMENT_STRATEGY,
+    JOB_TYPES,
+    MAX_AVRO_INT,
+    MAX_INSTANCES,
+    PLACEMENT_STRATEGIES,
+    JobConfigError,
+    JobLimits,
+    JobSpec,
+    TaskSpec,
+    instances_of,
+)
 from peloton.model.safe_yaml import YamlError, YamlLimits, read_yaml
 from peloton.model.stateless import as_v0, is_stateless
 from peloton.model.taskconfig import Merged, check_instance, merge_over_default, read_task_config, task_spec
 
+_DEFAULT_LIMITS = JobLimits()  # frozen: one serves every call
 
-def parse_job_config(text: str, limits: JobLimits = JobLimits(), yaml_limits: YamlLimits = YamlLimits()) -> JobSpec:
+
+def parse_job_config(text: str, limits: JobLimits = _DEFAULT_LIMITS, yaml_limits: YamlLimits = YamlLimits()) -> JobSpec:
     """Parse YAML text; syntax errors and YAML limits passed become a JobConfigError naming the
     line."""
     try:
@@ -41,15 +55,15 @@ def parse_job_config(text: str, limits: JobLimits = JobLimits(), yaml_limits: Ya
     return job_spec_from_dict(doc, limits)
 
 
-def job_spec_from_dict(doc: Any, limits: JobLimits = JobLimits()) -> JobSpec:
+def job_spec_from_dict(doc: Any, limits: JobLimits = _DEFAULT_LIMITS) -> JobSpec:
     """Validate an already-loaded document and build the JobSpec.
 
     The document is trusted to be a bounded tree (as load_yaml gives): no cycles, no nesting
     deeper than Python's recursion."""
     problems = Problems()
     fields = _mapping(doc, ROOT, problems, what="a mapping of job config keys")
-    if fields is None:
-        problems.raise_if_any()
+    if fields is None:  # mapping() said why
+        raise JobConfigError(problems.messages())
     if is_stateless(fields):  # Peloton's stateless JobSpec: read as the v0 config it says
         fields = as_v0(fields, problems)
     return _JobReader(fields, problems, limits).read()
@@ -75,7 +89,7 @@ class _JobReader:
         if job_type == "SERVICE":
             self._check_service_sla(sla)
         # Every field is read before raising, so one error lists all the problems.
-        spec = dict(
+        spec: dict[str, Any] = dict(
             name=read_string(f, "name", ROOT, p),
             type=job_type,
             instance_count=instance_count,
@@ -172,10 +186,8 @@ class _JobReader:
         where = _join("instanceconfig", key)
         # ASCII digits only: str.isdigit() also takes '²', which int() refuses.
         if isinstance(key, str) and key.strip().isascii() and key.strip().isdigit():
-            try:
+            with contextlib.suppress(ValueError):  # more digits than Python converts: reported as not an id below
                 key = int(key)
-            except ValueError:  # more digits than Python converts: reported as not an id below
-                pass
         if not is_integer(key):
             self.problems.add(where, f"expected an instance id (an integer), got {_describe(key)}")
             return None
@@ -194,7 +206,8 @@ class _JobReader:
         overrides: dict[int, dict[str, Any]],
     ) -> tuple[TaskSpec, ...]:
         base: Merged = {key: (value, DEFAULT_CONFIG) for key, value in default.items()}
-        merged_configs = {i: merge_over_default(base, override, f"instanceconfig.{i}") for i, override in overrides.items()}
+        merged_configs = {i: merge_over_default(base, override, f"instanceconfig.{i}")
+                          for i, override in overrides.items()}
         plain = [i for i in range(instance_count) if i not in merged_configs]  # no override: the default
         # Only the controller rule looks at the instance (0 or not): the default config clean for
         # the first and the last of its instances is clean for all of them, which are then not

@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from peloton.model.fields import is_integer
 from peloton.model.fields import describe as _describe
+from peloton.model.fields import is_integer
 from peloton.model.fields import join as _join
 from peloton.model.fields import mapping as _mapping
 from peloton.model.fields import text as _text

@@ -7,6 +7,7 @@ bomb, .inf, a list where a mapping belongs) raises anything but PoolConfigError.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from peloton.model.fields import ROOT, describe, is_integer, join, mapping
 from peloton.model.fields import text as scalar_text  # `text` is parse_pool_config's argument
@@ -292,11 +293,12 @@ def tree_problems(pools: dict[str, dict], change: dict, *, update: bool = False,
     if change.get("parent", parent) != parent:  # a pool is addressed by its path
         return [f"parent: {change['parent']} is not the parent of {path}, whose parent is {parent}"]
     stored = pools.get(path)
-    if update and stored is None:
-        return [f"path: no pool {path} to update"]
-    if update and stored["parent"] != parent:
-        return [f"parent: the parent of {path} never changes (stored {stored['parent']}, given {parent})"]
-    if not update and stored is not None:
+    if update:
+        if stored is None:
+            return [f"path: no pool {path} to update"]
+        if stored["parent"] != parent:
+            return [f"parent: the parent of {path} never changes (stored {stored['parent']}, given {parent})"]
+    elif stored is not None:
         return [f"path: {path} already exists"]
     if parent != "/" and parent not in pools:
         return [f"parent: {parent} does not exist (create it first)"]
@@ -340,7 +342,7 @@ def pool_tree(pools: dict[str, dict]) -> dict:
     """The pools as one nested tree from the root, children sorted by path (respool dump).
     A pool whose parent is missing hangs under its nearest existing ancestor, so none is hidden."""
     live = {p: c for p, c in pools.items() if not c.get("deleted") and p != "/"}
-    nodes = {"/": {"path": "/", "children": []}}
+    nodes: dict[str, dict[str, Any]] = {"/": {"path": "/", "children": []}}
     for path in sorted(live):
         config = live[path]
         nodes[path] = {

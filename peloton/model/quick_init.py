@@ -10,18 +10,21 @@ the dataclass's own, and assigning a field after construction still raises.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, TypeVar
 
 _FACTORY = object()  # a parameter left out whose default is a factory's
+_C = TypeVar("_C", bound=type)
 
 
-def quick_init(cls: type) -> type:
+def quick_init(cls: _C) -> _C:
     """Give a frozen, slotted dataclass an __init__ that sets its slots directly. Fields must all
     be init fields and none keyword-only; a __post_init__ is called as the dataclass's would."""
-    params = cls.__dataclass_params__
+    params = cls.__dataclass_params__  # type: ignore[attr-defined]  # set by @dataclass; `type` does not declare it
     if not (params.frozen and "__slots__" in cls.__dict__):
         raise TypeError(f"{cls.__name__}: quick_init is for frozen, slotted dataclasses")
-    scope: dict = {"_FACTORY": _FACTORY}
-    args, lines = [], []
+    scope: dict[str, Any] = {"_FACTORY": _FACTORY}
+    args: list[str] = []
+    lines: list[str] = []
     for f in dataclasses.fields(cls):
         if not f.init or f.kw_only:
             raise TypeError(f"{cls.__name__}.{f.name}: quick_init takes init fields in order only")
@@ -42,5 +45,5 @@ def quick_init(cls: type) -> type:
     exec(compile(source, f"<quick_init {cls.__qualname__}>", "exec"), scope)  # noqa: S102 - our own source
     init = scope["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
-    cls.__init__ = init
+    cls.__init__ = init  # type: ignore[misc]  # replacing the dataclass's __init__ is the point
     return cls

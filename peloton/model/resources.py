@@ -86,7 +86,7 @@ class ResourceSum:
 
     __slots__ = ("_value", "cpu", "disk_mb", "gpu", "mem_mb")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.cpu = self.mem_mb = self.disk_mb = self.gpu = 0.0
         self._value: Resources | None = ZERO
 
@@ -127,7 +127,7 @@ class Allocations:
 
     __slots__ = ("by_key", "sum")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.by_key: dict[str, Resources] = {}
         self.sum = ResourceSum()
 

@@ -11,7 +11,7 @@ Only a document that passes is loaded, and it then loads to a bounded tree.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from yaml.constructor import ConstructorError
@@ -144,7 +144,7 @@ class _Walk:
             if any(anchor == event.anchor for anchor, _ in self.frames):
                 self._refuse(event, f"alias *{event.anchor} refers to a node that contains it (a recursive alias)")
             # An unknown anchor is left for the composer to report ("found undefined alias").
-            self._leaf(event, self.sizes.get(event.anchor, 1))
+            self._leaf(event, self.sizes.get(event.anchor, 1) if event.anchor is not None else 1)
         elif isinstance(event, NodeEvent):  # a scalar
             self._leaf(event, 1)
             if event.anchor is not None:
@@ -169,7 +169,13 @@ class _Walk:
         raise YamlLimitError(f"{where}: {message}")
 
 
-class _MarkedValues:
+if TYPE_CHECKING:  # what the mixin is mixed into: a loader, whose constructor it extends
+    _Constructor = yaml.constructor.BaseConstructor
+else:
+    _Constructor = object
+
+
+class _MarkedValues(_Constructor):
     """A safe loader whose value errors name the place.
 
     Some plain scalars match a resolver but cannot be built: `2001-13-01` (a timestamp with

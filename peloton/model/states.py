@@ -1,6 +1,8 @@
-"""Job and task state vocabulary (Peloton's), and the Mesos task states that report them."""
+"""Job and task state vocabulary (Peloton's), and how the Mesos task states (mesos.py) report them."""
 
 from __future__ import annotations
+
+from peloton.model.mesos import MesosState
 
 JOB_STATES = ("INITIALIZED", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "KILLED", "KILLING", "UNINITIALIZED",
               "DELETED")
@@ -31,37 +33,18 @@ TASK_ORDER = {
 PROGRESS_LANDS = {"LAUNCHING": "LAUNCHED"}
 
 # Mesos task state -> Peloton task state (TASK_DROPPED: a host manager refused the placement).
-MESOS_TO_TASK = {
-    "TASK_STAGING": "LAUNCHED",
-    "TASK_STARTING": "STARTING",
-    "TASK_RUNNING": "RUNNING",
-    "TASK_KILLING": "RUNNING",
-    "TASK_FINISHED": "SUCCEEDED",
-    "TASK_FAILED": "FAILED",
-    "TASK_ERROR": "FAILED",
-    "TASK_KILLED": "KILLED",
-    "TASK_LOST": "LOST",
-    "TASK_UNREACHABLE": "LOST",
-    "TASK_GONE": "LOST",
-    "TASK_GONE_BY_OPERATOR": "LOST",
-    "TASK_DROPPED": "DROPPED",
+MESOS_TO_TASK: dict[str, str] = {
+    MesosState.TASK_STAGING: "LAUNCHED",
+    MesosState.TASK_STARTING: "STARTING",
+    MesosState.TASK_RUNNING: "RUNNING",
+    MesosState.TASK_KILLING: "RUNNING",
+    MesosState.TASK_FINISHED: "SUCCEEDED",
+    MesosState.TASK_FAILED: "FAILED",
+    MesosState.TASK_ERROR: "FAILED",
+    MesosState.TASK_KILLED: "KILLED",
+    MesosState.TASK_LOST: "LOST",
+    MesosState.TASK_UNREACHABLE: "LOST",
+    MesosState.TASK_GONE: "LOST",
+    MesosState.TASK_GONE_BY_OPERATOR: "LOST",
+    MesosState.TASK_DROPPED: "DROPPED",
 }
-
-MESOS_TERMINAL = frozenset(
-    {"TASK_FINISHED", "TASK_FAILED", "TASK_ERROR", "TASK_KILLED", "TASK_LOST", "TASK_DROPPED",
-     "TASK_UNREACHABLE", "TASK_GONE", "TASK_GONE_BY_OPERATOR"}
-)
-
-# A run's end reported after the host manager had given the run up (it was LOST, or unknown): its
-# agent killed it when its lease ran out (fencing), or the host manager killed a stale copy when
-# the agent reported again (reconciliation). Recorded in the run's history, nothing else.
-REASON_AGENT_FENCED = "REASON_AGENT_FENCED"
-# Mesos' reason when a task's process could not be started at all (not found, not executable): a
-# launch failure, which Peloton retries at least four times whatever the job's maxFailures.
-REASON_CONTAINER_LAUNCH_FAILED = "REASON_CONTAINER_LAUNCH_FAILED"
-# Mesos' reason when the kernel killed a task for going over its memory limit (its cgroup's OOM).
-REASON_CONTAINER_LIMITATION_MEMORY = "REASON_CONTAINER_LIMITATION_MEMORY"
-# ... and when its agent killed it for a sandbox grown past its disk limit.
-REASON_CONTAINER_LIMITATION_DISK = "REASON_CONTAINER_LIMITATION_DISK"
-REASON_RECONCILIATION = "REASON_RECONCILIATION"
-LATE_END_REASONS = frozenset({REASON_AGENT_FENCED, REASON_RECONCILIATION})

@@ -14,12 +14,32 @@ from peloton.model.fields import join as _join
 from peloton.model.fields import mapping as _mapping
 from peloton.model.fields import text as _text
 from peloton.model.health import parse_health_check
-from peloton.model.users import user_problem
-from peloton.model.jobfields import (Problems, lower_keys_deep, read_amount, read_boolean, read_integer,
-                                    read_labels, read_list, read_mapping, read_named_pairs, read_string)
-from peloton.model.jobspec import (DEFAULT_CONFIG, DEFAULT_KILL_GRACE_SECONDS, MAX_AVRO_INT, MAX_KILL_GRACE_SECONDS,
-                                   MAX_PORT, MAX_TASK_FAILURES, CommandSpec, JobLimits, PortSpec, TaskSpec)
+from peloton.model.jobfields import (
+    Problems,
+    lower_keys_deep,
+    read_amount,
+    read_boolean,
+    read_integer,
+    read_labels,
+    read_list,
+    read_mapping,
+    read_named_pairs,
+    read_string,
+)
+from peloton.model.jobspec import (
+    DEFAULT_CONFIG,
+    DEFAULT_KILL_GRACE_SECONDS,
+    MAX_AVRO_INT,
+    MAX_KILL_GRACE_SECONDS,
+    MAX_PORT,
+    MAX_TASK_FAILURES,
+    CommandSpec,
+    JobLimits,
+    PortSpec,
+    TaskSpec,
+)
 from peloton.model.resources import Resources
+from peloton.model.users import user_problem
 
 # The settings (environment variables) that raise the per-task caps.
 _CAP_SETTINGS = {"cpu": "PELOTON_MAX_TASK_CPU", "mem_mb": "PELOTON_MAX_TASK_MEM_MB",
@@ -35,7 +55,7 @@ def read_task_config(raw: Any, path: str, problems: Problems, limits: JobLimits)
     fields = _mapping(raw, path, problems)
     if fields is None:
         return {}
-    read = {key: reader(fields, path, problems) for key, reader in _TASK_READERS.items()
+    read: dict[str, Any] = {key: reader(fields, path, problems) for key, reader in _TASK_READERS.items()
             if key in fields or (key == "image" and "container" in fields)}
     if "resource" in fields:  # the one reader that needs the per-task caps
         read["resource"] = _read_resources(fields, path, problems, limits)
@@ -301,7 +321,9 @@ def _health_check_enabled(health_check: dict | None) -> bool:
     """Peloton runs a health check only with `enabled: true`. Its example batch job
     test_http_health.yaml carries health checks without it, so only enabled checks are
     refused for BATCH jobs."""
-    return bool(health_check) and health_check.get("enabled") is True
+    if not health_check:
+        return False
+    return health_check.get("enabled") is True
 
 
 def task_spec(instance: int, merged: Merged) -> TaskSpec:

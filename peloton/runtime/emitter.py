@@ -4,9 +4,10 @@ stage's transaction when it has one) or parked on the dead-letter topic."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Message, Producer
 
 from peloton import metrics
 from peloton.runtime.errors import DeliveryError, RecordTooLarge
@@ -62,9 +63,9 @@ class Emitter:
         self._errors: list[str] = []
         # (topic name, value) -> the message's headers or None: a job command's signature (see
         # peloton.auth.signing), for emitters outside a stage (the API's, a CLI's).
-        self.headers_for = None
+        self.headers_for: Callable[[str, bytes], list[tuple[str, str | bytes | None]] | None] | None = None
 
-    def _on_delivery(self, err, msg) -> None:
+    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
             self._errors.append(f"{msg.topic()}: {err}")
 
@@ -122,22 +123,30 @@ class Emitter:
 
     def send(self) -> None:
         """Hand what is kept to the producer (it delivers in the background)."""
-        for topic, key, value, partition in self._messages():
-            if self.transaction is not None:
-                self.transaction.produce(topic, key, value, partition, None)
+        messages = self._messages()
+        transaction = self.transaction
+        if transaction is not None:
+            for topic, key, value, partition in messages:
+                transaction.produce(topic, key, value, partition, None)
                 self.produced += 1
-                continue
+            return
+        producer = self.producer
+        if producer is None:  # only a RecordingEmitter has neither, and its send() is its own
+            if messages:
+                raise RuntimeError("an Emitter with neither a producer nor a transaction cannot send")
+            return
+        for topic, key, value, partition in messages:
             while True:
                 try:
-                    self.producer.produce(topic, value=value, key=key, partition=partition,
-                                          headers=self.headers_for(topic, value) if self.headers_for else None,
-                                          on_delivery=self._on_delivery)
+                    producer.produce(topic, value=value, key=key, partition=partition,
+                                     headers=self.headers_for(topic, value) if self.headers_for else None,
+                                     on_delivery=self._on_delivery)
                     break
                 except BufferError:  # local queue full: let librdkafka drain, then retry
-                    self.producer.poll(0.05)
+                    producer.poll(0.05)
             self.produced += 1
 
-    def dead_letter(self, record_or_msg, reason: str, kind: str = "refused") -> None:
+    def dead_letter(self, record_or_msg: Record | Message, reason: str, kind: str = "refused") -> None:
         """Park a message we cannot use, with where it came from and why; the stage goes on.
         `kind` (undecodable, wrong_schema, handler_error, refused) labels the metric."""
         if isinstance(record_or_msg, Record):
@@ -149,8 +158,8 @@ class Emitter:
                     value = self.serde.encode(record_or_msg.schema, record_or_msg.value)
                 except Exception:  # changed by its handler past encoding: keep the whole bundle
                     reason = f"{reason} (record {record_or_msg.index} of the bundle kept here)"
-        else:
-            topic, part, off = record_or_msg.topic(), record_or_msg.partition(), record_or_msg.offset()
+        else:  # a message as read: its topic, partition and offset are set (None only in a message made by hand)
+            topic, part, off = record_or_msg.topic() or "", record_or_msg.partition() or 0, record_or_msg.offset() or 0
             key, value = record_or_msg.key(), record_or_msg.value()
         log.warning("dead-letter %s[%d]@%d: %s", topic, part, off, reason[:500])
         # The letter must itself fit in a message: an oversize original is kept in part.
@@ -176,6 +185,8 @@ class Emitter:
 
     def flush(self, timeout: float = 30.0) -> None:
         self.send()
+        if self.producer is None:  # a transaction's output is flushed by its commit
+            raise RuntimeError("flush() of an Emitter without a producer: its transaction's commit flushes")
         remaining = self.producer.flush(timeout)
         if remaining:
             raise DeliveryError(f"{remaining} messages not delivered to the broker within {timeout:g}s")
@@ -191,7 +202,7 @@ class RecordingEmitter(Emitter):
 
     def __init__(self, stage: str = "test", catalogue: Catalogue | None = None, max_bytes: int = 1_000_000):
         super().__init__(None, catalogue or Catalogue(), registry(), stage, max_bytes)
-        self.sent: list[tuple[str, str, str, dict]] = []
+        self.sent: list[tuple[str, str | None, str, dict]] = []  # key None: an empty key
         self.messages: list[tuple[str, str]] = []
 
     def send(self) -> None:
@@ -205,7 +216,7 @@ class RecordingEmitter(Emitter):
     def flush(self, timeout: float = 30.0) -> None:
         self.send()
 
-    def take(self, topic: str | None = None, schema: str | None = None) -> list[tuple[str, str, str, dict]]:
+    def take(self, topic: str | None = None, schema: str | None = None) -> list[tuple[str, str | None, str, dict]]:
         """What was sent (to one topic, of one schema, if given) since the last take."""
         self.send()
 

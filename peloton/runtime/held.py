@@ -9,7 +9,7 @@ class HeldOffsets:
     """Messages a stage still holds, per partition, so the runtime commits no further than the
     oldest one. Offsets arrive in order per partition; release may come in any order."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._queues: dict[tuple[str, int], deque[int]] = {}
         # Counted, not a set: the records of one bundle share an offset, each held and released.
         self._released: dict[tuple[str, int], dict[int, int]] = {}
@@ -34,7 +34,7 @@ class HeldOffsets:
         self._released.pop(tp, None)
 
     def lowest(self) -> dict[tuple[str, int], int]:
-        out = {}
+        out: dict[tuple[str, int], int] = {}
         for tp, q in self._queues.items():
             done = self._released.get(tp)
             while q and done and done.get(q[0], 0) > 0:

@@ -9,30 +9,36 @@ import signal
 import time
 import uuid
 from collections import Counter, deque
-from typing import Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import OffsetSpec
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from peloton import metrics
 from peloton.config import Settings
+from peloton.runtime.broker import BrokerQuestions
 from peloton.runtime.clients import (
     CONSUMER_RECOVERY,
     FETCH_WAIT_MS,
-    RECOVERY,
     debug_config,
     kafka_access,
     producer_config,
 )
 from peloton.runtime.emitter import Emitter
 from peloton.runtime.errors import is_transient
+from peloton.runtime.lag import export_lag
+from peloton.runtime.membership import MembershipWatch, group_members
+from peloton.runtime.offsets import OffsetBook
 from peloton.runtime.record import Record, WrongSchema, decode_message
-from peloton.runtime.membership import group_members
 from peloton.runtime.stage import Stage, handle_batch
 from peloton.runtime.stuck import StuckWatch
 from peloton.runtime.transaction import BatchTransaction
 from peloton.serde import DecodeError, registry
 from peloton.topics import Catalogue
+
+if TYPE_CHECKING:
+
+    from peloton.registry import Registry
 
 log = logging.getLogger("peloton.runtime")
 
@@ -55,28 +61,17 @@ class StageRuntime:
         self.instance_id = instance_id or f"{stage.name}-{uuid.uuid4().hex[:8]}"
         self._running = True
         self.consumer = self._new_consumer()
-        self.transaction: BatchTransaction | None = None
-        if settings.exactly_once:
-            # One id per instance: a restarted instance fences its predecessor and aborts what
-            # it left open. Zombies of a rebalance are fenced by the group (KIP-447).
-            txn_id = f"{self.catalogue.group(stage.name)}.{self.instance_id}"
-            self.transaction = BatchTransaction(
-                lambda on_error: Producer({**producer_config(settings, txn_id), "error_cb": on_error}),
-                settings.transaction_timeout_s)
-            self.producer = None  # the transaction's own, replaced after a failed attempt
-        else:
-            self.producer = Producer(producer_config(settings))
+        # With exactly_once, the transaction's own producer, replaced after a failed attempt.
+        self.transaction, self.producer = stage_output(settings, self.catalogue.group(stage.name), self.instance_id)
         self.emitter = Emitter(self.producer, self.catalogue, self.serde, stage.name, settings.max_message_bytes,
                                self.transaction)
         stage.bind(self.emitter, settings, self.catalogue)
-        stage.caught_up = self.caught_up
-        stage.ends = self.ends
-        self._next: dict[tuple[str, int], int] = {}  # next offset to commit, per (topic id, partition)
-        # What the last commit stored per partition: (offset, how far read) -- they differ where a
-        # record is held, and the commit's metadata carries the second for lag tools.
-        self._committed: dict[tuple[str, int], tuple[int, int]] = {}
+        # The stage's stand-alone answers give way to the broker's.
+        stage.caught_up = self.caught_up  # type: ignore[method-assign]
+        stage.ends = self.ends  # type: ignore[method-assign]
+        self.offsets = OffsetBook(self.catalogue)
         # (offset, produce time ms) of recent messages read per partition, for lag in seconds
-        self._read_times: dict[tuple[str, int], deque] = {}
+        self._read_times: dict[tuple[str, int], deque[tuple[int, int]]] = {}
         self._lag_labels: set[tuple[str, str, str]] = set()
         self._next_lag_export = 0.0
         self.metrics_address = metrics.serve(settings)
@@ -86,49 +81,23 @@ class StageRuntime:
         self.failed_records = 0  # handled alone, raised, dead-lettered
         self.retries = 0  # pauses for an unavailable broker or store
         self.recoveries = 0  # times the broker was found to have lost everything
-        # Offsets this instance committed, kept across rebalances: if the group's committed
-        # offsets are all gone at the next assignment, the log was lost (see _on_assign).
-        self._ever_committed: dict[tuple[str, int], int] = {}
         self._next_topic_check = 0.0
         self._topics_checked = False
-        self._admin = None
+        self.broker = BrokerQuestions(settings, self.catalogue)
         self._consume_errors = 0
         self._per_message = 1.0  # records per message read lately (bundles hold many)
         # Messages read but left for the next turn, in the order read: a turn ends where its
         # records' weight passes max_turn_tasks (Stage.weight; only stages that weigh theirs).
-        self._carry: list = []
+        self._carry: list[Message] = []
         self._weigh = stage.weight if type(stage).weight is not Stage.weight else None
-        self._unassigned_since: float | None = None
-        self._next_membership_check = 0.0
+        self.membership = MembershipWatch(REJOIN_AFTER_S)
         self.rejoins = 0  # times a new consumer joined because the old one was out of its group
         self.registry = self._register()
 
     def _new_consumer(self) -> Consumer:
-        settings, stage = self.settings, self.stage
-        return Consumer(
-            {
-                **kafka_access(settings),
-                "group.id": self.catalogue.group(stage.name),
-                "client.id": self.instance_id,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "session.timeout.ms": settings.session_timeout_ms,
-                "heartbeat.interval.ms": max(100, settings.session_timeout_ms // 6),
-                "partition.assignment.strategy": stage.assignment,
-                # How long the broker holds a fetch that finds nothing: every idle consumer asks
-                # again this often. Data that arrives ends the wait early.
-                "fetch.wait.max.ms": FETCH_WAIT_MS,
-                # Only what committed: the output of an aborted or still open transaction is
-                # never handled (librdkafka's default, said here because it is the guarantee).
-                "isolation.level": "read_committed",
-                "socket.nagle.disable": True,
-                "allow.auto.create.topics": False,  # see producer_config
-                **CONSUMER_RECOVERY,
-                **debug_config(settings),
-            }
-        )
+        return stage_consumer(self.settings, self.catalogue, self.stage, self.instance_id)
 
-    def _register(self):
+    def _register(self) -> Registry | None:
         from peloton.registry import join
 
         return join(self.settings.zookeeper, self.stage.name, self.instance_id, {
@@ -143,11 +112,12 @@ class StageRuntime:
     def _ids(self, partitions: Iterable[TopicPartition]) -> list[tuple[str, int]]:
         return [(self.catalogue.by_name[tp.topic].id, tp.partition) for tp in partitions]
 
-    def _partition_of(self, msg) -> tuple[str, int]:
+    def _partition_of(self, msg: Message) -> tuple[str, int]:
         """A message's (topic id, partition)."""
-        return self.catalogue.by_name[msg.topic()].id, msg.partition()
+        # A message the consumer read has both (the stub's Optionals are for one made by hand).
+        return self.catalogue.by_name[msg.topic()].id, msg.partition()  # type: ignore[index, return-value]
 
-    def _on_assign(self, consumer, partitions) -> None:
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         ids = self._ids(partitions)
         self.assigned.update(ids)
         log.info("%s assigned %s", self.instance_id, ids)
@@ -163,23 +133,9 @@ class StageRuntime:
             self._until_done(self.stage.recover, "recovering after the broker lost its log")
 
     def _offsets_wiped(self) -> bool:
-        """True when the group has no committed offset left for any partition this instance once
-        committed to. Apache Kafka keeps offsets with its log; they all go at once only when the
-        cluster was wiped, or an operator deleted the topics (which deletes their offsets)."""
-        if not self._ever_committed:
-            return False
-        try:
-            parts = [TopicPartition(self.catalogue[t].name, p) for t, p in self._ever_committed]
-            if any(tp.offset >= 0 for tp in self.consumer.committed(parts, timeout=10)):
-                return False
-        except KafkaException as exc:
-            log.warning("could not read committed offsets: %s", exc)
-            return False
-        self._ever_committed.clear()
-        self._committed.clear()
-        return True
+        return self.offsets.wiped(self.consumer)
 
-    def _on_revoke(self, consumer, partitions) -> None:
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         ids = self._ids(partitions)
         # Everything handled so far is flushed and committed at the end of each loop, so the next
         # owner starts exactly after it; only held messages are read again.
@@ -189,7 +145,7 @@ class StageRuntime:
             log.warning("commit before giving up partitions failed: %s", exc)
         self._forget(ids, "revoked")
 
-    def _on_lost(self, consumer, partitions) -> None:
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # The group already gave these away (this member missed its session timeout): a commit
         # would be refused, so drop them; the next owner reads again from the last commit.
         self._forget(self._ids(partitions), "lost")
@@ -199,29 +155,18 @@ class StageRuntime:
         gone = set(ids)  # their next owner reads them from the last commit, carried ones too
         self._carry = [m for m in self._carry if self._partition_of(m) not in gone]
         for tp in ids:
-            self._next.pop(tp, None)
-            self._committed.pop(tp, None)
             self._read_times.pop(tp, None)
+        self.offsets.forget(ids)
         log.info("%s %s %s", self.instance_id, how, ids)
         self._registry_partitions()
         self.stage.on_revoke(ids)
 
     # -- membership -------------------------------------------------------------------------
     def _check_membership(self) -> None:
-        """After REJOIN_AFTER_S without partitions, and then as often, ask whether the broker
-        counts this instance in its group; a member with nothing to do (more instances than
-        partitions) stays as it is."""
-        now = time.monotonic()
-        if self.assigned:
-            self._unassigned_since = None
-            return
-        if self._unassigned_since is None:
-            self._unassigned_since = now
-        if now - self._unassigned_since < REJOIN_AFTER_S or now < self._next_membership_check:
-            return
-        self._next_membership_check = now + REJOIN_AFTER_S
-        if self._is_member() is False:
-            self._rejoin(now - self._unassigned_since)
+        """A member with no partition for REJOIN_AFTER_S that its group does not list joins again."""
+        idle = self.membership.due(bool(self.assigned), time.monotonic())
+        if idle is not None and self._is_member() is False:
+            self._rejoin(idle)
 
     def _is_member(self) -> bool | None:
         """Whether the group, settled, lists this instance's consumer; None when the broker does
@@ -240,11 +185,11 @@ class StageRuntime:
         except Exception as exc:
             log.warning("closing the consumer left out of its group: %s", exc)
         self._subscribe()
-        self._unassigned_since = time.monotonic()
+        self.membership.rejoined(time.monotonic())
         self.rejoins += 1
 
     # -- main loop ------------------------------------------------------------------------
-    def stop(self, *_args) -> None:
+    def stop(self, *_args: object) -> None:
         self._running = False
 
     def install_signal_handlers(self) -> None:
@@ -301,7 +246,7 @@ class StageRuntime:
         self._status_records = getattr(self, "_status_records", 0) + len(records)
         if records and not self._until_done(lambda: self._handle(records), "handling a batch"):
             return  # stopping before the batch was handled: none of it is committed
-        self._next.update(positions)
+        self.offsets.next.update(positions)
         self._past_markers()
         self.stage_tick()
         if not self._until_done(self._flush_and_commit, "committing"):
@@ -324,12 +269,7 @@ class StageRuntime:
             read = self.consumer.position(parts)
         except KafkaException:
             return
-        # (Not where messages read are carried to the next turn: the position is past them.)
-        carried = {self._partition_of(m) for m in self._carry}
-        for tp in read:
-            key = (self.catalogue.by_name[tp.topic].id, tp.partition)
-            if tp.offset >= 0 and tp.offset > self._next.get(key, -1) and key not in carried:
-                self._next[key] = tp.offset
+        self.offsets.past_markers(read, {self._partition_of(m) for m in self._carry})
 
     def caught_up(self, topic: str, partitions: list[int], timeout: float = 1.0) -> bool:
         """True when every record written to these partitions so far (their high-water marks, asked
@@ -340,50 +280,21 @@ class StageRuntime:
         if ends is None:  # the broker is away or slow: nothing can be said yet
             return False
         self._past_markers()
-        return all(self._next.get((topic, p), 0) >= end for p, end in ends.items())
+        return self.offsets.handled_to(topic, ends)
 
     def ends(self, topic: str, partitions: list[int], timeout: float = 0.5) -> dict[int, int] | None:
         """The high-water marks of these partitions of any topic, asked of the broker now; None
         when it does not answer them all within `timeout`."""
-        from peloton.runtime.readback import offsets_at
-
-        name = self.catalogue[topic].name
-        ends = offsets_at(self._admin_client(), [(name, p) for p in partitions], OffsetSpec.latest(), timeout)
-        return {p: end for (_, p), end in ends.items()} if len(ends) == len(partitions) else None
-
-    def _admin_client(self):
-        if self._admin is None:
-            from confluent_kafka.admin import AdminClient
-
-            self._admin = AdminClient({**kafka_access(self.settings), **RECOVERY})
-        return self._admin
+        return self.broker.ends(topic, partitions, timeout)
 
     def _check_topics(self) -> None:
-        """At start, check every topic against topics.yaml and say what differs; later, make
-        again any topic that is gone (an operator deleted it, or the cluster was wiped):
-        consumers would wait for it for ever, and produced messages would fail."""
-        from peloton.topics import apply_topics
+        if self.broker.check_topics(self.consumer, first=not self._topics_checked):
+            self._topics_checked = True
 
-        first = not self._topics_checked
-        if not first:
-            try:
-                present = self.consumer.list_topics(timeout=2).topics
-            except KafkaException:
-                return  # the broker is away; the loop waits for it
-            missing = [t.name for t in self.catalogue if t.name not in present]
-            if not missing:
-                return
-            log.warning("topics missing on the broker (deleted, or the cluster was wiped?): %s; making them "
-                        "from topics.yaml", ", ".join(missing))
-        try:
-            report = apply_topics(self._admin_client(), self.catalogue, fix=False)
-        except Exception as exc:  # the broker is away, or another instance is making them too
-            log.warning("could not check the topics: %s", exc)
-            return
-        self._topics_checked = True
-        for row in report:
-            if row["status"] not in ("ok", "created"):
-                log.warning("topic %s %s (topics.yaml; `pelotonctl topics apply` sets it)", row["topic"], row["status"])
+    def _export_lag(self) -> None:
+        self._lag_labels = export_lag(self.consumer, self.catalogue, self.catalogue.group(self.stage.name),
+                                      self.assigned, self.offsets.committed, self.offsets.next, self._read_times,
+                                      self._lag_labels)
 
     def stage_tick(self) -> None:
         # What a tick emits is kept to leave in bundles, and sent even if the tick then fails (as
@@ -411,41 +322,7 @@ class StageRuntime:
         self.records += len(records)
         self.batches += 1
 
-    def _export_lag(self) -> None:
-        """kafka_consumergroup_lag and _seconds for the partitions this instance owns: the log end
-        from the last fetch (its high-water mark, as ListOffsets would say without a round trip),
-        the committed offset, and the produce time of the first message read at or before it."""
-        group = self.catalogue.group(self.stage.name)
-        now_s = time.time()
-        shown = set()
-        for tp in self.assigned:
-            name = self.catalogue[tp[0]].name
-            try:
-                _low, end = self.consumer.get_watermark_offsets(TopicPartition(name, tp[1]), cached=True)
-            except KafkaException:
-                continue
-            # Before this instance's first commit on a partition, what it handled stands in for it;
-            # a partition with nothing in it has no lag whoever committed what.
-            committed = self._committed[tp][0] if tp in self._committed else self._next.get(tp, 0 if end == 0 else None)
-            if end < 0 or committed is None:
-                continue
-            lag = max(0, end - committed)
-            seen = [ts for off, ts in self._read_times.get(tp, ()) if off <= committed and ts > 0]
-            age = max(0.0, now_s - seen[-1] / 1000) if lag and seen else 0.0
-            labels = (group, name, str(tp[1]))
-            metrics.LAG.labels(*labels).set(lag)
-            metrics.LAG_SECONDS.labels(*labels).set(round(age, 3))
-            metrics.HELD.labels(*labels).set(max(0, min(self._next.get(tp, committed), end) - committed))
-            shown.add(labels)
-        for labels in self._lag_labels - shown:  # partitions given away: their owner reports them now
-            for gauge in (metrics.LAG, metrics.LAG_SECONDS, metrics.HELD):
-                try:
-                    gauge.remove(*labels)
-                except KeyError:
-                    pass
-        self._lag_labels = shown
-
-    def _until_done(self, step, what: str) -> bool:
+    def _until_done(self, step: Callable[[], object], what: str) -> bool:
         """Run step; while the broker or the store is unavailable, pause and try again (backing off
         up to retry_max_s) instead of exiting. False when asked to stop before it succeeded."""
         delay = self.settings.retry_min_s
@@ -476,9 +353,9 @@ class StageRuntime:
             waited = time.monotonic() - began - delay
             delay = self.settings.retry_min_s if waited >= 1.0 else min(delay * 2, self.settings.retry_max_s)
 
-    def _decode(self, msgs) -> tuple[list[Record], dict[tuple[str, int], int]]:
+    def _decode(self, msgs: list[Message]) -> tuple[list[Record], dict[tuple[str, int], int]]:
         """Decoded records, and the next offset per partition once they are handled."""
-        records = []
+        records: list[Record] = []
         positions: dict[tuple[str, int], int] = {}
         by_name = self.catalogue.by_name
         weight = 0
@@ -490,10 +367,14 @@ class StageRuntime:
                     if self._consume_errors in (1, 10, 100) or self._consume_errors % 1000 == 0:
                         log.warning("consume error (%d so far): %s", self._consume_errors, err)
                 continue
-            spec = by_name[m.topic()]
-            tp = (spec.id, m.partition())
+            # A message the consumer read has its topic, partition and offset (the stub's Optionals
+            # are for one made by hand).
+            spec = by_name[m.topic()]  # type: ignore[index]
+            partition: int = m.partition()  # type: ignore[assignment]
+            offset: int = m.offset()  # type: ignore[assignment]
+            tp = (spec.id, partition)
             try:
-                decoded = decode_message(self.serde, spec, m.partition(), m.offset(), m.key(), m.value(), m.headers())
+                decoded = decode_message(self.serde, spec, partition, offset, m.key(), m.value(), m.headers())
             except DecodeError as exc:
                 decoded = []
                 self.emitter.dead_letter(m, f"undecodable: {exc}", "undecodable")
@@ -509,8 +390,8 @@ class StageRuntime:
                     msgs = msgs[:n]
                     break
             if tp not in positions:  # the batch's first message of the partition: its age, for lag seconds
-                self._read_times.setdefault(tp, deque(maxlen=64)).append((m.offset(), m.timestamp()[1]))
-            positions[tp] = m.offset() + 1
+                self._read_times.setdefault(tp, deque(maxlen=64)).append((offset, m.timestamp()[1]))
+            positions[tp] = offset + 1
             records.extend(decoded)
         if msgs:  # records per message, for the size of the next poll
             self._per_message = 0.7 * self._per_message + 0.3 * max(1.0, len(records) / len(msgs))
@@ -529,17 +410,7 @@ class StageRuntime:
         self._commit()
 
     def _offsets(self) -> list[TopicPartition]:
-        """The offsets to commit: what was handled, held records excepted. Where a stage holds a
-        record back, the commit's metadata says how far it has read (`read=N`), so lag tools can
-        tell held records (read, waiting for room or a host) from a backlog."""
-        held = self.stage.held_offsets()
-        offsets = []
-        for tp, nxt in self._next.items():
-            target = min(nxt, held[tp]) if tp in held else nxt
-            if self._committed.get(tp) != (target, nxt) and tp in self.assigned:
-                metadata = f"read={nxt}" if target < nxt else ""
-                offsets.append(TopicPartition(self.catalogue[tp[0]].name, tp[1], target, metadata=metadata))
-        return offsets
+        return self.offsets.to_commit(self.stage.held_offsets(), self.assigned)
 
     def _commit(self) -> None:
         """Commit offsets alone (at least once). A failed commit is not retried: the next loop
@@ -560,14 +431,7 @@ class StageRuntime:
         self._remember(offsets)
 
     def _remember(self, stored: list[TopicPartition]) -> None:
-        """What a commit stored, per (topic id, partition), and in `ever` what a wiped log would
-        have forgotten (_offsets_wiped)."""
-        for tp in stored:
-            key = (self.catalogue.by_name[tp.topic].id, tp.partition)
-            read = int(tp.metadata[5:]) if tp.metadata and tp.metadata.startswith("read=") else tp.offset
-            self._committed[key] = (tp.offset, read)
-            if read > 0:
-                self._ever_committed[key] = tp.offset
+        self.offsets.remember(stored)
 
     def _shutdown(self) -> None:
         try:
@@ -578,7 +442,44 @@ class StageRuntime:
         self.stage.close()
         if self.transaction is not None:
             self.transaction.close()
-        else:
+        elif self.producer is not None:  # without a transaction there is always one
             self.producer.flush(10)
         if self.registry is not None:
             self.registry.close()
+
+
+def stage_consumer(settings: Settings, catalogue: Catalogue, stage: Stage, instance_id: str) -> Consumer:
+    """A consumer of the stage's group, for its instance."""
+    return Consumer(
+        {
+            **kafka_access(settings),
+            "group.id": catalogue.group(stage.name),
+            "client.id": instance_id,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": settings.session_timeout_ms,
+            "heartbeat.interval.ms": max(100, settings.session_timeout_ms // 6),
+            "partition.assignment.strategy": stage.assignment,
+            # How long the broker holds a fetch that finds nothing: every idle consumer asks
+            # again this often. Data that arrives ends the wait early.
+            "fetch.wait.max.ms": FETCH_WAIT_MS,
+            # Only what committed: the output of an aborted or still open transaction is
+            # never handled (librdkafka's default, said here because it is the guarantee).
+            "isolation.level": "read_committed",
+            "socket.nagle.disable": True,
+            "allow.auto.create.topics": False,  # see producer_config
+            **CONSUMER_RECOVERY,
+            **debug_config(settings),
+        }
+    )
+
+
+def stage_output(settings: Settings, group: str, instance_id: str) -> tuple[BatchTransaction | None, Producer | None]:
+    """What the instance produces through: a transaction (exactly_once) or a producer alone."""
+    if not settings.exactly_once:
+        return None, Producer(producer_config(settings))
+    # One id per instance: a restarted instance fences its predecessor and aborts what it left
+    # open. Zombies of a rebalance are fenced by the group (KIP-447).
+    txn_id = f"{group}.{instance_id}"
+    return BatchTransaction(lambda on_error: Producer({**producer_config(settings, txn_id), "error_cb": on_error}),
+                            settings.transaction_timeout_s), None

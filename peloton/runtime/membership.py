@@ -57,3 +57,29 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+class MembershipWatch:
+    """When an instance holding no partition should ask whether its group counts it at all: after
+    `after_s` without one, and then as often. A member with nothing to do (more instances than
+    partitions) is asked about, and stays as it is while its group lists it."""
+
+    def __init__(self, after_s: float) -> None:
+        self.after_s = after_s
+        self.unassigned_since: float | None = None
+        self.next_check = 0.0
+
+    def due(self, assigned: bool, now: float) -> float | None:
+        """How long it has held nothing, when a check is due now; else None."""
+        if assigned:
+            self.unassigned_since = None
+            return None
+        if self.unassigned_since is None:
+            self.unassigned_since = now
+        if now - self.unassigned_since < self.after_s or now < self.next_check:
+            return None
+        self.next_check = now + self.after_s
+        return now - self.unassigned_since
+
+    def rejoined(self, now: float) -> None:
+        self.unassigned_since = now

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from peloton.serde import SchemaRegistry, unbundle
+
+if TYPE_CHECKING:
+    from confluent_kafka._types import HeadersType
+
+    from peloton.topics import TopicSpec
 
 
 def now_ms() -> int:
@@ -33,8 +39,8 @@ class WrongSchema(ValueError):
     """A message of a schema its topic does not carry."""
 
 
-def decode_message(serde: SchemaRegistry, spec, partition: int, offset: int, raw_key: bytes | None,
-                   raw_value: bytes | None, headers=None) -> list[Record]:
+def decode_message(serde: SchemaRegistry, spec: TopicSpec, partition: int, offset: int, raw_key: bytes | None,
+                   raw_value: bytes | None, headers: HeadersType | None = None) -> list[Record]:
     """The records of one message: itself, or each record of a bundle as if it came alone.
     Raises DecodeError or WrongSchema."""
     schema, value = serde.decode(raw_value)
@@ -42,8 +48,8 @@ def decode_message(serde: SchemaRegistry, spec, partition: int, offset: int, raw
         raise WrongSchema(f"schema {schema} is not allowed on {spec.id} (allowed: {', '.join(spec.value_schemas)})")
     key = raw_key.decode("utf-8", "replace") if raw_key is not None else None
     item, values = unbundle(schema, value)
-    headers = tuple(headers or ())
+    pairs = tuple(headers or ())
     if item == schema:
-        return [Record(spec.id, partition, offset, key, schema, value, raw_key, raw_value, -1, headers)]
-    return [Record(spec.id, partition, offset, key, item, v, raw_key, raw_value, i, headers)
+        return [Record(spec.id, partition, offset, key, schema, value, raw_key, raw_value, -1, pairs)]
+    return [Record(spec.id, partition, offset, key, item, v, raw_key, raw_value, i, pairs)
             for i, v in enumerate(values)]

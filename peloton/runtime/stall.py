@@ -28,12 +28,22 @@ Kafka 4.2.2 read no command for 180 s after the whole cluster's restart, its wat
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from confluent_kafka import OFFSET_END, IsolationLevel, KafkaException, TopicPartition
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient
+
+# (topic, partitions, timeout_s) -> {partition: end}, or None when the broker did not answer them all
+Ends = Callable[[str, list[int], float], dict[int, int] | None]
 
 log = logging.getLogger("peloton.stall")
 
@@ -108,17 +118,17 @@ class EndsAside:
     question was answered for `unanswered_s` (a stuck client says nothing, as a stuck reader
     reads nothing)."""
 
-    def __init__(self, config: dict, unanswered_s: float = ADMIN_UNANSWERED_S, clock=time.monotonic,
-                 make_admin=None):
+    def __init__(self, config: dict, unanswered_s: float = ADMIN_UNANSWERED_S,
+                 clock: Callable[[], float] = time.monotonic, make_admin: Callable[[], AdminClient] | None = None):
         self.config = {**config, "log_level": 2}  # the reader beside it already says what the brokers do
         self.unanswered_s = unanswered_s
         self.clock = clock
         self._make_admin = make_admin or self._admin_client
-        self._admin = None
+        self._admin: AdminClient | None = None
         self._answered = clock()  # when a question was last answered (or the client made)
         self.renewals = 0
 
-    def _admin_client(self):
+    def _admin_client(self) -> AdminClient:
         from confluent_kafka.admin import AdminClient
 
         return AdminClient(self.config)
@@ -159,18 +169,18 @@ class ReaderWatch:
     does not answer skips the check: a reader cannot read from a broker that is away, and is not
     judged for it."""
 
-    def __init__(self, topic: str, partitions: list[int], ends, after_s: float = STALLED_AFTER_S,
-                 every_s: float = CHECK_EVERY_S, clock=time.monotonic):
+    def __init__(self, topic: str, partitions: list[int], ends: Ends, after_s: float = STALLED_AFTER_S,
+                 every_s: float = CHECK_EVERY_S, clock: Callable[[], float] = time.monotonic):
         self.topic = topic
         self.partitions = list(partitions)
-        self.ends = ends  # (topic, partitions, timeout_s) -> {partition: end} | None
+        self.ends = ends
         self.rule = ReadStall(after_s)
         self.every_s = every_s
         self.clock = clock
         self._next = clock() + every_s
         self.renewals = 0
 
-    def stalled(self, consumer, known: dict[int, int | None] | None = None) -> list[int]:
+    def stalled(self, consumer: Consumer, known: dict[int, int | None] | None = None) -> list[int]:
         """`known`: where the reader is by its owner's count, for a partition it has no position
         of yet (assigned at a saved offset, nothing fetched)."""
         now = self.clock()
@@ -191,7 +201,7 @@ class ReaderWatch:
         if ends is not None:
             self.rule.begin(self.clock(), ends)
 
-    def positions(self, consumer, known: dict[int, int | None] | None = None) -> dict[int, int | None]:
+    def positions(self, consumer: Consumer, known: dict[int, int | None] | None = None) -> dict[int, int | None]:
         try:
             found = {tp.partition: (tp.offset if tp.offset >= 0 else None)
                      for tp in consumer.position([TopicPartition(self.topic, p) for p in self.partitions])}
@@ -199,13 +209,14 @@ class ReaderWatch:
             found = {p: None for p in self.partitions}
         return {p: pos if pos is not None else (known or {}).get(p) for p, pos in found.items()}
 
-    def standing(self, consumer, known: dict[int, int | None] | None = None) -> dict[int, int]:
+    def standing(self, consumer: Consumer, known: dict[int, int | None] | None = None) -> dict[int, int]:
         """Where the reader stands in each partition it can say: its position, else `known`, else
         the first end seen (every record before it read)."""
         return self.rule.restart_at(self.positions(consumer, known))
 
-    def renew(self, consumer, make_consumer, known: dict[int, int | None] | None = None,
-              otherwise: int = OFFSET_END) -> tuple[object, dict[int, int]]:
+    def renew(self, consumer: Consumer, make_consumer: Callable[[], Consumer],
+              known: dict[int, int | None] | None = None,
+              otherwise: int = OFFSET_END) -> tuple[Consumer, dict[int, int]]:
         """Replace a stalled consumer: a new one (make_consumer()) assigned where the old one stood
         (`standing`, else `otherwise`); the old one is closed on a thread of its own. Returns the
         new consumer and the offsets it starts at."""
@@ -223,10 +234,8 @@ class ReaderWatch:
         self._next = self.clock() + self.every_s
 
 
-def abandon_consumer(consumer) -> None:
+def abandon_consumer(consumer: Consumer) -> None:
     """Closes a consumer that stopped fetching, away from the caller's loop (closing a stuck
     client may wait on its broker threads); meant as a daemon thread's target."""
-    try:
+    with contextlib.suppress(Exception):  # it is being thrown away: nothing it says matters
         consumer.close()
-    except Exception:  # it is being thrown away: nothing it says matters
-        pass

@@ -19,11 +19,16 @@ librdkafka's three kinds of transaction error, and what each means here:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from typing import Callable
+from collections.abc import Callable
+from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
+
+# What librdkafka calls with each message's delivery report: (error or None, message).
+OnDelivery = Callable[[KafkaError | None, Message], None]
 
 log = logging.getLogger("peloton.transaction")
 
@@ -106,33 +111,37 @@ class BatchTransaction:
         return producer
 
     # -- producing --------------------------------------------------------------------------
-    def produce(self, topic: str, key: bytes | None, value: bytes, partition: int, on_delivery) -> None:
+    def produce(self, topic: str, key: bytes | None, value: bytes, partition: int,
+                on_delivery: OnDelivery | None) -> None:
         self.journal.append((topic, key, value, partition))
-        if self._broken:
+        producer = self.producer
+        if self._broken or producer is None:  # no producer only while broken
             return  # goes with the journal after the abort
         try:
-            self._begin()
-            self._produce(topic, key, value, partition, on_delivery)
+            self._begin(producer)
+            self._produce(producer, topic, key, value, partition, on_delivery)
         except KafkaException as exc:
             log.warning("transaction: produce failed (%s); the batch's output goes again after an abort", exc)
             self._broken = True
 
-    def _begin(self) -> None:
+    def _begin(self, producer: Producer) -> None:
         if not self.open:
-            self.producer.begin_transaction()
+            producer.begin_transaction()
             self.open = True
             self._offsets_sent = False
 
-    def _produce(self, topic, key, value, partition, on_delivery=None) -> None:
+    @staticmethod
+    def _produce(producer: Producer, topic: str, key: bytes | None, value: bytes, partition: int,
+                 on_delivery: OnDelivery | None = None) -> None:
         while True:
             try:
-                self.producer.produce(topic, value=value, key=key, partition=partition, on_delivery=on_delivery)
+                producer.produce(topic, value=value, key=key, partition=partition, on_delivery=on_delivery)
                 return
             except BufferError:  # local queue full: let librdkafka drain, then retry
-                self.producer.poll(0.05)
+                producer.poll(0.05)
 
     # -- committing -------------------------------------------------------------------------
-    def commit(self, offsets: list[TopicPartition], group_metadata: Callable) -> bool:
+    def commit(self, offsets: list[TopicPartition], group_metadata: Callable[[], Any]) -> bool:
         """Commit the open transaction with `offsets` (the consumed positions). True when the
         offsets committed with the output; False when the group had fenced this member, so the
         output went alone. Raises TransactionError when it should be called again."""
@@ -140,27 +149,28 @@ class BatchTransaction:
             return True
         committing = False
         try:
-            if self._broken:
-                self._again()
-            self._begin()
+            producer = self.producer
+            if self._broken or producer is None:  # no producer only while broken
+                producer = self._again()
+            self._begin(producer)
             # Every message delivered first: a delivery that fails puts the transaction in its
             # abortable state before the offsets go, not while they go (librdkafka 2.16 can then
             # wait in send_offsets_to_transaction for ever).
-            remaining = self.producer.flush(self.timeout_s)
+            remaining = producer.flush(self.timeout_s)
             if remaining:
                 self._faltered()
                 raise TransactionError(f"{remaining} messages of the transaction not delivered yet")
             if offsets and not self._offsets_sent:
                 timeout, grace = ((SUSPECT_OFFSETS_TIMEOUT_S, SUSPECT_OFFSETS_GRACE_S) if self.suspect
                                   else (OFFSETS_TIMEOUT_S, OFFSETS_GRACE_S))
-                self._guarded(self.producer.send_offsets_to_transaction, offsets, group_metadata(),
+                self._guarded(producer.send_offsets_to_transaction, offsets, group_metadata(),
                               timeout=min(self.timeout_s, timeout), grace=grace)
                 self._offsets_sent = True
             committing = True
             # Not guarded: it keeps its timeout (then it is retriable and called again), and a
             # commit abandoned as stuck might have committed: producing its journal again would
             # leave the output twice.
-            self.producer.commit_transaction(self.timeout_s)
+            producer.commit_transaction(self.timeout_s)
         except KafkaException as exc:
             err = _error(exc)
             if err is not None and (err.fatal() or err.txn_requires_abort()):
@@ -183,12 +193,12 @@ class BatchTransaction:
         self.suspect = False
         return True
 
-    def _guarded(self, call, *args, timeout: float, grace: float) -> None:
+    def _guarded(self, call: Callable[..., object], *args: object, timeout: float, grace: float) -> None:
         """Run a transactional call, but not for ever: librdkafka 2.16 can wait in
         send_offsets_to_transaction past its timeout when the broker dies between the
         AddOffsetsToTxn and TxnOffsetCommit requests. A call that overstays is left to its thread
         and its producer replaced (the new one fences it), so the stage goes on."""
-        outcome: list = []
+        outcome: list[BaseException | None] = []
 
         def run() -> None:
             try:
@@ -204,7 +214,8 @@ class BatchTransaction:
             self._prepare_spare()
             log.warning("transaction: %s is stuck past its timeout; a new producer takes over",
                         getattr(call, "__name__", "a call"))
-            self._stuck.append(self.producer)  # kept so its thread never meets a freed client
+            if self.producer is not None:  # kept so its thread never meets a freed client
+                self._stuck.append(self.producer)
             self.producer = None
             self._broken = True
             raise TransactionError("a transactional call got stuck; a new producer takes over")
@@ -228,20 +239,22 @@ class BatchTransaction:
         if self._spare is None:
             self._spare = self.make_producer(self._broker_trouble)
 
-    def _again(self) -> None:
+    def _again(self) -> Producer:
         """Drop the failed attempt and produce what it held again in a new transaction, with a new
         producer under the same id: its init aborts what the old one left open (so no reader
         sees it), and it starts with no sequence numbers of messages that may never have landed.
-        Raises KafkaException when the broker is not ready for it (commit classifies it)."""
+        Returns the new producer. Raises KafkaException when the broker is not ready for it
+        (commit classifies it)."""
         if self.open:
             self.aborts += 1
-        self._renew()
-        self._begin()
+        producer = self._renew()
+        self._begin(producer)
         for topic, key, value, partition in self.journal:
-            self._produce(topic, key, value, partition)
+            self._produce(producer, topic, key, value, partition)
         self._broken = False
+        return producer
 
-    def _renew(self) -> None:
+    def _renew(self) -> Producer:
         old, self.producer = self.producer, None
         self.open = False
         self._offsets_sent = False
@@ -254,9 +267,10 @@ class BatchTransaction:
             del old
         self.renewals += 1
         try:
-            self.producer = self._new_producer()
+            self.producer = producer = self._new_producer()
         except KafkaException as exc:  # the broker is away: the next commit tries again
             raise TransactionError(f"no new producer yet: {exc}") from None
+        return producer
 
     def close(self, timeout: float = 10.0) -> None:
         """Leave: an open transaction is aborted (nothing of it was committed)."""
@@ -264,8 +278,6 @@ class BatchTransaction:
         if self.producer is None:
             return
         if self.open:
-            try:
+            with contextlib.suppress(KafkaException):
                 self.producer.abort_transaction(timeout)
-            except KafkaException:
-                pass
         self.producer.flush(timeout)

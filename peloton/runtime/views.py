@@ -58,17 +58,19 @@ class CompactedView:
             if not msgs:
                 return changes
             for m in msgs:
-                if m.error() is not None:
-                    self._refused(m.error())
+                err = m.error()
+                if err is not None:
+                    self._refused(err)
                     continue
-                if m.key() is None:
+                raw_key = m.key()
+                if raw_key is None:
                     continue
                 try:
                     _, value = self._decode(m.value())
                 except DecodeError:
                     log.warning("skipping undecodable record on %s@%d", self.spec.name, m.offset())
                     continue
-                key = m.key().decode()
+                key = raw_key.decode()
                 self.values[key] = value
                 changes.append((key, value))
             timeout = 0.0

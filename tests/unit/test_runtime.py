@@ -93,7 +93,8 @@ class Recorder(Stage):
         self.handled.extend(r.value["job_id"] for r in records)
         for r in records:
             self.emit.emit("task-demand", "/p", "peloton.TaskRelease", {
-                "task_id": r.value["job_id"], "job_id": r.value["job_id"], "pool": "/p", "reason": "", "timestamp_ms": 1})
+                "task_id": r.value["job_id"], "job_id": r.value["job_id"], "pool": "/p", "reason": "",
+                "timestamp_ms": 1})
 
 
 def runtime_for(stage: Stage, batch, **settings) -> tuple[StageRuntime, Consumer, RecordingEmitter]:
@@ -341,7 +342,7 @@ class StatusRecorder(Stage):
         self.handled.extend((r.value["instance"], r.offset, r.index) for r in records)
 
 
-def bundle_message(offset: int, statuses: list[dict]) -> "Message":
+def bundle_message(offset: int, statuses: list[dict]) -> Message:
     out = RecordingEmitter()
     out.holding = True
     for s in statuses:
@@ -397,7 +398,7 @@ def test_a_holding_stage_that_committed_only_0_still_notices_the_log_was_lost() 
     rt.consumer = Committed(0)
     assert not rt._offsets_wiped()
     rt.consumer = Committed(-1001)  # OFFSET_INVALID: the group is unknown
-    assert rt._offsets_wiped() and rt._ever_committed == {}
+    assert rt._offsets_wiped() and rt.offsets.ever_committed == {}
 
 
 def test_the_commit_moves_past_a_transactions_marker_once_the_consumer_has_read_it() -> None:
@@ -431,7 +432,7 @@ def test_an_instance_without_partitions_joins_again_only_when_its_group_does_not
     assert len(asked) == 3 and len(rejoined) == 1 and rejoined[0] >= 3 * loop.REJOIN_AFTER_S
     rt.assigned = {("job-commands", 0)}
     rt._check_membership()  # partitions again: the clock starts over
-    assert rt._unassigned_since is None
+    assert rt.membership.unassigned_since is None
 
 
 def test_a_group_asked_about_where_no_broker_answers_is_not_known_and_the_asker_lives() -> None:
