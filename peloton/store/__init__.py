@@ -7,7 +7,9 @@
 
 The store is the source of truth for jobs, tasks, pools, pool allocations and launches; stage
 memory is rebuilt from it (and from compacted topics) on start and on partition assignment.
-Every backend is held to one contract suite (tests/unit/test_store.py).
+Every backend is held to one contract suite (tests/unit/test_store.py). SQLite and PostgreSQL are
+one SQL store (peloton/store/sql) over a dialect each, with one schema in numbered migrations
+(peloton/store/migrations).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from peloton.store.base import (
     QueryStore,
     QueuedGang,
     StorageGateway,
+    TaskEvent,
     TaskRow,
 )
 
@@ -93,5 +96,5 @@ def open_store(url_or_path: str | Path) -> StorageGateway:
 
 
 __all__ = ["CLAIMS_KEPT_MS", "Allocation", "AllocationStore", "JobRow", "JobStore", "Launch", "LaunchStore",
-           "QueryStore", "QueuedGang", "StorageGateway", "TaskRow", "masked_url", "open_store", "sqlite_path",
-           "store_unavailable"]
+           "QueryStore", "QueuedGang", "StorageGateway", "TaskEvent", "TaskRow", "masked_url", "open_store",
+           "sqlite_path", "store_unavailable"]

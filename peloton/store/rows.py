@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from operator import attrgetter
+from types import EllipsisType
+from typing import Any
 
 import orjson
 
@@ -10,7 +13,7 @@ from peloton.auth.tokens import TokenRow
 from peloton.store.base import Allocation, JobRow, Launch, QueuedGang, TaskRow
 
 
-def json_text(value) -> str:
+def json_text(value: object) -> str:
     """JSON text of a column (orjson: task specs and gangs are written and read per status, and
     the standard library's json was a tenth of the job manager's time)."""
     return orjson.dumps(value).decode()
@@ -40,7 +43,7 @@ EVENT_COLS = ("task_id", "job_id", "instance", "run_id", "state", "reason", "exi
 _EVENT_COLS_IN_BATCH = tuple(c for c in EVENT_COLS if c != "job_id")
 
 
-def event_batches(events: list[tuple]) -> list[tuple[str, bytes]]:
+def event_batches(events: Sequence[tuple]) -> list[tuple[str, bytes]]:
     """(job id, its events as JSON) for each job the events are of, in the order first seen."""
     by_job: dict[str, list] = {}
     for e in events:
@@ -57,16 +60,16 @@ def events_of_batch(job_id: str, text: bytes | str) -> list[dict]:
     return out
 
 
-def task_from_row(row) -> TaskRow:
+def task_from_row(row: Sequence[Any]) -> TaskRow:
     return TaskRow(
         job_id=row[0], instance=row[1], run_id=row[2], task_id=row[3], pool=row[4], gang_id=row[5],
-        state=row[6], spec=orjson.loads(row[7]) if row[7] is not None else None, max_failures=row[8], failures=row[9], host_id=row[10] or "",
-        reason=row[11] or "", message=row[12] or "", exit_code=row[13], signal=row[14], updated_ms=row[15] or 0,
-        health=row[16] or "",
+        state=row[6], spec=orjson.loads(row[7]) if row[7] is not None else None, max_failures=row[8],
+        failures=row[9], host_id=row[10] or "", reason=row[11] or "", message=row[12] or "", exit_code=row[13],
+        signal=row[14], updated_ms=row[15] or 0, health=row[16] or "",
     )
 
 
-def task_params(t: TaskRow, spec_text: str | None = ...) -> tuple:
+def task_params(t: TaskRow, spec_text: str | None | EllipsisType = ...) -> tuple:
     """A task's TASK_COLS values; its spec as `spec_text` when given (None: a SQL NULL)."""
     return (
         t.job_id, t.instance, t.run_id, t.task_id, t.pool, t.gang_id, t.state,
@@ -126,7 +129,7 @@ def alike_moves(tasks: list[TaskRow], cols: tuple[str, ...]) -> dict[tuple, list
 _MOVE_VALUES = {cols: attrgetter(*cols, "job_id") for cols in (RUN_COLS, STATE_COLS, STEP_COLS)}
 
 
-def job_from_row(row) -> JobRow:
+def job_from_row(row: Sequence[Any]) -> JobRow:
     return JobRow(
         job_id=row[0], name=row[1], pool=row[2], type=row[3], state=row[4], instance_count=row[5],
         priority=row[6], preemptible=bool(row[7]), placement_strategy=row[8], owner=row[9],
@@ -147,14 +150,14 @@ def job_update_params(j: JobRow) -> tuple:
             json_text(j.rollout) if j.rollout else None, j.job_id)
 
 
-def allocation_from_row(row) -> Allocation:
+def allocation_from_row(row: Sequence[Any]) -> Allocation:
     return Allocation(task_id=row[0], pool=row[1], gang_id=row[2], cpu=row[3], mem_mb=row[4], disk_mb=row[5],
                       gpu=row[6], admitted_ms=row[7], priority=row[8] or 0,
                       preemptible=True if row[9] is None else bool(row[9]), revocable=bool(row[10]),
                       controller=bool(row[11]))
 
 
-def launch_from_row(row) -> Launch:
+def launch_from_row(row: Sequence[Any]) -> Launch:
     return Launch(task_id=row[0], job_id=row[1], instance=row[2], run_id=row[3], host_id=row[4], cpu=row[5],
                   mem_mb=row[6], disk_mb=row[7], gpu=row[8], launched_ms=row[9], ended_ms=row[10])
 
@@ -164,7 +167,7 @@ def allocation_params(a: Allocation) -> tuple:
             bool(a.preemptible), bool(a.revocable), bool(a.controller))
 
 
-def queued_from_row(row) -> QueuedGang:
+def queued_from_row(row: Sequence[Any]) -> QueuedGang:
     return QueuedGang(gang_id=row[0], pool=row[1], priority=row[2], seq=row[3], gang=orjson.loads(row[4]),
                       not_before_ms=row[5] or 0, admitted_ms=(row[6] or 0) if len(row) > 6 else 0)
 
@@ -200,7 +203,8 @@ def placeholders(cols: str, mark: str) -> str:
 def job_filters(mark: str, states: list[str] | None = None, pool: str | None = None, owner: str | None = None,
                 name: str | None = None, created_since_ms: int | None = None) -> tuple[str, list]:
     """A WHERE clause (or '') and its parameters for `list_jobs`' filters."""
-    clauses, params = [], []
+    clauses: list[str] = []
+    params: list[object] = []
     if states:
         clauses.append(f"state IN ({', '.join([mark] * len(states))})")
         params.extend(states)
@@ -222,7 +226,7 @@ def token_params(row: TokenRow) -> tuple:
             row.revoked_ms)
 
 
-def token_from_row(row) -> TokenRow:
+def token_from_row(row: Sequence[Any]) -> TokenRow:
     return TokenRow(row[0], row[1], row[2], tuple(orjson.loads(row[3])), bool(row[4]), row[5], row[6])
 
 

@@ -46,7 +46,7 @@ def test_an_ended_run_is_remembered_as_released_and_a_refused_one_forgotten(stor
     store.add_allocations([Allocation(t, "/p", "g", 1, 2, 3, 0, 1) for t in ("w1", "w2", "w3")])
     store.release_allocations(["w1", "w2", "w3"], 100)
     first = store.forget_released_allocations(before_ms=150, limit=2)  # a batch at a time
-    assert first == (3 if store.__class__.__name__ == "CassandraStore" else 2)  # Cassandra: all its scan found
+    assert first == (3 if store.sweeps_whole_partitions else 2)  # such a store forgets all its scan found
     assert first + store.forget_released_allocations(before_ms=150, limit=2) == 3
 
 
@@ -64,14 +64,15 @@ def test_claim_launches_once(store) -> None:
 
 def test_ended_runs_are_forgotten_once_their_placements_cannot_be_read_again(store) -> None:
     """A launch is the claim that stops a placement read twice from launching twice: an ended run's
-    goes CLAIMS_KEPT_MS after it ended, a running one's never (Cassandra: by the rows' TTL)."""
+    goes CLAIMS_KEPT_MS after it ended, a running one's never (a store that expires_by_ttl: by the rows' TTL,
+    which Cassandra's tables show)."""
     from peloton.store import CLAIMS_KEPT_MS
 
     store.claim_launches([Launch(f"t-{i}-1", "t", i, 1, "h", 1, 1, 1, 0, 5) for i in range(3)]
                          + [Launch("t-3-1", "t", 3, 1, "h", 1, 1, 1, 0, 5, 6)])  # ended before it was launched
     store.end_launches(["t-0-1"], 1_000, {"t-0-1": {"state": "TASK_FINISHED"}})
     store.end_launches(["t-1-1"], CLAIMS_KEPT_MS + 5_000)
-    if store.__class__.__name__ == "CassandraStore":
+    if store.expires_by_ttl:
         assert store.forget_launches(CLAIMS_KEPT_MS + 2_000, 10) == 0
         for table, where, column in (("launches", "host_id = 'h' AND task_id", "instance"),
                                      ("launch_claims", "task_id", "host_id"),
@@ -96,10 +97,9 @@ def test_allocations_add_and_remove(store) -> None:
 
 
 def test_a_failed_transaction_leaves_nothing(store) -> None:
-    with pytest.raises(RuntimeError):
-        with store.transaction():
-            store.create_jobs([job("a")], [task("a", 0)])
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), store.transaction():
+        store.create_jobs([job("a")], [task("a", 0)])
+        raise RuntimeError("boom")
     assert store.get_job("a") is None
 
 
@@ -173,7 +173,8 @@ def test_tasks_are_found_by_instance_saved_and_their_events_kept_in_order(store)
     t.state, t.reason, t.updated_ms = "KILLING", "stop", 11
     store.update_task_runs([t], same_run=True, same_host=True)
     again = store.tasks_by_instance([("a", 0)])[("a", 0)]
-    assert (again.state, again.reason, again.updated_ms, again.host_id, again.run_id) == ("KILLING", "stop", 11, "h2", 2)
+    assert (again.state, again.reason, again.updated_ms, again.host_id, again.run_id) == (
+        "KILLING", "stop", 11, "h2", 2)
     t.state, t.reason, t.updated_ms = "SUCCEEDED", "why", 10
     store.update_task_runs([t], same_run=True)
     t.spec = {"x": [1]}
@@ -185,7 +186,7 @@ def test_tasks_are_found_by_instance_saved_and_their_events_kept_in_order(store)
 
 def test_the_runs_on_hosts_are_found_by_host_and_state(store) -> None:
     tasks = [task("a", i, "RUNNING") for i in range(4)] + [task("b", 0, "RUNNING")]
-    for t, host in zip(tasks, ("h1", "h2", "h1", "h3", "h1")):
+    for t, host in zip(tasks, ("h1", "h2", "h1", "h3", "h1"), strict=True):
         t.host_id = host
     tasks[2].state = "SUCCEEDED"
     store.create_jobs([job("a"), job("b")], tasks)
@@ -236,8 +237,8 @@ def test_jobs_that_ended_before_a_time_are_found_for_their_retention(store) -> N
 
 
 def test_commands_and_deleted_ids_are_forgotten_once_their_topic_cannot_hold_them(store) -> None:
-    """Claims and refusals go by age, not with their job, and so do deleted jobs' ids; Cassandra
-    expires them by its tables' TTL."""
+    """Claims and refusals go by age, not with their job, and so do deleted jobs' ids; a store that
+    expires_by_ttl (Cassandra) expires them by its tables' TTL."""
     from peloton.store import CLAIMS_KEPT_MS
 
     store.claim_commands(["old", "new"], ["d", "d"], 1_000)
@@ -246,7 +247,7 @@ def test_commands_and_deleted_ids_are_forgotten_once_their_topic_cannot_hold_the
     store.create_jobs([job("gone"), job("gone-later")], [])
     store.delete_job("gone", 1_000)
     store.delete_job("gone-later", CLAIMS_KEPT_MS + 5_000)
-    if store.__class__.__name__ == "CassandraStore":
+    if store.expires_by_ttl:
         assert store.forget_claims(CLAIMS_KEPT_MS + 2_000) == 0
         for table in ("job_commands", "refused_commands", "deleted_jobs"):
             ttl = store.session.execute("SELECT default_time_to_live FROM system_schema.tables WHERE keyspace_name "
@@ -277,7 +278,8 @@ def test_an_allocation_charged_twice_is_held_once(store) -> None:
 
 
 def test_a_run_ends_once_and_its_final_status_is_kept_for_replay(store) -> None:
-    store.claim_launches([Launch("t-0-1", "t", 0, 1, "h", 1, 1, 1, 0, 5), Launch("t-1-1", "t", 1, 1, "h", 1, 1, 1, 0, 5)])
+    store.claim_launches([Launch("t-0-1", "t", 0, 1, "h", 1, 1, 1, 0, 5),
+                          Launch("t-1-1", "t", 1, 1, "h", 1, 1, 1, 0, 5)])
     store.end_launches(["t-0-1"], 100, {"t-0-1": {"state": "TASK_FINISHED"}})
     store.end_launches(["t-0-1"], 200, {"t-0-1": {"state": "TASK_LOST"}})  # already ended: no change
     store.end_launches(["t-1-1"], 300, {"t-1-1": {"state": "TASK_FAILED"}})
@@ -316,14 +318,15 @@ def test_two_instances_creating_the_same_jobs_at_once_create_each_once(store, re
 
 
 def test_the_postgres_schema_is_versioned_and_migrated_once(postgres_server) -> None:
-    from peloton.store.postgres import MIGRATIONS
+    from peloton.store.sql.migrate import LATEST, MIGRATIONS
 
     url = postgres_server.create_database()
     first, second = open_store(url), open_store(url)  # the second finds the schema made
     try:
-        assert first.schema_version == second.schema_version == len(MIGRATIONS)
+        assert first.schema_version == second.schema_version == LATEST
         with first.transaction() as conn:
-            assert conn.execute("SELECT count(*) FROM schema_version").fetchone()[0] == len(MIGRATIONS)
+            assert conn.execute("SELECT version, name FROM schema_version ORDER BY version").fetchall() == [
+                (m.version, m.name) for m in MIGRATIONS]
     finally:
         first.close()
         second.close()
@@ -359,7 +362,8 @@ def test_queued_gangs_survive_and_are_admitted_once(store) -> None:
 def test_gangs_admitted_by_the_batch_that_brought_them_are_charged_without_a_queue_row(store) -> None:
     store.queue_gangs([QueuedGang("g1", "/p", 0, 1, {"gang_id": "g1"})])
     taken = store.admit_gangs(["g1"], [Allocation("t1", "/p", "g1", 1, 0, 0, 0, 10)],
-                              [Allocation("t2", "/p", "g2", 2, 0, 0, 0, 10), Allocation("t3", "/p", "g3", 3, 0, 0, 0, 10)])
+                              [Allocation("t2", "/p", "g2", 2, 0, 0, 0, 10),
+                               Allocation("t3", "/p", "g3", 3, 0, 0, 0, 10)])
     assert taken == {"g1"}
     assert sorted((a.task_id, a.cpu) for a in store.allocations()) == [("t1", 1), ("t2", 2), ("t3", 3)]
     assert [q.gang_id for q in store.unsent_admissions()] == ["g1"]  # only the queued one has an outbox row
@@ -451,7 +455,8 @@ def test_a_transaction_reads_what_it_wrote_and_writes_it_when_it_ends(store) -> 
         store.save_job_configs([("a", 2, "v2", 1)])
         assert store.job_config("a", 2) == "v2"
     assert store.get_job("a").state == "KILLED" and store.active_jobs() == []
-    assert [(x.instance, x.state, x.host_id) for x in store.tasks_on_hosts(["h1"], ["LAUNCHED"])] == [(0, "LAUNCHED", "h1")]
+    on_h1 = store.tasks_on_hosts(["h1"], ["LAUNCHED"])
+    assert [(x.instance, x.state, x.host_id) for x in on_h1] == [(0, "LAUNCHED", "h1")]
     assert store.claim_commands(["c1"], ["a"], 2) == set() and store.job_config("a", 2) == "v2"
 
 
@@ -483,8 +488,9 @@ def test_sqlite_indexes_only_the_states_asked_for_and_its_query_uses_that_index(
 
     path = tmp_path / "old.db"
     open_store(str(path)).close()
-    old = sqlite3.connect(path)  # now as files made before had it: an index over every state
-    old.executescript("DROP INDEX tasks_waiting_by_state; CREATE INDEX tasks_by_state ON tasks (state, updated_ms);")
+    old = sqlite3.connect(path)  # now as files made before numbered migrations had it: an index over every state
+    old.executescript("DROP INDEX tasks_waiting_by_state; CREATE INDEX tasks_by_state ON tasks (state, updated_ms); "
+                      "DROP TABLE schema_version;")
     old.close()
     store = open_store(str(path))
     try:
@@ -551,7 +557,8 @@ def test_sqlite_moves_the_tables_of_a_file_made_before_its_parts_into_their_file
     old.executescript(
         "CREATE TABLE launches (task_id TEXT PRIMARY KEY, job_id TEXT, instance INTEGER, run_id INTEGER, "
         "host_id TEXT, cpu REAL, mem_mb REAL, disk_mb REAL, gpu REAL, launched_ms INTEGER, ended_ms INTEGER);"
-        "CREATE INDEX launches_by_host ON launches (host_id, ended_ms); CREATE INDEX launches_by_job ON launches (job_id);"
+        "CREATE INDEX launches_by_host ON launches (host_id, ended_ms); "
+        "CREATE INDEX launches_by_job ON launches (job_id);"
         "INSERT INTO launches VALUES ('t0', 'j', 0, 1, 'h0', 1, 1, 1, 0, 10, NULL);"
         "CREATE TABLE allocations (task_id TEXT PRIMARY KEY, pool TEXT, gang_id TEXT, cpu REAL, mem_mb REAL, "
         "disk_mb REAL, gpu REAL, admitted_ms INTEGER);"
@@ -568,7 +575,8 @@ def test_sqlite_moves_the_tables_of_a_file_made_before_its_parts_into_their_file
         assert [x.task_id for x in store.active_launches(["h0"])] == ["t0"]
         assert [(a.task_id, a.mem_mb) for a in store.allocations()] == [("t0", 2)]
         assert [g.gang_id for g in store.queued_gangs()] == ["g1"]
-        indexes = {r[0] for r in store.connection(LAUNCHES).execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        listed = store.connection(LAUNCHES).execute("SELECT name FROM sqlite_master WHERE type = 'index'")
+        indexes = {r[0] for r in listed}
         assert "launches_running_by_host" in indexes and not {"launches_by_host", "launches_by_job"} & indexes
         assert store.part_path(ALLOCATIONS) == tmp_path / "old.allocations.db"
         again = open_store(str(path))  # nothing left to move: the rows stay once
@@ -647,9 +655,9 @@ def test_sqlite_indexes_tasks_by_host_once_they_have_one_and_not_by_task_id(tmp_
 
     path = tmp_path / "old.db"
     open_store(str(path)).close()
-    old = sqlite3.connect(path)  # as files made before had them
+    old = sqlite3.connect(path)  # as files made before numbered migrations had them
     old.executescript("DROP INDEX tasks_placed_by_host; CREATE INDEX tasks_by_task_id ON tasks (task_id); "
-                      "CREATE INDEX tasks_by_host ON tasks (host_id);")
+                      "CREATE INDEX tasks_by_host ON tasks (host_id); DROP TABLE schema_version;")
     old.close()
     store = open_store(str(path))
     try:
@@ -730,10 +738,10 @@ def test_sqlite_forgets_released_allocations_through_the_index_of_released_ones(
 def test_sqlite_finds_the_rows_of_an_id_list_by_their_key(tmp_path) -> None:
     # A statement over a JSON list of ids (json_each) must look each id up by its key: SQLite may
     # otherwise prefer another index and test every row it holds against the list.
-    from peloton.store.sqlite import PART_SCHEMAS, SqliteStore
+    from peloton.store.sqlite import PARTS, SqliteStore
 
     store = SqliteStore(tmp_path / "s.db")
-    statements: dict[str, list[str]] = {part: [] for part in PART_SCHEMAS}  # each file's, read by its connection
+    statements: dict[str, list[str]] = {part: [] for part in PARTS}  # each file's, read by its connection
     for part, said in statements.items():
         store.connection(part).set_trace_callback(said.append)
     store.create_jobs([job("a")], [task("a", i) for i in range(3)])
@@ -767,5 +775,6 @@ def test_sqlite_names_every_file_it_makes_so_a_new_stack_can_remove_them(tmp_pat
     store.claim_launches([Launch("t0", "a", 0, 1, "h0", 1, 1, 1, 0, 10)])
     made = set(tmp_path.iterdir())
     store.close()
-    assert {f.name for f in made if f.suffix == ".db"} == {"peloton.db", "peloton.allocations.db", "peloton.launches.db"}
+    assert {f.name for f in made if f.suffix == ".db"} == {"peloton.db", "peloton.allocations.db",
+                                                           "peloton.launches.db"}
     assert made <= set(store_files(tmp_path / "peloton.db")), made - set(store_files(tmp_path / "peloton.db"))

@@ -14,8 +14,8 @@ from peloton.store import store_unavailable
 
 def test_a_command_line_and_a_stage_load_no_driver_of_a_store_they_do_not_open() -> None:
     loaded = subprocess.run(
-        [sys.executable, "-c", "import sys, pelotonctl.cli.main, stages.run, peloton.store; "
-                               "print(sorted(m for m in ('psycopg', 'psycopg_pool', 'cassandra') if m in sys.modules))"],
+        [sys.executable, "-c", "import sys, pelotonctl.cli.main, stages.run, peloton.store; print(sorted(m for m "
+                               "in ('psycopg', 'psycopg_pool', 'cassandra') if m in sys.modules))"],
         capture_output=True, text=True, check=True, cwd=str(REPO_ROOT)).stdout.strip()
     assert loaded == "[]"
 
