@@ -11,6 +11,7 @@ count says so, and the agent reports it with Mesos' reason REASON_CONTAINER_LIMI
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import signal
@@ -73,10 +74,8 @@ class TaskCgroup(ABC):
         while True:
             left = self.pids()
             for pid in left:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
             if not left or time.monotonic() > deadline:
                 break
             time.sleep(0.01)
@@ -87,10 +86,8 @@ class TaskCgroup(ABC):
                 pass
             except OSError:
                 time.sleep(0.05)  # the last process is still leaving
-                try:
+                with contextlib.suppress(OSError):
                     directory.rmdir()
-                except OSError:
-                    pass
 
 
 class Hierarchy(ABC):
@@ -116,7 +113,7 @@ class Hierarchy(ABC):
         """The task cgroups in the agent's parent (or in the tree at `under`: an OCI runtime's
         parent) whose names are not in `keep`."""
         parents = self.parent_directories() if under is None else self.at(under).directories()
-        names = set()
+        names: set[str] = set()
         for parent in parents:
             try:
                 names.update(child.name for child in parent.iterdir() if child.is_dir())
@@ -144,10 +141,8 @@ class Hierarchy(ABC):
         """Remove the agent's parent cgroups, if no task's is left in them (a run left behind
         by a stopped agent keeps them, for the next agent to adopt it)."""
         for directory in self.parent_directories():
-            try:
+            with contextlib.suppress(OSError):
                 directory.rmdir()
-            except OSError:
-                pass
 
 
 def _read_int(path: Path) -> int | None:

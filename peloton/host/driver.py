@@ -1,4 +1,5 @@
-"""The agent-driver contract: how the launch stage runs tasks on hosts and hears back.
+"""The agent-driver contract: how a host manager (the launch stage, or a host's agent) runs tasks
+on a host and hears back.
 
 The host manager calls a driver from a single thread: launch() for accepted placements,
 then poll() on every loop iteration; each TaskUpdate it returns is published as a Mesos
@@ -7,32 +8,15 @@ task-state event. Drivers therefore never block on a task and never need locks.
 
 from __future__ import annotations
 
-import importlib
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from peloton.model.mesos import MESOS_TERMINAL, MesosState, Reason
 from peloton.model.quick_init import quick_init
 from peloton.model.resources import Resources
-
-# Mesos task states a driver reports.
-TASK_STARTING = "TASK_STARTING"
-TASK_RUNNING = "TASK_RUNNING"
-TASK_FINISHED = "TASK_FINISHED"
-TASK_FAILED = "TASK_FAILED"
-TASK_KILLED = "TASK_KILLED"
-TASK_LOST = "TASK_LOST"
-
-TERMINAL_STATES = frozenset({TASK_FINISHED, TASK_FAILED, TASK_KILLED, TASK_LOST})
-
-# Mesos' reason when the command could not start or exited unsuccessfully.
-REASON_COMMAND_EXECUTOR_FAILED = "REASON_COMMAND_EXECUTOR_FAILED"
-# Mesos' reason of a TASK_RUNNING sent again because a health check changed the run's health.
-REASON_HEALTH_CHECK_STATUS_UPDATED = "REASON_TASK_HEALTH_CHECK_STATUS_UPDATED"
-# A run killed by its agent because its health check failed maxConsecutiveFailures times in a row
-# (it ends TASK_FAILED: a SERVICE task runs again, with its backoff).
-REASON_TASK_UNHEALTHY = "REASON_TASK_UNHEALTHY"
 
 
 @quick_init  # one per run launched
@@ -59,7 +43,7 @@ class LaunchRequest:
 class TaskUpdate:
     task_id: str
     host_id: str
-    state: str  # one of the TASK_* constants above
+    state: str  # a MesosState
     timestamp_ms: int  # wall clock, milliseconds since the epoch
     reason: str = ""
     message: str = ""
@@ -72,14 +56,14 @@ class TaskUpdate:
 
     @property
     def terminal(self) -> bool:
-        return self.state in TERMINAL_STATES
+        return self.state in MESOS_TERMINAL
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def update_for(request: LaunchRequest, state: str, **fields) -> TaskUpdate:
+def update_for(request: LaunchRequest, state: str, **fields: Any) -> TaskUpdate:
     """A TaskUpdate for `request`, stamped now."""
     return TaskUpdate(request.task_id, request.host_id, state, now_ms(), **fields)
 
@@ -87,11 +71,11 @@ def update_for(request: LaunchRequest, state: str, **fields) -> TaskUpdate:
 def exit_update(request: LaunchRequest, exit_code: int) -> TaskUpdate:
     """The terminal update for a command that exited on its own with `exit_code`."""
     if exit_code == 0:
-        return update_for(request, TASK_FINISHED, exit_code=0)
+        return update_for(request, MesosState.TASK_FINISHED, exit_code=0)
     return update_for(
         request,
-        TASK_FAILED,
-        reason=REASON_COMMAND_EXECUTOR_FAILED,
+        MesosState.TASK_FAILED,
+        reason=Reason.COMMAND_EXECUTOR_FAILED,
         message=f"command exited with code {exit_code}",
         exit_code=exit_code,
     )
@@ -155,21 +139,21 @@ class AgentDriver(ABC):
         over; the task ids left. The default leaves none: its runs end with it."""
         return []
 
-    def take_over(self, task_ids: Sequence[str]) -> None:
+    def take_over(self, task_ids: Sequence[str]) -> None:  # noqa: B027 (a hook: by default none)
         """Runs an earlier driver handed over, now held by this one. The default has none."""
 
-    def watch_adopted(self, runs: Sequence[tuple[LaunchRequest, float]]) -> None:
+    def watch_adopted(self, runs: Sequence[tuple[LaunchRequest, float]]) -> None:  # noqa: B027 (a hook: by default none)
         """Go on checking the health of runs adopted from an earlier driver (each with when it
         started, seconds since the epoch; news from poll()). The default checks none."""
 
-    def let_go(self, task_ids: Sequence[str]) -> None:
+    def let_go(self, task_ids: Sequence[str]) -> None:  # noqa: B027 (a hook: by default none)
         """Adopted runs that ended or were killed elsewhere: no more news of them."""
 
     def gpus_of(self, task_id: str) -> tuple[str, ...]:
         """The GPU devices a run holds. The default gives out none."""
         return ()
 
-    def hold_gpus(self, runs: dict[str, tuple[str, tuple[str, ...]]]) -> None:
+    def hold_gpus(self, runs: dict[str, tuple[str, tuple[str, ...]]]) -> None:  # noqa: B027 (a hook: by default none)
         """Runs adopted from an earlier driver keep their GPUs (task id -> host, GPUs) until let_go()."""
 
     def clear_leftovers(self, keep: set[str]) -> list[str]:
@@ -178,20 +162,3 @@ class AgentDriver(ABC):
         default has none: drivers whose tasks leave nothing behind keep it."""
         return []
 
-
-# Imported lazily so that importing the contract does not drag in every driver.
-_DRIVERS: dict[str, tuple[str, str]] = {
-    "local": ("stages.launch.agents.local", "LocalDriver"),
-    "sim": ("stages.launch.agents.sim", "SimDriver"),
-}
-
-
-def make_driver(name: str, **options) -> AgentDriver:
-    """Build the driver called `name` ('sim' or 'local') with its constructor options."""
-    try:
-        module_name, class_name = _DRIVERS[name]
-    except KeyError:
-        known = ", ".join(sorted(_DRIVERS))
-        raise ValueError(f"unknown agent driver {name!r}; known drivers: {known}") from None
-    driver_class = getattr(importlib.import_module(module_name), class_name)
-    return driver_class(**options)

@@ -10,6 +10,7 @@ UNHEALTHY, ...), and whether the run must be killed for it (maxConsecutiveFailur
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import ssl
@@ -120,10 +121,8 @@ def _command_check(check: HealthCheck, sandbox: Path, env: Mapping[str, str], as
     try:
         out, _ = proc.communicate(timeout=check.timeout_s)
     except subprocess.TimeoutExpired:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.communicate()
         return False, f"command timed out after {check.timeout_s:g}s"
     if proc.returncode == 0:

@@ -24,7 +24,7 @@ import json
 import os
 import pwd
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,7 +162,7 @@ class JobIdentities:
                          f"and the other {len(released)} still have a process or a file of their last job's")
 
     @contextmanager
-    def _state(self, write: bool = True):
+    def _state(self, write: bool = True) -> Iterator[dict]:
         """The allotment, read under the machine's lock and written back (whole, renamed into place)."""
         with open(self.state_dir / LOCK_FILE, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)

@@ -4,8 +4,8 @@ Built for scale (100k active tasks): launch is O(batch) and poll is O(updates du
 that way by a heap of deadlines instead of scanning the active tasks on every poll.
 
 Timeline of a task launched at clock time t with duration d:
-  next poll         -> TASK_STARTING, TASK_RUNNING
-  first poll >= t+d -> TASK_FINISHED (exit 0) or TASK_FAILED (exit != 0)
+  next poll         -> MesosState.TASK_STARTING, MesosState.TASK_RUNNING
+  first poll >= t+d -> TASK_FINISHED (exit 0) or MesosState.TASK_FAILED (exit != 0)
 A task with a health check runs HEALTHY at once (nothing is checked).
 Both can land in the same poll (d == 0 does exactly that); the order is always kept.
 A kill wins over a deadline that expires in the same poll.
@@ -19,24 +19,14 @@ import heapq
 import itertools
 import random
 import time
-
-from peloton.model.health import HEALTHY
-from peloton.model.states import REASON_CONTAINER_LAUNCH_FAILED
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from .driver import (
-    TASK_FAILED,
-    TASK_KILLED,
-    TASK_RUNNING,
-    TASK_STARTING,
-    AgentDriver,
-    LaunchRequest,
-    TaskUpdate,
-    exit_update,
-    now_ms,
-    update_for,
-)
+from peloton.model.health import HEALTHY
+from peloton.model.mesos import MesosState, Reason
+
+from .driver import AgentDriver, LaunchRequest, TaskUpdate, exit_update, now_ms, update_for
 
 # Per-task overrides read from the request's environment (handy in tests).
 SIM_SECONDS_ENV = "PELOTON_SIM_SECONDS"
@@ -116,14 +106,14 @@ class SimDriver(AgentDriver):
         except ValueError as exc:
             # Like a command that cannot be executed: fails at once, never becomes active.
             self._outbox.append(
-                update_for(request, TASK_FAILED, reason=REASON_CONTAINER_LAUNCH_FAILED, message=str(exc))
+                update_for(request, MesosState.TASK_FAILED, reason=Reason.CONTAINER_LAUNCH_FAILED, message=str(exc))
             )
             return
         task = _SimTask(request, exit_code)
         self._tasks[request.task_id] = task
-        self._outbox.append(TaskUpdate(request.task_id, request.host_id, TASK_STARTING, stamp))
+        self._outbox.append(TaskUpdate(request.task_id, request.host_id, MesosState.TASK_STARTING, stamp))
         # A simulated task with a health check is healthy from the start: there is nothing to check.
-        self._outbox.append(TaskUpdate(request.task_id, request.host_id, TASK_RUNNING, stamp,
+        self._outbox.append(TaskUpdate(request.task_id, request.host_id, MesosState.TASK_RUNNING, stamp,
                                        health=HEALTHY if request.health_check else ""))
         heapq.heappush(self._deadlines, (now + seconds, next(self._seq), task))
 
@@ -170,10 +160,10 @@ class SimDriver(AgentDriver):
 
 
 def _killed(request: LaunchRequest) -> TaskUpdate:
-    return update_for(request, TASK_KILLED, message="task killed")
+    return update_for(request, MesosState.TASK_KILLED, message="task killed")
 
 
-def _parse(raw: str, kind: type, name: str):
+def _parse(raw: str, kind: type, name: str) -> Any:
     try:
         return kind(raw)
     except ValueError:

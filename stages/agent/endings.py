@@ -16,18 +16,20 @@ per step that had acknowledgements, it is emptied in place when every ending was
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import fields
 from pathlib import Path
+from typing import TextIO
 
-from stages.launch.agents.driver import TaskUpdate
+from peloton.host.driver import TaskUpdate
 
 
 class EndingsJournal:
     def __init__(self, path: Path):
         self.path = path
-        self._file = None  # kept open for appending: one write a step, not an open and a close too
+        self._file: TextIO | None = None  # kept open for appending: one write a step, not an open and a close too
 
     def load(self, runs: dict) -> dict[str, TaskUpdate]:
         """The endings kept for runs still in `runs` (others were acknowledged: their lines are
@@ -48,16 +50,14 @@ class EndingsJournal:
     def append(self, endings: list[TaskUpdate]) -> None:
         if endings:
             if self._file is None:
-                self._file = open(self.path, "a")
+                self._file = open(self.path, "a")  # noqa: SIM115 - kept open, closed by close()
             self._file.write("".join(map(line_of, endings)))
             self._file.flush()  # to the kernel: a SIGKILL of the agent now loses nothing
 
     def rewrite(self, endings: list[TaskUpdate]) -> None:
         if not endings:  # the usual case, every ending acknowledged: emptied in place
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.truncate(self.path, 0)  # appends through the open file go on from 0
-            except FileNotFoundError:
-                pass
             return
         self.close()  # the file it has open is replaced
         tmp = self.path.with_name(self.path.name + ".tmp")

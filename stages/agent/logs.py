@@ -20,8 +20,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from peloton.auth.grants import GrantError, check
-from stages.launch.agents.local import sandbox_path
+from peloton.host.sandboxes import sandbox_path
 
 log = logging.getLogger("peloton.agent")
 
@@ -30,8 +32,8 @@ MAX_CHUNK = 4 * 1024 * 1024  # per request: a client pages through a large file
 
 
 class LogServer:
-    def __init__(self, sandbox_root: Path, verify_key, hosts: set[str] | frozenset[str], host: str = "127.0.0.1",
-                 port: int = 0, keep_s: float = 0.0):
+    def __init__(self, sandbox_root: Path, verify_key: Ed25519PublicKey, hosts: set[str] | frozenset[str],
+                 host: str = "127.0.0.1", port: int = 0, keep_s: float = 0.0) -> None:
         self.sandbox_root, self.verify_key, self.hosts = sandbox_root, verify_key, frozenset(hosts)
         # Why a file may be missing, said with each 404: the agent removes sandboxes keep_s after
         # their run ended (LocalDriver's collect_sandboxes).
@@ -105,5 +107,5 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, fmt, *args) -> None:  # requests are the API's; not worth a line each
+    def log_message(self, fmt: str, *args: object) -> None:  # requests are the API's; not worth a line each
         pass

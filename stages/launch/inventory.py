@@ -51,7 +51,8 @@ def parse_inventory(spec: str, shards: int) -> list[HostSpec]:
     for group in filter(None, (g.strip() for g in spec.split(";"))):
         parts = group.split(":")
         if len(parts) not in (2, 3) or parts[0] not in DRIVERS:
-            raise InventoryError(f"host group {group!r}: expected DRIVER:COUNT[:cpu=N,mem_mb=N,...] with DRIVER in {DRIVERS}")
+            raise InventoryError(f"host group {group!r}: expected DRIVER:COUNT[:cpu=N,mem_mb=N,...] "
+                                 f"with DRIVER in {DRIVERS}")
         driver = parts[0]
         try:
             count = int(parts[1])

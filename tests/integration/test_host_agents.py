@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -38,8 +39,8 @@ def sleepers(count: int, seconds: float, cpu: float = 0.1) -> str:
 def agent_hierarchy(p, name: str):
     """Where the pipeline's agent `name` makes its tasks' cgroups, as find_hierarchy answers (the
     agents run in this process's cgroup)."""
+    from peloton.host.cgroups import agent_cgroup_name, find_hierarchy
     from stages.agent.agent import agent_state_dir
-    from stages.launch.agents.cgroups import agent_cgroup_name, find_hierarchy
 
     return find_hierarchy(agent_cgroup_name(name, agent_state_dir(p.home, name)))
 
@@ -219,7 +220,7 @@ def _task_ids_running() -> set[str]:
     found = set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            for entry in open(f"/proc/{pid}/environ", "rb").read().split(b"\0"):
+            for entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
                 if entry.startswith(b"PELOTON_TASK_ID="):
                     found.add(entry.split(b"=", 1)[1].decode())
         except OSError:
@@ -244,7 +245,8 @@ def test_runs_that_ended_while_their_agent_could_not_report_run_once_after_it_is
         wait_running(p, job, 3)
         cluster.kill(1, signal.SIGKILL)
         journal = agent_state_dir(p.home, "agent-0") / "endings.jsonl"
-        p.wait_for("the three endings kept", lambda: journal.exists() and len(journal.read_text().splitlines()) == 3, 30)
+        p.wait_for("the three endings kept",
+                   lambda: journal.exists() and len(journal.read_text().splitlines()) == 3, 30)
         p.procs["agent-0"].send_signal(signal.SIGKILL)
         p.procs["agent-0"].wait()
         cluster.start_node(1)
@@ -259,7 +261,7 @@ def test_runs_that_ended_while_their_agent_could_not_report_run_once_after_it_is
 
 def test_an_agent_upgraded_from_cgroups_named_by_its_name_alone_removes_them_as_its_adopted_runs_end(
         pipeline_factory) -> None:
-    from stages.launch.agents.cgroups import Limits, find_hierarchy
+    from peloton.host.cgroups import Limits, find_hierarchy
 
     p = pipeline_factory(hosts="agent:1:cpu=4,mem_mb=1024,disk_mb=1000", agent_timeout_s=20.0)
     hierarchy, said = agent_hierarchy(p, "agent-0")

@@ -117,7 +117,8 @@ defaultconfig:
   resource: {{cpulimit: 0.1, memlimitmb: 16, disklimitmb: 1, gpulimit: 1}}
   command:
     shell: true
-    value: 'echo "$CUDA_VISIBLE_DEVICES" > devices; for n in 0 1; do ( exec 3<>"{dev}/nvidia$n" ) 2>> opened; done; sleep 8'
+    value: 'echo "$CUDA_VISIBLE_DEVICES" > devices; for n in 0 1; do ( exec 3<>"{dev}/nvidia$n" ) 2>> opened;
+      done; sleep 8'
 """
 
 
@@ -245,8 +246,8 @@ def test_cgroups_of_runs_no_agent_holds_are_removed_and_what_runs_in_them_killed
     leaves no cgroup of the agent behind."""
     import uuid
 
-    from stages.launch.agents.cgroups import Limits, find_hierarchy
-    from stages.launch.agents.local import LocalDriver
+    from peloton.host.cgroups import Limits, find_hierarchy
+    from peloton.host.local import LocalDriver
 
     hierarchy, note = find_hierarchy(f"leftovers-{uuid.uuid4().hex[:8]}")
     if hierarchy is None:

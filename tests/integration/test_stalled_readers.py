@@ -143,9 +143,9 @@ def test_a_launch_a_stalled_agent_has_not_read_waits_for_it_and_runs_once(settin
 
     from confluent_kafka.admin import OffsetSpec
 
+    from peloton.host.driver import LaunchRequest
     from peloton.runtime.readback import offsets_at
     from stages.agent.agent import AgentSpec, HostAgent
-    from stages.launch.agents.driver import LaunchRequest
     from stages.launch.agents.remote import RemoteDriver
 
     settings = replace(settings, agent_heartbeat_s=0.5)

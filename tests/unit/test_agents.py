@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -14,22 +15,14 @@ from pathlib import Path
 import pytest
 
 from peloton.config import Settings
-from peloton.model.states import REASON_CONTAINER_LAUNCH_FAILED
-from stages.launch.agents import (
-    REASON_COMMAND_EXECUTOR_FAILED,
-    TASK_FAILED,
-    TASK_FINISHED,
-    TASK_KILLED,
-    TASK_RUNNING,
-    TASK_STARTING,
-    AgentDriver,
-    LaunchRequest,
-    LocalDriver,
-    SimDriver,
-    TaskUpdate,
-    make_driver,
-)
-from stages.launch.agents.local import PID_FILE, collect_sandboxes, kill_orphan, kill_orphans
+from peloton.host.driver import AgentDriver, LaunchRequest, TaskUpdate
+from peloton.host.local import LocalDriver
+from peloton.host.orphans import kill_orphan, kill_orphans
+from peloton.host.pidfiles import PID_FILE
+from peloton.host.sandboxes import collect_sandboxes
+from peloton.host.sim import SimDriver
+from peloton.model.mesos import MesosState, Reason
+from stages.launch.agents import make_driver
 
 # --- helpers -----------------------------------------------------------------------------
 
@@ -112,14 +105,14 @@ def test_sim_reports_starting_running_then_finished_after_duration() -> None:
     assert driver.active() == {"t1"}
 
     first = driver.poll()
-    assert [u.state for u in first] == [TASK_STARTING, TASK_RUNNING]
+    assert [u.state for u in first] == [MesosState.TASK_STARTING, MesosState.TASK_RUNNING]
     assert all(u.host_id == "host-a" for u in first)
 
     clock.now += 9.9
     assert driver.poll() == []
     clock.now += 0.1
     (done,) = driver.poll()
-    assert (done.state, done.exit_code) == (TASK_FINISHED, 0)
+    assert (done.state, done.exit_code) == (MesosState.TASK_FINISHED, 0)
     assert driver.active() == set()
     assert driver.poll() == []
 
@@ -129,7 +122,7 @@ def test_sim_zero_duration_keeps_state_order_within_one_poll() -> None:
     driver.launch([request("t1"), request("t2")])
     updates = driver.poll()
     for task_id in ("t1", "t2"):
-        assert states(updates, task_id) == [TASK_STARTING, TASK_RUNNING, TASK_FINISHED]
+        assert states(updates, task_id) == [MesosState.TASK_STARTING, MesosState.TASK_RUNNING, MesosState.TASK_FINISHED]
 
 
 def test_sim_ten_thousand_tasks_finish_quickly() -> None:
@@ -150,7 +143,7 @@ def test_sim_poll_reports_only_expired_tasks_among_many_active() -> None:
     driver.launch([request("short", environment=(("PELOTON_SIM_SECONDS", "1"),))])
     driver.poll()
     clock.now += 1
-    assert [(u.task_id, u.state) for u in driver.poll()] == [("short", TASK_FINISHED)]
+    assert [(u.task_id, u.state) for u in driver.poll()] == [("short", MesosState.TASK_FINISHED)]
     assert len(driver.active()) == 100_000
     # Poll cost with many active tasks is measured by the benchmark, not asserted here.
 
@@ -164,9 +157,9 @@ def test_sim_environment_overrides_duration_and_exit_code() -> None:
     clock.now += 2.5
     (failed,) = driver.poll()
     assert failed.task_id == "bad"
-    assert failed.state == TASK_FAILED
+    assert failed.state == MesosState.TASK_FAILED
     assert failed.exit_code == 7
-    assert failed.reason == REASON_COMMAND_EXECUTOR_FAILED
+    assert failed.reason == Reason.COMMAND_EXECUTOR_FAILED
     assert driver.active() == {"slow"}
 
 
@@ -174,7 +167,7 @@ def test_sim_invalid_environment_override_fails_the_task() -> None:
     driver = SimDriver(task_seconds=0, clock=FakeClock())
     driver.launch([request("t1", environment=(("PELOTON_SIM_SECONDS", "soon"),))])
     (update,) = driver.poll()
-    assert update.state == TASK_FAILED
+    assert update.state == MesosState.TASK_FAILED
     assert "PELOTON_SIM_SECONDS" in update.message
     assert driver.active() == set()
 
@@ -185,7 +178,7 @@ def test_sim_failure_rate_one_fails_every_task_with_exit_code_1() -> None:
     terminal = [u for u in driver.poll() if u.terminal]
     assert len(terminal) == 20
     assert {(u.state, u.exit_code, u.reason) for u in terminal} == {
-        (TASK_FAILED, 1, REASON_COMMAND_EXECUTOR_FAILED)
+        (MesosState.TASK_FAILED, 1, Reason.COMMAND_EXECUTOR_FAILED)
     }
 
 
@@ -193,7 +186,7 @@ def test_sim_seed_makes_failures_reproducible() -> None:
     def failed_ids(seed: int) -> list[str]:
         driver = SimDriver(task_seconds=0, failure_rate=0.5, seed=seed, clock=FakeClock())
         driver.launch([request(f"t{i}") for i in range(200)])
-        return [u.task_id for u in driver.poll() if u.state == TASK_FAILED]
+        return [u.task_id for u in driver.poll() if u.state == MesosState.TASK_FAILED]
 
     assert failed_ids(42) == failed_ids(42)
     assert 0 < len(failed_ids(42)) < 200
@@ -208,7 +201,7 @@ def test_sim_kill_reports_killed_at_next_poll_and_wins_over_deadline() -> None:
     assert driver.active() == {"t1", "t2"}  # active until the kill is reported
     clock.now += 5  # t1's deadline passes in the same poll as its kill
     updates = driver.poll()
-    assert [(u.task_id, u.state) for u in updates] == [("t1", TASK_KILLED), ("t2", TASK_FINISHED)]
+    assert [(u.task_id, u.state) for u in updates] == [("t1", MesosState.TASK_KILLED), ("t2", MesosState.TASK_FINISHED)]
     assert driver.active() == set()
     driver.kill(["t1"])  # already terminal: ignored
     assert driver.poll() == []
@@ -218,7 +211,7 @@ def test_sim_kill_before_first_poll_keeps_order() -> None:
     driver = SimDriver(task_seconds=5, clock=FakeClock())
     driver.launch([request("t1")])
     driver.kill(["t1"])
-    assert states(driver.poll(), "t1") == [TASK_STARTING, TASK_RUNNING, TASK_KILLED]
+    assert states(driver.poll(), "t1") == [MesosState.TASK_STARTING, MesosState.TASK_RUNNING, MesosState.TASK_KILLED]
 
 
 def test_sim_duplicate_launch_of_active_task_is_ignored() -> None:
@@ -230,7 +223,7 @@ def test_sim_duplicate_launch_of_active_task_is_ignored() -> None:
     driver.launch([request("t1")])  # would push the deadline to +8 if it were accepted
     assert driver.poll() == []
     clock.now += 2
-    assert states(driver.poll(), "t1") == [TASK_FINISHED]
+    assert states(driver.poll(), "t1") == [MesosState.TASK_FINISHED]
 
 
 def test_sim_close_kills_everything_and_is_idempotent() -> None:
@@ -240,8 +233,8 @@ def test_sim_close_kills_everything_and_is_idempotent() -> None:
     driver.close()
     assert driver.active() == set()
     updates = driver.poll()
-    assert states(updates, "t1")[-1] == TASK_KILLED
-    assert states(updates, "t2")[-1] == TASK_KILLED
+    assert states(updates, "t1")[-1] == MesosState.TASK_KILLED
+    assert states(updates, "t2")[-1] == MesosState.TASK_KILLED
     with pytest.raises(RuntimeError):
         driver.launch([request("t3")])
 
@@ -260,7 +253,7 @@ def test_local_shell_task_writes_sandbox_stdout_and_finishes(local: LocalDriver)
     local.launch([request("task-1", 'echo "hello $PELOTON_TASK_ID"; echo oops >&2')])
     assert local.active() == {"task-1"}
     updates = run_to_end(local, "task-1")
-    assert states(updates, "task-1") == [TASK_STARTING, TASK_RUNNING, TASK_FINISHED]
+    assert states(updates, "task-1") == [MesosState.TASK_STARTING, MesosState.TASK_RUNNING, MesosState.TASK_FINISHED]
     assert last(updates, "task-1").exit_code == 0
     assert (local.sandbox("task-1") / "stdout").read_text() == "hello task-1\n"
     assert (local.sandbox("task-1") / "stderr").read_text() == "oops\n"
@@ -296,7 +289,7 @@ def test_sandboxes_of_runs_ended_longer_ago_than_their_keep_go_and_no_other(tmp_
     sandbox("earlier-boot", pid_boot="another-boot")  # written before a reboot: nothing of it runs
     sandbox("recent", age=time.time() - 60)
     sandbox("held")
-    sandbox("running", pid_boot=_boot_id())  # a run of this boot, perhaps another agent's: kept
+    sandbox("running", pid_boot=boot_id())  # a run of this boot, perhaps another agent's: kept
     sandbox(".bundles")
     gone = collect_sandboxes(root, week, held={"held"}, limit=3)
     assert len(gone) == 3
@@ -323,14 +316,14 @@ def test_a_sandbox_with_a_mount_inside_is_never_removed(tmp_path: Path) -> None:
 
 
 def test_the_local_driver_removes_an_ended_runs_sandbox_once_its_keep_is_over(tmp_path: Path) -> None:
-    from stages.launch.agents import local as local_module
+    from peloton.host import sandboxes
 
     driver = LocalDriver(tmp_path / "sandboxes", sandbox_keep_seconds=0.2)
     try:
         driver.launch([request("brief"), request("long", "sleep 30")])
         run_to_end(driver, "brief")
         time.sleep(0.3)
-        driver._step(time.monotonic() + local_module.SANDBOX_GC_SECONDS)  # a look is due
+        driver._step(time.monotonic() + sandboxes.SANDBOX_GC_SECONDS)  # a look is due
         assert not driver.sandbox("brief").exists()
         assert driver.sandbox("long").exists()  # running: kept however old
     finally:
@@ -340,18 +333,18 @@ def test_the_local_driver_removes_an_ended_runs_sandbox_once_its_keep_is_over(tm
 def test_local_nonzero_exit_fails_with_exit_code(local: LocalDriver) -> None:
     local.launch([request("task-1", "exit 3")])
     failed = last(run_to_end(local, "task-1"), "task-1")
-    assert failed.state == TASK_FAILED
+    assert failed.state == MesosState.TASK_FAILED
     assert failed.exit_code == 3
-    assert failed.reason == REASON_COMMAND_EXECUTOR_FAILED
+    assert failed.reason == Reason.COMMAND_EXECUTOR_FAILED
     assert "code 3" in failed.message
 
 
 def test_local_missing_executable_fails_without_exit_code(local: LocalDriver) -> None:
     local.launch([request("task-1", "/nonexistent/peloton-no-such-binary", shell=False)])
     (failed,) = local.poll()
-    assert failed.state == TASK_FAILED
+    assert failed.state == MesosState.TASK_FAILED
     assert failed.exit_code is None
-    assert failed.reason == REASON_CONTAINER_LAUNCH_FAILED  # a launch failure: Peloton retries it 4 times
+    assert failed.reason == Reason.CONTAINER_LAUNCH_FAILED  # a launch failure: Peloton retries it 4 times
     assert "No such file" in failed.message
     assert local.active() == set()
 
@@ -370,7 +363,7 @@ def test_local_environment_from_request_is_visible_and_identity_wins(local: Loca
         shell=True, environment=env,
     )
     local.launch([req])
-    assert last(run_to_end(local, "task-7"), "task-7").state == TASK_FINISHED
+    assert last(run_to_end(local, "task-7"), "task-7").state == MesosState.TASK_FINISHED
     assert (local.sandbox("task-7") / "stdout").read_text() == "hi job-9 4 task-7\n"
 
 
@@ -381,7 +374,7 @@ def test_local_kill_terminates_quickly(local: LocalDriver) -> None:
     local.kill(["task-1", "unknown"])
     killed = last(run_to_end(local, "task-1"), "task-1")
     assert time.monotonic() - started < 2.0
-    assert killed.state == TASK_KILLED
+    assert killed.state == MesosState.TASK_KILLED
     assert killed.signal == signal.SIGTERM
 
 
@@ -391,14 +384,14 @@ def test_local_kill_escalates_to_sigkill_after_grace(local: LocalDriver) -> None
     wait_for_file_text(local.sandbox("task-1") / "stdout", "ready")
     local.kill(["task-1"])
     killed = last(run_to_end(local, "task-1"), "task-1")
-    assert killed.state == TASK_KILLED
+    assert killed.state == MesosState.TASK_KILLED
     assert killed.signal == signal.SIGKILL
 
 
 def test_local_signal_we_did_not_send_is_a_failure(local: LocalDriver) -> None:
     local.launch([request("task-1", "kill -9 $$")])
     failed = last(run_to_end(local, "task-1"), "task-1")
-    assert failed.state == TASK_FAILED
+    assert failed.state == MesosState.TASK_FAILED
     assert failed.signal == signal.SIGKILL
     assert failed.exit_code is None
 
@@ -406,7 +399,7 @@ def test_local_signal_we_did_not_send_is_a_failure(local: LocalDriver) -> None:
 def test_local_duplicate_launch_of_active_task_is_ignored(local: LocalDriver) -> None:
     local.launch([request("task-1", "sleep 30"), request("task-1", "exit 0")])
     local.launch([request("task-1", "exit 0")])
-    assert states(local.poll(), "task-1") == [TASK_STARTING, TASK_RUNNING]
+    assert states(local.poll(), "task-1") == [MesosState.TASK_STARTING, MesosState.TASK_RUNNING]
     assert local.active() == {"task-1"}
 
 
@@ -473,7 +466,7 @@ def test_local_close_leaves_no_running_children(tmp_path: Path) -> None:
     assert driver.active() == set()
     assert [pgid for pgid in pgids if _live_members(pgid)] == []
     updates = driver.poll()
-    assert {last(updates, f"task-{i}").state for i in range(3)} == {TASK_KILLED}
+    assert {last(updates, f"task-{i}").state for i in range(3)} == {MesosState.TASK_KILLED}
     for pgid in pgids:  # the main processes were reaped, not left as zombies
         with pytest.raises(ChildProcessError):
             os.waitpid(pgid, os.WNOHANG)
@@ -488,16 +481,14 @@ def _start_time(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
 
 
-def _boot_id() -> str:
+def boot_id() -> str:
     return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
 
 
 def _reap_if_ours(pid: int) -> None:
     """The test process may still be the parent of a dead task leader: do not leave a zombie."""
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass
 
 
 def _orphan(root: Path, task_id: str, command: str) -> tuple[int, int]:
@@ -524,7 +515,7 @@ def test_the_pid_file_names_the_task_group_and_its_start_time_and_goes_when_the_
     record = json.loads((local.sandbox("task-1") / PID_FILE).read_text())
     assert record["pgid"] in _live_members(record["pgid"])
     assert record["start_time"] == _start_time(record["pgid"])
-    assert record["boot_id"] == _boot_id()
+    assert record["boot_id"] == boot_id()
     local.kill(["task-1"])
     run_to_end(local, "task-1")
     assert not (local.sandbox("task-1") / PID_FILE).exists()
@@ -582,7 +573,7 @@ def test_a_pid_file_naming_a_process_with_another_start_time_kills_nothing(tmp_p
     sandbox.mkdir()
     stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
-        record = {"pgid": stranger.pid, "start_time": _start_time(stranger.pid) + 1, "boot_id": _boot_id()}
+        record = {"pgid": stranger.pid, "start_time": _start_time(stranger.pid) + 1, "boot_id": boot_id()}
         (sandbox / PID_FILE).write_text(json.dumps(record))
         assert kill_orphan(tmp_path, "task-1", grace_seconds=0.1) is None
         assert stranger.poll() is None  # a reused pid: left alone
@@ -593,7 +584,7 @@ def test_a_pid_file_naming_a_process_with_another_start_time_kills_nothing(tmp_p
         assert kill_orphan(tmp_path, "task-1", grace_seconds=0.1) is None
         assert stranger.poll() is None
 
-        record["boot_id"] = _boot_id()  # the same process: killed
+        record["boot_id"] = boot_id()  # the same process: killed
         (sandbox / PID_FILE).write_text(json.dumps(record))
         assert kill_orphan(tmp_path, "task-1", grace_seconds=0.1) == (
             f"orphan process group {stranger.pid} killed (SIGTERM)"
@@ -646,9 +637,9 @@ class _Emitted:
 @pytest.mark.filterwarnings("ignore::ResourceWarning")
 def test_the_next_owner_kills_an_orphan_before_reporting_it_lost_and_says_so(tmp_path: Path) -> None:
     from peloton.store import Launch, open_store
-    from stages.launch.inventory import parse_inventory
     from peloton.topics import Catalogue
     from stages.launch.agents.remote import RemoteDriver
+    from stages.launch.inventory import parse_inventory
     from stages.launch.stage import LaunchStage
 
     root = tmp_path / "sandboxes"
@@ -657,7 +648,7 @@ def test_the_next_owner_kills_an_orphan_before_reporting_it_lost_and_says_so(tmp
     try:
         store.claim_launches([Launch("job-1-0-1", "job-1", 0, 1, "local-0", 1, 1, 1, 0, 5)])
         stage = LaunchStage(store, drivers={"local": LocalDriver(root), "sim": SimDriver()})
-        stage.inventory = {h.host_id: h for h in parse_inventory("local:1", 1)}
+        stage.book.inventory = {h.host_id: h for h in parse_inventory("local:1", 1)}
         stage.emit = _Emitted()
         stage.catalogue = Catalogue()
         stage.settings = Settings()
@@ -704,9 +695,10 @@ def test_tasks_run_as_the_configured_unprivileged_user_in_a_sandbox_of_their_own
 def test_a_job_names_its_user_only_where_the_agent_allows_it(tmp_path: Path) -> None:
     """command.user: the agent runs the task as that user if PELOTON_TASK_USERS lets it (root only
     by name, never by `*`); otherwise the task fails at once, saying why."""
-    from stages.launch.agents.local import UserPolicy
+    from peloton.host.accounts import UserPolicy
 
-    with pytest.raises(ValueError, match=r"command.user 'root' is not allowed on this host \(PELOTON_TASK_USERS='\*'\)"):
+    refused = r"command.user 'root' is not allowed on this host \(PELOTON_TASK_USERS='\*'\)"
+    with pytest.raises(ValueError, match=refused):
         UserPolicy("*").account("root")
     with pytest.raises(ValueError, match="'daemon' is not allowed"):
         UserPolicy("bin, nobody").account("daemon")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from stages.launch.agents.cgroups import V1, V2, Limits, agent_cgroup_name, find_hierarchy, own_cgroups
+from peloton.host.cgroups import V1, V2, Limits, agent_cgroup_name, find_hierarchy, own_cgroups
 
 
 def v1_tree(root: Path) -> dict[str, Path]:
@@ -65,7 +65,8 @@ def test_the_agents_own_cgroup_is_read_from_proc_self_cgroup() -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the agent makes cgroups only as root")
-def test_v1_is_chosen_where_v2_offers_too_little_and_the_parent_is_made_inside_the_agents_cgroup(tmp_path: Path) -> None:
+def test_v1_is_chosen_where_v2_offers_too_little_and_the_parent_is_made_inside_the_agents_cgroup(
+        tmp_path: Path) -> None:
     (tmp_path / "unified").mkdir()
     (tmp_path / "unified" / "cgroup.controllers").write_text("hugetlb\n")
     for c in ("cpu,cpuacct", "memory", "pids"):
@@ -82,7 +83,8 @@ def test_v1_is_chosen_where_v2_offers_too_little_and_the_parent_is_made_inside_t
 def test_two_agents_of_one_name_in_two_stacks_have_cgroups_of_their_own(tmp_path: Path) -> None:
     one, other = tmp_path / "a" / "agents" / "agent-0", tmp_path / "b" / "agents" / "agent-0"
     assert agent_cgroup_name("agent-0", one) != agent_cgroup_name("agent-0", other)
-    assert agent_cgroup_name("agent-0", one) == agent_cgroup_name("agent-0", tmp_path / "a" / "." / "agents" / "agent-0")
+    same = tmp_path / "a" / "." / "agents" / "agent-0"
+    assert agent_cgroup_name("agent-0", one) == agent_cgroup_name("agent-0", same)
     assert agent_cgroup_name("agent-0", one).startswith("agent-0-")
 
 

@@ -1,4 +1,4 @@
-"""The run's executor (stages/launch/agents/executor.py), run as the local driver runs it: it
+"""The run's executor (peloton/host/executor.py), run as the local driver runs it: it
 ends as its command ended, and writes that down where the next agent finds it."""
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from stages.launch.agents.executor import LEASE_FILE
-from stages.launch.agents.local import (EXECUTOR_ENVIRONMENT, STATUS_FILE, executor_argv, read_status,
-                                     tell_executor, write_pid_file)
+from peloton.host.executor import LEASE_FILE, STATUS_FILE
+from peloton.host.exits import read_status
+from peloton.host.pidfiles import tell_executor, write_pid_file
+from peloton.host.spawn import EXECUTOR_ENVIRONMENT, executor_argv
 
 
 def run(tmp_path: Path, script: str, **popen) -> subprocess.Popen:

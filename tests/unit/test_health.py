@@ -11,6 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from peloton.host.driver import LaunchRequest
+from peloton.host.health import HealthChecks, run_check
+from peloton.host.local import LocalDriver
 from peloton.model.health import (
     COMMAND,
     HEALTH_UNKNOWN,
@@ -23,10 +26,8 @@ from peloton.model.health import (
 )
 from peloton.model.jobconfig import job_spec_from_dict
 from peloton.model.jobspec import JobConfigError
+from peloton.model.mesos import MesosState, Reason
 from stages.admit.workflow import UpdateOptions, advance, new_workflow
-from stages.launch.agents import TASK_FAILED, TASK_RUNNING, LaunchRequest, LocalDriver
-from stages.launch.agents.driver import REASON_HEALTH_CHECK_STATUS_UPDATED, REASON_TASK_UNHEALTHY
-from stages.launch.agents.health import HealthChecks, run_check
 
 FAST = dict(initial_interval_s=0, interval_s=0.05, timeout_s=2)
 
@@ -146,12 +147,13 @@ def test_the_local_driver_reports_health_and_kills_an_unhealthy_run_as_failed(tm
         seen.extend(driver.poll())
         time.sleep(0.02)
     mine = [(u.state, u.health) for u in seen if u.task_id == "svc-0-1"]
-    assert mine[:2] == [("TASK_STARTING", ""), (TASK_RUNNING, HEALTH_UNKNOWN)]
-    assert (TASK_RUNNING, HEALTHY) in mine
+    assert mine[:2] == [("TASK_STARTING", ""), (MesosState.TASK_RUNNING, HEALTH_UNKNOWN)]
+    assert (MesosState.TASK_RUNNING, HEALTHY) in mine
     theirs = [u for u in seen if u.task_id == "svc-1-1"]
-    assert [(u.state, u.health) for u in theirs][-2:] == [(TASK_RUNNING, UNHEALTHY), (TASK_FAILED, "")]
-    assert theirs[-2].reason == REASON_HEALTH_CHECK_STATUS_UPDATED
-    assert theirs[-1].reason == REASON_TASK_UNHEALTHY
+    assert [(u.state, u.health) for u in theirs][-2:] == [(MesosState.TASK_RUNNING, UNHEALTHY),
+                                                           (MesosState.TASK_FAILED, "")]
+    assert theirs[-2].reason == Reason.HEALTH_CHECK_STATUS_UPDATED
+    assert theirs[-1].reason == Reason.TASK_UNHEALTHY
     assert theirs[-1].message.startswith("killed: health check failed 2 times in a row: command exited with code 1")
     assert driver.active() == {"svc-0-1"}  # the healthy one runs on
     driver.close()

@@ -34,7 +34,7 @@ def launch(tmp_path):
 def test_a_report_signed_with_its_hosts_key_joins_the_host(launch) -> None:
     stage, out = launch
     stage.handle([signed(agent_report("h1", [], partition_for("h1", 4)), host_key(CLUSTER_KEY, "h1"))])
-    assert "h1" in stage.inventory and out.take("dead-letters") == []
+    assert "h1" in stage.book.inventory and out.take("dead-letters") == []
 
 
 def test_an_unsigned_report_or_one_signed_by_another_host_is_dead_lettered_and_changes_nothing(launch) -> None:
@@ -43,9 +43,10 @@ def test_an_unsigned_report_or_one_signed_by_another_host_is_dead_lettered_and_c
     stage.handle([signed(agent_report("victim", ["x-0-1"], shard), None),
                   signed(agent_report("victim", ["x-0-1"], shard), host_key(CLUSTER_KEY, "attacker")),
                   signed(agent_report("victim", ["x-0-1"], shard), "ab" * 32)])
-    assert "victim" not in stage.inventory
+    assert "victim" not in stage.book.inventory
     reasons = [v["reason"] for _, _, _, v in out.take("dead-letters")]
-    assert reasons[0].startswith("agent report: unsigned: a report for host 'victim' must carry its host's signature"), reasons
+    assert reasons[0].startswith(
+        "agent report: unsigned: a report for host 'victim' must carry its host's signature"), reasons
     assert len(reasons) == 3 and all("not signed with the key of host 'victim'" in r for r in reasons[1:]), reasons
 
 
@@ -61,7 +62,8 @@ def test_commands_go_sealed_with_their_hosts_key_and_no_other_host_opens_them(la
     from peloton.serde import registry
 
     stage, out = launch
-    stage._send_command("h1", {"command_id": "c1", "host_id": "h1", "launches": [], "kills": ["x-0-1"], "sent_ms": 1})
+    stage.agents.send_command("h1", {"command_id": "c1", "host_id": "h1", "launches": [],
+                                     "kills": ["x-0-1"], "sent_ms": 1})
     [(topic, key, schema, value)] = out.take("agent-commands")
     assert (topic, key, schema, value["host_id"]) == ("agent-commands", "h1", "peloton.SealedAgentCommand", "h1")
     assert b"x-0-1" not in value["sealed"]  # nothing of it in the clear

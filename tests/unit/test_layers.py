@@ -90,3 +90,12 @@ def test_no_modules_import_each_other_in_a_circle() -> None:
         if m not in state:
             visit(m)
     assert not circles, "\n".join(circles)
+
+
+def test_stages_speak_to_each_other_only_through_topics_and_the_store() -> None:
+    """A stage imports the core and itself, never another stage: what two stages share (the host
+    runtime, say) lives in the core. The registry beside them (stages/run.py) names them all."""
+    crossing = sorted(f"{m} imports {d}" for m, deps in GRAPH.items() if m.startswith("stages.") and m.count(".") > 1
+                      for d in deps if d.startswith("stages.") and d.split(".")[:2] != m.split(".")[:2]
+                      and d != "stages")
+    assert not crossing, "\n".join(crossing)

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from peloton.host.driver import LaunchRequest, TaskUpdate
 from peloton.model.quick_init import quick_init
 from peloton.model.resources import Resources
-from stages.launch.agents.driver import LaunchRequest, TaskUpdate
 from stages.place.placement import Assignment
 
 

@@ -10,10 +10,11 @@ import time
 
 import pytest
 
+from peloton.host.driver import LaunchRequest
+from peloton.model.mesos import Reason
 from peloton.model.resources import Resources
 from stages.agent.agent import parse_resources
-from stages.launch.agents.driver import LaunchRequest
-from stages.launch.agents.remote import REASON_AGENT_DISCONNECTED, REASON_RECONCILIATION, RemoteDriver
+from stages.launch.agents.remote import RemoteDriver
 
 
 class Clock:
@@ -47,7 +48,8 @@ def test_launches_and_kills_go_to_each_host_as_one_command(driver) -> None:
     d, sent, _ = driver
     d.launch([request("j-0-1", "h1"), request("j-1-1", "h1"), request("j-2-1", "h2")])
     d.launch([request("j-0-1", "h1")])  # a repeat launches nothing
-    assert [(h, [l["task_id"] for l in c["launches"]]) for h, c in sent] == [("h1", ["j-0-1", "j-1-1"]), ("h2", ["j-2-1"])]
+    assert [(h, [launch["task_id"] for launch in c["launches"]]) for h, c in sent] == [
+        ("h1", ["j-0-1", "j-1-1"]), ("h2", ["j-2-1"])]
     sent.clear()
     d.kill(["j-1-1", "j-2-1", "unknown"])
     assert sorted((h, c["kills"]) for h, c in sent) == [("h1", ["j-1-1"]), ("h2", ["j-2-1"])]
@@ -64,7 +66,7 @@ def test_a_report_brings_updates_and_reconciles_what_the_agent_runs(driver) -> N
     clock.now += 10  # j-2-1 is still not on the agent after the grace: lost
     d.receive(report("h1", ["j-0-1"]), grace_s=5)
     [lost] = d.poll()
-    assert (lost.task_id, lost.state, lost.reason) == ("j-2-1", "TASK_LOST", REASON_RECONCILIATION)
+    assert (lost.task_id, lost.state, lost.reason) == ("j-2-1", "TASK_LOST", Reason.RECONCILIATION)
     assert d.active() == {"j-0-1"}
 
 
@@ -101,7 +103,7 @@ def test_a_launch_its_agent_has_not_read_is_late_not_lost_and_one_it_read_past_i
     assert d.poll() == [] and asked == ["h1"]
     d.receive(report("h1", ["j-0-1"], read=40), grace_s=5)  # read past it, and it does not run it
     [lost] = d.poll()
-    assert (lost.task_id, lost.state, lost.reason) == ("j-1-1", "TASK_LOST", REASON_RECONCILIATION)
+    assert (lost.task_id, lost.state, lost.reason) == ("j-1-1", "TASK_LOST", Reason.RECONCILIATION)
     # The broker does not say where h2's commands end: nothing is judged, and it is asked again.
     d.receive(report("h2", [], read=3), grace_s=5)
     d.receive(report("h2", [], read=3), grace_s=5)
@@ -119,7 +121,7 @@ def test_an_adopted_run_is_known_and_a_silent_host_loses_its_runs_once(driver) -
     d.host_lost("h1", "its agent sent no report for 10s")
     d.host_lost("h1", "again")
     [lost] = d.poll()
-    assert (lost.task_id, lost.state, lost.reason) == ("j-0-1", "TASK_LOST", REASON_AGENT_DISCONNECTED)
+    assert (lost.task_id, lost.state, lost.reason) == ("j-0-1", "TASK_LOST", Reason.AGENT_DISCONNECTED)
     assert d.active() == set()
 
 
@@ -300,7 +302,7 @@ def _endings_of_adopted(agent) -> dict[str, tuple[str, int | None]]:
 
 def test_runs_that_ended_while_no_agent_watched_are_reported_as_their_executors_saw_them_end(tmp_path) -> None:
     """The agent gone, its runs end; the next agent reads each ending from the run's executor
-    (stages/launch/agents/executor.py). Before, each was reported lost: the exit code had gone
+    (peloton/host/executor.py). Before, each was reported lost: the exit code had gone
     with the agent that was the run's parent, and a task that had succeeded ran again."""
     from peloton.config import Settings
     from stages.agent.agent import AgentSpec, HostAgent
@@ -348,9 +350,9 @@ def test_an_adopted_runs_health_is_checked_by_the_agent_that_adopted_it(tmp_path
     """Its check goes on after the restart: news of a healthy run, and a run whose check gives up
     killed and reported failed as unhealthy (before, an adopted run went unchecked)."""
     from peloton.config import Settings
+    from peloton.host.orphans import surviving_groups
     from peloton.model.health import COMMAND, HealthCheck
     from stages.agent.agent import AgentSpec, HostAgent
-    from stages.launch.agents.local import surviving_groups
 
     def check(command: str) -> str:
         return HealthCheck(COMMAND, command=command, initial_interval_s=0.5, interval_s=0.1,
@@ -442,17 +444,17 @@ def test_runs_handed_over_to_no_agent_are_killed_when_the_lease_runs_out_and_rep
 def _group_alive(pgid: int) -> bool:
     """Whether a process of the group runs (a zombie does not: this test process, not init, is
     the parent of an executor the test's first agent started)."""
-    from stages.launch.agents.local import _live_groups
+    from peloton.host.orphans import live_groups
 
-    return pgid in _live_groups()
+    return pgid in live_groups()
 
 
 def test_an_agent_stopped_before_its_endings_were_acknowledged_leaves_them_to_the_next(tmp_path) -> None:
     """A clean stop reports the runs it ends lost and forgets them; an ending it could not get
     acknowledged (the broker away) is kept for the next agent (it was forgotten with them)."""
     from peloton.config import Settings
+    from peloton.host.driver import TaskUpdate
     from stages.agent.agent import AgentSpec, HostAgent
-    from stages.launch.agents.driver import TaskUpdate
 
     settings = Settings(bootstrap="127.0.0.1:1", home=tmp_path)
     first = HostAgent(settings, [AgentSpec("h1", Resources(cpu=4), {})], simulate=True)
@@ -474,8 +476,8 @@ def test_an_agent_stopped_before_its_endings_were_acknowledged_leaves_them_to_th
 def test_the_endings_journal_keeps_what_it_can_read_of_runs_still_kept(tmp_path) -> None:
     import json
 
+    from peloton.host.driver import TaskUpdate
     from stages.agent.endings import EndingsJournal
-    from stages.launch.agents.driver import TaskUpdate
 
     journal = EndingsJournal(tmp_path / "endings.jsonl")
     assert journal.load({"j-0-1": {}}) == {}  # no file yet
@@ -553,8 +555,8 @@ class SilentProducer:
 
 
 def test_an_agent_replaces_a_producer_whose_every_report_fails_and_sends_its_updates_again(agent) -> None:
+    from peloton.host.driver import TaskUpdate
     from stages.agent.agent import REPORT_ANSWER_GRACE_S
-    from stages.launch.agents.driver import TaskUpdate
 
     failing, made = SilentProducer(failing=True), []
     agent.producer = failing
@@ -580,8 +582,8 @@ def test_an_agent_replaces_a_producer_whose_every_report_fails_and_sends_its_upd
 
 
 def test_an_agent_replaces_a_producer_that_never_answers_and_sends_its_updates_again(agent) -> None:
+    from peloton.host.driver import TaskUpdate
     from stages.agent.agent import REPORT_ANSWER_GRACE_S
-    from stages.launch.agents.driver import TaskUpdate
 
     stuck, made = SilentProducer(), []
     agent.producer = stuck
@@ -754,7 +756,7 @@ def test_an_agent_whose_reports_the_client_refuses_goes_on_and_says_why(agent, c
     denied), which ended the agent, and every run with it."""
     from confluent_kafka import KafkaError, KafkaException
 
-    from stages.launch.agents.driver import TaskUpdate
+    from peloton.host.driver import TaskUpdate
 
     refusing = SilentProducer()
 

@@ -1,5 +1,5 @@
 """A run holds nothing of its agent's: an environment built from nothing, a uid of its job's own,
-a sandbox no other job may enter (stages/launch/agents/environment.py, identities.py)."""
+a sandbox no other job may enter (peloton/host/environment.py, identities.py)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from stages.launch.agents import LaunchRequest, LocalDriver
-from stages.launch.agents.environment import BASE_LANG, BASE_PATH, container_environment, task_environment
-from stages.launch.agents.identities import (STATE_FILE, JobIdentities, NoIdentity, parse_uid_range,
-                                             sysv_ipc_owners)
-from tests.unit.test_agents import last, poll_until, run_to_end, wait_for_file_text
+from peloton.host.driver import LaunchRequest
+from peloton.host.environment import BASE_LANG, BASE_PATH, container_environment, task_environment
+from peloton.host.identities import STATE_FILE, JobIdentities, NoIdentity, parse_uid_range, sysv_ipc_owners
+from peloton.host.local import LocalDriver
+from tests.unit.test_agents import poll_until, run_to_end, wait_for_file_text
 
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="only root switches users")
 UIDS = "60521-60540"  # the tests' own, apart from the machine's default range
@@ -112,7 +112,8 @@ def test_each_job_runs_as_a_uid_of_its_own_in_a_sandbox_no_other_job_may_enter(o
         # Job b's run tries job a's: its process (signal), its sandbox and its environment.
         victim = _executor_pid(driver.sandbox("a-0-1"))
         attack = (f"kill -9 {victim} 2>> tried; ls {driver.sandbox('a-0-1')} 2>> tried; "
-                  f"cat /proc/{victim}/environ 2>> tried; cat {driver.sandbox('a-0-1')}/uid 2>> tried; echo done >> tried")
+                  f"cat /proc/{victim}/environ 2>> tried; cat {driver.sandbox('a-0-1')}/uid 2>> tried; "
+                  "echo done >> tried")
         driver.launch([launch("b-1-1", attack, job_id="b")])
         run_to_end(driver, "b-1-1")
         tried = (driver.sandbox("b-1-1") / "tried").read_text()
@@ -155,7 +156,7 @@ def test_a_job_that_left_gives_its_uid_back_and_a_uid_with_a_file_left_is_not_gi
 @as_root
 def test_a_uid_a_process_still_runs_as_is_kept(tmp_path: Path) -> None:
     driver = LocalDriver(tmp_path / "sandboxes", task_uids=UIDS, identities_dir=tmp_path / "ids")
-    ids = driver._identities
+    ids = driver._launcher._identities
     ids.linger_s = 0
     try:
         driver.launch([launch("k-0-1", "sleep 30", job_id="k")])

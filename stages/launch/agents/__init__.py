@@ -1,37 +1,9 @@
-"""Agent drivers: run the launch stage's tasks (simulated, as local subprocesses, or on host agents)."""
+"""The launch stage's drivers: which one runs a group of its hosts (driver.py: simulated hosts, or
+real processes on this machine, both from the host runtime in peloton/host), and remote.py, which
+drives the hosts' own agents over Kafka."""
 
 from __future__ import annotations
 
-from .driver import (
-    REASON_COMMAND_EXECUTOR_FAILED,
-    TASK_FAILED,
-    TASK_FINISHED,
-    TASK_KILLED,
-    TASK_LOST,
-    TASK_RUNNING,
-    TASK_STARTING,
-    TERMINAL_STATES,
-    AgentDriver,
-    LaunchRequest,
-    TaskUpdate,
-    make_driver,
-)
-from .local import LocalDriver
-from .sim import SimDriver
+from .driver import make_driver
 
-__all__ = [
-    "REASON_COMMAND_EXECUTOR_FAILED",
-    "TASK_FAILED",
-    "TASK_FINISHED",
-    "TASK_KILLED",
-    "TASK_LOST",
-    "TASK_RUNNING",
-    "TASK_STARTING",
-    "TERMINAL_STATES",
-    "AgentDriver",
-    "LaunchRequest",
-    "LocalDriver",
-    "SimDriver",
-    "TaskUpdate",
-    "make_driver",
-]
+__all__ = ["make_driver"]

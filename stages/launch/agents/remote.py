@@ -14,14 +14,12 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 
-from peloton.model.states import MESOS_TERMINAL, REASON_RECONCILIATION
-
-from .driver import TASK_LOST, AgentDriver, LaunchRequest, TaskUpdate, now_ms
+from peloton.host.driver import AgentDriver, LaunchRequest, TaskUpdate, now_ms
+from peloton.model.mesos import MESOS_TERMINAL, MesosState, Reason
 
 log = logging.getLogger("peloton.launch")
 
 # Mesos' reason for the runs of an agent that stopped reporting.
-REASON_AGENT_DISCONNECTED = "REASON_AGENT_DISCONNECTED"
 
 
 class RemoteDriver(AgentDriver):
@@ -149,7 +147,7 @@ class RemoteDriver(AgentDriver):
                     waiting += 1
                     continue  # not read yet: it starts when the agent reads it
             self._drop(task_id)
-            self._updates.append(TaskUpdate(task_id, host_id, TASK_LOST, now_ms(), REASON_RECONCILIATION,
+            self._updates.append(TaskUpdate(task_id, host_id, MesosState.TASK_LOST, now_ms(), Reason.RECONCILIATION,
                                             "its agent does not run it"))
         if waiting:
             log.warning("agent of %s has not read %d launches sent more than %gs ago (it has read its commands "
@@ -161,7 +159,8 @@ class RemoteDriver(AgentDriver):
         """The host's agent stopped reporting: every run there is lost."""
         for task_id in self.on_host(host_id):
             self._drop(task_id)
-            self._updates.append(TaskUpdate(task_id, host_id, TASK_LOST, now_ms(), REASON_AGENT_DISCONNECTED, message))
+            self._updates.append(TaskUpdate(task_id, host_id, MesosState.TASK_LOST, now_ms(), Reason.AGENT_DISCONNECTED,
+                                            message))
 
 
 def _command(host_id: str, launches: list[dict] | None = None, kills: list[str] | None = None) -> dict:

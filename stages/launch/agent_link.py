@@ -1,0 +1,160 @@
+"""The host manager's side of its hosts' agents: their signed reports read (a host joins, comes back
+UP, its runs' updates go out, runs it has that nobody knows are killed), their silence judged (a
+host DOWN, its runs lost), and commands sent to each sealed with its host's key where the stage
+holds the cluster's (peloton/auth/host_keys.py), so that no other agent reads them."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from peloton import metrics
+from peloton.auth.host_keys import HEADER as HOST_SIGNATURE
+from peloton.auth.host_keys import HostKeys, seal
+from peloton.auth.signing import header_of
+from peloton.config import Settings
+from peloton.model.events import split_task_id, task_status
+from peloton.model.gang import task_problem
+from peloton.model.mesos import LATE_END_REASONS, Reason
+from peloton.model.resources import Resources
+from peloton.runtime import Emitter, Record
+from peloton.topics import Catalogue, partition_for
+from stages.launch.agents.remote import RemoteDriver
+from stages.launch.hosts import HostBook
+from stages.launch.inventory import AGENT
+
+log = logging.getLogger("peloton.launch")
+
+TOPIC = "placements"  # the host shards: partition N of it, and of agent-reports, is shard N (stage.py)
+
+
+class AgentLink:
+    def __init__(self, book: HostBook, running: dict[str, tuple[dict, str]], emit: Emitter, settings: Settings,
+                 catalogue: Catalogue, ends: Callable[[str, list[int]], dict[int, int] | None],
+                 caught_up: Callable[[str, list[int]], bool]) -> None:
+        self.book, self.running, self.emit = book, running, emit
+        self.settings, self.catalogue = settings, catalogue
+        self._ends, self._caught_up = ends, caught_up
+        self.host_keys = HostKeys(settings.agent_report_key) if settings.agent_report_key else None
+        self.remote = RemoteDriver(self.send_command, commands_end=self.commands_end)
+        self.reconciling: dict[str, str] = {}  # task id -> host, of unknown runs killed on their agents
+        self._commands_ends: dict[int, tuple[float, int | None]] = {}  # partition -> (asked at, end)
+        self._next_catch_up = 0.0  # when the host manager may next ask whether it has read all
+        self._behind = False  # it was not caught up at the last ask (said once)
+        self._last_check: float | None = None  # when silence was last judged
+
+    def send_command(self, host_id: str, command: dict) -> None:
+        """An AgentCommand to one host's agent; sealed with its host's key where this stage holds
+        the cluster's, so that no other agent reads it."""
+        if self.host_keys is None:
+            self.emit.emit("agent-commands", host_id, "peloton.AgentCommand", command)
+            return
+        plain = self.emit.serde.encode("peloton.AgentCommand", command)
+        self.emit.emit("agent-commands", host_id, "peloton.SealedAgentCommand",
+                       {"host_id": host_id, "sealed": seal(self.host_keys.key(host_id), host_id, plain)})
+
+    def receive(self, records: list[Record], shards: set[int]) -> None:
+        """A host agent's heartbeat: the host joins (or comes back UP), its status updates go
+        out, and runs it has that we do not know are killed (reconciliation)."""
+        now = time.monotonic()
+        for r in records:
+            report = r.value
+            host_id = report["host_id"]
+            known = self.book.inventory.get(host_id)
+            if r.partition not in shards or known is not None and known.driver != AGENT:
+                self.emit.dead_letter(r, f"report of agent {host_id!r} on a shard not served here, or a host "
+                                         "this host manager runs itself")
+                continue
+            problem = task_problem({"task_id": host_id, "resources": report["capacity"]})
+            if not problem and self.host_keys is not None:
+                problem = self.host_keys.problem(host_id, r.raw_value or b"", header_of(r.headers, HOST_SIGNATURE))
+            if problem:
+                self.emit.dead_letter(r, f"agent report: {problem}")
+                continue
+            self.join(host_id, r.partition, report)
+            if self.book.heard(host_id, now):
+                log.info("agent %s reports again: UP", host_id)
+            unknown = self.remote.receive(report, self.settings.agent_timeout_s)
+            if unknown:
+                log.warning("agent %s runs %d runs this host manager does not know: killing them", host_id,
+                            len(unknown))
+                self.remote.kill_on(host_id, unknown)
+                self.reconciling.update(dict.fromkeys(unknown, host_id))
+        metrics.UNREAD_LAUNCHES.set(len(self.remote.unread))
+        self.late_ends()
+
+    def commands_end(self, host_id: str) -> int | None:
+        """The end of the agent-commands partition that carries the host's commands, asked of the
+        broker at most once a second per partition (a batch can hold many hosts' reports, and a
+        slow broker would hold the loop for each)."""
+        partition = partition_for(host_id, self.catalogue["agent-commands"].partitions)
+        now = time.monotonic()
+        asked = self._commands_ends.get(partition)
+        if asked is None or now - asked[0] >= 1.0:
+            ends = self._ends("agent-commands", [partition])
+            asked = self._commands_ends[partition] = (now, None if ends is None else ends.get(partition))
+        return asked[1]
+
+    def late_ends(self) -> None:
+        """How runs this host manager had given up ended on their hosts (killed by their agent's
+        fencing, or by reconciliation when the agent came back): an event of that run for the job
+        manager, so that the task's history shows when its stale copy stopped, and why."""
+        for u in self.remote.late:
+            try:
+                job_id, instance, run_id = split_task_id(u.task_id)
+            except ValueError:
+                continue  # not a run id this scheduler made
+            reason, message = u.reason, u.message
+            if self.reconciling.pop(u.task_id, None) is not None and reason not in LATE_END_REASONS:
+                reason = Reason.RECONCILIATION
+                message = (f"a copy of a run given up earlier (its host was DOWN) was still running on {u.host_id}: "
+                           f"killed when its agent reported again ({u.message})")
+            self.emit.emit("task-status", job_id, "peloton.TaskStatus", task_status(
+                job_id, instance, run_id, u.task_id, u.host_id, u.state, reason, message, u.exit_code, u.signal,
+                u.timestamp_ms))
+        self.remote.late = []
+
+    def join(self, host_id: str, shard: int, report: dict) -> None:
+        held = {}
+        for task_id in self.remote.on_host(host_id):  # adopted runs, or ours before a change
+            spec = self.running.get(task_id, ({}, ""))[0]
+            if spec:
+                held[task_id] = Resources.from_record(spec["resources"])
+        joined = self.book.join(host_id, shard, report, held)
+        if joined is not None:
+            log.info("agent %s joined: %s, labels %s", host_id, joined.capacity, joined.labels)
+
+    def check(self, now: float) -> None:
+        """An agent silent for agent_timeout_s is down: its runs are lost (and run elsewhere),
+        and its host takes no placements until it reports again. Time this host manager was not
+        listening (its loop waited for the broker or the store) is not the agents' silence: it
+        is added to when each was last heard, so a broker outage marks no host DOWN."""
+        timeout = self.settings.agent_timeout_s
+        last = self._last_check if self._last_check is not None else now
+        self._last_check = now
+        deaf = now - last
+        if deaf > max(1.0, 2 * self.settings.agent_heartbeat_s):
+            log.warning("not listening for %.1fs (waiting for the broker or the store): agents are given that "
+                        "time back before any is judged silent", deaf)
+            self.book.give_back(deaf)
+        silent = self.book.silent(now, timeout)
+        if not silent:
+            return
+        # A report written but not read here yet (this instance is behind, a transaction holds
+        # the partition, the broker does not answer) is not silence: judged only when caught up,
+        # which is asked of the broker at most once a second.
+        if now < self._next_catch_up:
+            return
+        shards = sorted({partition_for(h, self.catalogue[TOPIC].partitions) for h in silent})
+        if not self._caught_up(TOPIC, shards):
+            if not self._behind:
+                log.info("%d agents look silent, but this host manager has not read all of shards %s yet: "
+                         "judged when it has", len(silent), shards)
+            self._behind, self._next_catch_up = True, now + 1.0
+            return
+        self._behind = False
+        for host_id in silent:
+            self.book.lose(host_id)
+            self.remote.host_lost(host_id, f"its agent sent no report for {timeout:g}s")
+            log.warning("agent %s sent no report for %gs: DOWN, its runs are lost", host_id, timeout)
