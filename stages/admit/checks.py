@@ -4,13 +4,14 @@
 A job that passes the config rules can still be impossible: a gang larger than its pool's limit
 is never admitted, nor a non-preemptible gang larger than its pool's reservation, nor a
 controller task beyond the pool's controller limit; a task larger than every host is never
-placed, and a gang whose record is larger than the broker accepts can never be sent. Each would wait for ever at the head of its
-queue, so it is refused at create, with the numbers.
+placed, and a gang whose record is larger than the broker accepts can never be sent. Each would
+wait for ever at the head of its queue, so it is refused at create, with the numbers.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from peloton.model.jobspec import JobSpec, gang_instances
@@ -40,7 +41,7 @@ def _instances(ids: list[int]) -> str:
     return f"instance {ids[0]}" if len(ids) == 1 else f"instances {ids[0]}-{ids[-1]}"
 
 
-def distinct_capacities(host_states) -> list[Resources]:
+def distinct_capacities(host_states: Iterable[dict]) -> list[Resources]:
     """The distinct capacities among HostState records: all fit_problems needs of the hosts."""
     return list({Resources.from_record(h["capacity"]) for h in host_states})
 

@@ -7,8 +7,9 @@ same reason in a dead letter."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
-from peloton.model.jobspec import JobSpec
+from peloton.model.jobspec import JobSpec, TaskSpec
 from peloton.model.states import JOB_TERMINAL, TASK_TERMINAL
 from peloton.store import JobRow, TaskRow
 from stages.admit.lifecycle import STOPPED
@@ -36,9 +37,6 @@ def instance_ranges(text: str | None, instance_count: int) -> list[int] | None:
     chosen: set[int] = set()
     for part in text.split(","):
         m, half_open = _RANGE.fullmatch(part), _HALF_OPEN.fullmatch(part)
-        if m is None and half_open is None:
-            raise CommandError(f"instances {text!r}: {part.strip()!r} is not an instance or a range such as 0-3 "
-                               "(or Peloton's 0:4)")
         if half_open is not None:
             first = int(half_open.group(1) or 0)
             stop = int(half_open.group(2)) if half_open.group(2) else max(instance_count, first + 1)
@@ -46,9 +44,12 @@ def instance_ranges(text: str | None, instance_count: int) -> list[int] | None:
                 raise CommandError(f"instances {text!r}: {part.strip()} holds no instance (from:to takes from, "
                                    "not to)")
             last = stop - 1
-        else:
+        elif m is not None:
             first = int(m.group(1))
             last = int(m.group(2)) if m.group(2) is not None else first
+        else:
+            raise CommandError(f"instances {text!r}: {part.strip()!r} is not an instance or a range such as 0-3 "
+                               "(or Peloton's 0:4)")
         if last < first:
             raise CommandError(f"instances {text!r}: range {first}-{last} runs backwards")
         if last >= instance_count:
@@ -98,7 +99,7 @@ def to_restart(tasks: list[TaskRow], instances: list[int] | None) -> list[TaskRo
     return to_stop(tasks, instances)
 
 
-def _task_config(t) -> tuple:
+def _task_config(t: TaskSpec) -> tuple[object, ...]:
     """What of a task's merged config a change of would need a new run."""
     return (t.resources, t.command, t.labels, t.constraint, t.ports, t.max_failures, t.kill_grace_seconds,
             t.controller)
@@ -138,12 +139,12 @@ def update_fields(text: str) -> tuple[int | None, UpdateOptions]:
     except YamlError:
         return None, UpdateOptions()
 
-    def field(mapping, key):
+    def field(mapping: object, key: str) -> Any:
         if not isinstance(mapping, dict):
             return None
         return next((v for k, v in mapping.items() if isinstance(k, str) and k.lower() == key), None)
 
-    def count(value) -> int:
+    def count(value: object) -> int:
         return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
     version = field(field(doc, "changelog"), "version")

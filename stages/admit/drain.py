@@ -11,10 +11,12 @@ nothing; a serving one moves only while the job has room."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from peloton.model.health import serving
 from peloton.model.states import TASK_TERMINAL
+from peloton.store import TaskRow
 
 # The states of a run that holds its host (the runs a drain must move).
 ON_HOST = ("LAUNCHING", "LAUNCHED", "STARTING", "RUNNING")
@@ -24,18 +26,18 @@ WAITING = "drain of host "
 
 @dataclass(slots=True)
 class DrainPlan:
-    kill: list = field(default_factory=list)  # runs to kill now (reason HOST_MAINTENANCE)
-    waiting: dict = field(default_factory=dict)  # run's task id -> why it stays for now
+    kill: list[TaskRow] = field(default_factory=list)  # runs to kill now (reason HOST_MAINTENANCE)
+    waiting: dict[str, str] = field(default_factory=dict)  # run's task id -> why it stays for now
 
 
-def down(tasks) -> int:
+def down(tasks: Iterable[TaskRow]) -> int:
     """The instances of a job that should run and do not serve (not RUNNING, or not yet or no
     longer HEALTHY where a health check is set)."""
     return sum(1 for t in tasks if not serving(t.state, t.health) and t.state not in TASK_TERMINAL
                and t.state != "INITIALIZED")
 
 
-def plan_drain(job_id: str, tasks, draining: set[str], budget: int) -> DrainPlan:
+def plan_drain(job_id: str, tasks: list[TaskRow], draining: set[str], budget: int) -> DrainPlan:
     """Which of this job's runs on `draining` hosts go now, and why the others wait. `tasks`: every
     task of the job; `budget`: its sla.maximumUnavailableInstances (0: no budget, all go)."""
     plan = DrainPlan()

@@ -82,7 +82,9 @@ def next_run(task: TaskRow, now_ms: int) -> None:
     task.state = "PENDING"
     task.health = ""
     # Where the last run was is no preference of the next one (an in-place update sets its own).
-    task.spec = {**task.spec, "task_id": task.task_id, "run_id": task.run_id, "prefer_host": ""}
+    # Callers pass rows read with their spec (a status's rerun reads it first when it was not).
+    task.spec = {**task.spec, "task_id": task.task_id, "run_id": task.run_id,  # type: ignore[dict-item]
+                 "prefer_host": ""}
     task.updated_ms = now_ms
 
 

@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from peloton.model.events import task_id_of
-from peloton.model.states import (JOB_TERMINAL, MESOS_TO_TASK, PROGRESS_LANDS, REASON_CONTAINER_LAUNCH_FAILED,
-                                   TASK_ORDER, TASK_TERMINAL)
+from peloton.model.mesos import MesosState, Reason
+from peloton.model.states import JOB_TERMINAL, MESOS_TO_TASK, PROGRESS_LANDS, TASK_ORDER, TASK_TERMINAL
 
-# A run whose process could not start (REASON_CONTAINER_LAUNCH_FAILED) is a system failure in
+# A run whose process could not start (Reason.CONTAINER_LAUNCH_FAILED) is a system failure in
 # Peloton's words: the task gets at least this many runs, whatever its maxFailures.
 SYSTEM_FAILURE_RUNS = 4
 
@@ -79,7 +79,7 @@ def task_transition(
     Retries (`failures` counts the earlier failed runs):
       FAILED      counted; rerun while failures + 1 < max_failures (maxFailures 4: at most 4
                   runs), or < max(max_failures, SYSTEM_FAILURE_RUNS) when its process could not
-                  start (REASON_CONTAINER_LAUNCH_FAILED: Peloton's system failure)
+                  start (Reason.CONTAINER_LAUNCH_FAILED: Peloton's system failure)
       LOST        (the host, its agent or the launch went away) never counted, as in Peloton: the
                   task did nothing wrong; rerun, unless a stop came first (reason STOPPED)
       TASK_ERROR  (Mesos: the task description is invalid) FAILED at once, never rerun: the
@@ -102,7 +102,7 @@ def task_transition(
         if TASK_ORDER[current_state] >= TASK_ORDER["LAUNCHED"]:
             return None
         return _transition("PENDING", requeue=True, release=True)
-    if reason == PREEMPTED and mesos_state == "TASK_KILLING":
+    if reason == PREEMPTED and mesos_state == MesosState.TASK_KILLING:
         new = "PREEMPTING"
     if TASK_ORDER[new] <= TASK_ORDER[current_state]:
         return None
@@ -118,14 +118,14 @@ def task_transition(
         return _transition("KILLED", release=True)
     if reason == LAUNCH_TIMEOUT and new == "KILLED":  # the system's fault: rerun as a lost run
         new = "LOST"
-    if mesos_state == "TASK_ERROR":
+    if mesos_state == MesosState.TASK_ERROR:
         return _transition("FAILED", count_failure=True, release=True)
     if new == "LOST":
         return _transition("LOST", retry=reason != STOPPED, release=True)
     if service and new in ("SUCCEEDED", "FAILED"):
         return _transition(new, retry=True, count_failure=True, release=True)
     # Rerun until the failure count reaches maxFailures: maxFailures 4 means at most 4 runs.
-    limit = max(max_failures, SYSTEM_FAILURE_RUNS) if reason == REASON_CONTAINER_LAUNCH_FAILED else max_failures
+    limit = max(max_failures, SYSTEM_FAILURE_RUNS) if reason == Reason.CONTAINER_LAUNCH_FAILED else max_failures
     if new == "FAILED" and failures + 1 < limit:
         return _transition("FAILED", retry=True, count_failure=True, release=True)
     if new in TASK_TERMINAL:

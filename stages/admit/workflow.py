@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 
 from peloton.model.health import serving
 from peloton.model.states import TASK_TERMINAL, UPDATE_ACTIONS
+from peloton.store import TaskRow
 from stages.admit.drain import down
 from stages.admit.lifecycle import RESTARTED
 
@@ -85,7 +86,7 @@ def legacy_workflow(rollout: dict, job_id: str, version: int) -> dict:
     return wf
 
 
-def _settled_well(task, old_run: int, kind: str = UPDATE) -> bool:
+def _settled_well(task: TaskRow, old_run: int, kind: str = UPDATE) -> bool:
     """A replaced (or started) instance is done once its new run runs, HEALTHY where it has a
     health check (or ended well), or it was stopped; a stopped one once its run ended."""
     if kind == STOP:
@@ -95,7 +96,7 @@ def _settled_well(task, old_run: int, kind: str = UPDATE) -> bool:
     return task.run_id > old_run and serving(task.state, task.health)
 
 
-def _failed(task, old_run: int, failures_then: int, retries: int, kind: str = UPDATE) -> bool:
+def _failed(task: TaskRow, old_run: int, failures_then: int, retries: int, kind: str = UPDATE) -> bool:
     if task.run_id <= old_run or kind == STOP:
         return False
     if task.state in ("FAILED", "LOST"):
@@ -110,7 +111,7 @@ class Step:
     roll_back: bool = False  # failed with rollback_on_failure: restore the old config, then begin_rollback()
 
 
-def advance(wf: dict, tasks: dict[int, object], now: int, budget: int = 0) -> Step:
+def advance(wf: dict, tasks: dict[int, TaskRow], now: int, budget: int = 0) -> Step:
     """The workflow after what its instances' tasks show now: failures counted, a settled batch
     followed by the next one (unless paused), the end reached. `budget`: the job's
     sla.maximumUnavailableInstances (0: none); a batch takes down no more instances than leaves
@@ -120,7 +121,7 @@ def advance(wf: dict, tasks: dict[int, object], now: int, budget: int = 0) -> St
     wf = {**wf, "runs": dict(wf["runs"]), "failures": dict(wf["failures"])}
     opts = wf["options"]
     failed = list(wf["failed"])
-    watched = {"in_flight": [], "done": []}
+    watched: dict[str, list[int]] = {"in_flight": [], "done": []}
     for part in ("in_flight", "done"):
         for i in wf[part]:
             task = tasks.get(i)
@@ -147,7 +148,8 @@ def advance(wf: dict, tasks: dict[int, object], now: int, budget: int = 0) -> St
     if wf["state"] == PAUSED or in_flight:
         return Step([], _touch(wf, now))
     remaining = [i for i in wf["remaining"] if i in tasks]
-    batch, replace = [], []
+    batch: list[int] = []
+    replace: list[int] = []
     size = opts["batch_size"] or len(remaining)
     if budget > 0 and remaining and wf["kind"] != STOP:  # a stop is what its user asked to be down
         already = down(tasks.values())

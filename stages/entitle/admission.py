@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from peloton.model.resources import EPS, ZERO, Allocations, Resources, ResourceSum
@@ -80,7 +80,7 @@ class PoolQueue:
 
     _seq = itertools.count()
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._fifos: dict[int, deque[QueuedGang]] = {}
         self._priorities: list[int] = []  # descending
         self._len = 0
@@ -99,7 +99,8 @@ class PoolQueue:
         """What the queued revocable gangs ask for."""
         return self._slack_demand.value
 
-    def push(self, gang: dict, seq: int | None = None, not_before_ms: int = 0, record=None) -> QueuedGang:
+    def push(self, gang: dict, seq: int | None = None, not_before_ms: int = 0,
+             record: object = None) -> QueuedGang:
         q = QueuedGang(gang, gang_demand(gang), gang["priority"], next(self._seq) if seq is None else seq,
                        not_before_ms, record)
         if q.priority not in self._fifos:
@@ -118,7 +119,7 @@ class PoolQueue:
         (self._slack_demand if q.revocable else self._demand).add(q.demand)
         return q
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[QueuedGang]:
         """Gangs in admission order (side queues aside)."""
         for p in self._priorities:
             for q in self._fifos[p]:
@@ -234,7 +235,8 @@ def _add(room: list[float], r: Resources, sign: float) -> None:
 
 
 def _fits(r: Resources, room: list[float]) -> bool:
-    return r.cpu <= room[0] + EPS and r.mem_mb <= room[1] + EPS and r.disk_mb <= room[2] + EPS and r.gpu <= room[3] + EPS
+    return (r.cpu <= room[0] + EPS and r.mem_mb <= room[1] + EPS
+            and r.disk_mb <= room[2] + EPS and r.gpu <= room[3] + EPS)
 
 
 def _room(limit: Resources, used: Resources) -> list[float]:

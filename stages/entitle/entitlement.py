@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import reduce
 from operator import add, itemgetter
@@ -77,10 +78,11 @@ class PoolEntitlement:
 # ---- the calculation ----------------------------------------------------------------------
 
 
-def _tree(pools: dict[str, dict]) -> tuple[list[str], list[dict | None], list[list[int]]]:
+def _tree(pools: dict[str, dict]) -> tuple[list[str], list[dict], list[list[int]]]:
     """Paths, configs and children by index (0 is the root), each pool's children in path
     order. Deleted pools are not in the tree."""
-    paths, configs = [ROOT], [None]
+    paths = [ROOT]
+    configs: list[dict] = [{}]  # the root's: it has no config, and nothing reads this one
     for path, config in sorted(pools.items()):
         if path != ROOT and not config.get("deleted"):
             paths.append(path)
@@ -107,7 +109,7 @@ def _top_down(paths: list[str], children: list[list[int]]) -> list[int]:
     return order
 
 
-def _picker(kids: list[int]):
+def _picker(kids: list[int]) -> Callable[[list[float]], tuple[float, ...]]:
     """table -> the kids' entries as a tuple, in one C call."""
     if len(kids) == 1:
         only = kids[0]
@@ -170,16 +172,16 @@ def compute_entitlements(pools: dict[str, dict], usage: dict[str, PoolUsage], ca
                 column[p] = reduce(add, pick(column), 0.0)
 
     # What a pool needs for non-revocable work: what it holds of it plus what it asks.
-    need = [[a + d for a, d in zip(non_slack_alloc[k], demand[k])] for k in kinds]
+    need = [[a + d for a, d in zip(non_slack_alloc[k], demand[k], strict=True)] for k in kinds]
     # What it needs for revocable work, capped at its slack limit: reservation * slackLimit% / 100
     # for each kind but cpu, the revocable kind itself, whose slack limit is 0.
     zeros = [0.0] * n  # shared by every table that stays all zero; never written to
     slack_need = [zeros] * 4
     for k in kinds:
         if k != _CPU and (any(slack_alloc[k]) or any(slack_demand[k])):
-            slack_need[k] = [x if x < cap else cap for x, cap in zip(
-                [a + d for a, d in zip(slack_alloc[k], slack_demand[k])],
-                [r * pct / 100.0 for r, pct in zip(reservation[k], slack_pct)])]
+            wanted = [a + d for a, d in zip(slack_alloc[k], slack_demand[k], strict=True)]
+            caps = [r * pct / 100.0 for r, pct in zip(reservation[k], slack_pct, strict=True)]
+            slack_need[k] = [x if x < cap else cap for x, cap in zip(wanted, caps, strict=True)]
 
     # Phase A, top down, kind by kind (kinds never mix): each parent's entitlement among its
     # children. The root's is the capacity.
@@ -226,7 +228,7 @@ def compute_entitlements(pools: dict[str, dict], usage: dict[str, PoolUsage], ca
                     for j, c in enumerate(kids):
                         v = shares[j] * e / all_shares + got[j]
                         got[j] = lim[c] if v > lim[c] else v
-            for c, a in zip(kids, got):
+            for c, a in zip(kids, got, strict=True):
                 ent[c] = a
 
     # Phase B, first step, each pool on its own: of each non-revocable kind, what its
@@ -236,11 +238,12 @@ def compute_entitlements(pools: dict[str, dict], usage: dict[str, PoolUsage], ca
     sa = [zeros] * 4
     for k in kinds:
         if slack_need[k] is not zeros:  # else min(room, 0) is 0 for every pool
-            room = [e - x if e - x >= EPS else 0.0 for e, x in zip(entitlement[k], need[k])]
-            sa[k] = [x if x < cap else cap for x, cap in zip(room, slack_need[k])]
-    untouched = [not (g or m or d) for g, m, d in zip(sa[1], sa[2], sa[3])]
+            room = [e - x if e - x >= EPS else 0.0 for e, x in zip(entitlement[k], need[k], strict=True)]
+            sa[k] = [x if x < cap else cap for x, cap in zip(room, slack_need[k], strict=True)]
+    untouched = [not (g or m or d) for g, m, d in zip(sa[1], sa[2], sa[3], strict=True)]
     non_slack = entitlement if all(untouched) else [
-        [e if keep else (e - s if e - s >= EPS else 0.0) for e, s, keep in zip(entitlement[k], sa[k], untouched)]
+        [e if keep else (e - s if e - s >= EPS else 0.0)
+         for e, s, keep in zip(entitlement[k], sa[k], untouched, strict=True)]
         for k in kinds]
 
     # Phase B, slack cpu, top down: a child first gets the slack cpu it holds; the rest of its
@@ -265,7 +268,7 @@ def compute_entitlements(pools: dict[str, dict], usage: dict[str, PoolUsage], ca
         if s > EPS and total_share > 0:
             for j in range(len(kids)):
                 got[j] += shares[j] * s / total_share
-        for c, a in zip(kids, got):
+        for c, a in zip(kids, got, strict=True):
             slack_cpu[c] = a
 
     result = {}
@@ -273,15 +276,16 @@ def compute_entitlements(pools: dict[str, dict], usage: dict[str, PoolUsage], ca
     for i, path in enumerate(paths):
         # Resources(cpu, mem_mb, disk_mb, gpu); an all-zero one is ZERO, shared (most slack
         # entitlements of the non-revocable kinds are zero, and many pools are idle).
-        c, g, m, d = ec[i], eg[i], em[i], ed[i]
-        ent = Resources(c, m, d, g) if c or g or m or d else ZERO
+        cpu, gpu, mem, disk = ec[i], eg[i], em[i], ed[i]
+        whole = Resources(cpu, mem, disk, gpu) if cpu or gpu or mem or disk else ZERO
         if untouched[i]:
-            rest = ent
+            rest = whole
         else:
-            c, g, m, d = nc[i], ng[i], nm[i], nd[i]
-            rest = Resources(c, m, d, g) if c or g or m or d else ZERO
-        c, g, m, d = sc[i], sg[i], sm[i], sd[i]
-        result[path] = PoolEntitlement(ent, rest, Resources(c, m, d, g) if c or g or m or d else ZERO)
+            cpu, gpu, mem, disk = nc[i], ng[i], nm[i], nd[i]
+            rest = Resources(cpu, mem, disk, gpu) if cpu or gpu or mem or disk else ZERO
+        cpu, gpu, mem, disk = sc[i], sg[i], sm[i], sd[i]
+        result[path] = PoolEntitlement(whole, rest,
+                                       Resources(cpu, mem, disk, gpu) if cpu or gpu or mem or disk else ZERO)
     return result
 
 

@@ -16,8 +16,8 @@ and `_admit` the scheduler.
 - Preemption: a pool above its entitlement for `preemption_sustained_periods` periods in a row
   has its excess preempted; a higher-priority gang that cannot be admitted preempts
   lower-priority runs of its own pool. A victim gets a TASK_KILLING status (the job manager shows
-  it PREEMPTING) and a TaskKill on every host shard's partition of the placements topic; the KILLED that follows releases
-  its allocation and the job manager runs it again.
+  it PREEMPTING) and a TaskKill on every host shard's partition of the placements topic; the
+  KILLED that follows releases its allocation and the job manager runs it again.
 """
 
 from __future__ import annotations
@@ -27,42 +27,43 @@ import logging
 import time
 
 from peloton import metrics
-from peloton.model.events import send_progress, split_task_id, task_kill, task_status
+from peloton.config import Settings
+from peloton.model.events import send_progress
 from peloton.model.gang import gang_problem
 from peloton.model.host_capacities import HOST_CAPACITY, HostCapacities
-from peloton.model.pool import pool_resources
-from peloton.model.resources import ZERO, Resources
-from peloton.runtime import CompactedView, Record, Stage, Sweep, now_ms
+from peloton.model.mesos import MesosState
+from peloton.model.resources import ZERO
+from peloton.runtime import CompactedView, Emitter, Record, Stage, Sweep, now_ms
 from peloton.runtime.readback import committed_since
 from peloton.store import Allocation, AllocationStore, QueuedGang
-from peloton.topics import partition_for
+from peloton.topics import Catalogue, partition_for
 from stages.entitle.admission import (
     Charge,
-    QueuedGang as QueuedEntry,
     PoolLedger,
     PoolQueue,
     apply_admission,
     charges_of,
-    over_allocation,
     plan_admission,
     priority_victims,
     reclaim_victims,
-    why_waiting,
 )
+from stages.entitle.admission import QueuedGang as QueuedEntry
 from stages.entitle.entitlement import PoolUsage
+from stages.entitle.publish import pool_entitlement
+from stages.entitle.restore import restore
+from stages.entitle.shares import apply_share, preemption_records
 from stages.entitle.usage import (
     leaves,
+    pool_usage,
+    sustained_over,
     tree_entitlements,
-    usage_from_record,
 )
 
 log = logging.getLogger("peloton.entitle")
 
 TOPIC = "task-demand"
-WAITING_SHOWN = 20  # gangs per pool whose reason for waiting is published
 # Ended runs older than released_keep_s are forgotten hourly, up to 10,000 a tick.
 RELEASED_SWEEP = (3600.0, 10_000)
-PREEMPTED = "PREEMPTED"
 
 
 class EntitleStage(Stage):
@@ -101,7 +102,7 @@ class EntitleStage(Stage):
         self.admitted_gangs = 0
         self.preempted_runs = 0
 
-    def bind(self, emitter, settings, catalogue) -> None:
+    def bind(self, emitter: Emitter, settings: Settings, catalogue: Catalogue) -> None:
         super().bind(emitter, settings, catalogue)
         self.partitions = catalogue[TOPIC].partitions
         if self.usage_view is None:
@@ -117,19 +118,12 @@ class EntitleStage(Stage):
     def on_assign(self, partitions: list[tuple[str, int]]) -> None:
         new = {p for t, p in partitions if t == TOPIC}
         self.owned |= new
-        for a in self.store.allocations():
-            if self._partition(a.pool) in new:
-                self._ledger(a.pool).charge(Charge(a.task_id, a.gang_id, Resources(a.cpu, a.mem_mb, a.disk_mb, a.gpu),
-                                                   a.priority, a.preemptible, a.revocable, a.controller,
-                                                   a.admitted_ms))
-                self._changed_pools.add(a.pool)
-        for q in self.store.queued_gangs():
-            if self._partition(q.pool) in new:
-                queue = self.queues.setdefault(q.pool, PoolQueue())
-                if q.gang_id not in queue.gang_ids:
-                    queue.push(q.gang, q.seq, q.not_before_ms)
-                    self._changed_pools.add(q.pool)
-                self._seq = max(self._seq, q.seq)
+        def taken(pool: str) -> bool:
+            return self._partition(pool) in new
+
+        changed, latest = restore(self.ledgers, self.queues, self.store.allocations(), self.store.queued_gangs(), taken)
+        self._changed_pools |= changed
+        self._seq = max(self._seq, latest)
         self._resend_admissions(new)
         self._dirty = True
 
@@ -151,7 +145,8 @@ class EntitleStage(Stage):
         for q in unsent:
             self._seq = max(self._seq, q.seq)
             if q.gang_id not in out:
-                self.emit.emit("admitted-gangs", q.pool, "peloton.AdmittedGang", {"gang": q.gang, "admitted_ms": now_ms()})
+                self.emit.emit("admitted-gangs", q.pool, "peloton.AdmittedGang",
+                               {"gang": q.gang, "admitted_ms": now_ms()})
                 self._unsent.append(q.gang_id)
         log.info("admissions the last owner stored: %d already sent, %d sent now%s", len(went), len(unsent) - len(went),
                  "" if items is not None else " (the topic could not be read back)")
@@ -203,7 +198,8 @@ class EntitleStage(Stage):
             self._unstored.clear()
 
     def _release(self, records: list[Record]) -> None:
-        ended, requeued = [], []
+        ended: list[str] = []
+        requeued: list[str] = []
         unqueued: list[str] = []
         changed: list[QueuedGang] = []
         for r in records:
@@ -211,7 +207,7 @@ class EntitleStage(Stage):
             ledger = self.ledgers.get(pool)
             if ledger is not None and ledger.release(task_id):
                 self._changed_pools.add(pool)
-            elif r.value["reason"] != "TASK_DROPPED" and pool in self.queues:
+            elif r.value["reason"] != MesosState.TASK_DROPPED and pool in self.queues:
                 # It ended before it was admitted (a stop): out of its queued gang.
                 dropped = self.queues[pool].drop_task(task_id)
                 if dropped is not None:
@@ -227,7 +223,7 @@ class EntitleStage(Stage):
                     self._changed_pools.add(pool)
             # A refused placement sends the same run back to the queue: forget it, so it
             # can be admitted again. Any other release ends the run for good.
-            (requeued if r.value["reason"] == "TASK_DROPPED" else ended).append(task_id)
+            (requeued if r.value["reason"] == MesosState.TASK_DROPPED else ended).append(task_id)
         with self.store.transaction():
             self.store.release_allocations(ended, now_ms())
             self.store.remove_allocations(requeued)
@@ -263,7 +259,8 @@ class EntitleStage(Stage):
                 # Admitted, and demanded again: only a repeated create or the job manager's
                 # recovery after the broker lost its log sends that, and the admission may never
                 # have reached placement. Send it again; place and launch drop what they have.
-                self.emit.emit("admitted-gangs", g["pool"], "peloton.AdmittedGang", {"gang": g, "admitted_ms": now_ms()})
+                self.emit.emit("admitted-gangs", g["pool"], "peloton.AdmittedGang",
+                               {"gang": g, "admitted_ms": now_ms()})
                 continue
             seen_now.add(g["gang_id"])
             # A gang sent back by placement (its id says so) waits out a backoff first, and a
@@ -286,24 +283,19 @@ class EntitleStage(Stage):
             self._dirty = True
         self._last_pools = time.monotonic()
 
-    def _usage_of(self, pool: str) -> PoolUsage:
-        ledger, queue = self.ledgers.get(pool), self.queues.get(pool)
-        if ledger is not None or queue is not None:
-            held = ledger.held.total if ledger else ZERO
-            slack = ledger.slack.total if ledger else ZERO
-            return PoolUsage(demand=queue.demand if queue else ZERO, slack_demand=queue.slack_demand if queue else ZERO,
-                             allocation=held, non_slack_allocation=held - slack, slack_allocation=slack)
-        rec = self.usage_view.values.get(pool)
-        if rec is None or self._partition(pool) in self.owned:
-            return PoolUsage()  # no owner has published it yet, or ours and empty
-        return usage_from_record(rec)
+    def _usage_of(self, pool: str, published: dict[str, dict]) -> PoolUsage:
+        ours = self._partition(pool) in self.owned
+        return pool_usage(self.ledgers.get(pool), self.queues.get(pool), None if ours else published.get(pool))
 
     def _entitle(self) -> None:
         """Recompute every pool's entitlement from every pool's usage, then give each owned
         pool's ledger its share."""
-        self.capacity = self.cluster.up_total(self.hosts.values)
+        usage_view, hosts = self.usage_view, self.hosts
+        assert usage_view is not None and hosts is not None  # bind made them
+        self.capacity = self.cluster.up_total(hosts.values)
+        published = usage_view.values  # every pool's usage, as its owner publishes it
         try:
-            self.shares = tree_entitlements(self.pools, {p: self._usage_of(p) for p in leaves(self.pools)},
+            self.shares = tree_entitlements(self.pools, {p: self._usage_of(p, published) for p in leaves(self.pools)},
                                             self.capacity)
         except ValueError as exc:  # a tree the store should never hold (a pool without its parent)
             log.error("pool tree not usable, entitlements kept as they were: %s", exc)
@@ -313,18 +305,8 @@ class EntitleStage(Stage):
         self._dirty = False
 
     def _apply_share(self, pool: str, ledger: PoolLedger) -> None:
-        share, config = self.shares.get(pool), self.pools.get(pool)
-        if share is None or config is None:  # no such pool (any more): nothing more is admitted
-            ledger.entitlement = ledger.non_slack_entitlement = ledger.slack_entitlement = ZERO
-            return
-        if (ledger.entitlement, ledger.non_slack_entitlement, ledger.slack_entitlement) != (
-                share.entitlement, share.non_slack_entitlement, share.slack_entitlement):
+        if apply_share(ledger, self.shares.get(pool), self.pools.get(pool)):
             self._changed_pools.add(pool)
-        ledger.entitlement = share.entitlement
-        ledger.non_slack_entitlement = share.non_slack_entitlement
-        ledger.slack_entitlement = share.slack_entitlement
-        ledger.reservation = pool_resources(config, "reservation")
-        ledger.controller_limit_pct = config.get("controller_limit_pct", 100.0)
 
     # -- admission ----------------------------------------------------------------------------
     def tick(self, now: float) -> None:
@@ -335,7 +317,9 @@ class EntitleStage(Stage):
         self._flushed, self._unsent = self._unsent, []
 
     def _tick(self, now: float) -> None:
-        usage_changed, hosts_changed = self.usage_view.poll(), self.hosts.poll()
+        usage_view, hosts = self.usage_view, self.hosts
+        assert usage_view is not None and hosts is not None  # bind made them
+        usage_changed, hosts_changed = usage_view.poll(), hosts.poll()
         self.cluster.update(hosts_changed)
         if usage_changed or hosts_changed:
             self._dirty = True
@@ -408,7 +392,8 @@ class EntitleStage(Stage):
             send_progress(self.emit, "READY", [(t, "") for q in chosen if q.gang["gang_id"] not in unstored
                                                for t in q.gang["tasks"]])
             for q in chosen:
-                self.emit.emit("admitted-gangs", pool, "peloton.AdmittedGang", {"gang": q.gang, "admitted_ms": admitted_at})
+                self.emit.emit("admitted-gangs", pool, "peloton.AdmittedGang",
+                               {"gang": q.gang, "admitted_ms": admitted_at})
                 if q.gang["gang_id"] not in unstored:  # its row, marked admitted, goes once this is sent
                     self._unsent.append(q.gang["gang_id"])
             self.admitted_gangs += len(chosen)
@@ -423,15 +408,8 @@ class EntitleStage(Stage):
         preempt the excess of one that stays above for the configured number of periods."""
         if self._dirty:
             self._entitle()
-        for pool, ledger in self.ledgers.items():
-            non_slack_excess, slack_excess = over_allocation(ledger)
-            if non_slack_excess.fits_in(ZERO) and slack_excess.fits_in(ZERO):
-                self.over_periods.pop(pool, None)
-                continue
-            self.over_periods[pool] = self.over_periods.get(pool, 0) + 1
-            if self.over_periods[pool] < self.settings.preemption_sustained_periods:
-                continue
-            self.over_periods.pop(pool, None)
+        for pool in sustained_over(self.over_periods, self.ledgers, self.settings.preemption_sustained_periods):
+            ledger = self.ledgers[pool]
             victims = reclaim_victims(ledger)
             if victims:
                 self._preempt(pool, ledger, victims, f"resource pool {pool} held more than its entitlement for "
@@ -452,15 +430,11 @@ class EntitleStage(Stage):
         """Stop each victim wherever it is: a TASK_KILLING status tells the job manager (the task
         shows PREEMPTING) and a TaskKill on every partition of the placements topic stops the run, or keeps
         it from starting if it is not launched yet. The KILLED that follows releases it."""
-        at = now_ms()
-        for c in victims:
-            ledger.preempting[c.task_id] = c.resources
-            job_id, instance, run_id = split_task_id(c.task_id)
-            message = f"preempted: {why}"
-            self.emit.emit("task-status", job_id, "peloton.TaskStatus", task_status(
-                job_id, instance, run_id, c.task_id, "", "TASK_KILLING", PREEMPTED, message, timestamp_ms=at))
-            self.emit.emit_to_every_partition("placements", c.task_id, "peloton.TaskKill", task_kill(
-                job_id, instance, run_id, c.task_id, PREEMPTED, message, at))
+        victims_by_id = {c.task_id: c.resources for c in victims}
+        for job_id, task_id, status, kill in preemption_records(victims, why, now_ms()):
+            ledger.preempting[task_id] = victims_by_id[task_id]
+            self.emit.emit("task-status", job_id, "peloton.TaskStatus", status)
+            self.emit.emit_to_every_partition("placements", task_id, "peloton.TaskKill", kill)
         self.preempted_runs += len(victims)
         metrics.PREEMPTIONS.labels(pool, kind).inc(len(victims))
         self._changed_pools.add(pool)
@@ -472,38 +446,13 @@ class EntitleStage(Stage):
         gangs with their reasons."""
         now, mono = now_ms(), time.monotonic()
         for pool in sorted(pools):
-            ledger = self.ledgers.get(pool) or PoolLedger()
-            queue = self.queues.get(pool)
-            config = self.pools.get(pool)
-            waiting = []
-            for q in itertools.islice(queue or (), WAITING_SHOWN):
-                waiting.append({"gang_id": q.gang["gang_id"], "job_id": q.gang["job_id"],
-                                "tasks": len(q.gang["tasks"]), "reason": why_waiting(q, ledger, mono, now),
-                                "since_ms": q.gang["created_ms"]})
-            non_slack = ledger.non_slack_entitlement
-            entitlement, allocation = ledger.entitlement.to_record(), ledger.held.total.to_record()
-            demand = (queue.demand if queue else ZERO).to_record()
-            metrics.set_pool(metrics.POOL_ENTITLEMENT, pool, entitlement)
-            metrics.set_pool(metrics.POOL_ALLOCATION, pool, allocation)
-            metrics.set_pool(metrics.POOL_DEMAND, pool, demand)
-            metrics.POOL_QUEUED_GANGS.labels(pool).set(len(queue) if queue else 0)
-            self.emit.emit("entitlements", pool, "peloton.PoolEntitlement", {
-                "pool": pool,
-                "entitlement": entitlement,
-                "allocation": allocation,
-                "demand": demand,
-                "queued_gangs": len(queue) if queue else 0,
-                "slack_demand": (queue.slack_demand if queue else ZERO).to_record(),
-                "non_slack_allocation": ledger.non_slack_allocation.to_record(),
-                "slack_allocation": ledger.slack.total.to_record(),
-                "non_slack_entitlement": (ledger.entitlement if non_slack is None else non_slack).to_record(),
-                "slack_entitlement": ledger.slack_entitlement.to_record(),
-                "reservation": (pool_resources(config, "reservation") if config else ZERO).to_record(),
-                "limit": (pool_resources(config, "limit") if config else ZERO).to_record(),
-                "preempting": len(ledger.preempting),
-                "computed_ms": now,
-                "waiting": waiting,
-            })
+            record = pool_entitlement(pool, self.ledgers.get(pool) or PoolLedger(), self.queues.get(pool),
+                                      self.pools.get(pool), now, mono)
+            metrics.set_pool(metrics.POOL_ENTITLEMENT, pool, record["entitlement"])
+            metrics.set_pool(metrics.POOL_ALLOCATION, pool, record["allocation"])
+            metrics.set_pool(metrics.POOL_DEMAND, pool, record["demand"])
+            metrics.POOL_QUEUED_GANGS.labels(pool).set(record["queued_gangs"])
+            self.emit.emit("entitlements", pool, "peloton.PoolEntitlement", record)
         self._changed_pools -= pools
 
     def views(self) -> list:

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 
 from peloton.model.pool import KIND_FIELDS
 from peloton.model.resources import ZERO, Resources
+from stages.entitle.admission import PoolLedger, PoolQueue, over_allocation
 from stages.entitle.entitlement import PoolUsage, compute_entitlements
 
 # Our Resources fields -> Peloton's kind names, for what people read.
@@ -37,7 +38,7 @@ def slack_capacity(capacity: Resources, usage: Iterable[PoolUsage]) -> Resources
     allocated, and preemption takes it back when non-revocable demand wants it."""
     held = ZERO
     for u in usage:
-        held = held + u.non_slack_allocation
+        held = held + u.non_slack_allocation  # type: ignore[operator]  # never None after __post_init__
     return Resources(cpu=(capacity - held).cpu)
 
 
@@ -75,7 +76,8 @@ def pool_view(pools: dict[str, dict], published: dict[str, dict], host_states: I
     for path, u in usage.items():  # add each leaf's usage to itself and every ancestor
         for node in up_to_root(pools, path):
             alloc, demand = rolled.get(node, (ZERO, ZERO))
-            rolled[node] = (alloc + u.allocation, demand + u.demand + u.slack_demand)
+            # allocation is never None after PoolUsage.__post_init__
+            rolled[node] = (alloc + u.allocation, demand + u.demand + u.slack_demand)  # type: ignore[operator]
     view = {}
     for path in ["/", *sorted(pools)]:
         config = pools.get(path)
@@ -98,3 +100,31 @@ def pool_view(pools: dict[str, dict], published: dict[str, dict], host_states: I
             "waiting": list(published.get(path, {}).get("waiting", [])),
         }
     return view
+
+
+def pool_usage(ledger: PoolLedger | None, queue: PoolQueue | None, published: dict | None) -> PoolUsage:
+    """A pool's usage for the entitlement calculation: from its ledger and queue where this
+    instance holds them, else from what its owner published (None: nobody did yet, or the pool
+    is this instance's and empty)."""
+    if ledger is not None or queue is not None:
+        held = ledger.held.total if ledger else ZERO
+        slack = ledger.slack.total if ledger else ZERO
+        return PoolUsage(demand=queue.demand if queue else ZERO, slack_demand=queue.slack_demand if queue else ZERO,
+                         allocation=held, non_slack_allocation=held - slack, slack_allocation=slack)
+    return PoolUsage() if published is None else usage_from_record(published)
+
+
+def sustained_over(over_periods: dict[str, int], ledgers: dict[str, PoolLedger], periods: int) -> list[str]:
+    """The pools that held more than their entitlement for `periods` reclaim periods in a row,
+    counting this one (`over_periods` keeps the count, and forgets a pool that is due)."""
+    due = []
+    for pool, ledger in ledgers.items():
+        non_slack_excess, slack_excess = over_allocation(ledger)
+        if non_slack_excess.fits_in(ZERO) and slack_excess.fits_in(ZERO):
+            over_periods.pop(pool, None)
+            continue
+        over_periods[pool] = over_periods.get(pool, 0) + 1
+        if over_periods[pool] >= periods:
+            over_periods.pop(pool, None)
+            due.append(pool)
+    return due

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 from peloton.model.constraint import AndConstraint, Constraint, LabelConstraint, OrConstraint, evaluate
 from peloton.model.resources import EPS, ZERO, Resources
@@ -27,7 +28,7 @@ GPU_KEPT = "GPU host kept for GPU tasks"
 PORTS = "ports"
 CONSTRAINT = "constraint "  # followed by the constraint's readable form
 NO_RUNTIME = "no container runtime"
-RUNTIME_LABEL = "container.runtime"  # set by an agent with an OCI runtime (stages/launch/agents/containers.py)
+RUNTIME_LABEL = "container.runtime"  # set by an agent with an OCI runtime (peloton/host/containers.py)
 RESOURCE_KINDS = ("cpu", "mem_mb", "disk_mb", "gpu")  # in the order a short host is reported
 
 _NO_PORTS: frozenset[int] = frozenset()
@@ -62,10 +63,10 @@ class LabelCounts(Mapping):
         self.host = host
         self.gang = gang
 
-    def get(self, key, default=0):
+    def get(self, key: tuple[str, str], default: Any = 0) -> Any:  # as Mapping.get: the default when none
         return self.host.get(key, 0) + self.gang.get(key, 0) or default
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: tuple[str, str]) -> int:
         count = self.get(key, 0)
         if not count:
             raise KeyError(key)
@@ -148,13 +149,15 @@ CHECKS: tuple[Check, ...] = (host_is_up, gpu_hosts_kept_for_gpu_tasks, room_for_
 def checks_for(need: TaskNeed) -> tuple[Check, ...]:
     """The checks that can refuse this task: one with no constraint or no ports skips those
     (placing runs the checks for every host a task looks at)."""
-    return _CHECKS_BY_SHAPE[need.constraint is not None, bool(need.static_ports or need.dynamic_ports), bool(need.image)]
+    return _CHECKS_BY_SHAPE[need.constraint is not None, bool(need.static_ports or need.dynamic_ports),
+                            bool(need.image)]
 
 
 # (has a constraint, asks for ports, names an image) -> the checks that apply, in CHECKS' order
 _CHECKS_BY_SHAPE = {
     (constrained, ports, image): tuple(
-        check for check in CHECKS if (constrained or check is not constraint_holds) and (ports or check is not ports_free)
+        check for check in CHECKS
+        if (constrained or check is not constraint_holds) and (ports or check is not ports_free)
         and (image or check is not runs_images))
     for constrained in (False, True) for ports in (False, True) for image in (False, True)
 }
@@ -177,7 +180,7 @@ def refusal(need: TaskNeed, host: HostView, free: Resources, share: Tentative | 
 
 
 def in_ranges(port: int, ranges: tuple[tuple[int, int], ...]) -> bool:
-    for low, high in ranges:
+    for low, high in ranges:  # noqa: SIM110 -- placing calls this per host; any() over a generator is slower
         if low <= port <= high:
             return True
     return False
@@ -188,10 +191,7 @@ def enough_free_ports(ranges: tuple[tuple[int, int], ...], used: set[int], taken
     """Whether the ranges have `wanted` ports free. The quick count (every used port taken to be
     in range) is never too high and settles the usual case; only when it falls short are the
     used ports inside the ranges counted one by one."""
-    if len(ranges) == 1:
-        size = ranges[0][1] - ranges[0][0] + 1
-    else:
-        size = sum(high - low + 1 for low, high in ranges)
+    size = ranges[0][1] - ranges[0][0] + 1 if len(ranges) == 1 else sum(high - low + 1 for low, high in ranges)
     if size - len(used) - len(taken) >= wanted:
         return True
     in_use = sum(1 for p in used if in_ranges(p, ranges)) + sum(

@@ -31,7 +31,7 @@ first host. Either way the choices are deterministic for a given ring, rng and c
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from peloton.model.quick_init import quick_init
@@ -122,7 +122,7 @@ class HostRing:
     def __len__(self) -> int:
         return len(self.hosts)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[HostView]:
         return iter(self.hosts)
 
 
@@ -247,7 +247,8 @@ def _walk(need: TaskNeed, checks: tuple[Check, ...], ring: HostRing, start: int 
     scan when the sample falls short. Also returns where the walk stopped."""
     hosts = ring.hosts
     n = len(hosts)
-    i = (start if start is not None else ring.spread_at if spread else ring.pack_at) % n
+    # place_gang's ring.start() drew both cursors before any walk
+    i = (start if start is not None else ring.spread_at if spread else ring.pack_at) % n  # type: ignore[operator]
     found: list[_Candidate] = []
     wanted = limit
     for _ in range(n):

@@ -19,11 +19,14 @@ from collections import deque
 from dataclasses import dataclass
 
 from peloton import metrics
+from peloton.config import Settings
 from peloton.model.constraint import ConstraintError
-from peloton.model.events import REASON_NO_HOST, new_id, send_progress, task_status
+from peloton.model.events import new_id, send_progress, task_status
 from peloton.model.gang import gang_problem
+from peloton.model.mesos import MesosState, Reason
 from peloton.model.resources import Resources
-from peloton.runtime import CompactedView, HeldOffsets, Record, Stage, is_transient, now_ms
+from peloton.runtime import CompactedView, Emitter, HeldOffsets, Record, Stage, is_transient, now_ms
+from peloton.topics import Catalogue
 from stages.place.host_view import HostView
 from stages.place.placement import HostRing, LastCandidates, explain, place_gang, refusal_counts
 from stages.place.task_need import LaunchSpecError, TaskNeed, port_names
@@ -61,7 +64,7 @@ class PlaceStage(Stage):
         self.failed_attempts = 0  # gangs that found no host, counted per try
         self.cycles_given_up = 0  # gangs sent back to their pool after placement_attempts tries
 
-    def bind(self, emitter, settings, catalogue) -> None:
+    def bind(self, emitter: Emitter, settings: Settings, catalogue: Catalogue) -> None:
         super().bind(emitter, settings, catalogue)
         if self.host_state is None:
             self.host_state = CompactedView(settings, "host-state", catalogue)
@@ -104,6 +107,7 @@ class PlaceStage(Stage):
 
     def _refresh_hosts(self) -> None:
         added = False
+        assert self.host_state is not None  # bind made it
         for host_id, hs in self.host_state.poll():
             view = self.hosts.get(host_id)
             if view is None:
@@ -200,18 +204,19 @@ class PlaceStage(Stage):
             why = explain(w.needs, self.ring, now)
             for t in w.gang["tasks"]:
                 self.emit.emit("task-status", t["job_id"], "peloton.TaskStatus", task_status(
-                    t["job_id"], t["instance"], t["run_id"], t["task_id"], "", "TASK_DROPPED",
-                    reason=REASON_NO_HOST, message=why))
+                    t["job_id"], t["instance"], t["run_id"], t["task_id"], "", MesosState.TASK_DROPPED,
+                    reason=Reason.NO_HOST, message=why))
             self.cycles_given_up += 1
             counts = refusal_counts(w.needs[0], self.ring.hosts, now) if w.needs and self.ring.hosts else {}
-            metrics.PLACEMENT_REFUSALS.labels(max(counts, key=counts.get) if counts else "together").inc()
+            metrics.PLACEMENT_REFUSALS.labels(max(counts, key=counts.__getitem__) if counts else "together").inc()
             return []
         ttl = self.settings.placement_pending_ttl_s
         tasks = w.gang["tasks"]
+        by_shard: dict[int, list[tuple[dict, TaskNeed]]]
         if len(tasks) == 1:  # most gangs: one task, one shard
             by_shard = {chosen[tasks[0]["task_id"]].shard: [(tasks[0], w.needs[0])]}
         else:
-            by_shard: dict[int, list[tuple[dict, TaskNeed]]] = {}
+            by_shard = {}
             for t, need in zip(tasks, w.needs, strict=True):
                 by_shard.setdefault(chosen[t["task_id"]].shard, []).append((t, need))
         records = []
@@ -232,4 +237,5 @@ class PlaceStage(Stage):
     def close(self) -> None:
         log.info("placed %d gangs; %d tries found no host; %d gangs sent back to their pools",
                  self.placed_gangs, self.failed_attempts, self.cycles_given_up)
-        self.host_state.close()
+        if self.host_state is not None:
+            self.host_state.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from peloton.model.constraint import Constraint, constraint_from_json
 from peloton.model.resources import Resources
@@ -77,7 +78,7 @@ def port_names(spec: Mapping, ports: tuple[int, ...]) -> dict[str, int]:
     named = spec.get("ports") or []
     order = [p["name"] for p in named if p["value"]] + [p["name"] for p in named if not p["value"]]
     order += [f"dynamic-{i}" for i in range(len(ports) - len(order))]
-    return dict(zip(order, ports))
+    return dict(zip(order, ports, strict=True))
 
 
 def _ports_of(spec: Mapping) -> tuple[int, tuple[int, ...]]:
@@ -89,7 +90,8 @@ def _ports_of(spec: Mapping) -> tuple[int, tuple[int, ...]]:
         return dynamic, ()
     if not isinstance(ports, list):
         raise LaunchSpecError(f"ports: expected a list, got {type(ports).__name__}")
-    dynamic, static = 0, []
+    dynamic = 0
+    static: list[int] = []
     for i, port in enumerate(ports):
         value = port.get("value", 0) if isinstance(port, Mapping) else None
         if not _is_int(value) or not 0 <= value <= MAX_PORT:
@@ -103,5 +105,5 @@ def _ports_of(spec: Mapping) -> tuple[int, tuple[int, ...]]:
     return dynamic, tuple(static)
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)

@@ -178,7 +178,8 @@ def test_a_gang_larger_than_its_pool_is_refused_with_the_numbers(admit, store) -
 
 def test_one_task_among_alike_ones_larger_than_its_pool_is_refused_by_its_instance(admit, store) -> None:
     stage, out = admit
-    text = JOB.format(name="odd", count=6, gang=0, cpu=1) + "instanceconfig:\n  4:\n    resource: {cpulimit: 9, memlimitmb: 16}\n"
+    text = (JOB.format(name="odd", count=6, gang=0, cpu=1)
+            + "instanceconfig:\n  4:\n    resource: {cpulimit: 9, memlimitmb: 16}\n")
     stage.handle([command("odd", text)])
     assert store.get_job("odd") is None
     [(_, _, _, letter)] = out.take("dead-letters")
@@ -398,7 +399,8 @@ def test_the_steps_before_launch_show_in_the_task_and_its_history_once(admit, st
     stage, out = admit
     stage.handle([command("p", JOB.format(name="p", count=2, gang=0, cpu=1))])
     out.take()
-    stage.handle([progress_record("p", "READY", [(0, 1, ""), (1, 1, "")]), progress_record("p", "PLACING", [(0, 1, "")])])
+    stage.handle([progress_record("p", "READY", [(0, 1, ""), (1, 1, "")]),
+                  progress_record("p", "PLACING", [(0, 1, "")])])
     stage.handle([progress_record("p", "PLACED", [(0, 1, "h1")])] * 2)  # delivered twice
     stage.handle([status_record("p-0-1", "TASK_STAGING")])
     # LAUNCHING after LAUNCHED (another producer's record came late), and a step of a deleted job
@@ -414,7 +416,8 @@ def status_runs_record(job_id: str, state: str, runs: list[tuple[int, int]], exi
                        health: str = "", with_starting: bool = False) -> Record:
     return record("task-status", "peloton.TaskStatusRuns", {
         "event_id": uuid.uuid4().hex, "job_id": job_id, "state": state, "exit_code": exit_code, "health": health,
-        "with_starting": with_starting, "timestamp_ms": 100, "runs": [{"instance": i, "run_id": r, "host_id": "h1", "offset_ms": i} for i, r in runs]},
+        "with_starting": with_starting, "timestamp_ms": 100,
+        "runs": [{"instance": i, "run_id": r, "host_id": "h1", "offset_ms": i} for i, r in runs]},
         key=job_id)
 
 
@@ -492,6 +495,26 @@ def test_a_failed_task_runs_again_away_from_the_host_it_failed_on(admit, store) 
     assert again["tasks"][0]["task_id"] == "f-0-2" and again["avoid_hosts"] == ["h1"]
 
 
+def test_a_batch_of_failed_runs_reads_their_specs_to_run_them_again_in_one_call(admit, store) -> None:
+    """The specs of the runs a batch ends are read once for all of them, not once per run."""
+    stage, out = admit
+    stage.handle([command("f", JOB.format(name="f", count=5, gang=0, cpu=0.5) + "  restartpolicy: {maxfailures: 3}\n")])
+    out.take()
+    reads = []
+    by_instance = store.tasks_by_instance
+
+    def counted(keys, *args, **kwargs):
+        if kwargs.get("spec", True):
+            reads.append(len(keys))
+        return by_instance(keys, *args, **kwargs)
+
+    store.tasks_by_instance = counted
+    stage.handle([status_record(f"f-{i}-1", "TASK_FAILED") for i in range(5)])
+    assert reads == [5]
+    assert sorted(t["task_id"] for _, _, schema, v in out.take("task-demand") if schema == "peloton.GangDemand"
+                  for t in v["tasks"]) == [f"f-{i}-2" for i in range(5)]
+
+
 def test_tasks_of_a_gang_sent_back_go_back_as_one_gang_under_a_new_id(admit, store) -> None:
     stage, out = admit
     stage.handle([command("g", JOB.format(name="g", count=3, gang=3, cpu=1))])
@@ -518,7 +541,8 @@ def one_task_gang(gang_id: str, pool: str = "/p", cpu: float = 1.0, priority: in
             "revocable": False, "placement_strategy": "PACK_HOST", "tasks": [task], "created_ms": 1}
 
 
-def entitle_with(store, partitions=range(4), on_topic=(), **settings) -> tuple[EntitleStage, RecordingEmitter, StaticView]:
+def entitle_with(store, partitions=range(4), on_topic=(),
+                 **settings) -> tuple[EntitleStage, RecordingEmitter, StaticView]:
     """An entitle instance owning `partitions`; `on_topic`: the admitted-gangs records (or None:
     unreadable) its predecessor's admissions are read back from."""
     usage = StaticView()
@@ -817,7 +841,8 @@ def test_bad_control_commands_are_dead_letters_with_the_reason(admit, store) -> 
     out.take()
     stage.handle([control("START", "d")])  # Peloton's rule: a terminated batch job stays ended
     [refused] = [v["reason"] for _, _, _, v in out.take("dead-letters")]
-    assert refused == "job d is KILLED: the tasks of a terminated batch job are not started again (create the job again)"
+    assert refused == ("job d is KILLED: the tasks of a terminated batch job are not started again "
+                       "(create the job again)")
     stage.handle([control("DELETE", "d")])
     assert store.get_job("d") is None and store.task_events("d") == []
 
@@ -894,7 +919,8 @@ def test_a_stop_during_a_restart_wins_over_the_restarts_kill(admit, store) -> No
     stage.handle([control("STOP", "rs")])  # before the restart's kill has landed
     assert killed_instances(out) == ["rs-0-1", "rs-1-1"]  # the run being restarted is stopped too
     # the host manager reports the first kill's reason: the stop must still win
-    stage.handle([status_record("rs-0-1", "TASK_KILLED", "RESTARTED"), status_record("rs-1-1", "TASK_KILLED", "STOPPED")])
+    stage.handle([status_record("rs-0-1", "TASK_KILLED", "RESTARTED"),
+                  status_record("rs-1-1", "TASK_KILLED", "STOPPED")])
     assert [(t.run_id, t.state) for t in store.tasks_of_job("rs")] == [(1, "KILLED"), (1, "KILLED")]
     assert store.get_job("rs").state == "KILLED" and store.get_job("rs").rollout is None
     assert [v for _, _, schema, v in out.take("task-demand") if schema == "peloton.GangDemand"] == []
@@ -1131,8 +1157,8 @@ def test_a_host_manager_that_takes_over_waits_for_its_agents_and_launches_what_n
     stage.tick(time.monotonic())
     [(_, _, _, launch)] = out.take("agent-commands")
     assert [t["task_id"] for t in launch["launches"]] == ["a-0-1"]
-    assert ("LAUNCHING", [0]) in [(v["state"], [r["instance"] for r in v["runs"]]) for _, _, _, v in out.take("task-status")
-                                  if "runs" in v]
+    assert ("LAUNCHING", [0]) in [(v["state"], [r["instance"] for r in v["runs"]])
+                                  for _, _, _, v in out.take("task-status") if "runs" in v]
     assert stage.held_offsets() == {}
     assert store.launch_counts("a") == {0: 1}
 
@@ -1140,7 +1166,8 @@ def test_a_host_manager_that_takes_over_waits_for_its_agents_and_launches_what_n
 def test_the_late_end_of_a_run_given_up_goes_into_its_history_and_changes_nothing_else(admit, store) -> None:
     stage, out = admit
     stage.handle([command("s", JOB.format(name="s", count=1, gang=0, cpu=1))])
-    stage.handle([status_record("s-0-1", "TASK_RUNNING"), status_record("s-0-1", "TASK_LOST", "REASON_AGENT_DISCONNECTED")])
+    stage.handle([status_record("s-0-1", "TASK_RUNNING"),
+                  status_record("s-0-1", "TASK_LOST", "REASON_AGENT_DISCONNECTED")])
     out.take()
     late = status_record("s-0-1", "TASK_LOST", "REASON_AGENT_FENCED")
     late.value["host_id"] = "h1"  # its agent killed it when its lease ran out, and says so once it can
@@ -1194,7 +1221,8 @@ def test_an_update_is_a_workflow_that_pauses_resumes_and_ends_succeeded(admit, s
     stage.handle([steer_update("RESUME", "wf", "u1")])
     assert killed_instances(out) == ["wf-1-1"]
     for i in (1, 2):
-        stage.handle([status_record(f"wf-{i}-1", "TASK_KILLED", "RESTARTED"), status_record(f"wf-{i}-2", "TASK_RUNNING")])
+        stage.handle([status_record(f"wf-{i}-1", "TASK_KILLED", "RESTARTED"),
+                      status_record(f"wf-{i}-2", "TASK_RUNNING")])
     wf = store.get_update("u1")
     assert (wf["state"], wf["done"], wf["completed_ms"] is not None) == ("SUCCEEDED", [0, 1, 2], True)
     assert store.get_job("wf").rollout is None
@@ -1246,10 +1274,12 @@ def test_an_update_whose_last_batch_runs_while_an_earlier_instance_failed_waits_
         stage.handle([update_command(job, text.replace("value: 'true'", "value: 'exit 3'"), update_id, batch_size=1,
                                      max_instance_retries=2, max_failure_instances=1, rollback_on_failure=True)])
         assert killed_instances(out) == [f"{job}-0-1"]
-        stage.handle([status_record(f"{job}-0-1", "TASK_KILLED", "RESTARTED"), status_record(f"{job}-0-2", "TASK_RUNNING")])
+        stage.handle([status_record(f"{job}-0-1", "TASK_KILLED", "RESTARTED"),
+                      status_record(f"{job}-0-2", "TASK_RUNNING")])
         assert killed_instances(out) == [f"{job}-1-1"]
         stage.handle([status_record(f"{job}-0-2", "TASK_FAILED")])  # one failure: its next run waits
-        stage.handle([status_record(f"{job}-1-1", "TASK_KILLED", "RESTARTED"), status_record(f"{job}-1-2", "TASK_RUNNING")])
+        stage.handle([status_record(f"{job}-1-1", "TASK_KILLED", "RESTARTED"),
+                      status_record(f"{job}-1-2", "TASK_RUNNING")])
         wf = store.get_update(update_id)
         assert wf["state"] == "ROLLING_FORWARD" and wf["in_flight"] == [], wf
         assert wf["message"] == "waits: not running well since their new runs started: instances 0"
@@ -1290,7 +1320,8 @@ def test_a_new_update_aborts_the_one_in_progress_and_a_stop_aborts_any(admit, st
     stage.handle([record("job-commands", "peloton.JobCommand", {
         "command_id": "r4", "kind": "RESTART", "job_id": "ab", "pool": "/p", "batch_size": 1,
         "requested_by": "tester", "timestamp_ms": 1}, key="ab")])
-    assert store.get_update("u3")["state"] == "ABORTED" and store.get_update("u3")["message"] == "superseded by update r4"
+    superseded = store.get_update("u3")
+    assert superseded["state"] == "ABORTED" and superseded["message"] == "superseded by update r4"
     assert (store.get_update("r4")["kind"], store.get_update("r4")["state"]) == ("RESTART", "ROLLING_FORWARD")
     assert killed_instances(out) == ["ab-0-1"]
     stage.handle([record("job-commands", "peloton.JobCommand", {
