@@ -27,12 +27,12 @@ from peloton.model.pool import (
 from peloton.model.resources import Resources
 from peloton.runtime import (
     QUIET,
-    kafka_access,
     BrokerUnavailable,
     CompactedView,
     DeliveryError,
     Emitter,
     RecordTooLarge,
+    kafka_access,
     now_ms,
     producer_config,
 )
@@ -393,7 +393,8 @@ def control_job(settings: Settings, store: QueryStore, kind: str, job_id: str, i
         added = list(range(old.instance_count, new.instance_count))
         removed = list(range(new.instance_count, old.instance_count))
     else:
-        touched = {"STOP": to_stop, "START": to_start, "RESTART": to_restart}.get(kind, lambda ts, _i: ts)(tasks, chosen)
+        pick = {"STOP": to_stop, "START": to_start, "RESTART": to_restart}.get(kind, lambda ts, _i: ts)
+        touched = pick(tasks, chosen)
     out = out or emitter(settings)
     command_id = uuid.uuid4().hex
     out.emit("job-commands", job_id, "peloton.JobCommand", {

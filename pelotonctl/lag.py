@@ -27,6 +27,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass
+from itertools import pairwise
 
 from confluent_kafka import (
     Consumer,
@@ -65,7 +66,7 @@ def partition_status(window: list[Sample], has_members: bool) -> str:
     last = window[-1]
     if last.current > last.end:
         return "ERR"
-    if any(b.current < a.current for a, b in zip(window, window[1:])):
+    if any(b.current < a.current for a, b in pairwise(window)):
         return "ERR"
     if last.unread == 0:
         return "OK"
@@ -76,7 +77,7 @@ def partition_status(window: list[Sample], has_members: bool) -> str:
     if last.read == window[0].read:
         return "STALL"
     unread = [s.unread for s in window]
-    if len(window) >= 3 and all(b > a for a, b in zip(unread, unread[1:])):
+    if len(window) >= 3 and all(b > a for a, b in pairwise(unread)):
         return "WARN"
     return "OK"
 
@@ -193,7 +194,8 @@ class LagMonitor:
         stages = tuple(s for s in self.stages if stages is None or s in stages)
         look_back = min(window or self._window, self._window)
         groups = {stage: self.catalogue.group(stage) for stage in stages}
-        parts = {stage: [TopicPartition(t.name, p) for t in self.catalogue.inputs_of(stage) for p in range(t.partitions)]
+        parts = {stage: [TopicPartition(t.name, p)
+                         for t in self.catalogue.inputs_of(stage) for p in range(t.partitions)]
                  for stage in stages}
         committed, positions = {}, {}
         for stage in stages:
@@ -221,7 +223,8 @@ class LagMonitor:
                 lag = max(0, end - base)
                 held = read - base
                 produced = times.get(tp) if starts.get(tp) == current else None
-                lag_s = round(max(0.0, now - produced / 1000), 3) if lag and produced and produced > 0 else (0.0 if not lag else None)
+                lag_s = (round(max(0.0, now - produced / 1000), 3) if lag and produced and produced > 0
+                         else (0.0 if not lag else None))
                 window = self._windows.setdefault((group, *tp), deque(maxlen=self._window))
                 window.append(Sample(now, base, end, read))
                 statuses.append(partition_status(list(window)[-look_back:], members.get(group, False)))

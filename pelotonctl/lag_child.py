@@ -17,6 +17,7 @@ stdin closes (its parent went away)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -120,10 +121,8 @@ class LagInChild:
             child.kill()
         child.wait()
         for pipe in (child.stdin, child.stdout):
-            try:
+            with contextlib.suppress(OSError):
                 pipe.close()
-            except OSError:
-                pass
 
 
 def main() -> None:

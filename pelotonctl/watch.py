@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from peloton.config import Settings
-from peloton.model.events import REASON_NO_HOST
+from peloton.model.mesos import Reason
 from peloton.model.states import JOB_TERMINAL, UNPLACED
 from peloton.store import QueryStore
 
@@ -37,7 +37,7 @@ def job_summary(store: QueryStore, job_id: str, settings: Settings | None = None
 def unplaced(tasks: list) -> list:
     """The tasks placement gave a cycle up on (no host could take them; the message says why),
     also while they are tried again."""
-    return [t for t in tasks if t.state in UNPLACED and t.reason == REASON_NO_HOST]
+    return [t for t in tasks if t.state in UNPLACED and t.reason == Reason.NO_HOST]
 
 
 def late_start_s(settings: Settings) -> float:
@@ -112,7 +112,8 @@ def wait_for_jobs(source, job_ids: list[str], timeout: float, console=None) -> d
                     running = s["tasks"].get("RUNNING", 0)
                     detail = f"{s['state'] or 'SUBMITTED':<9} running {running:<4} {job_seconds(s):5.1f}s"
                     if job_id not in bars:
-                        bars[job_id] = progress.add_task(f"{s['name'][:28]:<28}", total=s["instances"] or None, detail=detail)
+                        bars[job_id] = progress.add_task(f"{s['name'][:28]:<28}", total=s["instances"] or None,
+                                                         detail=detail)
                     progress.update(bars[job_id], description=f"{s['name'][:28]:<28}", completed=done,
                                     total=s["instances"] or None, detail=detail)
             if all(s["state"] in JOB_TERMINAL for s in summaries.values()) or time.monotonic() > deadline:

@@ -13,6 +13,7 @@ beside the bench's own and removed when the bench ends.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,10 +106,8 @@ class CpuCaps:
                     (self.controller.root / "cgroup.procs").write_text(pid)
             except OSError:
                 pass  # ended meanwhile
-            try:
+            with contextlib.suppress(OSError):  # best effort: an empty group left behind holds nothing
                 group.rmdir()
-            except OSError:
-                pass  # best effort: an empty group left behind holds nothing
         self.groups.clear()
 
 

@@ -62,13 +62,13 @@ def bench_entitle_stage(jobs: int = 10, gangs_per_job: int = 1000, batch: int = 
             parts = batches(gangs_per_job, batch)
             for part in parts:
                 demand = records(catalogue, "task-demand", "/p", "peloton.GangDemand", [_gang(job_id, i) for i in part])
-                timed("demand", lambda: stage.handle(demand))
+                timed("demand", lambda demand=demand: stage.handle(demand))
                 timed("tick", lambda: stage.tick(time.monotonic()))
             for part in parts:
                 ends = records(catalogue, "task-demand", "/p", "peloton.TaskRelease", [{
                     "task_id": f"{job_id}-{i}-1", "job_id": job_id, "pool": "/p", "reason": "TASK_FINISHED",
                     "timestamp_ms": int(time.time() * 1000)} for i in part])
-                timed("release", lambda: stage.handle(ends))
+                timed("release", lambda ends=ends: stage.handle(ends))
         admitted = stage.admitted_gangs
         store.close()
     finally:

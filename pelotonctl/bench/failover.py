@@ -23,6 +23,7 @@ The ways take turns, so the machine's mood spreads over all of them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import shutil
@@ -88,11 +89,11 @@ class TransactionalWriter(threading.Thread):
                         producer = self._producer()
                         continue
                     if self.way == "abort":
-                        self._retried(lambda: producer.abort_transaction(CALL_S), "abort")
+                        self._retried(lambda p=producer: p.abort_transaction(CALL_S), "abort")
                         continue
                     while self.running and producer.flush(CALL_S):
                         pass
-                self._retried(lambda: producer.commit_transaction(CALL_S), "commit")
+                self._retried(lambda p=producer: p.commit_transaction(CALL_S), "commit")
                 self.commits.append(time.time())
             except KafkaException as exc:
                 err = exc.args[0]
@@ -100,7 +101,7 @@ class TransactionalWriter(threading.Thread):
                 if err.fatal():
                     producer = self._producer()
                 elif err.txn_requires_abort():
-                    self._retried(lambda: producer.abort_transaction(CALL_S), "abort")
+                    self._retried(lambda p=producer: p.abort_transaction(CALL_S), "abort")
             time.sleep(0.02)
 
 
@@ -137,10 +138,9 @@ def trial(cluster: KafkaCluster, admin: AdminClient, way: str, n: int) -> dict:
     writer.join(15)
     cluster.start_node(dead)
     time.sleep(2)
-    try:  # its leaderships back, so the next trial can kill any node
+    # its leaderships back, so the next trial can kill any node; nothing to move is fine
+    with contextlib.suppress(Exception):
         admin.elect_leaders(ElectionType.PREFERRED, None).result()
-    except Exception:  # noqa: BLE001 - nothing to move is fine
-        pass
     time.sleep(3)
     return {"way": way, "node": dead, "was_controller": cluster.active_controller(killed) == dead,
             "fenced_after_kill_s": round(fenced - killed, 2) if fenced else None,

@@ -26,10 +26,10 @@ from pathlib import Path
 
 from peloton.config import Settings
 from peloton.model.events import StatusRuns
+from peloton.model.pool import parse_pool_config
 from peloton.runtime import StaticView, decode_message
 from peloton.serde import registry
 from peloton.topics import Catalogue
-from peloton.model.pool import parse_pool_config
 from pelotonctl.bench.alone import POOL, CpuByStep, batches, dropped, host_state, pooled_store, records
 
 JOB = """
@@ -60,7 +60,8 @@ def bench_job_manager(jobs: int = 10, tasks_per_job: int = 1000, batch: int = 10
         emitter = dropped(catalogue, "admit")
         stage.bind(emitter, Settings(), catalogue)
         # every partition of both inputs, as one instance holding them all (its rows remembered)
-        stage.on_assign([(t, p) for t in ("job-commands", "task-status") for p in range(catalogue["task-status"].partitions)])
+        stage.on_assign([(t, p) for t in ("job-commands", "task-status")
+                         for p in range(catalogue["task-status"].partitions)])
         cpu = CpuByStep(emitter)
 
         def timed(step: str, given: list) -> None:

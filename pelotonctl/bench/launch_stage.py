@@ -65,7 +65,7 @@ def bench_launch_stage(jobs: int = 10, gangs_per_job: int = 1000, batch: int = 1
                         "assignments": [{"host_id": host_id, "task": launch_spec(job_id, i), "ports": {}}]})
                 placements = [r for shard, values in sorted(by_shard.items())
                               for r in records(catalogue, "placements", str(shard), "peloton.Placement", values)]
-                timed("placement", lambda: stage.handle(placements))
+                timed("placement", lambda placements=placements: stage.handle(placements))
                 timed("tick", lambda: stage.tick(time.monotonic()))
         launched, running = stage.launched, len(stage.running)
         store.close()
@@ -80,7 +80,8 @@ def main() -> None:
     r = bench_launch_stage(*args)
     steps = ", ".join(f"{step} {us}" for step, us in r["cpu_us_per_task"].items())
     print(f"launch alone, {r['jobs']} jobs of {r['gangs_per_job']:,} one-task gangs placed in batches of {r['batch']} "
-          f"on {HOSTS:,} simulated hosts, {r['per_host']} to a host: {r['cpu_us_per_task_total']} us of CPU per task ({steps}); "
+          f"on {HOSTS:,} simulated hosts, {r['per_host']} to a host: {r['cpu_us_per_task_total']} us of CPU per task "
+          f"({steps}); "
           f"{r['launched']:,} runs launched, {r['still_running']} still running")
 
 

@@ -148,7 +148,8 @@ def run_pipeline_bench(console, plan: BenchPlan) -> dict:
         pools = pool_names(plan.pools, catalogue["task-demand"].partitions)
         for i, pool in enumerate(pools):  # the cluster shared equally: every pool can use its share at once
             create_pool(settings, store, pool, BENCH_POOL.format(
-                index=i, cpu=cluster.cpu / plan.pools, mem=cluster.mem_mb / plan.pools, disk=cluster.disk_mb / plan.pools))
+                index=i, cpu=cluster.cpu / plan.pools, mem=cluster.mem_mb / plan.pools,
+                disk=cluster.disk_mb / plan.pools))
         _wait_for_groups(settings, catalogue, plan.instances, console)
         components = stack.status()
         if caps is not None:
@@ -165,7 +166,8 @@ def run_pipeline_bench(console, plan: BenchPlan) -> dict:
         job_partitions = catalogue["job-commands"].partitions
         for i in range(plan.jobs):
             time.sleep(max(0.0, started + plan.due_s(i) - time.monotonic()))
-            job_id = submit_job(settings, store, pools[i % plan.pools], BENCH_JOB.format(index=i, tasks=plan.tasks_per_job),
+            job_id = submit_job(settings, store, pools[i % plan.pools],
+                                BENCH_JOB.format(index=i, tasks=plan.tasks_per_job),
                                 job_id=job_id_on(i % job_partitions, job_partitions), out=out, hosts=distinct)
             submitted[job_id] = _now_ms()
             if plan.warming(i):

@@ -94,7 +94,8 @@ def main() -> None:
             r = bench_placement(gangs=gangs, gang_size=size, strategy=strategy, in_a_row=in_a_row)
             order = "a job's in a row" if in_a_row else "jobs interleaved"
             print(f"placement {strategy:<10} {gangs:>6,} gangs of {size:<3} ({order}) on {r['hosts']:,} hosts: "
-                  f"{r['placements_per_s']:>7,} task placements/s ({r['seconds']:.2f} s, {r['hosts_used']:,} hosts used, "
+                  f"{r['placements_per_s']:>7,} task placements/s ({r['seconds']:.2f} s, "
+                  f"{r['hosts_used']:,} hosts used, "
                   f"{r['gangs_unplaced']} gangs unplaced)")
 
 

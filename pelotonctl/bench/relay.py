@@ -62,8 +62,8 @@ def run_relay(settings: Settings, count: int = 100_000, timeout: float = 300.0) 
     admin = AdminClient(access)
     for future in admin.create_topics([NewTopic(t, 1, 1) for t in topics]).values():
         future.result(30)
-    hops = [subprocess.Popen([sys.executable, "-m", "pelotonctl.bench.relay", "hop", bootstrap, topics[i], topics[i + 1],
-                              str(count)], cwd=str(REPO_ROOT), stdout=subprocess.PIPE, text=True,
+    hops = [subprocess.Popen([sys.executable, "-m", "pelotonctl.bench.relay", "hop", bootstrap, topics[i],
+                              topics[i + 1], str(count)], cwd=str(REPO_ROOT), stdout=subprocess.PIPE, text=True,
                              env={**os.environ, "PELOTON_KAFKA_USER": settings.kafka_user,
                                   "PELOTON_KAFKA_PASSWORD": settings.kafka_password,
                                   "PELOTON_KAFKA_CA": settings.kafka_ca})

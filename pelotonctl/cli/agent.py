@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -18,12 +17,12 @@ def agent_run(
     resources: str = typer.Option("cpu=8,mem_mb=16384,disk_mb=100000,gpu=0", help="What the host offers."),
     attribute: list[str] = typer.Option([], "--attribute", help="A host label KEY=VALUE (repeatable)."),
     ports: str = typer.Option("31000-32000", "--ports", help="Ports the host gives its tasks: LOW-HIGH[,LOW-HIGH]."),
-    gpus: Optional[str] = typer.Option(None, "--gpus", help="The host's GPU devices, e.g. 0,1 (default: the NVIDIA "
-                                       "devices under /dev, else as many as --resources' gpu, numbered from 0)."),
+    gpus: str | None = typer.Option(None, "--gpus", help="The host's GPU devices, e.g. 0,1 (default: the NVIDIA "
+                                    "devices under /dev, else as many as --resources' gpu, numbered from 0)."),
     simulate: int = typer.Option(0, "--simulate", min=0, max=100_000,
                                  help="Serve N simulated hosts NAME-0 .. NAME-(N-1) instead (tasks last "
                                       "PELOTON_SIM_TASK_SECONDS), for benchmarks."),
-    max_seconds: Optional[float] = typer.Option(None, help="Stop after this long (for tests)."),
+    max_seconds: float | None = typer.Option(None, help="Stop after this long (for tests)."),
 ) -> None:
     """Run this host's agent: it registers with the host manager and runs the tasks placed here.
     SIGTERM stops it and its tasks (reported lost, so they run elsewhere). SIGHUP stops it for a

@@ -3,6 +3,7 @@ otherwise in the store itself, the operator's way in before any token exists."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import sys
 
@@ -35,10 +36,8 @@ def auth_revoke(token_id: str = typer.Argument(..., help="The token's id (`auth 
     """Revoke a token: the API refuses it from now on."""
     from peloton.auth.tokens import TokenError, token_id_of
 
-    try:
+    with contextlib.suppress(TokenError):  # an id, not a whole token
         token_id = token_id_of(token_id)
-    except TokenError:
-        pass  # an id, not a whole token
     cluster_call(client().revoke_token, token_id)
     out.print(f"token {token_id} revoked", highlight=False)
 

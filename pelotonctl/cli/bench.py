@@ -31,8 +31,8 @@ def bench(
                                            "tenth) in a cgroup of its own, so --instances 2 shows what a second "
                                            "instance adds when each has CPU of its own (root; 0: no cap)."),
     targets: bool = typer.Option(False, "--targets", help="Run the burst, then a steady load at 80% of its rate "
-                                 "for 30 s of warm-up and a minute measured, then the burst on 1,000 and on 50,000 hosts, and print the "
-                                 "figures beside the speed targets (make bench)."),
+                                 "for 30 s of warm-up and a minute measured, then the burst on 1,000 and on 50,000 "
+                                 "hosts, and print the figures beside the speed targets (make bench)."),
     baseline: str = typer.Option("", help="With --targets: a file of `pelotonctl bench --json` from an older tree "
                                  "run on this machine (2c424af for issue 27), the CPU target's measure."),
     against: str = typer.Option("", help="With --targets: a git revision (2c424af for issue 27) whose tree, made "

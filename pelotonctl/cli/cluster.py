@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.table import Table
@@ -47,8 +46,8 @@ def cluster_status(
 
 
 @cluster_app.command("targets")
-def cluster_targets(output: Optional[Path] = typer.Option(None, "--output", help="Write here (atomically) "
-                                                          "instead of printing.")) -> None:
+def cluster_targets(output: Path | None = typer.Option(None, "--output", help="Write here (atomically) "
+                                                       "instead of printing.")) -> None:
     """Every instance's metrics address as Prometheus file_sd targets (see docker/prometheus.yml):
     from ZooKeeper (through the API, or PELOTON_ZOOKEEPER) where the cluster has one, else from the
     running dev stack."""

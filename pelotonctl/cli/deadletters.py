@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.table import Table
 
-from pelotonctl.cli.common import (EXIT_INVALID, JSON_HELP, client, cluster_call, commands, fail, key_values, out,
-                                   print_json, read_text)
+from pelotonctl.cli.common import (
+    EXIT_INVALID,
+    JSON_HELP,
+    client,
+    cluster_call,
+    commands,
+    fail,
+    key_values,
+    out,
+    print_json,
+    read_text,
+)
 
 letters_app = commands("The dead-letter topic: messages a stage could not use, with the reason.")
 
@@ -31,8 +40,8 @@ def _since(text: str | None) -> int | None:
 
 @letters_app.command("list")
 def letters_list(
-    since: Optional[str] = typer.Option(None, "--since", help="Only letters from this long ago: 30s, 10m, 2h, 1d."),
-    stage: Optional[str] = typer.Option(None, "--stage", help="Only letters from this stage (admit, launch, ...)."),
+    since: str | None = typer.Option(None, "--since", help="Only letters from this long ago: 30s, 10m, 2h, 1d."),
+    stage: str | None = typer.Option(None, "--stage", help="Only letters from this stage (admit, launch, ...)."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Every dead letter: number, time, stage, source topic, partition, offset, reason."""
@@ -82,12 +91,12 @@ def letters_show(number: str, as_json: bool = typer.Option(False, "--json", help
 @letters_app.command("replay")
 def letters_replay(
     number: str,
-    value: Optional[Path] = typer.Option(None, "--value", help="JSON file: the whole fixed record (as `show --json` "
-                                         "prints under original.value)."),
+    value: Path | None = typer.Option(None, "--value", help="JSON file: the whole fixed record (as `show --json` "
+                                      "prints under original.value)."),
     set_fields: list[str] = typer.Option([], "--set", help="FIELD=VALUE or FIELD=@FILE: replace one field of the "
                                          "record, e.g. --set config=@fixed.yaml; repeat for several."),
-    schema: Optional[str] = typer.Option(None, "--schema", help="The record's schema, when the original cannot be "
-                                         "decoded (e.g. peloton.JobCommand)."),
+    schema: str | None = typer.Option(None, "--schema", help="The record's schema, when the original cannot be "
+                                      "decoded (e.g. peloton.JobCommand)."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Send a dead letter's message back to its topic, fixed with --value or --set (or as it was,

@@ -3,21 +3,32 @@
 from __future__ import annotations
 
 import sys
-from typing import Optional
 
 import typer
 from rich.table import Table
 
-from pelotonctl.cli.common import (EXIT_INVALID, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, JSON_HELP, check_store_kind,
-                                   commands, fail, load_settings, out, print_json)
-from pelotonctl.dev.jvm import DEFAULT as JVM_DEFAULT, KINDS as JVM_KINDS
+from pelotonctl.cli.common import (
+    EXIT_INVALID,
+    EXIT_NOT_FOUND,
+    EXIT_UNAVAILABLE,
+    JSON_HELP,
+    check_store_kind,
+    commands,
+    fail,
+    load_settings,
+    out,
+    print_json,
+)
+from pelotonctl.dev.jvm import DEFAULT as JVM_DEFAULT
+from pelotonctl.dev.jvm import KINDS as JVM_KINDS
 
 dev_app = commands("The embedded dev stack: broker, stages and hosts on this machine.")
 
 
 @dev_app.command("up")
 def dev_up(
-    hosts: Optional[str] = typer.Option(None, help="Host inventory, e.g. 'agent:2:cpu=8;sim:100:cpu=32' (agent: a host agent process each)."),
+    hosts: str | None = typer.Option(None, help="Host inventory, e.g. 'agent:2:cpu=8;sim:100:cpu=32' (agent: a "
+                                     "host agent process each)."),
     store: str = typer.Option("sqlite", help="sqlite (one file); postgres: a local PostgreSQL and ZooKeeper "
                                              "of the stack's own, as on several machines; cassandra: a Cassandra "
                                              "node (in .peloton/dev/cassandra) and ZooKeeper of its own."),
@@ -86,8 +97,8 @@ def dev_status(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) ->
 
 @dev_app.command("env")
 def dev_env(kafka_user: str = typer.Option("", "--kafka-user", help="Also the broker and the credentials of "
-                                           "this component's Kafka user (producer: for your own producer, with the token "
-                                           "that signs its commands).")) -> None:
+                                           "this component's Kafka user (producer: for your own producer, with the "
+                                           "token that signs its commands).")) -> None:
     """The dev stack's API address and admin token as shell exports, for curl and other programs:
     eval "$(pelotonctl dev env)"."""
     import shlex
@@ -101,7 +112,8 @@ def dev_env(kafka_user: str = typer.Option("", "--kafka-user", help="Also the br
     if kafka_user:
         users = state.get("kafka_users") or {}
         if kafka_user not in users:
-            fail(f"the dev stack's Kafka has no user {kafka_user!r}; it has: {', '.join(users) or 'none'}", EXIT_INVALID)
+            fail(f"the dev stack's Kafka has no user {kafka_user!r}; it has: {', '.join(users) or 'none'}",
+                 EXIT_INVALID)
         exports.update({"PELOTON_KAFKA_BOOTSTRAP": state["bootstrap"], "PELOTON_KAFKA_USER": kafka_user,
                         "PELOTON_KAFKA_PASSWORD": users[kafka_user], "PELOTON_KAFKA_CA": state.get("kafka_ca", "")})
         if kafka_user in (state.get("command_tokens") or {}):  # the token its job commands are signed with

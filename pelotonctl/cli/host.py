@@ -6,8 +6,17 @@ import sys
 
 import typer
 
-from pelotonctl.cli.common import (EXIT_INVALID, JSON_HELP, amount, checked, client, cluster_call, commands, fail,
-                                   print_json)
+from pelotonctl.cli.common import (
+    EXIT_INVALID,
+    JSON_HELP,
+    amount,
+    checked,
+    client,
+    cluster_call,
+    commands,
+    fail,
+    print_json,
+)
 
 host_app = commands("Hosts: list them, query them by state, drain them for maintenance.")
 maintenance_app = commands("Host maintenance: drain a host, bring it back.")
@@ -41,7 +50,8 @@ def _print_hosts(hosts: list[dict], as_json: bool) -> None:
     if as_json:
         print_json({"hosts": hosts})
         return
-    sys.stdout.write(f"{'HOST':<16} {'STATE':<9} {'TASKS':>5} {'CPU FREE/TOTAL':>15} {'MEM_MB FREE/TOTAL':>19}  LABELS\n")
+    sys.stdout.write(f"{'HOST':<16} {'STATE':<9} {'TASKS':>5} {'CPU FREE/TOTAL':>15} {'MEM_MB FREE/TOTAL':>19}  "
+                     "LABELS\n")
     for h in hosts:
         labels = ",".join(f"{k}={v}" for k, v in sorted(h["labels"].items()) if k != "hostname")
         free = h["free"] or {}  # None: its agent is silent, its runs unknown ('?')

@@ -22,8 +22,8 @@ def image_import(name: str = typer.Argument(..., help="The image's name as jobs 
                  rootfs: Path = typer.Argument(..., help="A root file system (a directory, e.g. made by debootstrap)."),
                  force: bool = typer.Option(False, "--force", help="Replace an image of that name.")) -> None:
     """Copy a root file system into the image directory under NAME, for the agents on this machine."""
+    from peloton.host.containers import image_directory_name
     from peloton.model.taskconfig import _IMAGE
-    from stages.launch.agents.containers import image_directory_name
 
     if not _IMAGE.fullmatch(name) or ".." in name:
         fail(f"{name!r}: an image name is letters, digits and . _ / : @ + - (like debian:bookworm)", EXIT_INVALID)

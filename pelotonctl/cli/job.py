@@ -5,13 +5,28 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.table import Table
 
-from pelotonctl.cli.common import (EXIT_FAILED, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_TIMEOUT, JSON_HELP, amount, checked,
-                                   client, cluster_call, commands, err, fail, load_settings, out, print_json, read_text)
+from pelotonctl.cli.common import (
+    EXIT_FAILED,
+    EXIT_INVALID,
+    EXIT_NOT_FOUND,
+    EXIT_TIMEOUT,
+    JSON_HELP,
+    amount,
+    checked,
+    client,
+    cluster_call,
+    commands,
+    err,
+    fail,
+    load_settings,
+    out,
+    print_json,
+    read_text,
+)
 
 job_app = commands("Jobs: validate, create, status, stop, start, delete, get, query, list.")
 
@@ -36,7 +51,8 @@ def job_validate(config: Path, as_json: bool = typer.Option(False, "--json", hel
         print_json(summary)
     else:
         out.print(f"{config}: valid {spec.type} job {spec.name!r}, {spec.instance_count} instances in "
-                  f"{summary['gangs']} gangs, {amount(summary['cpu'])} cpu and {amount(summary['mem_mb'])} MB in all", highlight=False)
+                  f"{summary['gangs']} gangs, {amount(summary['cpu'])} cpu and {amount(summary['mem_mb'])} MB in all",
+                  highlight=False)
         for notice in spec.notices:
             out.print(f"  not honoured here: {notice}", highlight=False)
 
@@ -45,9 +61,9 @@ def job_validate(config: Path, as_json: bool = typer.Option(False, "--json", hel
 def job_create(
     pool: str = typer.Argument(..., help="Resource pool path, e.g. /DefaultResPool"),
     config: Path = typer.Argument(..., help="Peloton job YAML"),
-    job_id: Optional[str] = typer.Option(None, "--job-id", "--jobID", "-i",
-                                         help="The job's id (Peloton's -i/--jobID); a new UUID when not given. "
-                                              "Refused if a job has it."),
+    job_id: str | None = typer.Option(None, "--job-id", "--jobID", "-i",
+                                      help="The job's id (Peloton's -i/--jobID); a new UUID when not given. "
+                                           "Refused if a job has it."),
     wait: bool = typer.Option(False, "--wait", help="Wait until the job ends, showing progress."),
     timeout: float = typer.Option(600, help="Seconds to wait with --wait."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
@@ -154,7 +170,7 @@ def _control(kind: str, job_id: str, instances: str | None, batch_size: int = 0,
 
 
 @job_app.command("stop")
-def job_stop(job_id: str, instances: Optional[str] = typer.Option(None, "--instances", help=INSTANCES_HELP),
+def job_stop(job_id: str, instances: str | None = typer.Option(None, "--instances", help=INSTANCES_HELP),
              batch_size: int = typer.Option(0, "--batch-size", min=0, help="Tasks stopped at a time, each batch once "
                                             "the last has ended (a rolling stop, followed by `update get`); 0: all."),
              wait: bool = typer.Option(False, "--wait", help="Wait until every stopped task has ended."),
@@ -174,7 +190,7 @@ def job_stop(job_id: str, instances: Optional[str] = typer.Option(None, "--insta
 
 
 @job_app.command("start")
-def job_start(job_id: str, instances: Optional[str] = typer.Option(None, "--instances", help=INSTANCES_HELP),
+def job_start(job_id: str, instances: str | None = typer.Option(None, "--instances", help=INSTANCES_HELP),
               batch_size: int = typer.Option(0, "--batch-size", min=0, help="Tasks started at a time, each batch "
                                              "once the last runs (a rolling start, followed by `update get`); 0: all."),
               as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
@@ -188,7 +204,7 @@ def job_start(job_id: str, instances: Optional[str] = typer.Option(None, "--inst
 
 
 @job_app.command("restart")
-def job_restart(job_id: str, instances: Optional[str] = typer.Option(None, "--instances", help=INSTANCES_HELP),
+def job_restart(job_id: str, instances: str | None = typer.Option(None, "--instances", help=INSTANCES_HELP),
                 batch_size: int = typer.Option(0, "--batch-size", help="Tasks replaced at a time (0: all at once)."),
                 start_paused: bool = typer.Option(False, "--start-paused", help="Wait for `update resume` before "
                                                                                  "the first batch."),
@@ -218,14 +234,14 @@ RANGE_HELP = "Instances FROM:TO, half-open as in Peloton (0:4 is 0-3; either end
              "again for more ranges. Default: every instance."
 
 
-def _ranges(ranges: Optional[list[str]]) -> str | None:
+def _ranges(ranges: list[str] | None) -> str | None:
     return ",".join(ranges) if ranges else None
 
 
 @job_app.command("rolling-restart")
 def job_rolling_restart(job_id: str,
                         batch_size: int = typer.Argument(..., min=1, help="Instances restarted at a time."),
-                        ranges: Optional[list[str]] = typer.Option(None, "--range", "-r", help=RANGE_HELP),
+                        ranges: list[str] | None = typer.Option(None, "--range", "-r", help=RANGE_HELP),
                         in_place: bool = typer.Option(False, "--in-place", help="Each new run goes back to the "
                                                                                 "host of the run it replaces where "
                                                                                 "it fits."),
@@ -236,7 +252,7 @@ def job_rolling_restart(job_id: str,
 
 @job_app.command("rolling-start")
 def job_rolling_start(job_id: str, batch_size: int = typer.Argument(..., min=1, help="Instances started at a time."),
-                      ranges: Optional[list[str]] = typer.Option(None, "--range", "-r", help=RANGE_HELP),
+                      ranges: list[str] | None = typer.Option(None, "--range", "-r", help=RANGE_HELP),
                       as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Peloton's rolling start: `job start JOB --batch-size N`, instances by Peloton's ranges."""
     job_start(job_id, _ranges(ranges), batch_size, as_json)
@@ -244,7 +260,7 @@ def job_rolling_start(job_id: str, batch_size: int = typer.Argument(..., min=1, 
 
 @job_app.command("rolling-stop")
 def job_rolling_stop(job_id: str, batch_size: int = typer.Argument(..., min=1, help="Instances stopped at a time."),
-                     ranges: Optional[list[str]] = typer.Option(None, "--range", "-r", help=RANGE_HELP),
+                     ranges: list[str] | None = typer.Option(None, "--range", "-r", help=RANGE_HELP),
                      as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Peloton's rolling stop: `job stop JOB --batch-size N`, instances by Peloton's ranges."""
     job_stop(job_id, _ranges(ranges), batch_size, False, 120, as_json)
@@ -315,8 +331,8 @@ def _wait_tasks(job_id: str, instances: list[int], done, timeout: float) -> None
 
 
 @job_app.command("get")
-def job_get(job_id: str, version: Optional[int] = typer.Option(None, "--version", min=1,
-                                                               help="The config of this version (default: the current)."),
+def job_get(job_id: str, version: int | None = typer.Option(None, "--version", min=1,
+                                                            help="The config of this version (default: the current)."),
             as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """A job's config (as submitted) and runtime: state, times, task counts, the update in progress."""
     import yaml
@@ -336,11 +352,11 @@ def job_get(job_id: str, version: Optional[int] = typer.Option(None, "--version"
 def job_query(state: list[str] = typer.Option([], "--state", "--states", "-s",
                                               help="Job states, e.g. RUNNING,PENDING (Peloton's JOB_STATE_RUNNING "
                                                    "too); repeat or comma-separate: any may match."),
-              pool: Optional[str] = typer.Option(None, "--pool", "--respool", "-r",
-                                                 help="Only jobs of this pool, e.g. /team (Peloton's --respool)."),
-              owner: Optional[str] = typer.Option(None, "--owner", help="Only jobs of this owner (owningTeam, "
-                                                                        "else owner)."),
-              name: Optional[str] = typer.Option(None, "--name", help="Only jobs with this name (exactly)."),
+              pool: str | None = typer.Option(None, "--pool", "--respool", "-r",
+                                              help="Only jobs of this pool, e.g. /team (Peloton's --respool)."),
+              owner: str | None = typer.Option(None, "--owner", help="Only jobs of this owner (owningTeam, "
+                                                                     "else owner)."),
+              name: str | None = typer.Option(None, "--name", help="Only jobs with this name (exactly)."),
               label: list[str] = typer.Option([], "--label", "--labels", "-l",
                                               help="KEY=VALUE, e.g. team=a,tier=1; repeat or comma-separate: all "
                                                    "must match."),
@@ -367,7 +383,8 @@ def job_query(state: list[str] = typer.Option([], "--state", "--states", "-s",
     (or as --sort says), a page at a time: ours and Peloton's forms alike."""
     import time
 
-    from pelotonctl.queries import JobQuery, job_states, labels_of, sort_order as order, words
+    from pelotonctl.queries import JobQuery, job_states, labels_of, words
+    from pelotonctl.queries import sort_order as order
 
     def query() -> JobQuery:
         since = int(time.time() * 1000) - days * 86_400_000 if days else None
@@ -397,7 +414,8 @@ def job_active_list(limit: int = typer.Option(10_000, "--limit", min=1, help="At
 
 
 @job_app.command("list")
-def job_list(limit: int = typer.Option(20, "--limit", help="At most this many jobs."), as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+def job_list(limit: int = typer.Option(20, "--limit", help="At most this many jobs."),
+             as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """The most recent jobs."""
     from pelotonctl.queries import JobQuery
 

@@ -84,6 +84,7 @@ def _lag_view(report: dict):
     if queued:
         pools = Table("pool", "queued gangs", "queued cpu", "queued mem_mb", title="demand queued in pools (not lag)")
         for q in queued:
-            pools.add_row(q["pool"], f"{q['queued_gangs']:,}", f"{q['demand']['cpu']:,.6g}", f"{q['demand']['mem_mb']:,.0f}")
+            pools.add_row(q["pool"], f"{q['queued_gangs']:,}", f"{q['demand']['cpu']:,.6g}",
+                          f"{q['demand']['mem_mb']:,.0f}")
         parts.append(pools)
     return Group(*parts)

@@ -8,8 +8,26 @@ import sys
 import typer
 
 from peloton.config import Settings
-from pelotonctl.cli import (agent, api, auth, bench, cluster, dashboard, deadletters, dev, host, image, job, lag,
-                            resmgr, respool, stage, task, topics, update)
+from pelotonctl.cli import (
+    agent,
+    api,
+    auth,
+    bench,
+    cluster,
+    dashboard,
+    deadletters,
+    dev,
+    host,
+    image,
+    job,
+    lag,
+    resmgr,
+    respool,
+    stage,
+    task,
+    topics,
+    update,
+)
 from pelotonctl.cli.common import EXIT_INVALID, EXIT_UNAVAILABLE, commands, err, out
 
 # add_completion gives --install-completion and --show-completion (bash, zsh, fish, PowerShell).

@@ -4,7 +4,6 @@ commands show it: the task runs it tracks, and the gangs waiting in its pools' q
 from __future__ import annotations
 
 import datetime
-from typing import Optional
 
 import typer
 from rich.table import Table
@@ -26,8 +25,8 @@ def _when(ms: int | None) -> str:
 
 
 @resmgr_app.command("active-list")
-def active_list(job_id: Optional[str] = typer.Option(None, "--job", help="Only the runs of this job."),
-                pool: Optional[str] = typer.Option(None, "--respool", "--pool", "-r", help=POOL_HELP),
+def active_list(job_id: str | None = typer.Option(None, "--job", help="Only the runs of this job."),
+                pool: str | None = typer.Option(None, "--respool", "--pool", "-r", help=POOL_HELP),
                 states: list[str] = typer.Option([], "--states", "--state", "-s",
                                                  help="Task states, e.g. PENDING,RUNNING; repeat or comma-separate: "
                                                       "any may match."),
@@ -56,7 +55,7 @@ def _print_runs(rows: list[dict], as_json: bool) -> None:
 
 
 @resmgr_app.command("pending")
-def pending(pool: Optional[str] = typer.Argument(None, help=POOL_HELP + " Default: every pool."),
+def pending(pool: str | None = typer.Argument(None, help=POOL_HELP + " Default: every pool."),
             limit: int = typer.Option(100, "--limit", min=1, help="At most this many gangs a pool."),
             as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """The gangs waiting in each pool's queue, in the order the resource manager admits them
@@ -80,7 +79,7 @@ def pending(pool: Optional[str] = typer.Argument(None, help=POOL_HELP + " Defaul
 
 
 @tasks_app.command("orphan")
-def orphans(pool: Optional[str] = typer.Option(None, "--respool", "--pool", "-r", help=POOL_HELP),
+def orphans(pool: str | None = typer.Option(None, "--respool", "--pool", "-r", help=POOL_HELP),
             as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """The task runs the resource manager still holds (queued, or charged to their pool) that the
     job manager has done with: its task moved on to a later run, ended, or went with its job.

@@ -8,8 +8,19 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from pelotonctl.cli.common import (EXIT_INVALID, JSON_HELP, amount, client, cluster_call, commands, err, fail, out,
-                                   print_json, read_text)
+from pelotonctl.cli.common import (
+    EXIT_INVALID,
+    JSON_HELP,
+    amount,
+    client,
+    cluster_call,
+    commands,
+    err,
+    fail,
+    out,
+    print_json,
+    read_text,
+)
 
 pool_app = commands("Resource pools.")
 
@@ -91,7 +102,8 @@ def respool_bench(fanout: int = typer.Option(10, help="Children per pool."),
 
 
 @pool_app.command("entitlement")
-def respool_entitlement(input_file: Path = typer.Option(..., "--input", help="capacity, pools and usage (YAML or JSON)"),
+def respool_entitlement(input_file: Path = typer.Option(..., "--input",
+                                                        help="capacity, pools and usage (YAML or JSON)"),
                         as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Dry run of the entitlement calculation: no cluster needed. Every pool's entitlement,
     non-slack and slack entitlement, for the capacity, pools and usage in FILE."""

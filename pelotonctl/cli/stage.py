@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from pelotonctl.cli.common import EXIT_INVALID, commands, fail, load_settings
@@ -14,8 +12,8 @@ stage_app = commands("Run pipeline stages.")
 @stage_app.command("run")
 def stage_run(
     name: str = typer.Argument(..., help="admit, entitle, place or launch"),
-    instance_id: Optional[str] = typer.Option(None, help="Client id of this instance (default: random)."),
-    max_seconds: Optional[float] = typer.Option(None, help="Stop after this long (for tests and benchmarks)."),
+    instance_id: str | None = typer.Option(None, help="Client id of this instance (default: random)."),
+    max_seconds: float | None = typer.Option(None, help="Stop after this long (for tests and benchmarks)."),
 ) -> None:
     """Start one instance of a stage; it joins the stage's consumer group. SIGTERM stops it cleanly."""
     from stages.launch.inventory import InventoryError

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import sys
-from typing import Optional
 
 import typer
 from rich.table import Table
 
-from pelotonctl.cli.common import (EXIT_NOT_FOUND, JSON_HELP, checked, client, cluster_call, commands, fail, out,
-                                   print_json)
+from pelotonctl.cli.common import (
+    EXIT_NOT_FOUND,
+    JSON_HELP,
+    checked,
+    client,
+    cluster_call,
+    commands,
+    fail,
+    out,
+    print_json,
+)
 
 task_app = commands("Tasks of a job: list, query, get, events, logs.")
 
@@ -50,7 +58,8 @@ def task_query(job_id: str,
                as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """A job's tasks by state, name and host, sorted and a page at a time (Peloton's task query):
     instance, task name, run, state, health, host, exit code, reason, message."""
-    from pelotonctl.queries import TaskQuery, sort_order as order, task_states, words
+    from pelotonctl.queries import TaskQuery, task_states, words
+    from pelotonctl.queries import sort_order as order
 
     query = checked(lambda: TaskQuery(tuple(task_states(words(states))), tuple(words(names)), tuple(words(hosts)),
                                       tuple(words(sort)), order(sort_order), offset, limit or 100))
@@ -98,7 +107,8 @@ def task_events(job_id: str, instance: int, as_json: bool = typer.Option(False, 
 
 
 @task_app.command("logs")
-def task_logs(job_id: str, instance: int, run: Optional[int] = typer.Option(None, "--run", help="Run id (default: the current run)."),
+def task_logs(job_id: str, instance: int,
+              run: int | None = typer.Option(None, "--run", help="Run id (default: the current run)."),
               stderr: bool = typer.Option(False, "--stderr", help="Standard error instead of standard output."),
               tail: int = typer.Option(0, "--tail", help="Only the last N lines (0: all).")) -> None:
     """A task run's standard output (or error): through the API from the host that ran it, or

@@ -5,8 +5,16 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from pelotonctl.cli.common import (EXIT_INVALID, EXIT_NOT_PERMITTED, broker_call, commands, fail, load_settings, out,
-                                   print_json)
+from pelotonctl.cli.common import (
+    EXIT_INVALID,
+    EXIT_NOT_PERMITTED,
+    broker_call,
+    commands,
+    fail,
+    load_settings,
+    out,
+    print_json,
+)
 
 topics_app = commands("Topics of the pipeline (topics.yaml).")
 

@@ -9,8 +9,7 @@ from datetime import datetime
 import typer
 from rich.table import Table
 
-from pelotonctl.cli.common import (EXIT_FAILED, EXIT_TIMEOUT, JSON_HELP, client, cluster_call, commands, out,
-                                   print_json)
+from pelotonctl.cli.common import EXIT_FAILED, EXIT_TIMEOUT, JSON_HELP, client, cluster_call, commands, out, print_json
 
 update_app = commands("Update workflows: list, get, pause, resume, abort, rollback.")
 

@@ -10,8 +10,8 @@ from pelotonctl import admin, queries
 from pelotonctl.admin import NotFound, UserError
 from pelotonctl.queries import JobQuery, TaskQuery
 from pelotonctl.shapes import event_row, job_info, job_row, task_info, token_row, update_info
-from stages.admit.workflow import UpdateOptions
 from pelotonctl.watch import job_summary
+from stages.admit.workflow import UpdateOptions
 
 
 class DirectClient:
@@ -85,7 +85,7 @@ class DirectClient:
 
     def task_log(self, job_id: str, instance: int, run: int | None = None, stderr: bool = False) -> bytes:
         """A run's stdout (or stderr) from its sandbox on this machine (no API: nothing else to ask)."""
-        from stages.launch.agents.local import sandbox_path
+        from peloton.host.sandboxes import sandbox_path
 
         task = self.task(job_id, instance)
         if task is None:

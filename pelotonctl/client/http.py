@@ -5,10 +5,10 @@ errors the direct client raises (400: UserError, 404: NotFound), and two of its 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import asdict
 
 from pelotonctl.admin import NotFound, UserError
 from pelotonctl.queries import JobQuery, TaskQuery

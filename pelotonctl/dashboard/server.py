@@ -27,9 +27,9 @@ from importlib import resources
 from typing import Self
 from urllib.parse import parse_qs
 
+from peloton.auth.identities import Identities
 from peloton.config import Settings
 from peloton.store import QueryStore
-from peloton.auth.identities import Identities
 from pelotonctl.dashboard.gate import Gate, session_cookie
 from pelotonctl.dashboard.sources import Sources, SourceUnavailable
 from pelotonctl.lag import STAGES  # in pipeline order: the page shows all four

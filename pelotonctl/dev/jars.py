@@ -54,7 +54,8 @@ def fetch(name: str) -> Path:
                                    f"-DoutputDirectory={partial}", "-DincludeScope=runtime"],
                                   capture_output=True, text=True)
             if done.returncode != 0:
-                raise JarsUnavailable(f"fetching {name}'s jars with Maven failed:\n{(done.stdout + done.stderr)[-3000:]}")
+                said = (done.stdout + done.stderr)[-3000:]
+                raise JarsUnavailable(f"fetching {name}'s jars with Maven failed:\n{said}")
             shutil.rmtree(folder, ignore_errors=True)
             partial.rename(folder)  # whole or not at all: an interrupted fetch leaves no half folder
             (folder / ".complete").write_text(mark + "\n")

@@ -20,6 +20,7 @@ a cluster started again from the same folder finds its own log.
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import json
 import os
@@ -324,14 +325,14 @@ class KafkaCluster:
     def launch(self, node_id: int) -> subprocess.Popen:
         """Start one node in the background (in a session of its own) without waiting."""
         n = self.node(node_id)
-        log = open(n.log, "ab")
-        self._log_from[node_id] = log.tell()
         cmd = java_command("kafka.Kafka", str(n.dir / "server.properties"), heap_mb=self.heap_mb,
                            options=[*jvm_options(self.jvm, COLLECTOR, JVM_OPTIONS),
                                     f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
                                     f"-Dkafka.logs.dir={n.dir}"])
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        with open(n.log, "ab") as log:  # the node keeps its own copy of the descriptor
+            self._log_from[node_id] = log.tell()
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
         n.pid_file.write_text(str(proc.pid))
         self._procs[node_id] = proc
         return proc
@@ -451,10 +452,8 @@ class KafkaCluster:
         for n in self.nodes:
             pid = self.pid(n.node_id)
             if pid is not None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
         for n in self.nodes:
             self.kill(n.node_id, signal.SIGTERM, timeout)
 

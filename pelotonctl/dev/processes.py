@@ -12,7 +12,6 @@ import tempfile
 import time
 from pathlib import Path
 
-
 # Where free_port looks: up to the kernel's ephemeral range, never in it. A port from that range
 # (what binding port 0 gives) can be taken, between being found free and being bound by the
 # server it is for, by any outgoing connection on the machine: seen in CI, a node of the

@@ -18,9 +18,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from peloton.config import REPO_ROOT, Settings, dev_pace
 from peloton.auth.grants import new_key_pair
 from peloton.auth.host_keys import host_key
+from peloton.config import REPO_ROOT, Settings, dev_pace
 from peloton.private import open_home, private_dir, write_private
 from peloton.store import masked_url, sqlite_path
 from pelotonctl.dev.jvm import DEFAULT as JVM_DEFAULT
@@ -100,9 +100,9 @@ def start_stage(name: str, settings: Settings, log_path: Path, instance_id: str 
     cmd = [sys.executable, "-m", "pelotonctl", "stage", "run", name]
     if instance_id:
         cmd += ["--instance-id", instance_id]
-    log = open(log_path, "ab")
-    return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            cwd=str(REPO_ROOT))
+    with open(log_path, "ab") as log:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                cwd=str(REPO_ROOT))
 
 
 def start_agent(host: HostSpec, settings: Settings, log_path: Path, *options: str,
@@ -112,18 +112,19 @@ def start_agent(host: HostSpec, settings: Settings, log_path: Path, *options: st
     r = host.capacity
     cmd = [sys.executable, "-m", "pelotonctl", "agent", "run", "--name", host.host_id,
            "--resources", f"cpu={r.cpu:g},mem_mb={r.mem_mb:g},disk_mb={r.disk_mb:g},gpu={r.gpu:g}", *options]
-    log = open(log_path, "ab")
-    return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            cwd=str(REPO_ROOT))
+    with open(log_path, "ab") as log:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                cwd=str(REPO_ROOT))
 
 
-def start_api(settings: Settings, log_path: Path, port: int, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+def start_api(settings: Settings, log_path: Path, port: int,
+              extra_env: dict[str, str] | None = None) -> subprocess.Popen:
     """One API instance (`pelotonctl api`) on this port."""
     env = component_env(settings, extra_env)
     cmd = [sys.executable, "-m", "pelotonctl", "api", "--port", str(port)]
-    log = open(log_path, "ab")
-    return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            cwd=str(REPO_ROOT))
+    with open(log_path, "ab") as log:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                cwd=str(REPO_ROOT))
 
 
 def agent_hosts(settings: Settings) -> list[HostSpec]:
@@ -389,7 +390,8 @@ class DevStack:
         for n in cluster.nodes:
             components.append({"component": "broker", "instance": f"broker-{n.node_id}", "node_id": n.node_id,
                                "pid": cluster.pid(n.node_id), "address": n.address, "log": str(n.log)})
-            progress(f"broker-{n.node_id:<2} Apache Kafka (KRaft) on {n.address}, SASL_SSL (pid {cluster.pid(n.node_id)})")
+            progress(f"broker-{n.node_id:<2} Apache Kafka (KRaft) on {n.address}, SASL_SSL "
+                     f"(pid {cluster.pid(n.node_id)})")
         if cluster.nodes[0].port != KAFKA_PORT:
             progress(f"          {KAFKA_PORT} is taken: producers outside pelotonctl need "
                      f"PELOTON_KAFKA_BOOTSTRAP={cluster.bootstrap}")

@@ -20,8 +20,13 @@ from confluent_kafka import Consumer, TopicPartition
 
 from peloton.auth.host_keys import host_key
 from peloton.config import DEV_PACE, REPO_ROOT, Settings
-from pelotonctl.admin import create_pool, ensure_topics, submit_job
+from peloton.model.states import JOB_TERMINAL
+from peloton.runtime import kafka_access
+from peloton.serde import registry
+from peloton.store import open_store
+from peloton.topics import Catalogue
 from pelotonctl import principals
+from pelotonctl.admin import create_pool, ensure_topics, submit_job
 from pelotonctl.dev.kafka import KafkaCluster
 from pelotonctl.dev.stack import (
     agent_hosts,
@@ -32,11 +37,6 @@ from pelotonctl.dev.stack import (
     start_stage,
     wait_for_log,
 )
-from peloton.model.states import JOB_TERMINAL
-from peloton.runtime import kafka_access
-from peloton.serde import registry
-from peloton.store import open_store
-from peloton.topics import Catalogue
 from tests.conftest import fresh_store_url
 
 pytestmark = pytest.mark.integration
@@ -157,7 +157,8 @@ class Pipeline:
                            extra_env={**self.as_user("agent", host_id), **(extra_env or {})})
         self.procs[host_id] = proc
         if wait:  # this start's line, not an earlier one of the same host
-            self.wait_for(f"agent {host_id} up", lambda: proc.poll() is None and log.read_text().count(" up: ") > starts, 60)
+            self.wait_for(f"agent {host_id} up",
+                          lambda: proc.poll() is None and log.read_text().count(" up: ") > starts, 60)
         return proc
 
     def start_all(self, instances: int = 1) -> None:
@@ -173,7 +174,8 @@ class Pipeline:
         for instance, proc in self.procs.items():
             wait_for_log(self.log(instance), ready_line(instance), 60, proc)
 
-    def ctl(self, *args: str, timeout: float = 60, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    def ctl(self, *args: str, timeout: float = 60,
+            extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         """pelotonctl against this pipeline, as a separate process."""
         env = {**os.environ, **self.settings.env(), "COLUMNS": "200", **(extra_env or {})}
         return subprocess.run([sys.executable, "-m", "pelotonctl", *args], env=env, capture_output=True, text=True,

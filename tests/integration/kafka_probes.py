@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from itertools import pairwise
 
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -24,7 +25,7 @@ TRANSFORMED = "transact-probe"
 
 
 def longest_gap(times: list[float]) -> float:
-    return max((b - a for a, b in zip(times, times[1:])), default=0.0)
+    return max((b - a for a, b in pairwise(times)), default=0.0)
 
 
 def make_topic(admin: AdminClient, name: str) -> None:
@@ -122,7 +123,7 @@ class TransactProbe(threading.Thread):
                     self.producer.produce(TRANSFORMED, b"-", partition=partition)
                 positions = [tp for tp in self.consumer.position(assignment) if tp.offset >= 0]
                 if positions:
-                    self._retried(lambda: self.producer.send_offsets_to_transaction(
+                    self._retried(lambda positions=positions: self.producer.send_offsets_to_transaction(
                         positions, self.consumer.consumer_group_metadata(), self.CALL_S))
                 self._retried(lambda: self.producer.commit_transaction(self.CALL_S))
                 self.committed.append(time.monotonic())

@@ -7,6 +7,7 @@ either direction (as when a link or a switch fails), so the client sees timeouts
 
 from __future__ import annotations
 
+import contextlib
 import selectors
 import socket
 import threading
@@ -105,8 +106,6 @@ class TcpProxy:
                 continue
             self._pairs.pop(s, None)
             self._held.pop(s, None)
-            try:
+            with contextlib.suppress(KeyError, ValueError):
                 self._selector.unregister(s)
-            except (KeyError, ValueError):
-                pass
             s.close()

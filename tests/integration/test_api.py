@@ -184,8 +184,8 @@ def test_task_logs_come_through_the_api_from_the_agent_that_ran_the_task(pipelin
     api = f"http://127.0.0.1:{port}"
     alice = p.ctl("auth", "issue", "--user", "alice", "--group", "team-a").stdout.strip()
     bob = p.ctl("auth", "issue", "--user", "bob", "--group", "team-b").stdout.strip()
-    status, made = call(f"{api}/v1/jobs?wait=true", "POST", alice,
-                        {"pool": "/a", "config": JOB.replace("sleep 0.5", "echo hello from $PELOTON_INSTANCE_ID; echo oops >&2")})
+    job_text = JOB.replace("sleep 0.5", "echo hello from $PELOTON_INSTANCE_ID; echo oops >&2")
+    status, made = call(f"{api}/v1/jobs?wait=true", "POST", alice, {"pool": "/a", "config": job_text})
     assert status == 201, made
     assert p.wait_job(made["job_id"]) == "SUCCEEDED"
     elsewhere = {"PELOTON_HOME": str(tmp_path / "elsewhere"), "PELOTON_API_URL": api, "PELOTON_TOKEN": alice}

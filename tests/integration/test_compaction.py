@@ -15,8 +15,7 @@ import uuid
 import pytest
 import yaml
 from confluent_kafka import Producer, TopicPartition
-from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, OffsetSpec,
-                                  ResourceType)
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, OffsetSpec, ResourceType
 
 from peloton.config import Settings
 from peloton.runtime import CompactedView
@@ -78,7 +77,7 @@ def produce(bootstrap: str, topic: str, periods: int, measure) -> tuple[int, int
     started = time.monotonic()
     for period in range(periods):
         values = last if period == periods - 1 else variants[period % VARIANTS]
-        for key, value in zip(KEYS, values):
+        for key, value in zip(KEYS, values, strict=True):
             while True:
                 try:
                     send(topic, value, key, 0)

@@ -16,8 +16,8 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from peloton.auth.tokens import issue
 from peloton.auth.identities import Identities
+from peloton.auth.tokens import issue
 from pelotonctl.dashboard.gate import Gate
 from pelotonctl.dashboard.server import Dashboard, start
 from pelotonctl.dashboard.sources import Sources

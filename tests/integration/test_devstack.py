@@ -53,7 +53,8 @@ def test_dev_up_status_and_down(tmp_path) -> None:
         assert rows[0]["address"].startswith("127.0.0.1:") and rows[-1]["address"] == "host agent-0"
         # --hosts reached the stack: its launch stage serves that inventory, an agent each agent host
         assert json.loads((tmp_path / "dev" / "stack.json").read_text())["hosts"] == "agent:1:cpu=2;sim:2:cpu=4"
-        assert "PELOTON_HOSTS=agent:1:cpu=2;sim:2:cpu=4" in open(f"/proc/{rows[4]['pid']}/environ").read().replace("\0", " ")
+        launch_env = Path(f"/proc/{rows[4]['pid']}/environ").read_text().replace("\0", " ")
+        assert "PELOTON_HOSTS=agent:1:cpu=2;sim:2:cpu=4" in launch_env
         deadline = time.monotonic() + 20  # the agent joins with its first report
         while True:
             hosts = ctl("host", "list", "--json")
@@ -148,10 +149,10 @@ def test_two_dev_up_at_once_start_one_stack_and_the_other_names_it(tmp_path) -> 
         mine = set()
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
-                environ = open(f"/proc/{pid}/environ", "rb").read()
+                environ = Path(f"/proc/{pid}/environ").read_bytes()
             except OSError:
                 continue
-            cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             if f"PELOTON_HOME={tmp_path}".encode() in environ and (b"stage" in cmdline or b"api" in cmdline):
                 mine.add(int(pid))
         assert mine == {r["pid"] for r in rows if r["component"] != "broker"}
@@ -243,7 +244,8 @@ def test_a_stack_with_two_instances_of_each_stage_loses_nothing_when_one_of_each
         sqlite = [f for f in tmp_path.rglob("*.db") if node_files not in f.parents]
         assert not sqlite, f"a SQLite file was made on a {store} stack: {sqlite}"
         if store == "cassandra":  # what people ask answers from Cassandra
-            for args in (("job", "list"), ("job", "status", job_id), ("task", "list", job_id), ("respool", "get", "/big")):
+            for args in (("job", "list"), ("job", "status", job_id),
+                         ("task", "list", job_id), ("respool", "get", "/big")):
                 answer = ctl(*args)
                 assert answer.returncode == 0 and answer.stdout.strip(), (args, answer.stderr)
     finally:
@@ -283,7 +285,8 @@ def test_a_cassandra_stack_runs_on_a_node_of_its_own_that_keeps_its_data_across_
         progress = r"^cassandra Apache Cassandra 5\.0\.\d+ on 127\.0\.0\.1:\d+ \(pid \d+\): clients log in"
         assert re.search(progress, up.stdout, re.MULTILINE), up.stdout
         empty = next(line for line in up.stdout.splitlines() if "start empty" in line)
-        assert "cassandra://peloton:***@127.0.0.1:" in empty and "peloton.db" not in empty, empty  # the store it really uses
+        # the store it really uses
+        assert "cassandra://peloton:***@127.0.0.1:" in empty and "peloton.db" not in empty, empty
         rows = json.loads(ctl("dev", "status", "--json").stdout)
         kinds = [r["component"] for r in rows]
         assert kinds[:3] == ["broker", "cassandra", "zookeeper"] and "postgres" not in kinds

@@ -13,6 +13,7 @@ import re
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -38,8 +39,8 @@ def runs_alive(job_id: str) -> dict[int, set[str]]:
     alive: dict[int, set[str]] = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            env = dict(e.split(b"=", 1) for e in open(f"/proc/{pid}/environ", "rb").read().split(b"\0") if b"=" in e)
-            stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            env = dict(e.split(b"=", 1) for e in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if b"=" in e)
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, ValueError):
             continue
         if env.get(b"PELOTON_JOB_ID") == job_id.encode() and stat[0] != "Z":

@@ -44,7 +44,8 @@ defaultConfig:
 
 def produce(config: dict, topic: str, key: bytes = b"k", value: bytes = b"v") -> str:
     results, errors = [], []
-    producer = Producer({**config, "message.timeout.ms": 6000, "log_level": 0, "error_cb": lambda e: errors.append(e.str())})
+    producer = Producer({**config, "message.timeout.ms": 6000, "log_level": 0,
+                         "error_cb": lambda e: errors.append(e.str())})
     producer.produce(topic, key=key, value=value, on_delivery=lambda err, _m: results.append(err))
     producer.flush(8)
     return "delivered" if results and results[0] is None else str(results[0] if results else errors[:1])

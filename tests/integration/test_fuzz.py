@@ -8,6 +8,8 @@ import random
 import struct
 import time
 import uuid
+from itertools import pairwise
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -43,14 +45,15 @@ def hostile_configs(rng: random.Random) -> list[str]:
     """Job configs a stage must refuse: bombs, depth, and impossible or mistyped values in every
     field a stage evaluates."""
     laughs = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-        f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+        f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in pairwise("abcdefghi"))
     out = [
         laughs,
         "a: &a [*a]\n",
         "[" * 5000 + "]" * 5000,
         "".join(" " * i + "k:\n" for i in range(200)) + " " * 200 + "v\n",  # block style, 200 deep
         "{k: " * 2000 + "v" + "}" * 2000,  # flow style, 2,000 deep
-        job_with(TASK.format(cpu=1, mem=8) + "  constraint:\n    andconstraint:\n      constraints: " + laughs.replace("\n", " ")),
+        job_with(TASK.format(cpu=1, mem=8) + "  constraint:\n    andconstraint:\n      constraints: "
+                 + laughs.replace("\n", " ")),
         "name: [unclosed\n",
         "- just\n- a list\n",
         "\x00\x01\x02",
@@ -69,11 +72,13 @@ def hostile_configs(rng: random.Random) -> list[str]:
         job_with(TASK.format(cpu=1, mem="1e400")),
         job_with(TASK.format(cpu=40, mem=8)),  # larger than every host
         job_with("  resource: {cpulimit: 1}\n"),  # no command
-        job_with(TASK.format(cpu=1, mem=8) + "  constraint:\n    labelconstraint: {kind: 2, label: {key: a, value: b}, requirement: abc}\n"),
+        job_with(TASK.format(cpu=1, mem=8)
+                 + "  constraint:\n    labelconstraint: {kind: 2, label: {key: a, value: b}, requirement: abc}\n"),
         job_with(TASK.format(cpu=1, mem=8) + "  constraint:\n    type: 2\n    andconstraint: {constraints: [x, 3]}\n"),
         job_with(TASK.format(cpu=1, mem=8) + "  constraint:\n    type: 3\n    orconstraint: {constraints: 7}\n"),
         job_with(TASK.format(cpu=1, mem=8) + "  constraint:\n    type: 99\n"),
-        job_with(TASK.format(cpu=1, mem=8) + "  constraint: " + "{type: 2, andconstraint: {constraints: [" * 40 + "]}}" * 40 + "\n"),
+        job_with(TASK.format(cpu=1, mem=8) + "  constraint: "
+                 + "{type: 2, andconstraint: {constraints: [" * 40 + "]}}" * 40 + "\n"),
         job_with(TASK.format(cpu=1, mem=8) + "  ports: [{name: p, value: 99999}]\n"),
         job_with(TASK.format(cpu=1, mem=8) + "  restartpolicy: {maxfailures: -1}\n"),
         job_with(TASK.format(cpu=1, mem=8) + "  killgraceperiodseconds: 99999999999\n"),
@@ -185,7 +190,8 @@ def test_hostile_input_is_dead_lettered_and_every_valid_job_runs_once(pipeline_f
     assert all(dl["reason"] for dl in letters)
     for instance, proc in p.procs.items():
         assert proc.poll() is None, f"{instance} exited with {proc.returncode}; see {p.log(instance)}"
-        peak_kb = int(next(line.split()[1] for line in open(f"/proc/{proc.pid}/status") if line.startswith("VmHWM")))
+        status = Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+        peak_kb = int(next(line.split()[1] for line in status if line.startswith("VmHWM")))
         assert peak_kb < 500 * 1024, f"{instance} peaked at {peak_kb // 1024} MB"
     print(f"{len(bad_keys)} bad messages dead-lettered, {len(valid_ids)} valid jobs done "
           f"{time.monotonic() - started:.1f}s after the last was sent")

@@ -65,7 +65,8 @@ def test_the_readmes_java_producer_submits_a_job_that_succeeds_and_watch_status_
         classpath, pipeline_factory) -> None:
     instances = yaml.safe_load((REPO_ROOT / JOB_FILE).read_text())["instancecount"]
     p = pipeline_factory(signed_commands=True)
-    create_pool(p.settings, p.store, "/team-a", pool_yaml(cpu=8).replace("name: pool-8cpu", "name: team-a\nowningTeam: team-a"))
+    team_a = pool_yaml(cpu=8).replace("name: pool-8cpu", "name: team-a\nowningTeam: team-a")
+    create_pool(p.settings, p.store, "/team-a", team_a)
     p.start_all()
     token, row = issue("team-a-bot", ["team-a"], False, now_ms())
     p.store.add_token(row)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import signal
 import time
+from itertools import pairwise
 
 import pytest
 
@@ -217,7 +218,7 @@ def test_a_failing_job_ends_failed_after_exactly_4_runs_and_a_repeated_status_ch
     assert [e["run_id"] for e in failed] == [1, 2, 3, 4]
     assert all(e["exit_code"] == 5 for e in failed)
     hosts = [e["host_id"] for e in failed]
-    assert all(a != b for a, b in zip(hosts, hosts[1:])), f"a rerun went back to the host it failed on: {hosts}"
+    assert all(a != b for a, b in pairwise(hosts)), f"a rerun went back to the host it failed on: {hosts}"
     # every run went through every state Peloton's job manager shows, in order (READY only while a
     # gang waits for admission, PLACING and PLACED while it waits for hosts, and this one need not)
     assert [e["state"] for e in history if e["run_id"] == 2 and e["state"] not in ("READY", "PLACING", "PLACED")] == [

@@ -82,7 +82,8 @@ def pipeline_on(cluster, tmp_path, **overrides) -> Pipeline:
 
 
 @pytest.mark.long
-def test_a_killed_broker_started_again_on_its_log_loses_nothing_and_runs_every_task_once(kafka_cluster, tmp_path) -> None:
+def test_a_killed_broker_started_again_on_its_log_loses_nothing_and_runs_every_task_once(
+        kafka_cluster, tmp_path) -> None:
     cluster = kafka_cluster(1)
     # The outage and the broker's restart stay inside the agent's lease (agent_timeout_s less a
     # margin): an agent cut off for longer fences itself and refuses the launches it reads then,
@@ -148,7 +149,8 @@ def test_three_brokers_lose_one_then_all_and_every_job_runs_each_task_once(kafka
         while not finished or finished[-1][1] < 2000:
             counts = p.counts(job)
             now = time.monotonic()
-            for series, count in ((started, sum(counts.get(s, 0) for s in STARTED)), (finished, counts.get("SUCCEEDED", 0))):
+            for series, count in ((started, sum(counts.get(s, 0) for s in STARTED)),
+                                  (finished, counts.get("SUCCEEDED", 0))):
                 if not series or series[-1][1] != count:
                     series.append((now, count))
             assert now - killed_at < 240, f"{counts} after 240s; logs in {p.home}"
@@ -260,7 +262,8 @@ def test_a_stage_killed_mid_job_leaves_no_output_record_twice(pipeline_factory) 
         p.procs[instance].wait()
         p.start(stage, instance=instance)  # the same id: it aborts what the killed one left open
         if stage == "launch":  # back once it has heard from its hosts again (see the note below)
-            p.wait_for("launch heard from its 10 hosts", lambda: p.log(instance).read_text().count(" joined: ")
+            p.wait_for("launch heard from its 10 hosts",
+                       lambda instance=instance, joined=joined: p.log(instance).read_text().count(" joined: ")
                        >= joined + 10, 30)
     assert p.wait_job(job, timeout=180) == "SUCCEEDED"
     each_ran_once(p, job, 1200)

@@ -78,7 +78,7 @@ def test_each_components_user_writes_and_reads_only_what_its_role_needs(pipeline
         producer = Producer({**as_component(p, user), "message.timeout.ms": 8000, "log_level": 0})
         for name in names:
             producer.produce(name, key=b"k", value=b"not a record",
-                             on_delivery=lambda err, _m, n=name: results.__setitem__(n, err))
+                             on_delivery=lambda err, _m, n=name, results=results: results.__setitem__(n, err))
         producer.flush(15)
         wrote = {n for n, err in results.items() if err is None}
         assert wrote == {n for n in names if ("write", n) in may}, (user, sorted(wrote))

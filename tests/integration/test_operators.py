@@ -152,7 +152,8 @@ def test_lag_reports_what_kafkas_own_consumer_groups_tool_reports(pipeline_facto
     for key, (current, end, lag) in theirs.items():
         assert key in ours, f"{key} is in kafka-consumer-groups but not in pelotonctl lag"
         # Kafka's tool shows no lag where a group never committed; ours counts from 0 there.
-        assert ours[key][:2] == (current, end) and (lag is None or ours[key][2] == lag), (key, ours[key], (current, end, lag))
+        assert ours[key][:2] == (current, end) and (lag is None or ours[key][2] == lag), (
+            key, ours[key], (current, end, lag))
     # the unread command: Kafka's tool shows it where admit committed before, ours everywhere
     assert sum(g["total_lag"] for g in report["groups"] if g["stage"] == "admit") >= 1
     print(f"{len(theirs)} partitions agree with kafka-consumer-groups")
@@ -173,8 +174,10 @@ def test_every_stage_serves_consumer_lag_and_its_own_metrics(pipeline_factory) -
     job_id = p.submit(HELLO)
     assert p.wait_job(job_id) == "SUCCEEDED"
     own = {
-        "admit": ['peloton_jobs_created_total{pool="/test"} 1.0', 'peloton_task_transitions_total{state="SUCCEEDED"} 2.0'],
-        "entitle": ['peloton_admitted_tasks_total{pool="/test"} 2.0', 'peloton_pool_entitlement{kind="cpu",pool="/test"}'],
+        "admit": ['peloton_jobs_created_total{pool="/test"} 1.0',
+                  'peloton_task_transitions_total{state="SUCCEEDED"} 2.0'],
+        "entitle": ['peloton_admitted_tasks_total{pool="/test"} 2.0',
+                    'peloton_pool_entitlement{kind="cpu",pool="/test"}'],
         "place": ['peloton_placements_total{strategy="PACK_HOST"} 2.0'],
         "launch": ['peloton_launches_total{driver="sim"} 2.0', 'peloton_hosts{state="UP"} 4.0'],
     }
@@ -183,7 +186,8 @@ def test_every_stage_serves_consumer_lag_and_its_own_metrics(pipeline_factory) -
         for s in STAGES:
             text = scrape(f"http://127.0.0.1:{ports[s]}/metrics")
             group = f'consumergroup="{p.settings.topic_prefix}peloton.{s}"'
-            lines = [line for line in text.splitlines() if line.startswith("kafka_consumergroup_lag{") and group in line]
+            lines = [line for line in text.splitlines()
+                     if line.startswith("kafka_consumergroup_lag{") and group in line]
             if not lines or not any(line.startswith("kafka_consumergroup_lag_seconds{") for line in text.splitlines()):
                 return False
             if not all(any(line.startswith(m) for line in text.splitlines()) for m in own[s]):

@@ -111,7 +111,7 @@ def test_a_killed_entitle_instance_leaves_no_allocation_charged_twice_or_forgott
         runs = p.store.launch_counts(j)
         assert len(runs) == 40 and set(runs.values()) == {1}, f"{j}: some instance ran twice or never"
     # Never more than the pool's 4 cpu at once (a forgotten charge would let more in) ...
-    for path, j in zip(pools, jobs):
+    for path, j in zip(pools, jobs, strict=True):
         spans = launch_span(p, j)
         assert max_overlap(spans) <= 4, f"{path} ran {max_overlap(spans)} tasks at once on a 4-cpu pool"
     # ... and nothing left held once every run's release is in (a charge counted twice would stay).
@@ -120,7 +120,8 @@ def test_a_killed_entitle_instance_leaves_no_allocation_charged_twice_or_forgott
 
 
 def launch_span(p, job_id: str) -> list[tuple[int, int]]:
-    rows = p.store.connection("launches").execute("SELECT launched_ms, ended_ms FROM launches WHERE job_id = ?", (job_id,)).fetchall()
+    rows = p.store.connection("launches").execute(
+        "SELECT launched_ms, ended_ms FROM launches WHERE job_id = ?", (job_id,)).fetchall()
     return [(a, b) for a, b in rows]
 
 

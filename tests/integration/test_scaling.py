@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -72,7 +73,7 @@ def test_a_killed_instance_hands_its_partitions_over_and_every_task_runs_once(pi
         create_pool(p.settings, p.store, pool, pool_yaml(cpu=16))
     jobs = one_key_per_partition("job-")
     out = emitter(p.settings)
-    for job_id, pool in zip(jobs, pools):
+    for job_id, pool in zip(jobs, pools, strict=True):
         submit_job(p.settings, p.store, pool, MANY, job_id=job_id, out=out)
     deadline = time.monotonic() + 60
     while sum(c.get("SUCCEEDED", 0) for c in p.store.task_state_counts(jobs).values()) < 40:
@@ -109,7 +110,7 @@ def processes_of(job_id: str) -> list[int]:
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if f"PELOTON_JOB_ID={job_id}".encode() in open(f"/proc/{pid}/environ", "rb").read():
+            if f"PELOTON_JOB_ID={job_id}".encode() in Path(f"/proc/{pid}/environ").read_bytes():
                 found.append(int(pid))
         except OSError:
             continue

@@ -58,7 +58,8 @@ def test_nobody_but_the_api_and_nothing_but_a_runs_files(server) -> None:
     assert get(server, "/v1/sandboxes/job-0-1/stdout", secret="guess")[0] == 403
     assert get(server, "/v1/sandboxes/job-0-2/stdout")[0] == 404  # a link the task made: not followed
     for path in ("/v1/sandboxes/../secret.txt/stdout", "/v1/sandboxes/job-0-1/../../secret.txt",
-                 "/v1/sandboxes/job-0-1/environ", "/v1/sandboxes/..%2F/stdout", "/v1/sandboxes/job-0-1/stdout?offset=x"):
+                 "/v1/sandboxes/job-0-1/environ", "/v1/sandboxes/..%2F/stdout",
+                 "/v1/sandboxes/job-0-1/stdout?offset=x"):
         status, body, _ = get(server, path)
         assert status in (400, 404) and b"not yours" not in body, path
 

@@ -92,9 +92,9 @@ def test_invalid_jobs_and_unknown_pools_answer_at_once(api) -> None:
 
 
 def test_only_the_owners_read_and_control_a_job(api) -> None:
+    from peloton.model.jobconfig import parse_job_config
     from pelotonctl.admin import check_job  # noqa: F401 -- the same checks the API ran
     from stages.admit.expand import expand_job
-    from peloton.model.jobconfig import parse_job_config
 
     job, tasks = expand_job("j1", "/a", parse_job_config(JOB), JOB, 1)
     api.store.create_jobs([job], tasks)
@@ -196,7 +196,8 @@ def test_updates_are_read_and_steered_by_the_jobs_owners_only(api) -> None:
     api.store.save_updates([new_workflow(sent["update_id"], "j1", "UPDATE", [0, 1], UpdateOptions(batch_size=1),
                                          1, 2, "alice", 5)])
     [listed] = api.get("/v1/jobs/j1/updates", headers=api.tokens["alice"]).json()["updates"]
-    assert (listed["update_id"], listed["state"], listed["instances_total"]) == (sent["update_id"], "ROLLING_FORWARD", 2)
+    assert (listed["update_id"], listed["state"], listed["instances_total"]) == (
+        sent["update_id"], "ROLLING_FORWARD", 2)
     one = f"/v1/updates/{sent['update_id']}"
     assert api.get(one, headers=api.tokens["alice"]).json()["remaining"] == [0, 1]
     assert api.get(one, headers=api.tokens["bob"]).status_code == 403

@@ -31,8 +31,8 @@ STORE.create_jobs([_job], _tasks)
 BOB, _row = issue("bob", ["team-b"], False, now_ms=1)
 STORE.add_token(_row)
 SENT = RecordingEmitter("api")
-APP = make_app(Settings(home=HOME, store=str(HOME / "peloton.db"), bootstrap="127.0.0.1:9", command_wait_s=0.01), STORE, SENT,
-               Audit(RecordingEmitter("api"), 1.0), StaticView({"h0": HOST}))
+APP = make_app(Settings(home=HOME, store=str(HOME / "peloton.db"), bootstrap="127.0.0.1:9", command_wait_s=0.01),
+               STORE, SENT, Audit(RecordingEmitter("api"), 1.0), StaticView({"h0": HOST}))
 SCHEMA = schemathesis.openapi.from_asgi("/openapi.json", APP).exclude(path_regex="events|lag")
 CASES = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 

@@ -48,7 +48,8 @@ def value_of(schema, rnd: random.Random, depth: int = 0):
     if kind == "array":
         return [value_of(schema["items"], rnd, depth + 1) for _ in range(rnd.choice([0, 1, 3, 70]) if depth < 2 else 1)]
     if kind == "map":
-        return {f"k{i}é": value_of(schema["values"], rnd, depth + 1) for i in range(rnd.choice([0, 1, 70]) if depth < 2 else 1)}
+        return {f"k{i}é": value_of(schema["values"], rnd, depth + 1)
+                for i in range(rnd.choice([0, 1, 70]) if depth < 2 else 1)}
     if kind == "record":
         return {f["name"]: value_of(f["type"], rnd, depth + 1) for f in schema["fields"]}
     raise AssertionError(f"no values for {schema}")

@@ -69,8 +69,8 @@ def test_against_an_older_tree_the_median_pair_decides() -> None:
 
 
 def test_bench_pools_spread_evenly_over_the_pool_keyed_partitions() -> None:
-    from pelotonctl.bench.pipeline import pool_names
     from peloton.topics import partition_for
+    from pelotonctl.bench.pipeline import pool_names
 
     for count, partitions in ((5, 4), (8, 4), (12, 4), (3, 8)):
         names = pool_names(count, partitions)
@@ -139,8 +139,8 @@ def test_a_group_counts_as_settled_only_stable_with_every_instance_holding_a_par
 
 
 def test_the_benchs_job_ids_land_on_the_partitions_they_are_made_for() -> None:
-    from pelotonctl.bench.pipeline import job_id_on
     from peloton.topics import partition_for
+    from pelotonctl.bench.pipeline import job_id_on
 
     ids = [job_id_on(i % 4, 4) for i in range(12)]
     assert [partition_for(j, 4) for j in ids] == [0, 1, 2, 3] * 3 and len(set(ids)) == 12

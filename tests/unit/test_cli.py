@@ -136,7 +136,8 @@ def test_pelotons_own_query_lines_run_as_written(tmp_path) -> None:
 def test_bench_refuses_a_baseline_it_cannot_read_before_starting_anything(tmp_path) -> None:
     (tmp_path / "not-a-bench.json").write_text('{"tasks": 5}')
     for args, said in ((["--targets", "--baseline", str(tmp_path / "missing.json")], "No such file"),
-                       (["--targets", "--baseline", str(tmp_path / "not-a-bench.json")], "not the --json of a pelotonctl bench"),
+                       (["--targets", "--baseline", str(tmp_path / "not-a-bench.json")],
+                        "not the --json of a pelotonctl bench"),
                        (["--baseline", str(tmp_path / "not-a-bench.json")], "--baseline is read by --targets only"),
                        (["--targets", "--rate", "100"], "--targets runs its own steady load"),
                        (["--warmup", "30"], "--warmup 30: must be 0 or more, and needs --rate"),

@@ -3,8 +3,8 @@ cluster sum, admit's distinct capacities): always what a pass over every host fi
 
 from __future__ import annotations
 
-from peloton.model.resources import Resources
 from peloton.model.host_capacities import HostCapacities
+from peloton.model.resources import Resources
 from stages.admit.checks import distinct_capacities
 from stages.entitle.usage import cluster_capacity
 

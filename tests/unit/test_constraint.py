@@ -108,27 +108,36 @@ def test_label_values_may_be_yaml_scalars_and_requirement_defaults_to_zero() -> 
         ({"type": 9}, "constraint.type: expected LABEL_CONSTRAINT (1), AND_CONSTRAINT (2) or OR_CONSTRAINT (3), got 9"),
         ({"type": True}, "constraint.type: expected LABEL_CONSTRAINT (1)"),
         ({"type": 1}, "constraint.labelconstraint: a LABEL constraint needs a labelconstraint"),
-        (label(requirement="abc"), "constraint.labelconstraint.requirement: expected a non-negative integer, got 'abc'"),
+        (label(requirement="abc"),
+         "constraint.labelconstraint.requirement: expected a non-negative integer, got 'abc'"),
         (label(requirement=-1), "constraint.labelconstraint.requirement: expected a non-negative integer, got -1"),
         (label(requirement=True), "constraint.labelconstraint.requirement: expected a non-negative integer, got true"),
         (label(requirement=1.5), "constraint.labelconstraint.requirement: expected a non-negative integer, got 1.5"),
         (label(requirement=10**7), "constraint.labelconstraint.requirement: must be at most 1000000, got 10000000"),
-        (label(requirement=16**5000), "constraint.labelconstraint.requirement: must be at most 1000000, got an integer of"),
+        (label(requirement=16**5000),
+         "constraint.labelconstraint.requirement: must be at most 1000000, got an integer of"),
         (label(kind=3), "constraint.labelconstraint.kind: expected TASK (1) or HOST (2), got 3"),
-        (label(condition="ABOUT"), "constraint.labelconstraint.condition: expected LESS_THAN (1), EQUAL (2) or GREATER_THAN (3), got 'ABOUT'"),
+        (label(condition="ABOUT"),
+         "constraint.labelconstraint.condition: expected LESS_THAN (1), EQUAL (2) or GREATER_THAN (3), got 'ABOUT'"),
         (label(key=""), "constraint.labelconstraint.label.key: a label constraint needs a non-empty label key"),
         (label(key=[1]), "constraint.labelconstraint.label.key: expected a string, got a list"),
         (label(value={"a": 1}), "constraint.labelconstraint.label.value: expected a string, got a mapping"),
-        ({"type": 1, "labelconstraint": {"label": {"key": "k"}}}, "constraint.labelconstraint.kind: a label constraint needs a kind"),
+        ({"type": 1, "labelconstraint": {"label": {"key": "k"}}},
+         "constraint.labelconstraint.kind: a label constraint needs a kind"),
         ({"type": 1, "labelconstraint": [1]}, "constraint.labelconstraint: expected a mapping, got a list"),
         ({"type": 2}, "constraint.andconstraint: an AND constraint needs andconstraint.constraints"),
         ({"type": 3, "orconstraint": "x"}, "constraint.orconstraint: expected a mapping, got 'x'"),
-        ({"type": 2, "andconstraint": {"constraints": label()}}, "constraint.andconstraint.constraints: expected a non-empty list of constraints, got a mapping"),
-        ({"type": 2, "andconstraint": {"constraints": []}}, "constraint.andconstraint.constraints: expected a non-empty list of constraints, got a list"),
-        ({"type": 2, "andconstraint": {}}, "constraint.andconstraint.constraints: expected a non-empty list of constraints, got nothing"),
-        ({"type": 2, "andconstraint": {"constraints": [label(), "x"]}}, "constraint.andconstraint.constraints[1]: expected a mapping, got 'x'"),
+        ({"type": 2, "andconstraint": {"constraints": label()}},
+         "constraint.andconstraint.constraints: expected a non-empty list of constraints, got a mapping"),
+        ({"type": 2, "andconstraint": {"constraints": []}},
+         "constraint.andconstraint.constraints: expected a non-empty list of constraints, got a list"),
+        ({"type": 2, "andconstraint": {}},
+         "constraint.andconstraint.constraints: expected a non-empty list of constraints, got nothing"),
+        ({"type": 2, "andconstraint": {"constraints": [label(), "x"]}},
+         "constraint.andconstraint.constraints[1]: expected a mapping, got 'x'"),
         ({"type": 2, "andconstraint": {"constraints": [label(requirement="abc")]}},
-         "constraint.andconstraint.constraints[0].labelconstraint.requirement: expected a non-negative integer, got 'abc'"),
+         "constraint.andconstraint.constraints[0].labelconstraint.requirement: expected a non-negative integer, "
+         "got 'abc'"),
     ],
 )
 def test_each_problem_is_reported_with_its_path(raw: Any, expected: str) -> None:
@@ -146,8 +155,10 @@ def test_constraints_nested_deeper_than_sixteen_levels_are_refused() -> None:
 def test_every_problem_of_a_tree_is_reported_at_once() -> None:
     raw = {"type": 3, "orconstraint": {"constraints": [label(requirement="abc"), label(kind=7), "x"]}}
     assert problems_of(raw, "defaultconfig.constraint") == [
-        "defaultconfig.constraint.orconstraint.constraints[0].labelconstraint.requirement: expected a non-negative integer, got 'abc'",
-        "defaultconfig.constraint.orconstraint.constraints[1].labelconstraint.kind: expected TASK (1) or HOST (2), got 7",
+        "defaultconfig.constraint.orconstraint.constraints[0].labelconstraint.requirement: "
+        "expected a non-negative integer, got 'abc'",
+        "defaultconfig.constraint.orconstraint.constraints[1].labelconstraint.kind: expected TASK (1) or HOST (2), "
+        "got 7",
         "defaultconfig.constraint.orconstraint.constraints[2]: expected a mapping, got 'x'",
     ]
 
@@ -198,8 +209,10 @@ HOSTILE_JSON: list[Any] = [
     "[]",
     "{}",
     '{"type": "LABEL"}',
-    '{"type": "LABEL", "labelconstraint": {"kind": "HOST", "condition": "EQUAL", "requirement": "1", "label": {"key": "k"}}}',
-    '{"type": "LABEL", "labelconstraint": {"kind": "HOST", "condition": "EQUAL", "requirement": Infinity, "label": {"key": "k"}}}',
+    '{"type": "LABEL", "labelconstraint": {"kind": "HOST", "condition": "EQUAL", "requirement": "1", '
+    '"label": {"key": "k"}}}',
+    '{"type": "LABEL", "labelconstraint": {"kind": "HOST", "condition": "EQUAL", "requirement": Infinity, '
+    '"label": {"key": "k"}}}',
     '{"type": "AND", "andconstraint": {"constraints": [null]}}',
     '{"type": "OR", "orconstraint": {"constraints": 5}}',
     b"\xff\xfe\x00",
@@ -231,7 +244,8 @@ def test_deep_json_is_refused_with_a_clear_message() -> None:
 def test_evaluation_of_every_condition() -> None:
     host = {"zone": "z1"}
     for condition, requirement, expected in [("EQUAL", 1, True), ("EQUAL", 0, False), ("LESS_THAN", 1, False),
-                                             ("LESS_THAN", 2, True), ("GREATER_THAN", 0, True), ("GREATER_THAN", 1, False)]:
+                                             ("LESS_THAN", 2, True), ("GREATER_THAN", 0, True),
+                                             ("GREATER_THAN", 1, False)]:
         c = LabelConstraint("HOST", condition, "zone", "z1", requirement)
         assert evaluate(c, host, []) is expected, (condition, requirement)
 

@@ -212,7 +212,8 @@ def test_sources_give_hosts_jobs_and_why_tasks_wait(sources) -> None:
     paused = new_workflow("u1", "waits", RESTART, [0, 1, 2], UpdateOptions(start_paused=True), 1, 1, "ann", 5)
     sources.store.save_updates([paused])
     jobs = {j["job_id"]: j for j in sources.jobs()}
-    assert jobs["done"]["tasks"] == {"SUCCEEDED": 2} and jobs["waits"]["tasks"] == {"PENDING": 1, "READY": 1, "RUNNING": 1}
+    assert jobs["done"]["tasks"] == {"SUCCEEDED": 2}
+    assert jobs["waits"]["tasks"] == {"PENDING": 1, "READY": 1, "RUNNING": 1}
     assert jobs["waits"]["update"] == {"update_id": "u1", "kind": "RESTART", "state": "PAUSED",
                                        "message": "started paused by ann", "done": 0, "total": 3}
     assert jobs["done"]["update"] is None
@@ -344,10 +345,10 @@ def test_the_dashboard_wants_a_token_and_shows_each_user_only_their_pools_jobs(t
     import urllib.parse
     import urllib.request
 
+    from peloton.auth.identities import Identities
     from peloton.auth.tokens import issue
     from peloton.model.pool import parse_pool_config
     from peloton.store import open_store
-    from peloton.auth.identities import Identities
     from pelotonctl.dashboard.gate import Gate
     from pelotonctl.dashboard.server import Dashboard, start
 

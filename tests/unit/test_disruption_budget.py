@@ -10,8 +10,8 @@ from stages.admit.workflow import UPDATE, UpdateOptions, advance, new_workflow
 
 
 def task(i: int, state: str = "RUNNING", host: str = "h1", run: int = 1) -> SimpleNamespace:
-    return SimpleNamespace(instance=i, state=state, health="", host_id=host, task_id=f"j-{i}-{run}", run_id=run, failures=0,
-                           reason="")
+    return SimpleNamespace(instance=i, state=state, health="", host_id=host, task_id=f"j-{i}-{run}", run_id=run,
+                           failures=0, reason="")
 
 
 def test_what_counts_as_down_is_what_should_run_and_does_not() -> None:

@@ -483,7 +483,8 @@ def assert_same(result, expected):
     assert set(result) == set(expected)
     for path, vectors in expected.items():
         got = result[path]
-        for mine, theirs in zip((got.entitlement, got.non_slack_entitlement, got.slack_entitlement), vectors):
+        ours = (got.entitlement, got.non_slack_entitlement, got.slack_entitlement)
+        for mine, theirs in zip(ours, vectors, strict=True):
             for k in KINDS:
                 assert getattr(mine, FIELD[k]) == pytest.approx(theirs[k], rel=1e-9, abs=1e-9), (path, k)
 

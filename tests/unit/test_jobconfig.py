@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from peloton.model.health import COMMAND, HealthCheck
 from peloton.model.constraint import AndConstraint, LabelConstraint
+from peloton.model.health import COMMAND, HealthCheck
 from peloton.model.jobconfig import job_spec_from_dict, parse_job_config
 from peloton.model.jobspec import CommandSpec, JobConfigError, JobLimits, JobSpec, PortSpec, gang_instances
 from peloton.model.resources import Resources
@@ -149,8 +149,10 @@ def test_constraint_respool_and_service_examples() -> None:
 @pytest.mark.parametrize(
     "name, expected",
     [
-        ("testjob_host_affinity_constraint.yaml", LabelConstraint("HOST", "EQUAL", "hostname", "peloton-mesos-agent0", 1)),
-        ("testjob_stateless_service_host_limit.yaml", LabelConstraint("TASK", "EQUAL", "instance", "ubunny.production.ubunny", 0)),
+        ("testjob_host_affinity_constraint.yaml",
+         LabelConstraint("HOST", "EQUAL", "hostname", "peloton-mesos-agent0", 1)),
+        ("testjob_stateless_service_host_limit.yaml",
+         LabelConstraint("TASK", "EQUAL", "instance", "ubunny.production.ubunny", 0)),
         ("testjob_persistent_volume_docker.yaml", LabelConstraint("TASK", "EQUAL", "testKey11", "testVal11", 0)),
     ],
 )
@@ -311,7 +313,8 @@ def test_job_level_fields() -> None:
         sla={"priority": 5, "preemptible": True, "revocable": True},
     )
     spec = job_spec_from_dict(doc)
-    assert (spec.type, spec.owner, spec.placement_strategy, spec.respool) == ("SERVICE", "alice", "SPREAD_JOB", "/pool/leaf")
+    assert (spec.type, spec.owner, spec.placement_strategy, spec.respool) == (
+        "SERVICE", "alice", "SPREAD_JOB", "/pool/leaf")
     assert (spec.priority, spec.preemptible, spec.revocable) == (5, True, True)
     batch = job_spec_from_dict(minimal(sla={"maxrunningtime": 60}))
     assert batch.max_running_time_s == 60
@@ -381,18 +384,24 @@ def set_path(doc: dict, dotted: str, value: Any) -> dict:
         ("defaultconfig.resource.cpulimit", "abc", "defaultconfig.resource.cpulimit: expected a number, got 'abc'"),
         ("defaultconfig.resource.memlimitmb", -1, "defaultconfig.resource.memlimitmb: expected a non-negative number"),
         ("defaultconfig.resource", [1], "defaultconfig.resource: expected a mapping, got a list"),
-        ("defaultconfig.command.value", "", "defaultconfig.command.value: every instance needs a non-empty command value"),
+        ("defaultconfig.command.value", "",
+         "defaultconfig.command.value: every instance needs a non-empty command value"),
         ("defaultconfig.command", {"shell": False}, "defaultconfig.command.value: every instance needs a non-empty"),
         ("defaultconfig.command.shell", "yes", "defaultconfig.command.shell: expected true or false, got 'yes'"),
-        ("defaultconfig.controller", True, "defaultconfig.controller: only instance 0 may be the controller (instances 1-2)"),
+        ("defaultconfig.controller", True,
+         "defaultconfig.controller: only instance 0 may be the controller (instances 1-2)"),
         ("instanceconfig.2.controller", True, "instanceconfig.2.controller: only instance 0 may be the controller"),
-        ("defaultconfig.restartpolicy.maxfailures", -1, "defaultconfig.restartpolicy.maxfailures: expected a non-negative"),
+        ("defaultconfig.restartpolicy.maxfailures", -1,
+         "defaultconfig.restartpolicy.maxfailures: expected a non-negative"),
         ("defaultconfig.ports", [{"value": 80}], "defaultconfig.ports[0].name: a port needs a name"),
-        ("defaultconfig.ports", [{"name": "http"}], "defaultconfig.ports[0].envname: a dynamic port (value 0) needs an envname"),
+        ("defaultconfig.ports", [{"name": "http"}],
+         "defaultconfig.ports[0].envname: a dynamic port (value 0) needs an envname"),
         ("defaultconfig.ports", [{"name": "h", "value": 70000}], "defaultconfig.ports[0].value: must be at most 65535"),
-        ("defaultconfig.ports", [{"name": "h", "value": "80"}], "defaultconfig.ports[0].value: expected an integer, got '80'"),
+        ("defaultconfig.ports", [{"name": "h", "value": "80"}],
+         "defaultconfig.ports[0].value: expected an integer, got '80'"),
         ("defaultconfig.ports", {"name": "h"}, "defaultconfig.ports: expected a list, got a mapping"),
-        ("defaultconfig.healthcheck", {"enabled": True, "type": 1}, "defaultconfig.healthcheck: BATCH tasks may not have an enabled health check"),
+        ("defaultconfig.healthcheck", {"enabled": True, "type": 1},
+         "defaultconfig.healthcheck: BATCH tasks may not have an enabled health check"),
         ("instanceconfig.1.healthCheck", {"enabled": True}, "instanceconfig.1.healthcheck: BATCH tasks may not have"),
         ("sla.maximumrunninginstances", 4, "sla.maximumrunninginstances: must not exceed instancecount (3), got 4"),
         ("sla.minimumrunninginstances", 4, "sla.minimumrunninginstances: must not exceed instancecount (3), got 4"),
@@ -402,27 +411,44 @@ def set_path(doc: dict, dotted: str, value: Any) -> dict:
         ("sla", "high", "sla: expected a mapping, got 'high'"),
         ("labels", [{"value": "v"}], "labels[0].key: a label needs a non-empty key"),
         ("placementstrategy", 7, "placementstrategy: expected PACK_HOST (1) or SPREAD_JOB (2), got 7"),
-        ("defaultconfig.command.environment", ["A=1"], "defaultconfig.command.environment: expected a mapping, got a list"),
-        ("defaultconfig.resource.cpulimit", float("inf"), "defaultconfig.resource.cpulimit: expected a finite number, got inf"),
-        ("defaultconfig.resource.memlimitmb", float("-inf"), "defaultconfig.resource.memlimitmb: expected a finite number, got -inf"),
-        ("defaultconfig.resource.disklimitmb", float("nan"), "defaultconfig.resource.disklimitmb: expected a finite number, got nan"),
-        ("defaultconfig.resource.fdlimit", float("inf"), "defaultconfig.resource.fdlimit: expected a finite number, got inf"),
-        ("defaultconfig.resource.cpulimit", 1e9, "defaultconfig.resource.cpulimit: must be at most 1024 (the per-task cap, PELOTON_MAX_TASK_CPU), got 1000000000.0"),
-        ("defaultconfig.resource.memlimitmb", 2**22 + 1, "defaultconfig.resource.memlimitmb: must be at most 4194304 (the per-task cap, PELOTON_MAX_TASK_MEM_MB), got 4194305"),
-        ("defaultconfig.resource.disklimitmb", 16**500, "defaultconfig.resource.disklimitmb: must be at most 104857600 (the per-task cap, PELOTON_MAX_TASK_DISK_MB), got "),
-        ("defaultconfig.resource.gpulimit", 65, "defaultconfig.resource.gpulimit: must be at most 64 (the per-task cap, PELOTON_MAX_TASK_GPU), got 65"),
-        ("defaultconfig.resource.fdlimit", 2**21, "defaultconfig.resource.fdlimit: must be at most 1048576 (the per-task cap)"),
-        ("defaultconfig.resource", {"cpulimit": 0, "memlimitmb": 0}, "defaultconfig.resource: a task must ask for some resource"),
+        ("defaultconfig.command.environment", ["A=1"],
+         "defaultconfig.command.environment: expected a mapping, got a list"),
+        ("defaultconfig.resource.cpulimit", float("inf"),
+         "defaultconfig.resource.cpulimit: expected a finite number, got inf"),
+        ("defaultconfig.resource.memlimitmb", float("-inf"),
+         "defaultconfig.resource.memlimitmb: expected a finite number, got -inf"),
+        ("defaultconfig.resource.disklimitmb", float("nan"),
+         "defaultconfig.resource.disklimitmb: expected a finite number, got nan"),
+        ("defaultconfig.resource.fdlimit", float("inf"),
+         "defaultconfig.resource.fdlimit: expected a finite number, got inf"),
+        ("defaultconfig.resource.cpulimit", 1e9,
+         "defaultconfig.resource.cpulimit: must be at most 1024 (the per-task cap, PELOTON_MAX_TASK_CPU), "
+         "got 1000000000.0"),
+        ("defaultconfig.resource.memlimitmb", 2**22 + 1,
+         "defaultconfig.resource.memlimitmb: must be at most 4194304 (the per-task cap, PELOTON_MAX_TASK_MEM_MB), "
+         "got 4194305"),
+        ("defaultconfig.resource.disklimitmb", 16**500,
+         "defaultconfig.resource.disklimitmb: must be at most 104857600 (the per-task cap, PELOTON_MAX_TASK_DISK_MB), "
+         "got "),
+        ("defaultconfig.resource.gpulimit", 65,
+         "defaultconfig.resource.gpulimit: must be at most 64 (the per-task cap, PELOTON_MAX_TASK_GPU), got 65"),
+        ("defaultconfig.resource.fdlimit", 2**21,
+         "defaultconfig.resource.fdlimit: must be at most 1048576 (the per-task cap)"),
+        ("defaultconfig.resource", {"cpulimit": 0, "memlimitmb": 0},
+         "defaultconfig.resource: a task must ask for some resource"),
         ("instanceconfig.1.resource", {"fdlimit": 10}, "instanceconfig.1.resource: a task must ask for some resource"),
         ("sla.priority", 2**31, "sla.priority: must be at most 2147483647, got 2147483648"),
         ("sla.maxrunningtime", 2**31, "sla.maxrunningtime: must be at most 2147483647, got 2147483648"),
-        ("defaultconfig.killgraceperiodseconds", 86400 * 7 + 1, "defaultconfig.killgraceperiodseconds: must be at most 604800, got 604801"),
+        ("defaultconfig.killgraceperiodseconds", 86400 * 7 + 1,
+         "defaultconfig.killgraceperiodseconds: must be at most 604800, got 604801"),
         ("defaultconfig.constraint", "x", "defaultconfig.constraint: expected a mapping, got 'x'"),
-        ("defaultconfig.constraint", {"type": 1, "labelconstraint": {"kind": 2, "condition": 2, "requirement": "abc", "label": {"key": "k"}}},
+        ("defaultconfig.constraint",
+         {"type": 1, "labelconstraint": {"kind": 2, "condition": 2, "requirement": "abc", "label": {"key": "k"}}},
          "defaultconfig.constraint.labelconstraint.requirement: expected a non-negative integer, got 'abc'"),
         ("defaultconfig.constraint", {"type": 2, "andconstraint": {"constraints": ["x"]}},
          "defaultconfig.constraint.andconstraint.constraints[0]: expected a mapping, got 'x'"),
-        ("instanceconfig.2.constraint", {"type": 3}, "instanceconfig.2.constraint.orconstraint: an OR constraint needs orconstraint.constraints"),
+        ("instanceconfig.2.constraint", {"type": 3},
+         "instanceconfig.2.constraint.orconstraint: an OR constraint needs orconstraint.constraints"),
     ],
 )
 def test_validation_error_names_the_path(dotted: str, value: Any, expected: str) -> None:
@@ -438,7 +464,8 @@ def test_minimum_above_maximum_running_instances() -> None:
 def test_missing_command_for_some_instances() -> None:
     doc = minimal(instanceconfig={0: {"command": {"value": "only zero"}}})
     del doc["defaultconfig"]["command"]
-    assert errors_of(doc) == ["defaultconfig.command: every instance needs a command with a non-empty value (instances 1-2)"]
+    assert errors_of(doc) == [
+        "defaultconfig.command: every instance needs a command with a non-empty value (instances 1-2)"]
 
 
 def test_instances_on_a_clean_default_are_checked_once_and_overrides_each() -> None:
@@ -490,7 +517,8 @@ def test_non_mapping_document_is_refused(text: str, got: str) -> None:
 def test_wrong_types_never_raise_python_errors() -> None:
     weird: list[Any] = [None, 1, "x", [], {}, [None], {"a": None}, True, 1.5]
     keys = ["name", "type", "sla", "labels", "defaultconfig", "instanceconfig", "respoolid", "placementstrategy"]
-    task_keys = ["resource", "command", "ports", "container", "healthcheck", "constraint", "restartpolicy", "labels", "controller"]
+    task_keys = ["resource", "command", "ports", "container", "healthcheck", "constraint", "restartpolicy",
+                 "labels", "controller"]
     for value in weird:
         for key in keys:
             _parse_or_config_error(minimal(**{key: value}))
@@ -555,7 +583,8 @@ def test_the_per_task_caps_can_be_changed() -> None:
     doc = with_default(resource={"cpulimit": 8, "memlimitmb": 64})
     assert job_spec_from_dict(doc).tasks[0].resources.cpu == 8.0
     errors = pytest.raises(JobConfigError, job_spec_from_dict, doc, JobLimits(cpu=4)).value.errors
-    assert errors == ["defaultconfig.resource.cpulimit: must be at most 4 (the per-task cap, PELOTON_MAX_TASK_CPU), got 8"]
+    assert errors == [
+        "defaultconfig.resource.cpulimit: must be at most 4 (the per-task cap, PELOTON_MAX_TASK_CPU), got 8"]
     assert JobLimits() == JobLimits(cpu=1024, mem_mb=4_194_304, disk_mb=104_857_600, gpu=64)
 
 
@@ -598,7 +627,8 @@ def test_an_alias_bomb_inside_a_constraint_is_refused() -> None:
 
 
 def test_constraints_nested_too_deeply_in_a_file_are_refused() -> None:
-    c: dict = {"type": 1, "labelconstraint": {"kind": 2, "condition": 2, "requirement": 1, "label": {"key": "k", "value": "v"}}}
+    c: dict = {"type": 1, "labelconstraint": {"kind": 2, "condition": 2, "requirement": 1,
+                                              "label": {"key": "k", "value": "v"}}}
     for _ in range(20):
         c = {"type": 2, "andconstraint": {"constraints": [c]}}
     errors = errors_of(with_default(constraint=c))
@@ -609,7 +639,8 @@ def test_constraints_nested_too_deeply_in_a_file_are_refused() -> None:
 def test_nested_constraints_within_the_limit_parse() -> None:
     pin = {"type": 1, "labelConstraint": {"kind": "HOST", "condition": "CONDITION_EQUAL", "requirement": 1,
                                           "label": {"key": "zone", "value": "z1"}}}
-    spec = job_spec_from_dict(with_default(constraint={"type": "AND_CONSTRAINT", "andConstraint": {"constraints": [pin]}}))
+    spec = job_spec_from_dict(
+        with_default(constraint={"type": "AND_CONSTRAINT", "andConstraint": {"constraints": [pin]}}))
     assert spec.tasks[2].constraint == AndConstraint((LabelConstraint("HOST", "EQUAL", "zone", "z1", 1),))
 
 
@@ -619,9 +650,12 @@ def test_nested_constraints_within_the_limit_parse() -> None:
         ("[" * 5000 + "]" * 5000, "line 1: nesting deeper than 64 levels"),
         ("".join(" " * i + "a:\n" for i in range(1000)), "line 65: nesting deeper than 64 levels"),
         ("a: &a [1, *a]\n", "line 1: alias *a refers to a node that contains it (a recursive alias)"),
-        ("name: x\nsla: {priority: 2001-13-01}\n", "line 2, column 17: invalid YAML: cannot read this value: month must be in 1..12"),
-        ("instancecount: " + "9" * 5000 + "\n", "line 1, column 16: invalid YAML: cannot read this value: Exceeds the limit"),
-        ("name: " + "x" * 1_100_000, "yaml: the document is 1100006 bytes, more than the limit of 1048576 (PELOTON_MAX_CONFIG_BYTES)"),
+        ("name: x\nsla: {priority: 2001-13-01}\n",
+         "line 2, column 17: invalid YAML: cannot read this value: month must be in 1..12"),
+        ("instancecount: " + "9" * 5000 + "\n",
+         "line 1, column 16: invalid YAML: cannot read this value: Exceeds the limit"),
+        ("name: " + "x" * 1_100_000,
+         "yaml: the document is 1100006 bytes, more than the limit of 1048576 (PELOTON_MAX_CONFIG_BYTES)"),
     ],
 )
 def test_hostile_yaml_is_a_job_config_error(text: str, expected: str) -> None:
@@ -655,7 +689,8 @@ def test_the_yaml_limits_can_be_changed() -> None:
         "defaultconfig: {ports: [{name: p, value: 0x" + "f" * 5000 + "}]}\n",
         "defaultconfig: {command: {value: x, environment: {A: 0x" + "f" * 5000 + "}}}\n",
         "defaultconfig: {constraint: {labelconstraint: {kind: 2, condition: 2, requirement: 0x" + "f" * 5000 + "}}}\n",
-        "defaultconfig: {constraint: &c {type: 2, andconstraint: {constraints: [1]}}}\ninstanceconfig: {1: {constraint: *c}}\n",
+        "defaultconfig: {constraint: &c {type: 2, andconstraint: {constraints: [1]}}}\n"
+        "instanceconfig: {1: {constraint: *c}}\n",
         "instanceconfig: {'\u00b2': {name: x}, '" + "9" * 5000 + "': {name: y}}\n",
         "defaultconfig: {healthcheck: &h {enabled: true}}\ninstanceconfig: {1: {healthcheck: *h}}\n",
         "sla: {priority: .nan, maxrunningtime: -.inf}\n",
@@ -730,7 +765,8 @@ def test_fields_peloton_honours_and_we_do_not_are_named_never_dropped_in_silence
 def test_a_tasks_image_is_read_from_docker_or_from_a_mesos_containers_docker_name() -> None:
     mesos = {"type": 2, "mesos": {"image": {"type": 2, "docker": {"name": "nvidia/cuda"}}}}
     assert job_spec_from_dict(with_default(container=mesos)).tasks[0].image == "nvidia/cuda"
-    assert job_spec_from_dict(with_default(container={"docker": {"image": "busybox:1.36"}})).tasks[0].image == "busybox:1.36"
+    docker = {"docker": {"image": "busybox:1.36"}}
+    assert job_spec_from_dict(with_default(container=docker)).tasks[0].image == "busybox:1.36"
     assert job_spec_from_dict(with_default()).tasks[0].image == ""
     with pytest.raises(JobConfigError, match="container.docker.image: expected an image name"):
         job_spec_from_dict(with_default(container={"docker": {"image": "../etc"}}))

@@ -26,9 +26,9 @@ def test_settings_that_do_not_fit_are_named_with_their_numbers() -> None:
     assert any("agent lease (5s" in p and "3 heartbeats" in p for p in problems), problems
     assert any("PELOTON_MAX_DRAIN_SHARE=0" in p for p in problems)
     assert any("PELOTON_LAUNCH_TIMEOUT_S" in p for p in Settings(launch_timeout_s=5).problems())
-    assert ["PELOTON_RELEASED_KEEP_S=777600 must be below 777600s (nine days): a deleted job's id is taken again "
-            "after that, and its new runs would look like the old job's ended ones"] == Settings(
-        released_keep_s=9 * 86400).problems()
+    assert Settings(released_keep_s=9 * 86400).problems() == [
+        "PELOTON_RELEASED_KEEP_S=777600 must be below 777600s (nine days): a deleted job's id is taken again "
+        "after that, and its new runs would look like the old job's ended ones"]
     assert any("PELOTON_JOB_RETENTION_S=-1 must be 0" in p for p in Settings(job_retention_s=-1).problems())
     assert any("PELOTON_SANDBOX_KEEP_S=-1 must be 0" in p for p in Settings(sandbox_keep_s=-1).problems())
     assert any("agent lease (1.5s" in p and "at least 3s" in p

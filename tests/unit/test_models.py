@@ -25,7 +25,8 @@ def test_pelotons_pool_files_parse_unchanged(peloton_examples, name: str) -> Non
 
 
 def test_pool_errors_name_every_problem() -> None:
-    text = "resources:\n- kind: cpu\n  reservation: 5\n  limit: 2\n- kind: tpu\n  limit: 1\ncontrollerlimit: {maxpercent: 150}\n"
+    text = ("resources:\n- kind: cpu\n  reservation: 5\n  limit: 2\n- kind: tpu\n  limit: 1\n"
+            "controllerlimit: {maxpercent: 150}\n")
     with pytest.raises(PoolConfigError) as exc:
         parse_pool_config(text, "/p")
     message = str(exc.value)
@@ -41,9 +42,11 @@ def test_pool_errors_name_every_problem() -> None:
         ("resources: [cpu]\n", "resources[0]: expected a mapping, got 'cpu'"),
         ("resources: [{kind: [cpu]}]\n", "resources[0].kind: must be one of cpu, memory, disk, gpu, got a list"),
         ("resources: [{kind: cpu, limit: .inf}]\n", "resources[0].limit: expected a finite number, got inf"),
-        ("resources: [{kind: cpu, reservation: .nan}]\n", "resources[0].reservation: expected a finite number, got nan"),
+        ("resources: [{kind: cpu, reservation: .nan}]\n",
+         "resources[0].reservation: expected a finite number, got nan"),
         ("resources: [{kind: cpu, share: -.inf}]\n", "resources[0].share: expected a finite number, got -inf"),
-        ("resources: [{kind: cpu, limit: 0x" + "f" * 400 + "}]\n", "resources[0].limit: expected a finite number, got 4446"),
+        ("resources: [{kind: cpu, limit: 0x" + "f" * 400 + "}]\n",
+         "resources[0].limit: expected a finite number, got 4446"),
         ("resources: [{kind: cpu, limit: '4'}]\n", "resources[0].limit: expected a number, got '4'"),
         ("controllerlimit: 5\n", "controllerlimit: expected a mapping, got 5"),
         ("controllerlimit: [50]\n", "controllerlimit: expected a mapping, got a list"),

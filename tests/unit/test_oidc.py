@@ -99,7 +99,8 @@ def test_the_api_takes_an_issuers_token_and_applies_the_pools_permissions(issuer
         assert api.post("/v1/jobs", json={"pool": "/a", "config": JOB}, headers=alice).status_code == 201
         refused = api.post("/v1/jobs", json={"pool": "/b", "config": JOB}, headers=alice)
         assert refused.status_code == 403 and "alice is in none of team-b" in refused.json()["detail"]
-        assert api.post("/v1/jobs", json={"pool": "/b", "config": JOB}, headers=ops).status_code == 201  # an admin group
+        # an admin group
+        assert api.post("/v1/jobs", json={"pool": "/b", "config": JOB}, headers=ops).status_code == 201
         expired = {"Authorization": "Bearer " + sign({"sub": "alice", "exp": int(time.time()) - 3600})}
         answer = api.get("/v1/jobs", headers=expired)
         assert answer.status_code == 401 and "expired" in answer.json()["detail"]

@@ -10,8 +10,8 @@ import pytest
 
 from peloton.model.constraint import AndConstraint, ConstraintError, LabelConstraint, OrConstraint, evaluate
 from peloton.model.resources import Resources
-from stages.place.host_view import HostView
 from stages.place import placement
+from stages.place.host_view import HostView
 from stages.place.placement import HostRing, LastCandidates, place_gang
 from stages.place.task_need import LaunchSpecError, TaskNeed
 

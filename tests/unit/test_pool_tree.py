@@ -19,7 +19,7 @@ def pool(path: str, cpu: tuple[float, float] = (0, 100), mem: tuple[float, float
          name: str | None = None) -> dict:
     """A parsed pool record with the given (reservation, limit) for cpu and memory."""
     resources = "".join(
-        f"- {{kind: {kind}, reservation: {r}, limit: {l}}}\n" for kind, (r, l) in (("cpu", cpu), ("memory", mem))
+        f"- {{kind: {kind}, reservation: {r}, limit: {lim}}}\n" for kind, (r, lim) in (("cpu", cpu), ("memory", mem))
     )
     text = f"resources:\n{resources}" + (f"name: {name}\n" if name else "")
     return parse_pool_config(text, path)

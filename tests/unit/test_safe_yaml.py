@@ -12,7 +12,6 @@ from peloton.model.safe_yaml import YamlLimitError, YamlLimits, load_yaml, yaml_
 from tests.conftest import EXAMPLES
 
 
-
 def billion_laughs(levels: int = 9) -> str:
     """The classic: each level is nine aliases of the one before, 9**levels strings in all."""
     lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
@@ -155,6 +154,7 @@ def test_documents_are_read_by_libyaml_and_errors_said_by_the_python_reader(monk
 def test_the_limits_are_a_value_error() -> None:
     assert issubclass(YamlLimitError, ValueError)
     limits = YamlLimits()
-    assert (limits.max_bytes, limits.max_depth, limits.max_aliases, limits.max_nodes) == (1_048_576, 64, 1000, 1_000_000)
+    assert (limits.max_bytes, limits.max_depth, limits.max_aliases, limits.max_nodes) == (
+        1_048_576, 64, 1000, 1_000_000)
     with pytest.raises(AttributeError):
         limits.max_depth = 1  # type: ignore[misc]  # frozen

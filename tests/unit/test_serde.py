@@ -20,9 +20,9 @@ SNAPSHOTS = Path(__file__).parent / "schema_snapshots"
 def sample(schema, named: dict):
     """A valid value for a parsed schema: defaults where given, else a small typed value."""
     if isinstance(schema, str):
-        return {"string": "s", "int": 7, "long": 7, "double": 1.5, "float": 1.5, "boolean": True,
-                "bytes": b"\x00\x01", "null": None}.get(schema) if schema in (
-                    "string", "int", "long", "double", "float", "boolean", "bytes", "null") else sample(named[schema], named)
+        primitives = {"string": "s", "int": 7, "long": 7, "double": 1.5, "float": 1.5, "boolean": True,
+                      "bytes": b"\x00\x01", "null": None}
+        return primitives[schema] if schema in primitives else sample(named[schema], named)
     if isinstance(schema, list):
         return sample(schema[-1], named)  # the non-null branch of our ["null", X] unions
     t = schema["type"]
@@ -146,7 +146,7 @@ def test_an_older_version_that_embeds_an_older_nested_type_still_reads() -> None
                                     (14, gang, "peloton.GangDemand")):
         decoded_name, decoded = reg.decode(written_by_older_version(reg, schema_id, record))
         assert decoded_name == name
-        g = decoded["gang"] if "gang" in decoded else decoded
+        g = decoded.get("gang", decoded)
         assert g["revocable"] is False and g["priority"] == 3 and g["avoid_hosts"] == []
 
 

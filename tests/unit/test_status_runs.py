@@ -30,7 +30,8 @@ def test_a_hosts_interleaved_changes_make_one_record_per_job_and_status_each_run
     for _, r in runs.records:
         assert registry().decode(registry().encode("peloton.TaskStatusRuns", r))[1] == r
     # each run's time as its offset from the record's (a byte or two), earlier ones too
-    assert (runs.records[0][1]["timestamp_ms"], [run["offset_ms"] for run in runs.records[0][1]["runs"]]) == (10, [0, 1, 2])
+    first = runs.records[0][1]
+    assert (first["timestamp_ms"], [run["offset_ms"] for run in first["runs"]]) == (10, [0, 1, 2])
     late = StatusRuns()
     late.add("j", 0, 1, "h1", "TASK_RUNNING", 1_700_000_000_500)
     late.add("j", 1, 1, "h1", "TASK_RUNNING", 1_700_000_000_450)
@@ -69,8 +70,10 @@ def test_a_start_reported_at_one_instant_goes_as_its_running_record_and_reads_as
         runs.add("j", i, 1, "h1", "TASK_RUNNING", 10 + i, health="HEALTHY")
     runs.add("j", 3, 1, "h1", "TASK_STARTING", 20)  # its RUNNING not yet: sent alone
     [(_, both), (_, alone)] = runs.records
-    assert (both["state"], both["with_starting"], [r["instance"] for r in both["runs"]]) == ("TASK_RUNNING", True, [0, 1, 2])
-    assert (alone["state"], alone["with_starting"], [r["instance"] for r in alone["runs"]]) == ("TASK_STARTING", False, [3])
+    assert (both["state"], both["with_starting"], [r["instance"] for r in both["runs"]]) == (
+        "TASK_RUNNING", True, [0, 1, 2])
+    assert (alone["state"], alone["with_starting"], [r["instance"] for r in alone["runs"]]) == (
+        "TASK_STARTING", False, [3])
     read = statuses_of_runs(registry().decode(registry().encode("peloton.TaskStatusRuns", both))[1])
     assert [(s["state"], s["task_id"], s["timestamp_ms"], s["health"]) for s in read] == [
         ("TASK_STARTING", "j-0-1", 10, ""), ("TASK_STARTING", "j-1-1", 11, ""), ("TASK_STARTING", "j-2-1", 12, ""),
@@ -90,10 +93,16 @@ def test_a_record_written_before_with_starting_reads_as_its_own_status_alone() -
     r = reg()
     old_id = r.by_name["peloton.TaskStatusRuns"][0] - 1  # ids.yaml: the version before, @1
     assert r.by_id[old_id][0] == "peloton.TaskStatusRuns"
-    import fastavro, io, json, struct
+    import io
+    import json
+    import struct
+
+    import fastavro
+
     from peloton.serde import SCHEMA_DIR
 
-    old = fastavro.parse_schema(json.loads((SCHEMA_DIR / "TaskStatusRuns.v1.avsc").read_text()), named_schemas=dict(r.named))
+    old = fastavro.parse_schema(json.loads((SCHEMA_DIR / "TaskStatusRuns.v1.avsc").read_text()),
+                                named_schemas=dict(r.named))
     buf = io.BytesIO()
     fastavro.schemaless_writer(buf, old, {"event_id": "e", "job_id": "j", "state": "TASK_RUNNING", "reason": "",
                                           "message": "", "exit_code": None, "signal": None, "health": "",
