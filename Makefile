@@ -78,8 +78,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+# The pure unit tests: none that starts a server of its own (marked servers: the store contract on
+# PostgreSQL and Cassandra) or is a soak run (slow); in two workers, under a minute. `make test`
+# runs them all.
 unit: $(STAMP) system
-	$(BIN)/python -m pytest -q tests/unit
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal -m "not servers and not slow" tests/unit
 
 integration: $(STAMP) system jars
 	$(BIN)/python -m pytest -q tests/integration

@@ -362,8 +362,8 @@ def _record_reader(src: _Source, schema: dict) -> str:
     fields = schema["fields"]
     spans = _spans(src, schema)
     # The longest span of three fields or more also keeps the record as a dict with that span's
-    # values in place (its other fields None): a record is then that dict copied, the rest set
-    # (0.4 us for a launch spec of 19 fields, against 1.4 written out whole).
+    # values in place (its other fields None): a record is then that dict copied, the rest set,
+    # which is cheaper than writing a wide record out whole.
     widest = max(spans.items(), key=lambda span: span[1] - span[0], default=None)
     templated = widest if widest is not None and widest[1] - widest[0] >= 3 else None
     names = []  # (field, local) of the fields set one by one

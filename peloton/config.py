@@ -55,9 +55,9 @@ class Settings:
     # group.min.session.timeout.ms says otherwise, as the dev stack's and tests' brokers do).
     # Well above a broker's failover (the dev stack's: 4-7 s, broker.session.timeout.ms 4 s and
     # the election, then the new coordinator loads the group): a member whose coordinator died
-    # keeps its session, and no rebalance follows. 10 s was not enough: a member that had last
-    # heard its coordinator 1.5 s before the kill lost its session (measured). A SIGKILLed
-    # instance's partitions move this long after its death (Kafka's own default is 45 s).
+    # keeps its session, and no rebalance follows; half this is not enough for a member that
+    # last heard its coordinator a moment before it died. A SIGKILLed instance's partitions move
+    # this long after its death (Kafka's own default is 45 s).
     session_timeout_ms: int = 20000
     # A stage's output and its consumed offsets commit in one Kafka transaction per batch
     # (false: at least once, offsets committed after the output is flushed). A transaction left

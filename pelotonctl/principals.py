@@ -84,7 +84,7 @@ def grants(catalogue: Catalogue) -> dict[str, list[Grant]]:
     out["agent"].add(Grant("agent", "group", f"{peloton}agent.", "read", prefixed=True))
     out["api"] |= {Grant("api", "group", f"{peloton}api-stream.", "read", prefixed=True),
                    Grant("api", "group", f"{peloton}view.", "read", prefixed=True)}  # hosts, pool usage
-    # What the API reads for operators (pelotonctl/api/operations.py): the stage groups' offsets and
+    # What the API reads for operators (pelotonctl/api/routes/operations.py): the stage groups' offsets and
     # members, every topic's log end, the first unread message's time (lag in seconds), and the dead
     # letters. It writes none of these topics; a replay through it is a job command.
     out["api"] |= {Grant("api", "group", catalogue.group(stage), "describe") for stage in STAGES}

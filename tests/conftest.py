@@ -11,6 +11,9 @@ REPO = Path(__file__).resolve().parents[1]
 # kept in the repository so that every clone tests them, wherever it lives.
 EXAMPLES = REPO / "tests" / "fixtures" / "peloton-examples"
 STORES = ["sqlite", "postgres", "cassandra"]
+# STORES as the parameters of a test: the ones a server holds are marked servers (`make unit`
+# leaves them out).
+STORE_PARAMS = [kind if kind == "sqlite" else pytest.param(kind, marks=pytest.mark.servers) for kind in STORES]
 
 
 def pytest_collection_modifyitems(items) -> None:

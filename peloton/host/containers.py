@@ -81,8 +81,8 @@ class ContainerRuntime:
         ]
         linux = config["linux"]
         # The host's network (a task's ports are the host's) and the host's pids: as PID 1 of a
-        # namespace of its own, a shell ignores SIGTERM without a handler (measured: a stop then
-        # waited out the whole kill grace), where Mesos' executor or docker's init would pass it on.
+        # namespace of its own, a shell ignores SIGTERM without a handler (a stop would wait out
+        # the whole kill grace), where Mesos' executor or docker's init would pass it on.
         linux["namespaces"] = [n for n in linux["namespaces"] if n["type"] not in ("network", "pid")]
         linux["cgroupsPath"] = self.cgroups_path(task_id)
         resources = linux.setdefault("resources", {})

@@ -211,8 +211,8 @@ class _JobReader:
         plain = [i for i in range(instance_count) if i not in merged_configs]  # no override: the default
         # Only the controller rule looks at the instance (0 or not): the default config clean for
         # the first and the last of its instances is clean for all of them, which are then not
-        # checked one by one (1.6 us a task). Otherwise every instance is, and problems name
-        # every instance they hit, as before.
+        # checked one by one. Otherwise every instance is, and problems name every instance
+        # they hit.
         probe = Problems()
         for instance in sorted({plain[0], plain[-1]}) if plain else ():
             check_instance(instance, base, job_type, probe)

@@ -10,13 +10,13 @@ from peloton.config import Settings
 RECOVERY = {
     # Try a lost broker again at least every second (the Java client's default; librdkafka's is
     # 10 s). librdkafka looks a coordinator up again only when its connection attempt fails: with
-    # the backoff doubling to 10 s, a stage whose transaction coordinator died learned its
-    # successor 3 s after the election (measured), and its batch waited that long.
+    # the backoff doubling to 10 s, a stage whose transaction coordinator died would learn its
+    # successor seconds after the election, and its batch would wait that long.
     "reconnect.backoff.max.ms": 1000,
     # A broker in controlled shutdown can answer metadata with no brokers at all; librdkafka
     # then forgets every broker it knew and, with the default (5 min), bootstraps again only
-    # after 5 minutes without metadata: after a whole-cluster restart, launch and place sat
-    # without partitions long after the brokers were back (seen in the three-broker test).
+    # after 5 minutes without metadata, so after a whole-cluster restart a stage would sit
+    # without partitions long after the brokers are back.
     "metadata.recovery.rebootstrap.trigger.ms": 5000,
     # Ask for the topics' leaders every second (librdkafka's default: every 5 minutes). A client
     # asks again at once when a broker's connection drops, but then the dead broker still leads

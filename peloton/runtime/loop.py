@@ -47,8 +47,7 @@ log = logging.getLogger("peloton.runtime")
 STATUS_EVERY_S = 30.0
 # An instance that has held no partition this long asks the broker whether it is in its group at
 # all, and joins again with a new consumer if it is not: librdkafka can stay out of its group
-# after its session ended while every broker was down (seen three times: place, launch or admit
-# without partitions minutes after the cluster was back, the group going on without it).
+# after its session ended while every broker was down, the group going on without it.
 REJOIN_AFTER_S = 30.0
 
 

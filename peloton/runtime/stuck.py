@@ -8,9 +8,9 @@ import faulthandler
 import time
 
 STUCK_S = 60.0
-# faulthandler's timer is a thread, started again (and the last one joined) by each arming: 33 us
-# of CPU, which every turn of every stage paid (1-2 % of a stage). Armed again this often instead,
-# for STUCK_S past it: it fires between STUCK_S and STUCK_S + REARM_S after a turn sticks.
+# faulthandler's timer is a thread, started again (and the last one joined) by each arming, too
+# dear for every turn of every stage. Armed again this often instead, for STUCK_S past it: it
+# fires between STUCK_S and STUCK_S + REARM_S after a turn sticks.
 REARM_S = 5.0
 
 

@@ -7,7 +7,7 @@
 
 The store is the source of truth for jobs, tasks, pools, pool allocations and launches; stage
 memory is rebuilt from it (and from compacted topics) on start and on partition assignment.
-Every backend is held to one contract suite (tests/unit/test_store.py). SQLite and PostgreSQL are
+Every backend is held to one contract suite (tests/unit/peloton/store/test_store.py). SQLite and PostgreSQL are
 one SQL store (peloton/store/sql) over a dialect each, with one schema in numbered migrations
 (peloton/store/migrations).
 """

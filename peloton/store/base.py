@@ -22,7 +22,7 @@ from peloton.auth.tokens import TokenRow
 # one segment (a segment goes only when its newest record is past the retention): 7 + 1 days in
 # topics.yaml, and a day's margin. A wiped or expired group that reads a topic from its start then
 # finds every record there claimed. A deleted job's id is not taken again for as long, since its
-# runs' ids (job-instance-run) are claims too. tests/unit/test_store.py checks it against topics.yaml.
+# runs' ids (job-instance-run) are claims too. tests/unit/peloton/store/test_store.py checks it against topics.yaml.
 CLAIMS_KEPT_MS = 9 * 86_400_000
 
 

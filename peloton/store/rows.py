@@ -37,8 +37,8 @@ EVENT_COLS = ("task_id", "job_id", "instance", "run_id", "state", "reason", "exi
               "message")
 
 
-# A batch's events of one job are kept as one row (task_event_batches): a row per event cost the
-# job manager 2.6 us of CPU each in SQLite, one per batch 0.5 (about seven events per run).
+# A batch's events of one job are kept as one row (task_event_batches): a row per event would
+# cost the job manager several times as much CPU (a run has about seven events).
 # Each event is its EVENT_COLS but the job id, which is the row's.
 _EVENT_COLS_IN_BATCH = tuple(c for c in EVENT_COLS if c != "job_id")
 
@@ -103,8 +103,8 @@ RUN_COLS = ("run_id", "task_id", "gang_id", "state", "failures", "host_id", "rea
 STATE_COLS = RUN_COLS[3:]
 # ... and when it stays on the same host too: the host index is left alone as well. Most statuses
 # are such a step (READY and PLACING, then every step after the one that names the host: PLACED or,
-# for a gang that waited for no host, LAUNCHING); SQLite updating host_id to the value
-# it had cost 16 % more per row (300,000 updates).
+# for a gang that waited for no host, LAUNCHING); SQLite updating host_id to the value it
+# had costs more per row.
 STEP_COLS = tuple(c for c in STATE_COLS if c != "host_id")
 
 

@@ -16,10 +16,6 @@ LAG_WINDOW = 60
 REPLAYABLE = frozenset({"job-commands"})
 
 
-class Unavailable(Exception):
-    """What is behind the API (the broker, ZooKeeper) did not answer; a 503 with this message."""
-
-
 class Operations:
     """One lag monitor per API instance, kept across requests so the status words see movement;
     every caller's sample adds to the same windows."""

@@ -14,13 +14,13 @@ from pathlib import Path
 
 # Where free_port looks: up to the kernel's ephemeral range, never in it. A port from that range
 # (what binding port 0 gives) can be taken, between being found free and being bound by the
-# server it is for, by any outgoing connection on the machine: seen in CI, a node of the
-# three-broker cluster exiting on start. Below the range only another listener can take it.
+# server it is for, by any outgoing connection on the machine (a broker would then exit on
+# start). Below the range only another listener can take it.
 PORTS_FROM = 20000
 _choose = random.SystemRandom()  # not the tests' seeded random: two workers would pick alike
 # A chosen port is claimed here (one empty file per port) for CLAIM_S: a server may bind it only
 # seconds later (a cluster chooses all its ports before its first node starts), and in that gap
-# it was found free again and given twice (seen in CI: one broker's client and proxy ports).
+# it could be found free again and given twice.
 # Claims are shared by every process of this user on the machine; an old one is taken over.
 CLAIMS_DIR = Path(tempfile.gettempdir()) / f"peloton-ports-{os.getuid()}"
 CLAIM_S = 300.0

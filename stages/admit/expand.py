@@ -52,7 +52,7 @@ def expand_job(job_id: str, pool: str, spec: JobSpec, config_text: str, now_ms: 
     # sla.maximumRunningInstances: the instances beyond it wait INITIALIZED until others end.
     throttle = spec.max_running_instances or spec.instance_count
     # Instances alike in every field but their instance (most: instances_of) have one launch
-    # spec, built once and copied (4 us a task); its inner values are shared and never changed.
+    # spec, built once and copied; its inner values are shared and never changed.
     shared: tuple[TaskSpec, dict] | None = None
     for instances in gang_instances(spec):
         gang_id = task_id_of(job_id, instances[0], 1)

@@ -27,7 +27,7 @@ class Transition:
 
 # A move and nothing more, one per state: made once (frozen, so shared), not per status.
 _MOVES = {state: Transition(state) for state in TASK_ORDER}
-_MADE: dict[tuple, Transition] = {}  # every other transition, made once too (a frozen init is 1.5 us)
+_MADE: dict[tuple, Transition] = {}  # every other transition, made once too (a frozen init is dear)
 
 
 def _transition(state: str, retry: bool = False, requeue: bool = False, count_failure: bool = False,

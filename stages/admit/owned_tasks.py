@@ -40,7 +40,7 @@ def _copy(t: TaskRow) -> TaskRow:
 
 def _copier(cols: tuple[str, ...]) -> Callable[[TaskRow, TaskRow], None]:
     """copy(dst, src): dst.<col> = src.<col> for each of the columns, as straight-line code (our
-    own column names): 0.2 us for nine, against 1.0 through getattr and setattr in a loop."""
+    own column names), several times faster than getattr and setattr in a loop."""
     scope: dict[str, Any] = {}
     exec("def copy(dst, src):\n" + "".join(f"    dst.{c} = src.{c}\n" for c in cols), scope)  # noqa: S102
     return scope["copy"]

@@ -199,7 +199,7 @@ def place_gang(needs: Sequence[TaskNeed], hosts: HostRing | Sequence[HostView], 
             if again is not None and not spread:
                 # PACK: that host's key only fell (less cpu left, the rest as it was) and the
                 # others' stand, so while it takes the task it is the best again: nothing else
-                # to compare (3.7 us of 47 a task in the placement bench's run of a job's gangs).
+                # to compare.
                 pool[chosen_at] = best = again
             else:
                 pool = pool[:chosen_at] + pool[chosen_at + 1:]

@@ -126,7 +126,7 @@ class PlaceStage(Stage):
             for pid in hs["applied_placements"]:
                 view.applied(pid)
         # Consecutive hosts of different shards, so PACK spreads a burst over the host managers;
-        # done before the next placement, not at each poll that brings hosts (40 ms at 50,000).
+        # done before the next placement, not at each poll that brings hosts (a sort of them all).
         self._ring_unsorted = self._ring_unsorted or added
 
     def _place(self, now: float) -> None:
@@ -161,7 +161,7 @@ class PlaceStage(Stage):
         # before any host manager can answer LAUNCHING (one producer, records in the order given).
         send_progress(self.emit, "PLACED", [(a["task"], a["host_id"]) for w, records in placed if w.placing_sent
                                             for p in records for a in p["assignments"]])
-        by_strategy: dict[str, int] = {}  # placed tasks, counted once per tick (a labelled inc costs 2 us)
+        by_strategy: dict[str, int] = {}  # placed tasks, counted once per tick (a labelled inc is dear)
         for w, records in placed:
             try:
                 for p in records:

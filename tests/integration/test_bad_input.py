@@ -7,17 +7,17 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 
 import pytest
 import yaml
 from confluent_kafka import Producer
 
-from peloton.runtime import kafka_access, now_ms
+from peloton.runtime import kafka_access
 from peloton.topics import Catalogue
 from pelotonctl.admin import emitter, host_capacities
 from pelotonctl.dev.stack import free_port
 from tests.integration.conftest import pool_yaml
+from tests.integration.helpers import command
 
 pytestmark = pytest.mark.integration
 
@@ -28,11 +28,6 @@ defaultconfig:
   resource: {cpulimit: 1, memlimitmb: 32}
   command: {shell: true, value: 'exit 0'}
 """
-
-
-def command(job_id: str, config: str | None, pool: str = "/test", kind: str = "CREATE") -> dict:
-    return {"command_id": uuid.uuid4().hex, "kind": kind, "job_id": job_id, "pool": pool, "config": config,
-            "requested_by": "test", "timestamp_ms": now_ms()}
 
 
 def test_malformed_messages_land_on_the_dead_letter_topic_and_the_stage_goes_on(pipeline_factory) -> None:

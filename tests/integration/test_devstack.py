@@ -18,23 +18,9 @@ import pytest
 from peloton.store import masked_url
 from pelotonctl.dev.cassandra import CassandraNode
 from pelotonctl.dev.stack import alive
+from tests.integration.helpers import ctl_in, stack_env
 
 pytestmark = pytest.mark.integration
-
-
-def stack_env(home, **extra: str) -> dict[str, str]:
-    """This environment without its PELOTON_ settings, a stack of its own in `home`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PELOTON_")}
-    env.update(PELOTON_HOME=str(home), PELOTON_SESSION_TIMEOUT_MS="2000", **extra)
-    return env
-
-
-def ctl_in(env: dict[str, str], timeout: float):
-    """Runs `pelotonctl ARGS...` in `env`."""
-    def ctl(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "pelotonctl", *args], env=env, capture_output=True,
-                              text=True, timeout=timeout)
-    return ctl
 
 
 @pytest.mark.long
@@ -179,7 +165,7 @@ defaultconfig:
 
 # Both stores in `make soak` (the suite must stay under 25 minutes; this took 68 s on Cassandra, its
 # node's start included): in `make test`, test_scaling's takeover after a SIGKILL runs on Cassandra
-# (admit), and tests/unit/test_store.py holds every store to one contract.
+# (admit), and tests/unit/peloton/store/test_store.py holds every store to one contract.
 @pytest.mark.parametrize("store", [pytest.param("postgres", marks=pytest.mark.slow),
                                    pytest.param("cassandra", marks=pytest.mark.slow)])
 def test_a_stack_with_two_instances_of_each_stage_loses_nothing_when_one_of_each_dies(tmp_path, store) -> None:

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import Pipeline
+from tests.integration.helpers import sleepers
 from tests.integration.tcp_proxy import TcpProxy
-from tests.integration.test_host_agents import sleepers
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ from peloton.runtime import kafka_access, now_ms
 from peloton.serde import registry
 from peloton.topics import Catalogue
 from pelotonctl.admin import emitter
-from tests.integration.test_bad_input import command
+from tests.integration.helpers import command
 
 pytestmark = pytest.mark.integration
 

@@ -18,23 +18,9 @@ from peloton.runtime.membership import group_members
 from peloton.topics import Catalogue, partition_for
 from pelotonctl.admin import UserError
 from pelotonctl.bench.pipeline import settled
-from tests.integration.test_scaling import processes_of
+from tests.integration.helpers import processes_of, sleepers
 
 pytestmark = pytest.mark.integration
-
-SLEEPERS = """
-name: sleepers
-instancecount: {count}
-defaultconfig:
-  resource: {{cpulimit: {cpu}, memlimitmb: 8, disklimitmb: 1}}
-  command: {{shell: true, value: 'sleep {seconds}'}}
-"""
-
-
-def sleepers(count: int, seconds: float, cpu: float = 0.1) -> str:
-    """A job of `count` tasks that each sleep `seconds`."""
-    return SLEEPERS.format(count=count, seconds=seconds, cpu=cpu)
-
 
 def agent_hierarchy(p, name: str):
     """Where the pipeline's agent `name` makes its tasks' cgroups, as find_hierarchy answers (the

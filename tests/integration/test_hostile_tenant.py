@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from peloton.private import readable_by_others
-from tests.integration.test_devstack import ctl_in, stack_env
+from tests.integration.helpers import ctl_in, stack_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.long]
 

@@ -10,7 +10,7 @@ from itertools import pairwise
 
 import pytest
 
-from tests.integration.test_scaling import processes_of
+from tests.integration.helpers import processes_of
 
 pytestmark = pytest.mark.integration
 
@@ -24,8 +24,6 @@ defaultconfig:
   # A child of its own, so that a stop must end the whole process group.
   command: {{shell: true, value: 'sleep 300 & wait'}}
 """
-
-
 
 
 def test_a_stopped_100_instance_job_ends_killed_with_no_process_left(pipeline_factory) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pelotonctl.admin import create_pool, emitter, submit_job
-from tests.integration.test_scaling import assigned_partitions, one_key_per_partition
+from tests.integration.helpers import assigned_partitions, one_key_per_partition
 
 pytestmark = pytest.mark.integration
 
@@ -33,8 +33,6 @@ defaultconfig:
   resource: {{cpulimit: 1, memlimitmb: 16, disklimitmb: 1}}
   command: {{shell: true, value: 'true'}}
 """
-
-
 
 
 # Fast periods, so that preemption shows within seconds: over entitlement for 2 periods of 1 s.
@@ -132,7 +130,6 @@ def max_overlap(spans: list[tuple[int, int]]) -> int:
         now += step
         best = max(best, now)
     return best
-
 
 
 PELOTON_FILES = Path(__file__).parent / "peloton_files"  # Peloton's own example files, unchanged

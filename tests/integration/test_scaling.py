@@ -4,18 +4,15 @@ its partitions and finishes the work, with every task run exactly once."""
 from __future__ import annotations
 
 import itertools
-import os
-import re
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
-from peloton.topics import partition_for
 from pelotonctl.admin import create_pool, emitter, submit_job
 from tests.conftest import STORES
 from tests.integration.conftest import pool_yaml
+from tests.integration.helpers import assigned_partitions, one_key_per_partition, processes_of
 
 pytestmark = pytest.mark.integration
 
@@ -28,18 +25,6 @@ defaultconfig:
   resource: {cpulimit: 1, memlimitmb: 16, disklimitmb: 1}
   command: {shell: true, value: 'true'}
 """
-
-
-def one_key_per_partition(prefix: str, partitions: int = 4) -> list[str]:
-    keys: dict[int, str] = {}
-    for i in itertools.count():
-        keys.setdefault(partition_for(f"{prefix}{i}", partitions), f"{prefix}{i}")
-        if len(keys) == partitions:
-            return [keys[p] for p in range(partitions)]
-
-
-def assigned_partitions(log_text: str) -> list[str]:
-    return re.findall(r"assigned (\[.+\])", log_text)
 
 
 # On PostgreSQL in `make soak` only: test_devstack kills one instance of every stage of a
@@ -103,18 +88,6 @@ defaultconfig:
   # First runs outlive the takeover (so there are orphans to kill); reruns end at once.
   command: {shell: true, value: 'case $PELOTON_TASK_ID in *-1) sleep 15;; esac'}
 """
-
-
-def processes_of(job_id: str) -> list[int]:
-    """Pids of live processes started for the job's tasks (they carry PELOTON_JOB_ID)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if f"PELOTON_JOB_ID={job_id}".encode() in Path(f"/proc/{pid}/environ").read_bytes():
-                found.append(int(pid))
-        except OSError:
-            continue
-    return found
 
 
 def test_a_killed_launch_instance_leaves_no_orphan_running_and_its_tasks_run_again(pipeline_factory) -> None:
