@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from peloton.model.events import statuses_of_runs, task_id_of
 from peloton.model.health import DISABLED
@@ -35,7 +36,14 @@ LIVE = frozenset({MesosState.TASK_STAGING, MesosState.TASK_STARTING, MesosState.
 STEP, STATUS, MADE = "step", "status", "made"
 
 Key = tuple[str, int]  # (job id, instance)
-Step = tuple[Record, dict, str]  # (record, event, kind)
+
+
+class Step(NamedTuple):
+    """One status a batch holds: the record it came in, the event (a run's status), what it is."""
+
+    record: Record
+    event: dict
+    kind: str  # STEP, STATUS or MADE
 
 
 def status_steps(records: list[Record]) -> tuple[list[Step], list[Key]]:
@@ -46,7 +54,7 @@ def status_steps(records: list[Record]) -> tuple[list[Step], list[Key]]:
         if r.schema == "peloton.TaskProgress":
             job_id = r.value["job_id"]
             for run in r.value["runs"]:
-                steps.append((r, run, STEP))
+                steps.append(Step(r, run, STEP))
                 keys.add((job_id, run["instance"]))
             continue
         if r.schema == "peloton.TaskStatusRuns":
@@ -54,7 +62,7 @@ def status_steps(records: list[Record]) -> tuple[list[Step], list[Key]]:
         else:
             of_record, kind = [r.value], STATUS
         for ev in of_record:
-            steps.append((r, ev, kind))
+            steps.append(Step(r, ev, kind))
             keys.add((ev["job_id"], ev["instance"]))
     return steps, list(keys)
 

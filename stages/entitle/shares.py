@@ -4,6 +4,8 @@ every host shard), whatever chose them."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from peloton.model.events import split_task_id, task_kill, task_status
 from peloton.model.mesos import MesosState
 from peloton.model.pool import pool_resources
@@ -30,13 +32,20 @@ def apply_share(ledger: PoolLedger, share: PoolEntitlement | None, config: dict 
     return changed
 
 
-def preemption_records(victims: list[Charge], why: str, at_ms: int) -> list[tuple[str, str, dict, dict]]:
-    """(job id, task id, its TaskStatus, its TaskKill) of each run preempted `why`."""
+class Preemption(NamedTuple):
+    job_id: str
+    task_id: str
+    status: dict  # the TASK_KILLING TaskStatus that tells the job manager
+    kill: dict  # the TaskKill for every host shard
+
+
+def preemption_records(victims: list[Charge], why: str, at_ms: int) -> list[Preemption]:
+    """What preempts each run `why`."""
     out = []
     for c in victims:
         job_id, instance, run_id = split_task_id(c.task_id)
         message = f"preempted: {why}"
-        out.append((job_id, c.task_id,
+        out.append(Preemption(job_id, c.task_id,
                     task_status(job_id, instance, run_id, c.task_id, "", MesosState.TASK_KILLING, PREEMPTED, message,
                                 timestamp_ms=at_ms),
                     task_kill(job_id, instance, run_id, c.task_id, PREEMPTED, message, at_ms)))

@@ -21,7 +21,7 @@ from peloton.model.resources import Resources
 from peloton.runtime import Emitter, Record
 from peloton.topics import Catalogue, partition_for
 from stages.launch.agents.remote import RemoteDriver
-from stages.launch.hosts import HostBook
+from stages.launch.hosts import NO_RUN, HostBook, Run
 from stages.launch.inventory import AGENT
 
 log = logging.getLogger("peloton.launch")
@@ -30,7 +30,7 @@ TOPIC = "placements"  # the host shards: partition N of it, and of agent-reports
 
 
 class AgentLink:
-    def __init__(self, book: HostBook, running: dict[str, tuple[dict, str]], emit: Emitter, settings: Settings,
+    def __init__(self, book: HostBook, running: dict[str, Run], emit: Emitter, settings: Settings,
                  catalogue: Catalogue, ends: Callable[[str, list[int]], dict[int, int] | None],
                  caught_up: Callable[[str, list[int]], bool]) -> None:
         self.book, self.running, self.emit = book, running, emit
@@ -118,7 +118,7 @@ class AgentLink:
     def join(self, host_id: str, shard: int, report: dict) -> None:
         held = {}
         for task_id in self.remote.on_host(host_id):  # adopted runs, or ours before a change
-            spec = self.running.get(task_id, ({}, ""))[0]
+            spec = self.running.get(task_id, NO_RUN).spec
             if spec:
                 held[task_id] = Resources.from_record(spec["resources"])
         joined = self.book.join(host_id, shard, report, held)

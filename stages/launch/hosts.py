@@ -6,10 +6,21 @@ Kueue's cache: the stage reads and writes through it, and publishes what it says
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from peloton.model.resources import Resources
 from stages.launch.inventory import AGENT, HostSpec
 from stages.launch.ledger import HostLedger
+
+
+class Run(NamedTuple):
+    """A run this host manager launched and holds: its TaskLaunchSpec record and its host."""
+
+    spec: dict
+    host_id: str
+
+
+NO_RUN = Run({}, "")
 
 MAINTENANCE_STATES = ("DRAINING", "DRAINED", "DOWN")  # an operator's; UP is no entry at all
 HOST_STATES = ("UP", "DOWN", "DRAINING", "DRAINED")
@@ -130,14 +141,14 @@ class HostBook:
 
 
 def host_state(spec: HostSpec, ledger: HostLedger, state: str, reachable: bool, applied: list[str],
-               running: dict[str, tuple[dict, str]], now_ms: int) -> dict:
+               running: dict[str, Run], now_ms: int) -> dict:
     """The HostState record of a host: its capacity and what is charged to it, with what placement's
     TASK constraints, SPREAD and ports count of the runs it holds."""
     labels: dict[tuple[str, str], int] = {}
     jobs: dict[str, int] = {}
     ports: list[int] = []
     for task_id in ledger.held.by_key:
-        task = running.get(task_id, ({}, ""))[0]
+        task = running.get(task_id, NO_RUN).spec
         for kv in (task.get("labels") or {}).items():
             labels[kv] = labels.get(kv, 0) + 1
         if task:

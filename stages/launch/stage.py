@@ -29,7 +29,7 @@ from peloton.store import CLAIMS_KEPT_MS, Launch, LaunchStore
 from peloton.topics import Catalogue, partition_for
 from stages.launch.agent_link import AgentLink
 from stages.launch.agents import make_driver
-from stages.launch.hosts import HostBook, host_state
+from stages.launch.hosts import HostBook, Run, host_state
 from stages.launch.inventory import AGENT, REMOTE, parse_inventory
 from stages.launch.ledger import judge_placement
 from stages.launch.requests import launch_request
@@ -53,7 +53,7 @@ class LaunchStage(Stage):
         self.store = store
         self.drivers = drivers or {}
         self.book = HostBook()  # the hosts it serves: specs, ledgers, UP/DOWN, maintenance
-        self.running: dict[str, tuple[dict, str]] = {}  # task id -> (launch spec, host id)
+        self.running: dict[str, Run] = {}  # task id -> its launch spec and host
         self.last_state: dict[str, str] = {}  # task id -> the last Mesos state reported for it
         self.updates: list[TaskUpdate] = []  # from the drivers, not yet published
         self.launched = 0
@@ -154,7 +154,7 @@ class LaunchStage(Stage):
             spec = {"task_id": launch.task_id, "job_id": launch.job_id, "instance": launch.instance,
                     "run_id": launch.run_id, "resources": Resources(launch.cpu, launch.mem_mb, launch.disk_mb,
                                                                     launch.gpu).to_record()}
-            self.running[launch.task_id] = (spec, launch.host_id)
+            self.running[launch.task_id] = Run(spec, launch.host_id)
             self.remote.adopt(launch.task_id, launch.host_id)
             self.book.seen.setdefault(launch.host_id, now)
             adopted += 1
@@ -210,7 +210,7 @@ class LaunchStage(Stage):
 
     def _advance_maintenance(self) -> None:
         """A drained host goes DRAINED once no run is left on it, and DOWN at the next step."""
-        busy = {h for _, h in self.running.values()}
+        busy = {run.host_id for run in self.running.values()}
         for host_id, state in self.book.maintenance_due(busy):
             self._set_maintenance(host_id, state)
 
@@ -221,7 +221,7 @@ class LaunchStage(Stage):
             self.kill_reasons.setdefault(k["task_id"], (k["reason"], k["message"]))
             entry = self.running.get(k["task_id"])
             if entry is not None:
-                self.drivers[self.book.inventory[entry[1]].driver].kill([k["task_id"]])
+                self.drivers[self.book.inventory[entry.host_id].driver].kill([k["task_id"]])
             else:
                 unlaunched.setdefault(k["task_id"], k)
         if not unlaunched:
@@ -292,7 +292,7 @@ class LaunchStage(Stage):
                 if t["task_id"] not in new:  # launched before (by us or an earlier owner)
                     self.book.ledgers[host_id].release(t["task_id"])
                     continue
-                self.running[t["task_id"]] = (t, host_id)
+                self.running[t["task_id"]] = Run(t, host_id)
                 # LAUNCHING tells the job manager the run is launched: no TASK_STAGING besides.
                 self.last_state[t["task_id"]] = MesosState.TASK_STAGING
                 by_driver.setdefault(self.book.inventory[host_id].driver, []).append(launch_request(t, host_id))
@@ -307,7 +307,7 @@ class LaunchStage(Stage):
             log.info("launching again %d adopted runs whose launch their placement says never went out", len(again))
             send_progress(self.emit, "LAUNCHING", again)
             for t, host_id in again:
-                self.running[t["task_id"]] = (t, host_id)
+                self.running[t["task_id"]] = Run(t, host_id)
                 self.last_state[t["task_id"]] = MesosState.TASK_STAGING
             self.remote.launch([launch_request(t, host_id) for t, host_id in again], again=True)
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from peloton.host.driver import TaskUpdate
 from peloton.model.events import StatusRuns, task_status
 from peloton.model.mesos import MesosState
+from stages.launch.hosts import Run
 from stages.launch.requests import running_health
 
 
@@ -19,7 +20,7 @@ class DriverNews:
     moved: list[tuple[str, str]] = field(default_factory=list)  # (task id, Mesos state), in order
 
 
-def read_updates(updates: list[TaskUpdate], running: dict[str, tuple[dict, str]],
+def read_updates(updates: list[TaskUpdate], running: dict[str, Run],
                  kill_reasons: dict[str, tuple[str, str]]) -> DriverNews:
     """The news of `updates` about the runs `running` here (others are ignored); a kill someone
     asked for says who (its reason and message from `kill_reasons`)."""
@@ -28,7 +29,7 @@ def read_updates(updates: list[TaskUpdate], running: dict[str, tuple[dict, str]]
         entry = running.get(u.task_id)
         if entry is None:
             continue
-        spec = entry[0]
+        spec = entry.spec
         reason, message = u.reason, u.message
         if u.state == MesosState.TASK_KILLED and u.task_id in kill_reasons:
             reason, message = kill_reasons[u.task_id]
