@@ -41,7 +41,7 @@ class Launcher:
         return "every run as this agent's own user (it is not root, so it cannot switch users)"
 
     def spawn(self, request: LaunchRequest, gpus: tuple[str, ...] = ()
-               ) -> tuple[subprocess.Popen[bytes], dict, dict, TaskCgroup | None]:
+              ) -> tuple[subprocess.Popen[bytes], dict, dict, TaskCgroup | None]:
         """The task's process, the environment and account (Popen's user options) it runs with, and
         its cgroup."""
         (sandbox_path(self._root, request.task_id) / STATUS_FILE).unlink(missing_ok=True)  # an earlier attempt's
