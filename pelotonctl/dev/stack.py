@@ -10,7 +10,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from peloton.private import open_home, private_dir, write_private
 from peloton.store import masked_url, sqlite_path
 from pelotonctl.dev.jvm import DEFAULT as JVM_DEFAULT
 from pelotonctl.dev.processes import alive, free_port, port_is_free
+from pelotonctl.dev.servers import StackError, processes_using, restart_server, restartable, stop_together
 from stages.launch.inventory import AGENT, SIM_AGENT, HostSpec, parse_inventory
 
 STAGE_ORDER = ("admit", "entitle", "place", "launch")
@@ -33,10 +33,6 @@ STORE_KINDS = ("sqlite", "postgres", "cassandra")  # what a dev stack's store ca
 CASSANDRA_KEYSPACE = "peloton"  # the store's backend makes it on first use
 DEFAULT_POOL = "/DefaultResPool"
 DEFAULT_POOL_FILE = REPO_ROOT / "examples" / "pools" / "default.yaml"
-
-
-class StackError(RuntimeError):
-    pass
 
 
 KAFKA_PORT = 9092
@@ -370,12 +366,19 @@ class DevStack:
         # The stages, the API and the agents first and together (each finishes its batch and
         # leaves its group), then the servers one by one: the brokers of a cluster stopped at once
         # would wait on each other's controlled shutdown.
-        _stop_together([c for c in components if c["component"] not in SERVERS], progress, timeout, restarting)
+        stop_together([c for c in components if c["component"] not in SERVERS], progress, timeout, restarting)
         for c in components:
             if c["component"] in SERVERS:
-                _stop_together([c], progress, timeout)
+                stop_together([c], progress, timeout)
+        if restarting:
+            return
         for c in components:
-            if c.get("dir"):  # a server's throwaway data directory
+            if c.get("dir"):  # a server's data of the stack's own, unless something still uses it
+                users = processes_using(Path(c["dir"]))
+                if users:
+                    progress(f"{c.get('instance') or c['component']:<9} data left in {c['dir']}: process "
+                             f"{', '.join(map(str, users))} still uses it (not one this stack stopped)")
+                    continue
                 shutil.rmtree(c["dir"], ignore_errors=True)
 
     def _start_kafka(self, components: list[dict], brokers: int, jvm: str, progress) -> dict:
@@ -411,9 +414,9 @@ class DevStack:
             names = sorted({c["component"] for c in state["components"]} |
                            {c["instance"] for c in state["components"] if c.get("instance")})
             raise StackError(f"no component {name!r} in the dev stack; it has: {', '.join(names)}")
-        if any(c.get("external") or c.get("dir") for c in chosen):
+        if any(c.get("external") or (c.get("dir") and not restartable(c)) for c in chosen):
             raise StackError(f"{name}: the stack did not start it on data of its own (an external broker, or a "
-                             "throwaway server), so it cannot be restarted here")
+                             "server of an older stack's record), so it cannot be restarted here")
         settings = replace(self.settings, bootstrap=state["bootstrap"], store=state["store"],
                            zookeeper=state.get("zookeeper") or "", zookeeper_auth=state.get("zookeeper_auth") or "",
                            hosts=state["hosts"],
@@ -442,6 +445,9 @@ class DevStack:
                 continue
             if c["component"] == "cassandra":
                 self._restart_cassandra(c, progress)
+                continue
+            if c["component"] in ("postgres", "zookeeper"):
+                restart_server(c, progress)
                 continue
             log = Path(c["log"])
             env = {"PELOTON_METRICS_PORT": c["metrics"].rsplit(":", 1)[1].split("/")[0]} if c.get("metrics") else {}
@@ -479,13 +485,15 @@ class DevStack:
                 "zookeeper_auth": f"peloton:{secrets.token_hex(16)}"}
 
     def _start_postgres(self, components: list[dict], progress) -> str:
-        """A throwaway PostgreSQL ("dir": gone with `dev down`, never restarted); its new database's URL."""
+        """A PostgreSQL of the stack's own ("dir": its data, kept across `dev restart postgres`,
+        gone with `dev down`); its new database's URL."""
         from pelotonctl.dev.postgres import start_postgres
 
         pg = start_postgres(free_port())
         url = pg.create_database("peloton")
         components.append({"component": "postgres", "pid": pg.pid, "address": url,
-                           "log": str(pg.dir / "server.log"), "dir": str(pg.dir)})
+                           "log": str(pg.dir / "server.log"), "dir": str(pg.dir), "port": pg.port,
+                           "options": pg.options, "superuser": pg.password})
         progress(f"postgres  {masked_url(url)} (pid {pg.pid}): password (SCRAM) authentication, a role of the "
                  "stack's own")
         return url
@@ -551,34 +559,3 @@ def component_keys(component: str, state: dict, host: str = "") -> dict[str, str
         return {"PELOTON_AGENT_LOGS_PUBLIC_KEY": state.get("agent_logs_public_key", ""),
                 "PELOTON_HOST_KEY": host_key(state["agent_report_key"], host) if state.get("agent_report_key") else ""}
     return {}
-
-
-def _stop_together(components: list[dict], progress, timeout: float, restarting: bool = False) -> None:
-    """SIGTERM to each running component at once (SIGHUP to an agent `restarting`: it hands its
-    runs over to the next agent instead of ending them), then a wait of `timeout` for them all;
-    those still running are killed. Says each one's end as it comes."""
-    left = [c for c in components if c["pid"] and alive(c["pid"])]
-    for c in left:
-        sig = signal.SIGHUP if restarting and c["component"] == "agent" else signal.SIGTERM
-        if _is_group_leader(c["pid"]):  # started by us in its own session: reach its children too
-            os.killpg(c["pid"], sig)
-        else:
-            os.kill(c["pid"], sig)
-    deadline = time.monotonic() + timeout
-    while left:
-        for c in [c for c in left if not alive(c["pid"])]:
-            left.remove(c)
-            progress(f"{c.get('instance') or c['component']:<9} stopped")
-        if not left or time.monotonic() >= deadline:
-            break
-        time.sleep(0.05)
-    for c in left:
-        os.killpg(c["pid"], signal.SIGKILL)
-        progress(f"{c.get('instance') or c['component']:<9} killed after {timeout:.0f}s")
-
-
-def _is_group_leader(pid: int) -> bool:
-    try:
-        return os.getpgid(pid) == pid
-    except ProcessLookupError:
-        return False

@@ -332,3 +332,75 @@ def test_a_cassandra_stack_runs_on_a_node_of_its_own_that_keeps_its_data_across_
     stopped = [line.split()[0] for line in down.stdout.splitlines()]
     assert stopped[-3:] == ["broker-1", "cassandra", "zookeeper"], down.stdout  # the servers after the stages
     assert not any(alive(r["pid"]) for r in rows if r["pid"])
+
+
+FIVE_SLEEPS = """
+name: five-sleeps
+instancecount: 5
+defaultconfig:
+  resource: {cpulimit: 1, memlimitmb: 16, disklimitmb: 1}
+  command: {shell: true, value: 'true'}
+"""
+
+
+def test_the_stacks_postgres_and_zookeeper_restart_on_their_data_and_down_leaves_data_a_server_still_uses(
+        tmp_path) -> None:
+    """`dev restart` works on every server `dev status` lists (issue 63): PostgreSQL and ZooKeeper
+    start again on their data, at their addresses, and the stages carry on with them. `dev down`
+    removes a server's data only where nothing uses it any more: a PostgreSQL started again by hand
+    (not the process the stack recorded) keeps its data."""
+    ctl = ctl_in(stack_env(tmp_path), 180)
+    up = ctl("dev", "up", "--store", "postgres", "--hosts", "sim:4:cpu=8,mem_mb=65536")
+    by_hand = None
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        job = tmp_path / "job.yaml"
+        job.write_text(FIVE_SLEEPS)
+        first = json.loads(ctl("job", "create", "/DefaultResPool", str(job), "--json").stdout)["job_id"]
+        assert json.loads(ctl("job", "status", first, "--wait", "--timeout", "120", "--json").stdout)["state"] \
+            == "SUCCEEDED"
+        before = {r["component"]: r for r in json.loads(ctl("dev", "status", "--json").stdout)}
+        for server in ("postgres", "zookeeper"):
+            restarted = ctl("dev", "restart", server)
+            assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+            assert f"{server:<9} running again on its data" in restarted.stdout
+        after = {r["component"]: r for r in json.loads(ctl("dev", "status", "--json").stdout)}
+        assert all(r["running"] for r in after.values()), after
+        for server in ("postgres", "zookeeper"):
+            assert after[server]["pid"] != before[server]["pid"]
+            assert after[server]["address"] == before[server]["address"]
+        # What the store held is there, and the stages go on with it: a second job runs to the end.
+        def answered(*args: str) -> subprocess.CompletedProcess:
+            deadline = time.monotonic() + 30
+            while True:  # 503 (exit 5) while the API's connections to the store are made again
+                done = ctl(*args)
+                if done.returncode != 5 or time.monotonic() > deadline:
+                    return done
+                time.sleep(1)
+
+        status = answered("job", "status", first, "--json")
+        assert status.returncode == 0 and json.loads(status.stdout)["state"] == "SUCCEEDED", status.stderr
+        created = answered("job", "create", "/DefaultResPool", str(job), "--json")
+        assert created.returncode == 0, created.stderr
+        second = json.loads(created.stdout)["job_id"]
+        status = ctl("job", "status", second, "--wait", "--timeout", "120", "--json")
+        assert json.loads(status.stdout)["state"] == "SUCCEEDED", status.stdout + status.stderr
+        # PostgreSQL stopped and started again by hand: the stack's record names a process gone.
+        state = json.loads((tmp_path / "dev" / "stack.json").read_text())
+        pg = next(c for c in state["components"] if c["component"] == "postgres")
+        from pelotonctl.dev.postgres import PostgresServer
+
+        by_hand = PostgresServer(Path(pg["dir"]), pg["port"], pg["options"], pg["superuser"])
+        by_hand.stop(keep=True)
+        by_hand.start()
+        assert by_hand.pid != pg["pid"]
+    finally:
+        down = ctl("dev", "down")
+    try:
+        assert down.returncode == 0, down.stderr
+        assert re.search(r"^postgres\s+data left in .*still uses it", down.stdout, re.MULTILINE), down.stdout
+        assert (Path(pg["dir"]) / "data" / "PG_VERSION").exists()  # not deleted under the running server
+        assert not Path(next(c["dir"] for c in state["components"] if c["component"] == "zookeeper")).exists()
+    finally:
+        if by_hand is not None:
+            by_hand.stop()  # and its directory with it
