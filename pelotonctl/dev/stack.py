@@ -198,7 +198,9 @@ class DevStack:
         state = self.read()
         if not state:
             return []
-        return [{**c, "address": masked_url(c["address"]), "running": alive(c["pid"])} for c in state["components"]]
+        # What a server needs to start again (its superuser's password) stays in stack.json.
+        return [{**{k: v for k, v in c.items() if k != "superuser"}, "address": masked_url(c["address"]),
+                 "running": alive(c["pid"])} for c in state["components"]]
 
     def up(self, progress=print, store: str = "sqlite", instances: int = 1, brokers: int = 1,
            jvm: str = JVM_DEFAULT) -> dict:

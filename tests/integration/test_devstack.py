@@ -366,6 +366,7 @@ def test_the_stacks_postgres_and_zookeeper_restart_on_their_data_and_down_leaves
             assert f"{server:<9} running again on its data" in restarted.stdout
         after = {r["component"]: r for r in json.loads(ctl("dev", "status", "--json").stdout)}
         assert all(r["running"] for r in after.values()), after
+        assert "superuser" not in after["postgres"]  # its password stays in stack.json
         for server in ("postgres", "zookeeper"):
             assert after[server]["pid"] != before[server]["pid"]
             assert after[server]["address"] == before[server]["address"]
