@@ -17,8 +17,8 @@ class StackError(RuntimeError):
 
 def stop_together(components: list[dict], progress, timeout: float, restarting: bool = False) -> None:
     """SIGTERM to each running component at once (SIGHUP to an agent `restarting`: it hands its
-    runs over to the next agent instead of ending them), then a wait of `timeout` for them all;
-    those still running are killed. Says each one's end as it comes."""
+    runs over to the next agent instead of ending them; SIGINT to PostgreSQL), then a wait of
+    `timeout` for them all; those still running are killed. Says each one's end as it comes."""
     left = [c for c in components if c["pid"] and alive(c["pid"])]
     for c in left:
         sig = signal.SIGHUP if restarting and c["component"] == "agent" else signal.SIGTERM
