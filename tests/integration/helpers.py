@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -29,6 +30,17 @@ def ctl_in(env: dict[str, str], timeout: float):
         return subprocess.run([sys.executable, "-m", "pelotonctl", *args], env=env, capture_output=True,
                               text=True, timeout=timeout)
     return ctl
+
+
+def answered(ctl, *args: str, within_s: float = 30.0) -> subprocess.CompletedProcess:
+    """ctl(*args), asked again while it answers 503 (exit 5): after a store's server restarts, the
+    API's connections to it are made again."""
+    deadline = time.monotonic() + within_s
+    while True:
+        done = ctl(*args)
+        if done.returncode != 5 or time.monotonic() > deadline:
+            return done
+        time.sleep(1)
 
 
 def one_key_per_partition(prefix: str, partitions: int = 4) -> list[str]:

@@ -18,7 +18,7 @@ import pytest
 from peloton.store import masked_url
 from pelotonctl.dev.cassandra import CassandraNode
 from pelotonctl.dev.stack import alive
-from tests.integration.helpers import ctl_in, stack_env
+from tests.integration.helpers import answered, ctl_in, stack_env
 
 pytestmark = pytest.mark.integration
 
@@ -314,11 +314,7 @@ def test_a_cassandra_stack_runs_on_a_node_of_its_own_that_keeps_its_data_across_
         # The stages carry on with the node that came back: a job runs to the end on it.
         job = tmp_path / "job.yaml"
         job.write_text(FIVE)
-        created = ctl("job", "create", "/DefaultResPool", str(job), "--json")
-        deadline = time.monotonic() + 30
-        while created.returncode == 5 and time.monotonic() < deadline:  # 503 until the API's driver reconnects
-            time.sleep(1)
-            created = ctl("job", "create", "/DefaultResPool", str(job), "--json")
+        created = answered(ctl, "job", "create", "/DefaultResPool", str(job), "--json")
         assert created.returncode == 0, created.stderr
         status = ctl("job", "status", json.loads(created.stdout)["job_id"], "--wait", "--timeout", "120", "--json")
         assert status.returncode == 0, status.stdout + status.stderr
@@ -334,15 +330,6 @@ def test_a_cassandra_stack_runs_on_a_node_of_its_own_that_keeps_its_data_across_
     assert not any(alive(r["pid"]) for r in rows if r["pid"])
 
 
-FIVE_SLEEPS = """
-name: five-sleeps
-instancecount: 5
-defaultconfig:
-  resource: {cpulimit: 1, memlimitmb: 16, disklimitmb: 1}
-  command: {shell: true, value: 'true'}
-"""
-
-
 def test_the_stacks_postgres_and_zookeeper_restart_on_their_data_and_down_leaves_data_a_server_still_uses(
         tmp_path) -> None:
     """`dev restart` works on every server `dev status` lists (issue 63): PostgreSQL and ZooKeeper
@@ -355,7 +342,7 @@ def test_the_stacks_postgres_and_zookeeper_restart_on_their_data_and_down_leaves
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         job = tmp_path / "job.yaml"
-        job.write_text(FIVE_SLEEPS)
+        job.write_text(FIVE)
         first = json.loads(ctl("job", "create", "/DefaultResPool", str(job), "--json").stdout)["job_id"]
         assert json.loads(ctl("job", "status", first, "--wait", "--timeout", "120", "--json").stdout)["state"] \
             == "SUCCEEDED"
@@ -371,17 +358,9 @@ def test_the_stacks_postgres_and_zookeeper_restart_on_their_data_and_down_leaves
             assert after[server]["pid"] != before[server]["pid"]
             assert after[server]["address"] == before[server]["address"]
         # What the store held is there, and the stages go on with it: a second job runs to the end.
-        def answered(*args: str) -> subprocess.CompletedProcess:
-            deadline = time.monotonic() + 30
-            while True:  # 503 (exit 5) while the API's connections to the store are made again
-                done = ctl(*args)
-                if done.returncode != 5 or time.monotonic() > deadline:
-                    return done
-                time.sleep(1)
-
-        status = answered("job", "status", first, "--json")
+        status = answered(ctl, "job", "status", first, "--json")
         assert status.returncode == 0 and json.loads(status.stdout)["state"] == "SUCCEEDED", status.stderr
-        created = answered("job", "create", "/DefaultResPool", str(job), "--json")
+        created = answered(ctl, "job", "create", "/DefaultResPool", str(job), "--json")
         assert created.returncode == 0, created.stderr
         second = json.loads(created.stdout)["job_id"]
         status = ctl("job", "status", second, "--wait", "--timeout", "120", "--json")
