@@ -284,8 +284,10 @@ class EntitleStage(Stage):
         self._last_pools = time.monotonic()
 
     def _usage_of(self, pool: str, published: dict[str, dict]) -> PoolUsage:
-        ours = self._partition(pool) in self.owned
-        return pool_usage(self.ledgers.get(pool), self.queues.get(pool), None if ours else published.get(pool))
+        ledger, queue = self.ledgers.get(pool), self.queues.get(pool)
+        # Another owner's record counts only for a pool this instance neither holds nor owns.
+        held_here = ledger is not None or queue is not None or self._partition(pool) in self.owned
+        return pool_usage(ledger, queue, None if held_here else published.get(pool))
 
     def _entitle(self) -> None:
         """Recompute every pool's entitlement from every pool's usage, then give each owned

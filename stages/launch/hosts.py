@@ -22,7 +22,6 @@ class Run(NamedTuple):
 
 NO_RUN = Run({}, "")
 
-MAINTENANCE_STATES = ("DRAINING", "DRAINED", "DOWN")  # an operator's; UP is no entry at all
 HOST_STATES = ("UP", "DOWN", "DRAINING", "DRAINED")
 
 
