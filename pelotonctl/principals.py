@@ -81,7 +81,8 @@ def grants(catalogue: Catalogue) -> dict[str, list[Grant]]:
             Grant(stage, "transactional_id", f"{catalogue.group(stage)}.", "write", prefixed=True),
             Grant(stage, "transactional_id", f"{catalogue.group(stage)}.", "describe", prefixed=True),
         }
-    out["agent"].add(Grant("agent", "group", f"{peloton}agent.", "read", prefixed=True))
+    out["agent"] |= {Grant("agent", "group", f"{peloton}agent.", "read", prefixed=True),
+                     Grant("agent", "group", f"{peloton}view.", "read", prefixed=True)}  # host-state: its peers
     out["api"] |= {Grant("api", "group", f"{peloton}api-stream.", "read", prefixed=True),
                    Grant("api", "group", f"{peloton}view.", "read", prefixed=True)}  # hosts, pool usage
     # What the API reads for operators (pelotonctl/api/routes/operations.py): the stage groups' offsets and

@@ -133,6 +133,10 @@ class AgentDriver(ABC):
         cannot be known (then the run is reported lost). The default never knows."""
         return None
 
+    def extend_lease(self, until: float) -> None:  # noqa: B027 (a hook: by default none)
+        """The agent's lease now ends at `until` (time.monotonic()): runs that outlive their agent
+        hold it too, and end with it (the local driver's executors). The default has no such runs."""
+
     def hand_over(self, lease_until: float, adopted: Sequence[str] = ()) -> list[str]:
         """Leave the runs (its own, and those `adopted` from an earlier driver) going for the next
         agent of the host, fenced at `lease_until` (seconds since the epoch) if none takes them

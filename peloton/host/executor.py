@@ -19,11 +19,20 @@
 # The status file (.peloton-exit) holds one line: "exit N", "signal N", "error TEXT" when the
 # command could not be started (then the executor exits 127), or "fenced" (below).
 #
-# The lease while no agent holds it: an agent that hands its runs over to the next (a restart,
-# SIGHUP) writes its lease's end (seconds since the epoch) to .peloton-lease in each sandbox and
-# sends the executor SIGUSR1; if no agent has taken the run over by then (the next one removes
-# the file and sends SIGUSR1 again), the executor kills the run's whole process group, itself
-# included, as the agent's own fence would have: the host manager runs it elsewhere after that.
+# The agent's lease, held here too (a dead man's switch): the agent keeps the end of its lease
+# (time.monotonic() seconds, the same clock in every process of the host) in a file it writes in
+# place, whose open descriptor the executor inherits (PELOTON_LEASE_FD; the command does not). At
+# that end the executor reads the file again: extended, it waits for the new end; else it kills
+# the run's whole process group, itself included, and writes "fenced". An agent that is frozen,
+# stuck in the kernel or gone can then never leave a run alive past its lease, after which the
+# host manager may run it elsewhere. The line holds the end twice ("E E"), so that a read that
+# met a write half done is told apart and read again. SIGUSR1 makes it read the file at once (an
+# agent handing its runs over, whose lease may end sooner than the alarm set).
+#
+# Without that descriptor (a run started by an older agent), the lease while no agent holds it
+# comes by hand-over: an agent that restarts (SIGHUP) writes its lease's end (seconds since the
+# epoch) to .peloton-lease in each sandbox and sends SIGUSR1; unless the next agent removes the
+# file and sends SIGUSR1 again first, the executor fences the run at that end.
 
 import _signal  # type: ignore[import-not-found]  # signal's C half: starts faster
 import os
@@ -39,7 +48,9 @@ NOT_STARTED = 127
 # closed to the task's user, who enters the sandbox as root before dropping to it).
 STATUS_FILE = ".peloton-exit"
 LEASE_FILE = ".peloton-lease"
+LEASE_FD = "PELOTON_LEASE_FD"
 FENCED = "fenced"
+host_lease_fd = -1  # the agent's lease file, or -1 where the agent gave none
 
 
 def write_status(line: str) -> None:
@@ -62,9 +73,43 @@ def write_status(line: str) -> None:
         pass  # a sandbox gone or full: the agent that watches us still reads our own exit
 
 
+def host_lease() -> float | None:
+    """The end of the agent's lease (time.monotonic()), or None when the file says nothing
+    readable (then the agent's own fence is all there is)."""
+    for _ in range(3):
+        try:
+            parts = os.pread(host_lease_fd, 64, 0).split()
+        except OSError:
+            return None
+        if len(parts) == 2 and parts[0] == parts[1]:
+            try:
+                return float(parts[0])
+            except ValueError:
+                return None
+        time.sleep(0.001)  # a write half done: read again
+    return None
+
+
+def wait_for_lease() -> bool:
+    """Sets the alarm for the end of the agent's lease; False when it has run out."""
+    until = host_lease()
+    if until is None:
+        _signal.setitimer(_signal.ITIMER_REAL, 0)
+        return True
+    left = until - time.monotonic()
+    if left <= 0:
+        return False
+    _signal.setitimer(_signal.ITIMER_REAL, left)
+    return True
+
+
 def lease_news(_signum: int, _frame: object) -> None:
     """SIGUSR1: the lease file says until when the run may go on with no agent, or (gone) that an
-    agent holds the run again."""
+    agent holds the run again. A run that holds the agent's own lease reads that again instead."""
+    if host_lease_fd >= 0:
+        if not wait_for_lease():
+            lease_out(_signal.SIGALRM, None)
+        return
     try:  # a container's executor is root: no link followed, no pipe left there waited on
         fd = os.open(LEASE_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         try:
@@ -78,7 +123,9 @@ def lease_news(_signum: int, _frame: object) -> None:
 
 
 def lease_out(_signum: int, _frame: object) -> None:
-    """SIGALRM: the lease ran out with no agent to renew it."""
+    """SIGALRM: the lease ran out, unless the agent extended it meanwhile."""
+    if host_lease_fd >= 0 and wait_for_lease():
+        return
     write_status(f"{FENCED}\n")
     os.killpg(os.getpgrp(), _signal.SIGKILL)
 
@@ -102,11 +149,25 @@ def end_like(status: int) -> None:
     os._exit(os.WEXITSTATUS(status))
 
 
+def take_lease_fd() -> int:
+    """The agent's lease file, kept from the command (which gets neither it nor its number)."""
+    try:
+        fd = int(os.environ.pop(LEASE_FD, ""))
+        os.set_inheritable(fd, False)
+    except (ValueError, OSError):
+        return -1
+    return fd
+
+
 def main(command: list[str]) -> None:
+    global host_lease_fd
+    host_lease_fd = take_lease_fd()
     for signum in KILL_SIGNALS:
         _signal.signal(signum, _signal.SIG_IGN)
     _signal.signal(_signal.SIGUSR1, lease_news)
     _signal.signal(_signal.SIGALRM, lease_out)
+    if host_lease_fd >= 0 and not wait_for_lease():
+        lease_out(_signal.SIGALRM, None)  # out already: nothing starts
     try:
         pid = os.posix_spawnp(command[0], command, os.environ, setsigdef=KILL_SIGNALS + PYTHON_IGNORES)
     except (OSError, IndexError) as exc:

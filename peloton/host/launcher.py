@@ -16,7 +16,7 @@ from .containers import ContainerRuntime, ImageError
 from .devices import GpuAllotment
 from .driver import LaunchRequest
 from .environment import BASE_PATH, container_environment, task_environment
-from .executor import STATUS_FILE
+from .executor import LEASE_FD, STATUS_FILE
 from .identities import Account, JobIdentities
 from .sandboxes import open_sandbox, sandbox_path
 from .spawn import EXECUTOR_ENVIRONMENT, EXECUTOR_MEM_MB, GATE, command_line, executor_argv, missing_command
@@ -31,6 +31,13 @@ class Launcher:
                  gpus: GpuAllotment, pids_max: int) -> None:
         self._root, self._user, self._allowed, self._identities = root, user, allowed, identities
         self._isolation, self._runtime, self._gpus, self._pids_max = isolation, runtime, gpus, pids_max
+        self.lease_fd = -1  # the agent's lease file (leasefile.py), handed to every executor; -1: none
+
+    def _executor_fds(self) -> tuple[dict[str, str], tuple[int, ...]]:
+        """What hands an executor the agent's lease: its variable and the descriptor to keep open."""
+        if self.lease_fd < 0:
+            return {}, ()
+        return {LEASE_FD: str(self.lease_fd)}, (self.lease_fd,)
 
     def describe_accounts(self) -> str:
         """Who runs run as here, for the agent's log."""
@@ -106,9 +113,10 @@ class Launcher:
             bundle = runtime.bundle(bundles / request.task_id, request.image, command_line(request), env, sandbox, uid,
                                     gid, res.cpu, res.mem_mb, self._pids_max, request.task_id, self._gpus.nodes(gpus))
             runtime.delete(request.task_id)  # a container of an earlier attempt under the same id
+            lease, keep = self._executor_fds()
             proc = subprocess.Popen([*executor_argv(), *runtime.run_argv(request.task_id, bundle)], cwd=sandbox,
-                                    env={"PATH": BASE_PATH, **EXECUTOR_ENVIRONMENT}, stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=err, start_new_session=True)
+                                    env={"PATH": BASE_PATH, **EXECUTOR_ENVIRONMENT, **lease}, stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=err, start_new_session=True, pass_fds=keep)
         finally:
             os.close(out)
             os.close(err)
@@ -125,8 +133,10 @@ class Launcher:
         # above it need not be open to that user. It gets its own copies of the descriptors.
         out, err = open_sandbox(sandbox, account)
         try:
-            proc = subprocess.Popen(argv, cwd=sandbox, env={**env, **EXECUTOR_ENVIRONMENT}, stdin=stdin, stdout=out,
-                                    stderr=err, start_new_session=True, umask=TASK_UMASK, **as_user)
+            lease, keep = self._executor_fds()
+            proc = subprocess.Popen(argv, cwd=sandbox, env={**env, **EXECUTOR_ENVIRONMENT, **lease}, stdin=stdin,
+                                    stdout=out, stderr=err, start_new_session=True, umask=TASK_UMASK, pass_fds=keep,
+                                    **as_user)
         finally:
             os.close(out)
             os.close(err)

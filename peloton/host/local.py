@@ -33,11 +33,12 @@ from .cgroups import Hierarchy, TaskCgroup
 from .containers import ContainerRuntime
 from .devices import GpuAllotment
 from .driver import AgentDriver, LaunchRequest, TaskUpdate, update_for
-from .executor import NOT_STARTED
+from .executor import FENCED, NOT_STARTED
 from .exits import orphan_update, outcome, read_status
 from .health import HealthChecks, HealthNews
 from .identities import JobIdentities, parse_uid_range
 from .launcher import Launcher
+from .leasefile import LeaseFile
 from .orphans import DEFAULT_ORPHAN_GRACE_SECONDS, kill_escapees, kill_orphan, kill_orphans, signal_group
 from .pidfiles import remove_pid_file, tell_executor, write_pid_file
 from .sandboxes import SANDBOX_GC_BATCH, SANDBOX_GC_SECONDS, collect_sandboxes, disk_mb, sandbox_path
@@ -85,6 +86,7 @@ class LocalDriver(AgentDriver):
         sandbox_keep_seconds: float = 0.0,
         task_uids: str = "",
         identities_dir: str | Path = "/var/lib/peloton",
+        lease_file: Path | None = None,
     ) -> None:
         self._root = Path(sandbox_root)
         self._sandbox_keep = sandbox_keep_seconds  # 0: sandboxes stay (see collect_sandboxes)
@@ -116,6 +118,9 @@ class LocalDriver(AgentDriver):
                             ", ".join(closed))
         self._launcher = Launcher(self._root, self._user, self._allowed, self._identities, isolation, runtime,
                                   self._gpus, pids_max)
+        # Every executor holds the agent's lease too, and fences its run at its end (executor.py).
+        self._lease = LeaseFile(lease_file) if lease_file is not None else None
+        self._launcher.lease_fd = self._lease.fd if self._lease is not None else -1
         self._close_timeout = close_timeout
         self._orphan_grace = orphan_grace_seconds
         self._tasks: dict[str, _LocalTask] = {}
@@ -191,6 +196,10 @@ class LocalDriver(AgentDriver):
             if cgroup.directories()[0].is_dir():
                 usage = cgroup.usage()
         return orphan_update(task_id, host_id, status, usage)
+
+    def extend_lease(self, until: float) -> None:
+        if self._lease is not None:
+            self._lease.write(until)
 
     def hand_over(self, lease_until: float, adopted: Sequence[str] = ()) -> list[str]:
         """Leaves the runs, its own and those `adopted` from an earlier driver, to the next agent of
@@ -288,6 +297,8 @@ class LocalDriver(AgentDriver):
             self._outbox.append(self._reap(task))
         kill_escapees({task.request.task_id for task in left})
         self._health.close()
+        if self._lease is not None:
+            self._lease.close()
         self.clear_leftovers(set())
         if self._isolation is not None:
             if self._runtime is not None:  # the runtime leaves its containers' parent cgroups behind
@@ -410,11 +421,14 @@ class LocalDriver(AgentDriver):
         self._gpus.give_back(task.request.host_id, task.gpus)
         self._health.forget(task.request.task_id)
         remove_pid_file(self.sandbox(task.request.task_id))
-        if returncode == NOT_STARTED:
+        if returncode in (NOT_STARTED, -signal.SIGKILL):
             status = read_status(self.sandbox(task.request.task_id))
             if status is not None and status[0] == "error":
                 return update_for(task.request, MesosState.TASK_FAILED, reason=Reason.CONTAINER_LAUNCH_FAILED,
                                   message=f"failed to start command: {status[1]}")
+            if status is not None and status[0] == FENCED:
+                return update_for(task.request, MesosState.TASK_LOST, reason=Reason.AGENT_FENCED,
+                                  message="killed by its executor: its agent's lease ran out")
         return outcome(task, returncode, usage)
 
 

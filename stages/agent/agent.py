@@ -37,6 +37,7 @@ from peloton import metrics
 from peloton.config import Settings
 from peloton.host.containers import RUNTIME_LABEL
 from peloton.host.driver import TaskUpdate, now_ms
+from peloton.host.lease_answer import ASK_TIMEOUT_S
 from peloton.model.mesos import MesosState, Reason
 from peloton.private import open_home, private_dir
 from peloton.runtime.clients import kafka_access
@@ -52,6 +53,8 @@ from stages.agent.host import describe, host_runtime, isolation_for
 from stages.agent.launches import Launches
 from stages.agent.lease import HOLD_SHARE, Lease
 from stages.agent.lease import Held as _Held
+from stages.agent.outage import ask_ahead, decide_ahead, reaching
+from stages.agent.peers import Peers
 from stages.agent.reading import start_position
 from stages.agent.reports import report_keys, report_record, running_by_host, updates_by_host
 from stages.agent.rounds import Round as _Round
@@ -138,9 +141,12 @@ class HostAgent:
         self.fresh_since_ms = 0
         self.lease = Lease.restored(settings.agent_lease(), settings.lease_margin(), self.files.lease(),
                                     time.monotonic(), time.time())
+        self.driver.extend_lease(self.lease.until)  # what its runs' executors hold
         self.launches = Launches(self.driver, self.sandbox_root, self.book, self.lease, self.adoption,
                                  self._to_report)
         self.fencing: set[str] = set()  # runs killed for it, whose ends are reported as lost
+        self._outage_said = ""  # what the peers said at the lease's end, for the fence's log line
+        self.executors_fenced = 0  # runs their executors ended as the lease ran out, for that line too
         self._status_at, self._steps, self._commands_read = time.monotonic(), 0, 0
 
     def _wire(self, settings: Settings, simulate: bool) -> None:
@@ -166,13 +172,20 @@ class HostAgent:
         self.consumer: Any = self._new_consumer()  # replaced by the reader watch when it stalls
         # The sandboxes' files, served against the API's grant for each run: a user reads a run's
         # output through the API, which checks who may read the job, from wherever the run was.
+        # The same server tells peers and host managers where the lease stands (GET /v1/lease), and
+        # the peers, known from host-state, tell a control-plane outage from this host cut off alone.
         self.logs = None
-        if settings.agent_logs_public_key and not simulate:
+        self.peers: Peers | None = None
+        if not simulate:
             from peloton.auth.grants import public_key
             from stages.agent.logs import LogServer
 
-            self.logs = LogServer(self.sandbox_root, public_key(settings.agent_logs_public_key), set(self.hosts),
-                                  settings.agent_logs_host, settings.agent_logs_port, settings.sandbox_keep_s).start()
+            key = public_key(settings.agent_logs_public_key) if settings.agent_logs_public_key else None
+            self.logs = LogServer(self.sandbox_root, key, set(self.hosts), settings.agent_logs_host,
+                                  settings.agent_logs_port, settings.sandbox_keep_s, self._lease_answer).start()
+            if settings.agent_outage_limit_s > 0:
+                self.peers = Peers(lambda: host_view(settings, self.catalogue), set(self.hosts), self.logs.url,
+                                   settings.agent_heartbeat_s).start()
 
     def _new_consumer(self) -> Consumer:
         from confluent_kafka import Consumer
@@ -256,7 +269,9 @@ class HostAgent:
     def step(self) -> None:
         self.producer.poll(0)  # acknowledgements of reports: they extend the lease
         self._check_unanswered()
-        if self.lease.runs_out(time.monotonic()):
+        now = time.monotonic()
+        self._outage_check(now)
+        if self.lease.runs_out(now):
             self._fence()
         if self.lease.held and self._start_held(time.monotonic()):
             self._save_offsets()
@@ -277,6 +292,46 @@ class HostAgent:
                 self._next_report = now + self.settings.agent_heartbeat_s
         self._save_forgotten()
 
+    def _outage_check(self, now: float) -> None:
+        """As the lease nears its end with no report acknowledged, the peers are asked; if most of
+        the cluster is cut off from the brokers (outage.py) the runs are kept, a lease at a time,
+        up to the outage limit; else the lease runs out and the agent fences."""
+        if self.peers is None:
+            return
+        lease_s, beat = self.lease.lease_s, self.settings.agent_heartbeat_s
+        first = self.lease.kept_from is None
+        if first:
+            if not self.lease.ends_within(now, ask_ahead(lease_s)):
+                return
+            self.peers.ask_until(self.lease.until)
+            if not self.lease.ends_within(now, decide_ahead(lease_s)):
+                return
+        else:  # kept: asked every heartbeat, and extended while the outage lasts, as reports would
+            self.peers.ask_until(now + lease_s)
+            if not self.lease.ends_within(now, lease_s - beat):
+                return
+        outage, said = self.peers.outage(now, 2 * beat + ASK_TIMEOUT_S)
+        self._outage_said = said
+        if not outage or not self.lease.keep(now, self.settings.agent_outage_limit_s):
+            return
+        self.driver.extend_lease(self.lease.until)
+        self.files.save_lease(self.lease.saved(now, time.time()))
+        if first:
+            log.warning("no report reached the broker for %.0fs, and %s: a control-plane outage, in which nothing "
+                        "can run elsewhere, so the runs here go on, for at most %gs past the lease "
+                        "(PELOTON_AGENT_OUTAGE_LIMIT_S); no launch starts until a report gets through",
+                        now - (self.rounds.acked_at or self.started_at), said, self.settings.agent_outage_limit_s)
+
+    def _lease_answer(self) -> dict:
+        """What GET /v1/lease says: whether reports reach the brokers, how long the runs may go on."""
+        lease = getattr(self, "lease", None)
+        if lease is None:  # still starting
+            return {"reaching": False, "holds_runs_s": 0.0, "hosts": len(self.hosts)}
+        now = time.monotonic()
+        acked = self.rounds.acked_at
+        return {"reaching": acked is not None and reaching(now - acked, lease.lease_s),
+                "holds_runs_s": round(lease.holds_for(now), 3), "hosts": len(self.hosts)}
+
     def _driver_update(self, u: TaskUpdate) -> None:
         """An update the driver gave, counted and queued for the next report."""
         if u.cpu_seconds is not None:
@@ -287,6 +342,8 @@ class HostAgent:
                 metrics.AGENT_LIMIT_KILLS.labels(self.name, u.reason).inc()
         if u.terminal:
             self.adoption.gave_up(u.task_id)  # an adopted run its health check gave up on, killed
+        if u.terminal and u.reason == Reason.AGENT_FENCED and u.task_id not in self.fencing:
+            self.executors_fenced += 1  # its executor held the lease, and ended it at its end
         if u.terminal and u.task_id in self.fencing:
             self.fencing.discard(u.task_id)
             u = TaskUpdate(u.task_id, u.host_id, MesosState.TASK_LOST, u.timestamp_ms, Reason.AGENT_FENCED,
@@ -360,10 +417,12 @@ class HostAgent:
         since = "" if self.rounds.ever_delivered else " since the agent started"
         killed = len(active) + len(self.adopted)
         what = (f"killing the {killed} runs here, as the host manager will run them elsewhere" if killed
+                else f"their executors ended the {self.executors_fenced} runs here at its end" if self.executors_fenced
                 else "no run here to kill")
+        self.executors_fenced = 0
         log.warning("no report reached the broker for %gs (the lease)%s: %s; no launch starts until a report "
-                    "gets through (those read in the next %.1fs wait for it)", self.lease.lease_s, since, what,
-                    self.lease.hold_s)
+                    "gets through (those read in the next %.1fs wait for it)%s", self.lease.lease_s, since, what,
+                    self.lease.hold_s, f"; {self._outage_said}" if self._outage_said else "")
         self.fencing.update(active)
         self.driver.kill_now(active)
         self.adoption.fence()
@@ -413,6 +472,7 @@ class HostAgent:
             log.info("reports reach the broker: the first was acknowledged %.1fs after the agent started",
                      self.rounds.delivered_at - self.started_at)
         unfenced = self.lease.renewed(finished.sent, time.monotonic())
+        self.driver.extend_lease(self.lease.until)
         self.files.save_lease(self.lease.saved(time.monotonic(), time.time()))
         if unfenced:
             log.info("a report got through again: the lease is renewed, launches are taken again")
@@ -435,6 +495,7 @@ class HostAgent:
         if self.lease.fenced:
             return set()
         until = self.lease.wall_until(time.monotonic(), time.time())
+        self.driver.extend_lease(self.lease.until)  # the executors hold it as it stands, for the next agent
         handed = set(self.driver.hand_over(until, list(self.adopted)))
         log.info("handing %d runs over to the next agent of this host: they go on until the lease runs out in "
                  "%.0fs unless it takes them over first", len(handed), until - time.time())
@@ -459,6 +520,15 @@ class HostAgent:
             self.consumer.close()
             if self.logs is not None:
                 self.logs.close()
+            if self.peers is not None:
+                self.peers.close()
+
+
+def host_view(settings: Settings, catalogue: Catalogue) -> Any:
+    """host-state as the agent's peers are known from it."""
+    from peloton.runtime.views import CompactedView
+
+    return CompactedView(settings, "host-state", catalogue, quiet=True)
 
 
 def run_agent(settings: Settings, specs: list[AgentSpec], simulate: bool = False, name: str | None = None,

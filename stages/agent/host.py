@@ -40,7 +40,7 @@ def host_runtime(settings: Settings, name: str, state_dir: Path, sandbox_root: P
         identities_dir=settings.identities_dir,
         isolation=isolation, pids_max=settings.task_pids_max, gpus=gpus, gpu_dev=Path(settings.gpu_dev_dir),
         runtime=runtime,
-        sandbox_keep_seconds=settings.sandbox_keep_s)
+        sandbox_keep_seconds=settings.sandbox_keep_s, lease_file=state_dir / "executor-lease")
     return HostRuntime(isolation, isolation_said, runtime, runtime_said, driver, runtime.name if runtime else "")
 
 

@@ -7,6 +7,10 @@ agent kills its runs, as the host manager will call them lost and run them elsew
 no launches until a report gets through again. A launch read with less than the start margin of
 lease left, or while fenced, is held: started once a report renews the lease in time, answered
 lost once its deadline passes without one.
+
+In a control-plane outage (most agents cut off at once: stages/agent/outage.py) the lease is kept
+instead: extended a lease at a time while the outage lasts, up to the outage limit past the end it
+began at, and no launch starts until a report gets through.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ class Lease:
         self.start_margin = start_margin
         self.hold_s = HOLD_SHARE * start_margin
         self.held: dict[str, Held] = {}  # task id -> its launch, waiting for a report
+        self.kept_from: float | None = None  # the end an outage kept the runs past, while it lasts
 
     @classmethod
     def restored(cls, lease_s: float, start_margin: float, saved: object, now: float, wall: float) -> Lease:
@@ -65,10 +70,32 @@ class Lease:
 
     def fence(self, now: float) -> None:
         self.fenced_at = now
+        self.kept_from = None
+
+    def ends_within(self, now: float, ahead_s: float) -> bool:
+        """Whether the lease, not fenced, ends within `ahead_s`."""
+        return self.fenced_at is None and self.until - now <= ahead_s
+
+    def keep(self, now: float, limit_s: float) -> bool:
+        """A control-plane outage: the runs go on for another lease from now, never past `limit_s`
+        after the end the outage began at. False once that limit is reached: the agent fences."""
+        if self.kept_from is None:
+            self.kept_from = self.until
+        cap = self.kept_from + limit_s
+        if now >= cap:
+            return False
+        self.until = max(self.until, min(now + self.lease_s, cap))
+        return True
+
+    def holds_for(self, now: float) -> float:
+        """How much longer the runs here may go on (0: fenced, or out): what a host manager that
+        no longer hears this agent is told when it asks."""
+        return 0.0 if self.fenced_at is not None else max(0.0, self.until - now)
 
     def admits(self, now: float) -> bool:
-        """Whether a launch read now may start: not fenced, and the margin of lease left."""
-        return self.fenced_at is None and self.until - now >= self.start_margin
+        """Whether a launch read now may start: not fenced nor kept through an outage, and the
+        margin of lease left."""
+        return self.fenced_at is None and self.kept_from is None and self.until - now >= self.start_margin
 
     def may_hold(self, now: float) -> bool:
         """Whether a launch that may not start now may wait for a report; else the host manager
@@ -98,6 +125,7 @@ class Lease:
         held launches still in time wait as long past it, and a lease that had run out before
         that report was sent holds again. True when it was fenced and is no more."""
         self.until = max(self.until, sent + self.lease_s)
+        self.kept_from = None  # the brokers answer: no outage here any more
         for held in self.held.values():
             # This report was written before the held launch's deadline, so before the host
             # manager could judge the host silent (its wait is lease + margin from the report
@@ -123,6 +151,8 @@ class Lease:
         """The lease's part of the agent's status line."""
         text = (f"fenced for {now - self.fenced_at:.0f}s" if self.fenced_at is not None
                 else f"lease {self.until - now:.0f}s left")
+        if self.kept_from is not None:
+            text += f", kept through a control-plane outage for {now - self.kept_from:.0f}s"
         if self.held:
             text += f", {len(self.held)} launches held for a report"
         return text

@@ -7,14 +7,21 @@ can steer elsewhere).
 
     GET /v1/sandboxes/<task id>/<stdout|stderr>?offset=N&limit=M   Authorization: Bearer <grant>
         -> the bytes, X-File-Size: total
+
+It also tells its peers and the host managers where its lease stands (no grant needed: it says
+only whether its reports reach the brokers, and how long its runs may go on):
+
+    GET /v1/lease  -> {"reaching": bool, "holds_runs_s": float, "hosts": N}
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -23,6 +30,7 @@ from urllib.parse import parse_qs, urlsplit
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from peloton.auth.grants import GrantError, check
+from peloton.host.lease_answer import LEASE_PATH
 from peloton.host.sandboxes import sandbox_path
 
 log = logging.getLogger("peloton.agent")
@@ -32,9 +40,11 @@ MAX_CHUNK = 4 * 1024 * 1024  # per request: a client pages through a large file
 
 
 class LogServer:
-    def __init__(self, sandbox_root: Path, verify_key: Ed25519PublicKey, hosts: set[str] | frozenset[str],
-                 host: str = "127.0.0.1", port: int = 0, keep_s: float = 0.0) -> None:
+    def __init__(self, sandbox_root: Path, verify_key: Ed25519PublicKey | None, hosts: set[str] | frozenset[str],
+                 host: str = "127.0.0.1", port: int = 0, keep_s: float = 0.0,
+                 lease_answer: Callable[[], dict] | None = None) -> None:
         self.sandbox_root, self.verify_key, self.hosts = sandbox_root, verify_key, frozenset(hosts)
+        self.lease_answer = lease_answer
         # Why a file may be missing, said with each 404: the agent removes sandboxes keep_s after
         # their run ended (LocalDriver's collect_sandboxes).
         self.missing_hint = (f" (sandboxes are removed {keep_s / 86400:g} days after their run ended: "
@@ -71,9 +81,16 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # the standard library's name for it
         logs = self.server_logs
         url = urlsplit(self.path)
+        if url.path == LEASE_PATH and logs.lease_answer is not None:
+            self._answer(HTTPStatus.OK, json.dumps(logs.lease_answer()).encode(), {"Content-Type": "application/json"})
+            return
         parts = url.path.strip("/").split("/")
         if len(parts) != 4 or parts[:2] != ["v1", "sandboxes"] or parts[3] not in FILES:
             self._answer(HTTPStatus.NOT_FOUND, b"GET /v1/sandboxes/<task id>/<stdout|stderr>\n")
+            return
+        if logs.verify_key is None:
+            self._answer(HTTPStatus.SERVICE_UNAVAILABLE, b"this agent serves no run output: it was started without "
+                         b"PELOTON_AGENT_LOGS_PUBLIC_KEY, the key that checks the API's grants\n")
             return
         scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
         try:
@@ -100,12 +117,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, status: HTTPStatus, body: bytes, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
-        self.send_header("Content-Type", "application/octet-stream" if status == HTTPStatus.OK else "text/plain")
+        headers = dict(headers or {})
+        self.send_header("Content-Type", headers.pop("Content-Type", "application/octet-stream"
+                                                     if status == HTTPStatus.OK else "text/plain"))
         self.send_header("Content-Length", str(len(body)))
-        for k, v in (headers or {}).items():
+        for k, v in headers.items():
             self.send_header(k, v)
-        self.end_headers()
-        self.wfile.write(body)
+        try:
+            self.end_headers()
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the asker gave up (a peer's short timeout while this agent was slow): nothing to say
 
     def log_message(self, fmt: str, *args: object) -> None:  # requests are the API's; not worth a line each
         pass

@@ -44,6 +44,7 @@ class Rounds:
         # When a report last got through (or the producer was made), and the rounds that failed
         # since: a producer whose every report fails, round after round, is replaced too.
         self.delivered_at = now
+        self.acked_at: float | None = None  # when a round last got through (a new producer's start is not)
         self.failed = 0
         self.ever_delivered = False
 
@@ -88,6 +89,7 @@ class Rounds:
             return Finished(sending.sent, sending.updates, True, False)
         first = not self.ever_delivered
         self.delivered_at, self.failed, self.ever_delivered = now, 0, True
+        self.acked_at = now
         return Finished(sending.sent, sending.updates, False, first)
 
     def oldest_wait(self, now: float) -> float | None:

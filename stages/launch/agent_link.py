@@ -23,9 +23,12 @@ from peloton.topics import Catalogue, partition_for
 from stages.launch.agents.remote import RemoteDriver
 from stages.launch.hosts import NO_RUN, HostBook, Run
 from stages.launch.inventory import AGENT
+from stages.launch.probes import LeaseProbes
+from stages.launch.silence import Silence, judge, quiet_after
 
 log = logging.getLogger("peloton.launch")
 
+JUDGED_EVERY_S = 0.2  # silence is judged this often (each judgement reads every host's last report)
 TOPIC = "placements"  # the host shards: partition N of it, and of agent-reports, is shard N (stage.py)
 
 
@@ -43,6 +46,10 @@ class AgentLink:
         self._next_catch_up = 0.0  # when the host manager may next ask whether it has read all
         self._behind = False  # it was not caught up at the last ask (said once)
         self._last_check: float | None = None  # when silence was last judged
+        self.probes = LeaseProbes(settings.agent_heartbeat_s)  # quiet hosts' agents, asked of their lease
+        self.outage_since: float | None = None  # most hosts quiet at once since then
+        self._next_judgement = 0.0
+        self._heard_at = 0.0  # when a report was last read (time given back is not hearing)
 
     def send_command(self, host_id: str, command: dict) -> None:
         """An AgentCommand to one host's agent; sealed with its host's key where this stage holds
@@ -73,6 +80,7 @@ class AgentLink:
                 self.emit.dead_letter(r, f"agent report: {problem}")
                 continue
             self.join(host_id, r.partition, report)
+            self._heard_at = now
             if self.book.heard(host_id, now):
                 log.info("agent %s reports again: UP", host_id)
             unknown = self.remote.receive(report, self.settings.agent_timeout_s)
@@ -115,6 +123,25 @@ class AgentLink:
                 u.timestamp_ms))
         self.remote.late = []
 
+    def _outage(self, verdict: Silence, now: float) -> None:
+        """Said when a control-plane outage begins and ends (once reports are read again: time
+        given back to the agents is not the end); as it ends, every host still silent has a whole
+        timeout again to report (their agents kept their runs through it)."""
+        if verdict.outage and self.outage_since is None:
+            self.outage_since = now
+            log.warning("%s: no host is called DOWN while it lasts (at most PELOTON_AGENT_OUTAGE_LIMIT_S=%gs "
+                        "past the timeout); the agents keep their runs",
+                        next(iter(verdict.kept.values()), "most hosts are silent at once"),
+                        self.settings.agent_outage_limit_s)
+        elif not verdict.outage and self.outage_since is not None and self._heard_at > self.outage_since:
+            late = self.book.silent(now, quiet_after(self.settings.agent_lease()))
+            for host_id in late:
+                self.book.seen[host_id] = now
+            log.warning("the control-plane outage is over after %.0fs: the %d hosts still silent have %gs to report "
+                        "before any is called DOWN", now - self.outage_since, len(late),
+                        self.settings.agent_timeout_s)
+            self.outage_since = None
+
     def join(self, host_id: str, shard: int, report: dict) -> None:
         held = {}
         for task_id in self.remote.on_host(host_id):  # adopted runs, or ours before a change
@@ -138,7 +165,14 @@ class AgentLink:
             log.warning("not listening for %.1fs (waiting for the broker or the store): agents are given that "
                         "time back before any is judged silent", deaf)
             self.book.give_back(deaf)
-        silent = self.book.silent(now, timeout)
+        if now < self._next_judgement:
+            return
+        self._next_judgement = now + JUDGED_EVERY_S
+        lease, limit = self.settings.agent_lease(), self.settings.agent_outage_limit_s
+        verdict = judge(self.book.seen, self.book.down, now, timeout, lease, limit, self.probes.holds_until)
+        self.probes.want({h: self.book.inventory[h].log_url for h in verdict.quiet if h in self.book.inventory})
+        self._outage(verdict, now)
+        silent = verdict.lost
         if not silent:
             return
         # A report written but not read here yet (this instance is behind, a transaction holds

@@ -404,5 +404,7 @@ class LaunchStage(Stage):
                     applied, self.running, now))
 
     def close(self) -> None:
+        if hasattr(self, "agents"):  # bound: its thread asks quiet agents of their leases
+            self.agents.probes.close()
         for driver in self.drivers.values():
             driver.close()

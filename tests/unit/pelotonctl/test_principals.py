@@ -25,11 +25,13 @@ def test_only_launch_writes_agent_commands_and_only_the_api_and_producers_write_
     assert who(found, "write", "t1.peloton.audit") == {"api"}
 
 
-def test_an_agent_reads_its_commands_and_writes_its_reports_and_nothing_more() -> None:
+def test_an_agent_reads_its_commands_and_its_peers_and_writes_its_reports_and_nothing_more() -> None:
     found = grants(Catalogue(""))
     topics = {(g.operation, g.name) for g in found["agent"] if g.resource == "topic"}
+    # host-state: its peers, asked in an outage whether they reach the brokers (stages/agent/peers.py).
     assert topics == {("read", "peloton.agent-commands"), ("describe", "peloton.agent-commands"),
-                      ("write", "peloton.agent-reports"), ("describe", "peloton.agent-reports")}
+                      ("write", "peloton.agent-reports"), ("describe", "peloton.agent-reports"),
+                      ("read", "peloton.host-state"), ("describe", "peloton.host-state")}
     assert [g for g in found["agent"] if g.resource == "transactional_id"] == []
     # Placements are what a host manager launches from: an agent may not write them.
     assert who(found, "write", "peloton.placements") == {"place", "entitle", "admit", "api"}
