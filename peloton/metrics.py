@@ -5,7 +5,7 @@ registry, beside prometheus_client's own process metrics (CPU seconds, resident 
 follow what operators already use: kafka_consumergroup_lag{consumergroup, topic, partition} and
 kafka_consumergroup_lag_seconds as kafka-lag-exporter names them, then the scheduler's own under
 peloton_. Each stage instance reports lag for the partitions it owns, so a sum over instances
-is the group's lag.
+is the group's lag; the API's lag sampler reports every group's from the brokers (peloton_group_*).
 """
 
 from __future__ import annotations
@@ -37,6 +37,21 @@ DEAD_LETTERS = Counter("peloton_dead_letters_total", "Messages sent to the dead-
                        ["stage", "reason"])
 RETRIES = Counter("peloton_unavailable_retries_total", "Pauses while the broker or the store was unavailable",
                   ["stage"])
+
+# -- every stage group, from the brokers, by a process that is none of them -----------------------
+# The API's lag sampler (pelotonctl/lag_sampler.py) sets these: a group's committed offsets and
+# log ends as its brokers keep them, so its series go on (and its lag grows) when its last
+# instance has died, where the instances' own kafka_consumergroup_lag goes with them.
+GROUP_LAG = Gauge("peloton_group_lag", "Messages between the group's committed offset and the log end, from the "
+                  "brokers (kept while the group has no live member)", ["group", "stage", "topic", "partition"])
+GROUP_LAG_SECONDS = Gauge("peloton_group_lag_seconds", "Seconds the oldest message the group has not committed has "
+                          "waited, from the brokers (0 when there is no lag)", ["group", "stage", "topic", "partition"])
+GROUP_STATUS = Gauge("peloton_group_status", "1 for the group's status word in Burrow's manner (OK, WARN, STALL, "
+                     "STOP, ERR), 0 for the others", ["group", "stage", "status"])
+GROUP_MEMBERS = Gauge("peloton_group_members", "Members the group's coordinator lists (it keeps a member that died "
+                      "until its session times out)", ["group", "stage"])
+GROUP_SAMPLED = Gauge("peloton_group_sampled_timestamp_seconds", "When the group was last sampled: the age of the "
+                      "peloton_group_* values (it stops moving while the broker does not answer)", ["group", "stage"])
 
 # -- the scheduler ------------------------------------------------------------------------------
 TASKS = Gauge("peloton_tasks", "Tasks in the cluster by state (reported by the admit instance owning "

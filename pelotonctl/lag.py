@@ -5,11 +5,17 @@ and the lag in seconds (how long the oldest message not yet committed has waited
 produce timestamp, as kafka-lag-exporter estimates it). Per group a status word in Burrow's
 manner, from the offsets seen over a window of samples:
 
-  OK     nothing unread, or the group's position moves and its lag does not keep growing
+  OK     nothing unread, or nothing unread at some sample of the window, or the group's position
+         moves and its lag does not keep growing
   WARN   the position moves but the unread lag grew at every sample of the window
-  STALL  messages wait unread and the position did not move over the window (members present)
+  STALL  messages waited unread and the position did not move: at every sample of the window, or
+         for STALL_AFTER_S, whichever comes first (members listed)
   STOP   messages wait unread and the group has no member
   ERR    a committed offset past the log end, or one that went backwards (the log was lost)
+
+STALL_AFTER_S is what tells a dead member within seconds: its group's coordinator lists a member
+that was SIGKILLed until its session times out (PELOTON_SESSION_TIMEOUT_MS, 20 s), so STOP comes
+that late; a live member moves its position within a turn (50 ms polls, one commit per batch).
 
 Held messages are told apart from lag: a stage that holds messages (place, with gangs waiting for
 a host) cannot commit past them, so its commit's metadata says how far it has read (`read=N`).
@@ -23,6 +29,7 @@ transaction markers as Kafka's tool does), lag the difference.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections import deque
@@ -45,6 +52,10 @@ from peloton.topics import Catalogue
 
 STAGES = ("admit", "entitle", "place", "launch")  # in pipeline order
 STATUSES = ("OK", "WARN", "STALL", "STOP", "ERR")  # from best to worst
+# Messages waiting this long while a group's position stays put make it STALL. A healthy stage
+# commits at every turn; a longer wait is a dead member the coordinator still lists, a stage stuck
+# in a turn (the store away), or readers held back by a transaction a killed writer left open.
+STALL_AFTER_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -61,8 +72,21 @@ class Sample:
         return max(0, self.end - self.read)
 
 
-def partition_status(window: list[Sample], has_members: bool) -> str:
-    """Burrow's evaluation of one partition over a window of samples (oldest first)."""
+def stalled_for(window: list[Sample]) -> float:
+    """How long, by the samples, messages have waited unread with the read position unmoved: from
+    the first sample of the trailing run that saw both, to the last (0 when the last sees none)."""
+    last = window[-1]
+    first = last
+    for s in reversed(window):
+        if s.unread == 0 or s.read != last.read:
+            break
+        first = s
+    return last.at - first.at if last.unread else 0.0
+
+
+def partition_status(window: list[Sample], has_members: bool, stall_after_s: float = STALL_AFTER_S) -> str:
+    """Burrow's evaluation of one partition over a window of samples (oldest first), with a time
+    bound on STALL besides the window's."""
     last = window[-1]
     if last.current > last.end:
         return "ERR"
@@ -72,8 +96,12 @@ def partition_status(window: list[Sample], has_members: bool) -> str:
         return "OK"
     if not has_members:
         return "STOP"
+    if stalled_for(window) >= stall_after_s:
+        return "STALL"
     if len(window) < 2:
         return "OK"  # one sample says nothing of movement
+    if any(s.unread == 0 for s in window):
+        return "OK"  # caught up within the window: messages that just arrived are no stall (Burrow)
     if last.read == window[0].read:
         return "STALL"
     unread = [s.unread for s in window]
@@ -86,6 +114,25 @@ def group_status(statuses: list[str]) -> str:
     return max(statuses, key=STATUSES.index, default="OK")
 
 
+def status_detail(group: dict) -> str:
+    """Why a group has its status, in a sentence, from one group of a sample (LagMonitor.sample)."""
+    status, lag, count = group["status"], group["total_lag"], group.get("member_count")
+    listed = "members unknown" if count is None else f"{count} member{'' if count == 1 else 's'} listed"
+    waited = f", the oldest for {group['max_lag_seconds']:.1f} s" if group.get("max_lag_seconds") else ""
+    if status == "STOP":
+        return f"no member, and {lag:,} messages wait{waited}"
+    if status == "STALL":
+        return (f"{lag - group.get('held', 0):,} messages wait unread and its position has not moved for "
+                f"{group.get('stalled_seconds', 0.0):.1f} s; {listed} (the coordinator lists a member that "
+                f"died until its session times out)")
+    if status == "WARN":
+        return f"its position moves but it falls further behind at every sample ({lag:,} messages); {listed}"
+    if status == "ERR":
+        return ("a committed offset past the log end or gone back (the broker lost its log), or a partition "
+                "the broker did not answer for")
+    return f"{lag:,} messages behind; {listed}" if lag else f"caught up; {listed}"
+
+
 def stage_of(settings: Settings, name: str) -> str | None:
     """The stage a `--group` names: a stage (`place`) or its group (`peloton.place`), or None."""
     catalogue = Catalogue(settings.topic_prefix)
@@ -94,9 +141,10 @@ def stage_of(settings: Settings, name: str) -> str | None:
 
 class LagMonitor:
     """Samples the stage groups' lag; keeps the last `window` samples of each partition for the
-    status words. One per CLI call, `--watch` loop, dashboard or API instance (whose callers ask
-    for fewer stages or a shorter window per sample), each in a process of its own
-    (pelotonctl.lag_child: librdkafka can abort the process that asks a coordinator)."""
+    status words. One per `pelotonctl lag` run without an API, and one per lag sampler
+    (pelotonctl.lag_sampler: the API's, which `pelotonctl lag` and the dashboard read), each in a
+    process of its own (pelotonctl.lag_child: librdkafka can abort the process that asks a
+    coordinator)."""
 
     def __init__(self, settings: Settings, stages: tuple[str, ...] = STAGES, window: int = 10,
                  timeout_s: float = 5.0):
@@ -108,32 +156,40 @@ class LagMonitor:
         self._windows: dict[tuple[str, str, int], deque[Sample]] = {}
         self._window = window
         self._queued = None  # the entitlements view, opened on first use
+        self._reader: Consumer | None = None  # reads the first unread message's time; made on first use
+        self._produced: dict[tuple[str, int], tuple[int, int]] = {}  # partition -> (offset, its produce time)
 
     # -- what the broker says ------------------------------------------------------------
-    def _committed(self, group: str, parts: list[TopicPartition]) -> tuple[dict[tuple[str, int], int],
-                                                                           dict[tuple[str, int], int]]:
-        """The group's committed offsets (-1 where it has none), and how far it has read where a
-        commit's metadata says it holds messages (`read=N`)."""
-        futures = self.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, parts)],
-                                                         request_timeout=self.timeout_s)
-        result = futures[group].result()
-        offsets, reads = {}, {}
-        for tp in result.topic_partitions:
-            offsets[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else -1
-            if tp.metadata and tp.metadata.startswith("read="):
-                reads[(tp.topic, tp.partition)] = int(tp.metadata[5:])
-        return offsets, reads
-
-    def _members(self, groups: list[str]) -> dict[str, bool]:
-        """Whether each group has members now (its state says so)."""
+    def _committed(self, groups: dict[str, list[TopicPartition]]) -> dict[str, tuple[dict, dict]]:
+        """Per group, its committed offsets (-1 where it has none), and how far it has read where a
+        commit's metadata says it holds messages (`read=N`). The groups are asked at once (one
+        group per request is what the client takes) and answered in one wait."""
+        futures = {group: self.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, parts)],
+                                                                 request_timeout=self.timeout_s)[group]
+                   for group, parts in groups.items()}
         out = {}
+        for group, future in futures.items():
+            offsets, reads = {}, {}
+            for tp in future.result().topic_partitions:
+                offsets[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else -1
+                if tp.metadata and tp.metadata.startswith("read="):
+                    reads[(tp.topic, tp.partition)] = int(tp.metadata[5:])
+            out[group] = (offsets, reads)
+        return out
+
+    def _members(self, groups: list[str]) -> dict[str, int | None]:
+        """How many members each group has now (0 when its state says it has none), None where
+        the coordinator did not say."""
+        out: dict[str, int | None] = {}
         for group, future in self.admin.describe_consumer_groups(groups, request_timeout=self.timeout_s).items():
             try:
-                state = future.result().state
+                described = future.result()
             except KafkaException:
-                state = ConsumerGroupState.UNKNOWN
-            out[group] = state in (ConsumerGroupState.STABLE, ConsumerGroupState.PREPARING_REBALANCING,
-                                   ConsumerGroupState.COMPLETING_REBALANCING)
+                out[group] = None
+                continue
+            live = described.state in (ConsumerGroupState.STABLE, ConsumerGroupState.PREPARING_REBALANCING,
+                                       ConsumerGroupState.COMPLETING_REBALANCING)
+            out[group] = len(described.members) if live else 0
         return out
 
     def _ends(self, parts: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
@@ -142,36 +198,47 @@ class LagMonitor:
 
     def _times(self, starts: dict[tuple[str, int], int], ends: dict[tuple[str, int], int]) -> dict:
         """Per partition with unread messages, the produce time (ms) of the message at its start
-        offset, read with a throwaway consumer that fetches from each start."""
+        offset. A start seen before keeps the time read then (a stopped group's start stays put
+        while its lag in seconds grows); the others are read with one consumer of the monitor's
+        own, assigned at each start (no group: it commits nothing), so a sample a second costs
+        no new connection."""
         starts = {tp: off for tp, off in starts.items() if tp in ends and ends[tp] > max(off, 0)}
-        if not starts:
-            return {}
-        reader = Consumer({
-            **kafka_access(self.settings),
-            "group.id": f"{self.catalogue.prefix}peloton.lag-reader.{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "enable.partition.eof": False,
-            "fetch.wait.max.ms": 10,
-            **QUIET,
-            "fetch.max.bytes": 1_048_576,
-            "max.partition.fetch.bytes": 65_536,  # only the first message of each is wanted
-        })
-        times: dict[tuple[str, int], int] = {}
+        known = {tp: self._produced[tp] for tp in starts if self._produced.get(tp, (None,))[0] == starts[tp]}
+        self._produced = dict(known)  # what no start points at any more goes
+        times = {tp: at for tp, (_off, at) in known.items()}
+        wanted = {tp: off for tp, off in starts.items() if tp not in known}
+        if not wanted:
+            return times
+        if self._reader is None:
+            self._reader = Consumer({
+                **kafka_access(self.settings),
+                "group.id": f"{self.catalogue.prefix}peloton.lag-reader.{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "enable.partition.eof": False,
+                "fetch.wait.max.ms": 10,
+                **QUIET,
+                "fetch.max.bytes": 1_048_576,
+                "max.partition.fetch.bytes": 65_536,  # only the first message of each is wanted
+            })
+        reader = self._reader
+        # A group with no commit starts at 0 (out of range on a log that lost its head, which
+        # auto.offset.reset turns into the earliest).
+        parts = {tp: TopicPartition(tp[0], tp[1], max(off, 0)) for tp, off in wanted.items()}
+        reader.assign(list(parts.values()))
         try:
-            # A group with no commit starts at 0 (out of range on a log that lost its head, which
-            # auto.offset.reset turns into the earliest).
-            parts = {tp: TopicPartition(tp[0], tp[1], max(off, 0)) for tp, off in starts.items()}
-            reader.assign(list(parts.values()))
             deadline = time.monotonic() + self.timeout_s
-            while len(times) < len(parts) and time.monotonic() < deadline:
+            while len(times) < len(starts) and time.monotonic() < deadline:
                 for m in reader.consume(500, 0.05):
                     tp = (m.topic(), m.partition())
-                    if m.error() is None and tp not in times:
+                    if m.error() is None and tp in wanted and tp not in times:
                         times[tp] = m.timestamp()[1]
+                        self._produced[tp] = (wanted[tp], times[tp])
                         reader.pause([parts[tp]])
         finally:
-            reader.close()
+            with contextlib.suppress(KafkaException):  # a pause would outlive the assignment
+                reader.resume(list(parts.values()))
+            reader.unassign()
         return times
 
     def _queued_demand(self) -> list[dict]:
@@ -194,12 +261,12 @@ class LagMonitor:
         stages = tuple(s for s in self.stages if stages is None or s in stages)
         look_back = min(window or self._window, self._window)
         groups = {stage: self.catalogue.group(stage) for stage in stages}
-        parts = {stage: [TopicPartition(t.name, p)
-                         for t in self.catalogue.inputs_of(stage) for p in range(t.partitions)]
+        parts = {groups[stage]: [TopicPartition(t.name, p)
+                                 for t in self.catalogue.inputs_of(stage) for p in range(t.partitions)]
                  for stage in stages}
-        committed, positions = {}, {}
-        for stage in stages:
-            committed[stage], positions[stage] = self._committed(groups[stage], parts[stage])
+        answered = self._committed(parts)
+        committed = {stage: answered[groups[stage]][0] for stage in stages}
+        positions = {stage: answered[groups[stage]][1] for stage in stages}
         members = self._members(list(groups.values()))
         # Topics are read by one group each today; if two groups shared one, its start is the lower.
         starts: dict[tuple[str, int], int] = {}
@@ -211,7 +278,10 @@ class LagMonitor:
         report = []
         for stage in stages:
             group = groups[stage]
-            rows, statuses = [], []
+            count = members.get(group)
+            # A coordinator that did not say is no evidence of a stop: STALL still tells a dead group.
+            has_members = count is None or count > 0
+            rows, statuses, stalled = [], [], 0.0
             for tp in sorted(committed[stage]):
                 current = committed[stage][tp]
                 end = ends.get(tp)
@@ -227,22 +297,27 @@ class LagMonitor:
                          else (0.0 if not lag else None))
                 window = self._windows.setdefault((group, *tp), deque(maxlen=self._window))
                 window.append(Sample(now, base, end, read))
-                statuses.append(partition_status(list(window)[-look_back:], members.get(group, False)))
+                stalled = max(stalled, stalled_for(list(window)))
+                statuses.append(partition_status(list(window)[-look_back:], has_members))
                 rows.append(_row(tp, current, end, lag, lag_s, held, statuses[-1]))
             known = [r for r in rows if r["lag"] is not None]
-            report.append({
+            entry = {
                 "group": group, "stage": stage, "status": group_status(statuses) if known else "ERR",
-                "members": members.get(group, False),
+                "members": has_members, "member_count": count,
                 "total_lag": sum(r["lag"] for r in known),
                 "held": sum(r["held"] for r in known),
                 "max_lag_seconds": max((r["lag_seconds"] or 0.0 for r in known), default=0.0),
+                "stalled_seconds": round(stalled, 3),
                 "partitions": rows,
-            })
+            }
+            report.append({**entry, "detail": status_detail(entry)})
         return {"groups": report, "queued": self._queued_demand(), "sampled_ms": int(now * 1000)}
 
     def close(self) -> None:
         if self._queued is not None:
             self._queued.close()
+        if self._reader is not None:
+            self._reader.close()
 
 
 def _row(tp: tuple[str, int], current: int, end: int | None, lag: int | None, lag_s: float | None, held: int,

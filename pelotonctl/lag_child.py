@@ -1,5 +1,5 @@
-"""The lag monitor in a process of its own, for the long-lived processes that sample it (the API, the
-dashboard, `pelotonctl lag --watch`).
+"""The lag monitor in a process of its own, for the long-lived processes that sample it (the lag
+sampler of the API or the dashboard, `pelotonctl lag --watch` without an API).
 
 The monitor's requests to the groups' coordinators (OffsetFetch, DescribeGroups) can abort the
 process that makes them when a coordinator's connection drops as a request goes out
@@ -49,9 +49,12 @@ class LagInChild:
         self._lock = threading.Lock()
         self._child: subprocess.Popen | None = None
         self._pending = b""  # what the child wrote past the last full line
+        self._closed = False
 
     def sample(self, stages: tuple[str, ...] | None = None, window: int | None = None) -> dict:
         with self._lock:
+            if self._closed:
+                raise LagUnavailable("the lag sampler is closed")
             ask = json.dumps({"stages": list(stages) if stages else None, "window": window}) + "\n"
             # A sample asks every group, then the partitions, then their first unread messages:
             # each step waits timeout_s at most, and a dozen of them is the most a sample can take.
@@ -77,6 +80,12 @@ class LagInChild:
             return answer["sample"]
 
     def close(self) -> None:
+        """Ends the child; a sample under way ends with it (unavailable) rather than waiting out its
+        limit, and no other starts."""
+        self._closed = True
+        child = self._child
+        if child is not None and child.poll() is None:
+            child.kill()
         with self._lock:
             self._drop()
 

@@ -35,9 +35,11 @@ ROUTERS = (probes.router, jobs.router, updates.router, tasks.router, events.rout
 
 
 def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Audit,
-             hosts_view: CompactedView | StaticView | None = None) -> FastAPI:
+             hosts_view: CompactedView | StaticView | None = None, sample_lag: bool = False) -> FastAPI:
     """The API over `store`, sending commands through `out` and decisions to `audit`; its routes
-    share one Door, one log-grant key and one lag monitor, kept in app.state."""
+    share one Door, one log-grant key and one lag sampler, kept in app.state. With sample_lag the
+    sampler starts with the app (the served API: its /metrics has every group's lag from the
+    start); else on the first request that reads it (tests that never do start no process)."""
     from importlib.metadata import version
 
     door = Door(settings, store, out, audit, hosts_view)
@@ -46,6 +48,8 @@ def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Aud
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if sample_lag:
+            ops.start()
         yield
         door.close()
         ops.close()

@@ -17,15 +17,22 @@ def lag(
                                     "repeat for several. Default: every stage."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     watch: bool = typer.Option(False, "--watch", help="Refresh until Ctrl-C."),
-    interval: float = typer.Option(2.0, help="Seconds between samples."),
-    window: int = typer.Option(10, help="Samples the status word looks back over."),
+    interval: float = typer.Option(2.0, help="Seconds between samples (and, without an API, between the two "
+                                   "samples of one look)."),
+    window: int = typer.Option(10, help="Without an API: samples the status word looks back over. Through the "
+                               "API the status is its sampler's, the same for every caller."),
 ) -> None:
     """Consumer lag per stage group, topic and partition: committed and log-end offsets, lag, lag in
-    seconds, held messages, and a status word (OK, WARN, STALL, STOP, ERR) in Burrow's manner.
+    seconds, held messages, and a status word (OK, WARN, STALL, STOP, ERR) in Burrow's manner,
+    with since when the group has had it and why.
 
-    Without --watch it samples twice, INTERVAL apart, so the status can see movement. Messages a
-    stage holds back (gangs waiting for a host) are counted as held, and demand queued in a
-    pool as queued: neither is a backlog."""
+    Through the API (PELOTON_API_URL, a dev stack's by default) this is the API's lag sampler's
+    view: it samples every group once a second, so one look sees movement, and the dashboard
+    and `job status` tell the same status. Without an API it samples twice, INTERVAL apart.
+    STALL: messages wait and the group's position has not moved over the window or for 5 s (a
+    member that died stays listed until its session times out); STOP: messages wait and the
+    group has no member. Messages a stage holds back (gangs waiting for a host) are counted as
+    held, and demand queued in a pool as queued: neither is a backlog."""
     import time
 
     from pelotonctl.lag import STAGES, stage_of
@@ -42,9 +49,10 @@ def lag(
     cluster = client()  # through the API (any user may read lag), or directly with the broker's credentials
     try:
         if not watch:
-            cluster_call(cluster.lag, tuple(stages), window)
-            time.sleep(interval)
             report = cluster_call(cluster.lag, tuple(stages), window)
+            if "sampler" not in report:  # sampled here, not by a sampler that keeps a window: look again
+                time.sleep(interval)
+                report = cluster_call(cluster.lag, tuple(stages), window)
             print_json(report) if as_json else out.print(_lag_view(report))
             return
         from rich.live import Live
@@ -65,6 +73,7 @@ def lag(
 
 def _lag_view(report: dict):
     from rich.console import Group
+    from rich.text import Text
 
     table = Table("group", "status", "topic", "partition", "current", "log end", "lag", "lag s", "held")
     for g in report["groups"]:
@@ -79,7 +88,14 @@ def _lag_view(report: dict):
                 return "?" if v is None else f"{v:,}"
             table.add_row("", "", p["topic"], str(p["partition"]), num(p["current_offset"]), num(p["log_end_offset"]),
                           num(p["lag"]), "?" if p["lag_seconds"] is None else f"{p['lag_seconds']:.1f}", num(p["held"]))
-    parts = [table]
+    parts: list = [table]
+    for g in report["groups"]:
+        if g["status"] != "OK" and g.get("detail"):
+            since = g.get("status_since_ms")
+            held = f" for {max(0.0, report['sampled_ms'] - since) / 1000:.0f} s" if since else ""
+            style = _STATUS_STYLE.get(g["status"], "")
+            parts.append(Text.from_markup(f"[bold]{g['stage']}[/bold] [{style}]{g['status']}[/{style}]{held}: ")
+                         + Text(g["detail"]))
     queued = [q for q in report["queued"] if q["queued_gangs"]]
     if queued:
         pools = Table("pool", "queued gangs", "queued cpu", "queued mem_mb", title="demand queued in pools (not lag)")

@@ -59,7 +59,7 @@ class Sources:
         self.settings = settings
         self.store = store
         self.wait_s = wait_s
-        self._lag = lag_monitor  # a pelotonctl.lag.LagMonitor, made on first use unless given
+        self._lag = lag_monitor  # what lag() reads (its sample()): made on first use unless given
         self._views: dict[str, CompactedView] = {}
         self._last_read: dict[str, tuple[float, str | None]] = {}  # topic -> (monotonic time, problem)
 
@@ -70,12 +70,20 @@ class Sources:
     # -- the broker ----------------------------------------------------------------------
     @_unavailable
     def lag(self) -> dict:
-        """Per stage group: status word, lag, held messages, per partition offsets; and the
-        demand queued in each pool (pelotonctl.lag's sample, as `pelotonctl lag --json` gives it)."""
-        if self._lag is None:
-            from pelotonctl.lag_child import LagInChild
+        """Per stage group: status word (since when, and why), lag, held messages, per partition
+        offsets; and the demand queued in each pool (as `pelotonctl lag --json` gives it).
 
-            self._lag = LagInChild(self.settings)  # an abort in librdkafka ends only its process
+        Where an API runs (PELOTON_API_URL, a dev stack's by default) this is its lag sampler's
+        view, so the page tells the status `pelotonctl lag`, `job status` and the API's
+        peloton_group_status series tell; else a sampler of the same kind runs in this process."""
+        if self._lag is None:
+            from pelotonctl.lag_sampler import LagOverApi, LagSampler
+
+            if self.settings.api_url:
+                self._lag = LagOverApi(self.settings)
+            else:
+                self._lag = sampler = LagSampler(self.settings)
+                sampler.start()
         return self._lag.sample()
 
     def _read(self, topic: str) -> CompactedView:

@@ -1,8 +1,9 @@
 """What operators watch, through the API, so `pelotonctl lag`, `dead-letters` and `cluster status`
 need a token and not the broker's or ZooKeeper's credentials:
 
-  GET  /v1/lag                          the stage groups' consumer lag (any known user: offsets and
-                                        queued demand per pool, no job's content)
+  GET  /v1/lag                          the stage groups' consumer lag, as the API's lag sampler last
+                                        saw it (any known user: offsets and queued demand per pool,
+                                        no job's content)
   GET  /v1/dead-letters[/{number}]      the dead letters (admins: a letter holds the message it
                                         parks, a job's config and environment included)
   POST /v1/dead-letters/{number}/replay a letter sent again, fixed or not (admins; job commands
@@ -49,8 +50,12 @@ def or_503(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 def lag(creds: Creds, door: DoorDep, ops: Annotated[Operations, Depends(operations_of)],
         stage: Annotated[list[str], Query(description="A stage (admit, entitle, place, launch) or its group; "
                                                       "repeat for several (default: every stage)")] = [],
-        window: Annotated[int, Query(ge=1, le=LAG_WINDOW, description="Samples the status word looks "
-                                                                      "back over")] = 10) -> dict:
+        window: Annotated[int, Query(ge=1, le=LAG_WINDOW, description="Kept for older clients and not used: "
+                                     "every caller reads the one sampler's status words, over its own window "
+                                     "(under `sampler` in the answer)")] = 10) -> dict:
+    """The last sample of the API's lag sampler (taken every second from the brokers), each group
+    with its status word, since when it has had it and why (`status_since_ms`, `detail`): the
+    status the dashboard, `job status` and the peloton_group_status series tell too."""
     door.allow(door.who(creds, "lag.read", "groups"), "lag.read", "groups")
     stages = []
     for name in stage or STAGES:
@@ -58,7 +63,7 @@ def lag(creds: Creds, door: DoorDep, ops: Annotated[Operations, Depends(operatio
         if found is None:
             raise Refused(400, f"stage {name!r}: not a stage group (stages: {', '.join(STAGES)})")
         stages.append(found)
-    return or_503(ops.lag, tuple(stages), window)
+    return or_503(ops.lag, tuple(stages))
 
 
 @router.get("/v1/dead-letters", summary="Every dead letter, oldest first (admins)")

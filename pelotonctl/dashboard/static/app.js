@@ -156,7 +156,7 @@ function renderStages(state) {
       el("header", {},
         el("div", {}, el("h3", {}, stage), el("span", { class: "role" }, ROLES[stage] || "")),
         el("span", { class: `status-word status-${status}`, "data-field": "status",
-          title: g && !g.members ? "the group has no member" : "" }, g ? status : "no data")),
+          title: g ? g.detail || (g.members ? "" : "the group has no member") : "" }, g ? status : "no data")),
       el("dl", { class: "figures" },
         figure("lag", g ? num(g.total_lag) : "–", "lag", "messages not yet committed"),
         figure("held", g ? num(g.held) : "–", "held", "read, waiting for room or a host"),
@@ -165,6 +165,12 @@ function renderStages(state) {
           "how long the oldest unread message has waited")),
       lineChart(stage, "lag", "lag", num, history),
       lineChart(stage, "rate", "throughput", rate, history));
+    if (g && g.status !== "OK" && g.detail) {
+      // Why, and for how long: a dead stage's group says STALL or STOP here, not a gap.
+      const since = g.status_since_ms ? ` for ${duration(state.lag.sampled_ms - g.status_since_ms)}` : "";
+      card.querySelector("header").after(el("p", { class: "status-detail", "data-field": "status-detail" },
+        `${status}${since}: ${g.detail}`));
+    }
     if (stage === "entitle" && queued.length) {
       const gangs = queued.reduce((n, q) => n + (q.queued_gangs || 0), 0);
       const pools = queued.filter((q) => q.queued_gangs).length;

@@ -71,3 +71,60 @@ def test_a_group_is_named_by_its_stage_or_its_group_name() -> None:
     settings = Settings(topic_prefix="t1.")
     assert [stage_of(settings, n) for n in ("place", "t1.peloton.place", "peloton.place", "nope")] == [
         "place", "place", None, None]
+
+
+def at(*points: tuple[float, int, int, int]) -> list[Sample]:
+    """(seconds, committed, log end, read) per sample."""
+    return [Sample(t, c, e, r) for t, c, e, r in points]
+
+
+def test_how_long_messages_waited_with_the_position_unmoved_is_measured_from_the_trailing_run() -> None:
+    from pelotonctl.lag import stalled_for
+
+    # Read on to 5 at t=1; messages wait from t=2; the position stays put to t=8.
+    window = at((0, 3, 5, 3), (1, 5, 5, 5), (2, 5, 6, 5), (4, 5, 8, 5), (8, 5, 12, 5))
+    assert stalled_for(window) == 6.0
+    assert stalled_for(window[:2]) == 0.0  # caught up: nothing waits
+    assert stalled_for(at((0, 5, 9, 5), (1, 6, 9, 6))) == 0.0  # it moved at the last sample
+
+
+def test_messages_waiting_with_the_position_unmoved_for_stall_after_s_is_stall_though_the_window_saw_it_caught_up(
+) -> None:
+    # A member that was SIGKILLed stays listed for its session timeout (20 s): caught up at t=0,
+    # then the messages that arrive wait. The window (10 samples) still holds the caught-up one.
+    dead = at((0, 5, 5, 5), *[(float(t), 5, 5 + t, 5) for t in range(1, 10)])
+    assert partition_status(dead[:5], has_members=True, stall_after_s=5.0) == "OK"  # unmoved for 3 s
+    assert partition_status(dead[:7], has_members=True, stall_after_s=5.0) == "STALL"  # for 5 s
+    assert partition_status(dead, has_members=True, stall_after_s=5.0) == "STALL"
+    # Without a member the coordinator lists, it is STOP at once.
+    assert partition_status(dead[:2], has_members=False) == "STOP"
+
+
+def test_a_message_that_just_arrived_at_a_group_long_idle_is_no_stall() -> None:
+    # Nothing to read for nine seconds, then one message, sampled before the stage read it.
+    idle = at(*[(float(t), 5, 5, 5) for t in range(9)], (9, 5, 6, 5))
+    assert partition_status(idle, has_members=True) == "OK"
+    # and caught up at some sample of the window is OK whatever came after (Burrow's first rule)
+    assert partition_status(at((0, 5, 5, 5), (1, 5, 7, 5), (2, 5, 9, 5)), has_members=True) == "OK"
+
+
+def test_a_stage_that_reads_on_while_messages_keep_coming_is_not_stall() -> None:
+    busy = at(*[(float(t), 10 * t, 10 * t + 3, 10 * t) for t in range(12)])
+    assert partition_status(busy, has_members=True, stall_after_s=5.0) == "OK"
+
+
+def test_the_detail_says_why_a_group_has_its_status() -> None:
+    from pelotonctl.lag import status_detail
+
+    def group(status: str, **fields) -> dict:
+        return {"status": status, "total_lag": 14, "held": 0, "member_count": 1, "max_lag_seconds": 6.25,
+                "stalled_seconds": 5.0, **fields}
+
+    assert status_detail(group("STOP", member_count=0)) == "no member, and 14 messages wait, the oldest for 6.2 s"
+    assert status_detail(group("STALL", held=2)) == (
+        "12 messages wait unread and its position has not moved for 5.0 s; 1 member listed (the coordinator "
+        "lists a member that died until its session times out)")
+    assert status_detail(group("OK", total_lag=0, member_count=2)) == "caught up; 2 members listed"
+    assert status_detail(group("OK", member_count=None)) == "14 messages behind; members unknown"
+    assert "falls further behind" in status_detail(group("WARN"))
+    assert "lost its log" in status_detail(group("ERR"))
