@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from peloton.config import Settings
 from peloton.model.mesos import Reason
@@ -10,9 +11,12 @@ from peloton.model.states import JOB_TERMINAL, UNPLACED
 from peloton.store import QueryStore
 
 
-def job_summary(store: QueryStore, job_id: str, settings: Settings | None = None) -> dict | None:
+def job_summary(store: QueryStore, job_id: str, settings: Settings | None = None,
+                published: Callable[[], dict[str, dict]] | None = None) -> dict | None:
     """A job's state and task counts. With settings (so the broker can be asked), also why its
-    pending gangs wait, as its pool's resource manager last published, and its failed runs."""
+    pending gangs wait, as its pool's resource manager last published, and its failed runs.
+    published: the entitlements records of a view the caller keeps (the API's), rather than one
+    read for this call."""
     job = store.get_job(job_id)
     if job is None:
         return None
@@ -29,7 +33,8 @@ def job_summary(store: QueryStore, job_id: str, settings: Settings | None = None
         if late:
             summary["not_started"], summary["not_started_tasks"] = late[:20], len(late)
         if job.state not in JOB_TERMINAL and any(counts.get(s) for s in UNPLACED):
-            summary["waiting"] = waiting_gangs(settings, job.pool, job_id)
+            summary["waiting"] = (waiting_gangs(settings, job.pool, job_id) if published is None else [
+                w for w in published().get(job.pool, {}).get("waiting", []) if w["job_id"] == job_id])
             summary["unplaced"] = [_told(t) for t in unplaced(tasks)][:20]
     return summary
 

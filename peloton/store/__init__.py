@@ -76,12 +76,15 @@ def sqlite_path(url_or_path: str | Path) -> Path | None:
     return Path(target[len("sqlite:///") - 1:] if target.startswith("sqlite:///") else target)
 
 
-def open_store(url_or_path: str | Path) -> StorageGateway:
+def open_store(url_or_path: str | Path, statement_timeout_s: float | None = None) -> StorageGateway:
+    """The store at a URL or path. statement_timeout_s bounds each statement on PostgreSQL's side
+    (a caller that gives up waiting leaves nothing running); Cassandra's driver bounds every
+    request already (10 s), and SQLite is a local file."""
     target = str(url_or_path)
     if target.startswith(POSTGRES_SCHEMES):
         from peloton.store.postgres import PostgresStore
 
-        return PostgresStore(target)
+        return PostgresStore(target, statement_timeout_s=statement_timeout_s)
     if target.startswith(CASSANDRA_SCHEME):
         from peloton.store.cassandra import CassandraStore
 

@@ -30,8 +30,13 @@ _POOL_TREE_LOCK = 0x706F6F6C
 class PostgresStore(SqlStore):
     dialect = POSTGRES
 
-    def __init__(self, url: str, min_size: int = 1, max_size: int = 4, timeout: float = 5.0):
+    def __init__(self, url: str, min_size: int = 1, max_size: int = 4, timeout: float = 5.0,
+                 statement_timeout_s: float | None = None):
         self.url = url
+        # statement_timeout_s: the server gives up a statement after that long (a caller that
+        # waits a bounded time, as the API does, leaves nothing running behind it); the schema's
+        # migration, which may wait for another process's lock, is exempt.
+        bounded = {"options": f"-c statement_timeout={int(statement_timeout_s * 1000)}"} if statement_timeout_s else {}
         # One plain connection first: a server that is away fails here at once, with its reason
         # (the pool would only say it timed out).
         psycopg.connect(url, connect_timeout=3).close()
@@ -43,11 +48,12 @@ class PostgresStore(SqlStore):
         self.pool = ConnectionPool(url, min_size=min_size, max_size=max_size, timeout=timeout,
                                    kwargs={"autocommit": True, "connect_timeout": 3, "keepalives": 1,
                                            "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 2,
-                                           "tcp_user_timeout": 10_000},
+                                           "tcp_user_timeout": 10_000, **bounded},
                                    open=True, name="peloton-store")
         self._local = threading.local()  # the connection of the transaction this thread is in
         self.pool.wait(timeout)
         with self.transaction() as conn:
+            conn.execute("SET LOCAL statement_timeout = 0")
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             migrate(conn, POSTGRES, None, int(time.time() * 1000))
 

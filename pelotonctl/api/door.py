@@ -1,13 +1,14 @@
 """The door every request goes through: who asks, whether they may (each decision audited), the
-job they name, and the one producer and one view of the hosts that all requests share. make_app
-keeps one Door in app.state; routes take it with `door: DoorDep`."""
+job they name, and what all requests share: one producer, the compacted views of the hosts and the
+pools' entitlements, and the store behind its guard (storeguard.py: every call bounded in time).
+make_app keeps one Door in app.state; routes take it with `door: DoorDep`."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import Depends, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials
@@ -20,32 +21,33 @@ from peloton.runtime import CompactedView, Emitter, StaticView
 from peloton.store.base import JobRow, StorageGateway
 from pelotonctl.api.audit import Audit
 from pelotonctl.api.identity import Unauthenticated, principal_of
+from pelotonctl.api.refusals import Refused
+from pelotonctl.api.storeguard import GuardedStore, StoreGuard, describe_store
 
 # ?wait=true on a job command: answer once the job manager acted on it, or refused it (400).
 Wait = Annotated[bool, Query(description="Answer once the job manager has acted on the command (up to 30 s); "
                                          "400 with its reason if it refused")]
 
 
-class Refused(Exception):
-    """An answer other than 200: the status and the reason the caller reads."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status, self.reason = status, reason
-
-
 class Door:
-    """What every request needs: who asks, whether they may, and one producer and one view of the
-    hosts shared by all requests (making either costs about a second)."""
+    """What every request needs: who asks, whether they may, and one producer and the views shared
+    by all requests (making either costs about a second)."""
 
     def __init__(self, settings: Settings, store: StorageGateway, out: Emitter, audit: Audit,
-                 hosts_view: CompactedView | StaticView | None = None) -> None:
-        self.settings, self.store, self.out, self.audit = settings, store, out, audit
+                 hosts_view: CompactedView | StaticView | None = None,
+                 entitlements_view: CompactedView | StaticView | None = None) -> None:
+        self.settings, self.out, self.audit = settings, out, audit
+        self.guard = StoreGuard(store, describe_store(str(settings.store)))
+        # Every route reaches the store through the guard: its calls bounded, its absence said.
+        self.store = cast(StorageGateway, GuardedStore(self.guard))
         self.admin_groups = settings.admin_group_set()
         self._send = threading.Lock()
-        self._hosts_lock = threading.Lock()
-        self._hosts = hosts_view  # made on first use: a CompactedView of host-state (a StaticView in tests)
-        self.identities = Identities.from_settings(settings, store)
+        self._views_lock = threading.Lock()
+        # Each made on first use: a CompactedView (a StaticView in tests).
+        self._views: dict[str, CompactedView | StaticView | None] = {"host-state": hosts_view,
+                                                                       "entitlements": entitlements_view}
+        self._closers: list[Callable[[], None]] = []
+        self.identities = Identities.from_settings(settings, self.store)
 
     def who(self, creds: HTTPAuthorizationCredentials | None, action: str, obj: str) -> Principal:
         header = f"{creds.scheme} {creds.credentials}" if creds else None
@@ -67,13 +69,30 @@ class Door:
 
     def hosts(self) -> list[dict]:
         """Every host-state record, from a view kept up to date across requests."""
-        with self._hosts_lock:
-            if self._hosts is None:
-                self._hosts = CompactedView(self.settings, "host-state", quiet=True)
-                self._hosts.catch_up(timeout=3.0)
+        return list(self._view("host-state").values())
+
+    def entitlements(self) -> dict[str, dict]:
+        """What entitle last published of each pool (its PoolEntitlement), by pool path."""
+        return self._view("entitlements")
+
+    def _view(self, topic: str) -> dict[str, dict]:
+        with self._views_lock:
+            view = self._views[topic]
+            if view is None:
+                view = self._views[topic] = CompactedView(self.settings, topic, quiet=True)
+                view.catch_up(timeout=3.0)
             else:
-                self._hosts.poll(0.0)
-            return list(self._hosts.values.values())
+                view.poll(0.0)
+            return dict(view.values)
+
+    def use_view(self, topic: str, view: CompactedView | StaticView) -> None:
+        """A view of `topic` given rather than made on first use (a StaticView in tests)."""
+        with self._views_lock:
+            self._views[topic] = view
+
+    def on_close(self, fn: Callable[[], None]) -> None:
+        """fn is called when the API stops (something a route keeps across requests)."""
+        self._closers.append(fn)
 
     def send(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """An admin call that produces, through the shared producer, one at a time."""
@@ -104,10 +123,14 @@ class Door:
             raise Refused(400, f"refused by the job manager: {outcome['reason']}")
 
     def close(self) -> None:
-        with self._hosts_lock:
-            if self._hosts is not None:
-                self._hosts.close()
-                self._hosts = None
+        for fn in self._closers:
+            fn()
+        self.guard.close()
+        with self._views_lock:
+            for topic, view in self._views.items():
+                if view is not None:
+                    view.close()
+                    self._views[topic] = None
 
 
 async def door_of(request: Request) -> Door:

@@ -4,11 +4,18 @@ the broker."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import threading
+
 from peloton.config import Settings
 from peloton.store import open_store
 from pelotonctl import admin
 from pelotonctl.api.app import make_app
 from pelotonctl.api.audit import Audit
+from pelotonctl.api.door import Door
+from pelotonctl.api.health import stage_health
+from pelotonctl.api.storeguard import STORE_DEADLINE_S, StoreAway
 
 
 def serve(settings: Settings, host: str, port: int) -> None:
@@ -18,10 +25,23 @@ def serve(settings: Settings, host: str, port: int) -> None:
         raise SystemExit("job commands must be signed here (PELOTON_SIGNED_COMMANDS) and this API has no token to "
                          "sign them with: set PELOTON_COMMAND_TOKEN to an admin token (`pelotonctl auth issue "
                          "--user api --admin`)")
-    store = open_store(settings.store)
+    # PostgreSQL gives up a statement when the API stops waiting for it (storeguard.py).
+    store = open_store(settings.store, statement_timeout_s=STORE_DEADLINE_S)
     audit = Audit(admin.emitter(settings, who="api"), settings.flush_timeout_s)
-    app = make_app(settings, store, admin.emitter(settings, who="api"), audit)
+    app = make_app(settings, store, admin.emitter(settings, who="api"), audit, sample_lag=True)
+    # job status and task list tell the lag sampler's word on the stages a job waits on.
+    app.state.stage_health = functools.partial(stage_health, app.state.operations)
+    threading.Thread(target=_warm, args=(app.state.door,), name="views", daemon=True).start()
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:
         store.close()
+
+
+def _warm(door: Door) -> None:
+    """The views read, and the pools remembered, from the start: no request waits for a view's first
+    catch-up, and the pools can be shown however early the store goes away."""
+    door.hosts()
+    door.entitlements()
+    with contextlib.suppress(StoreAway):
+        door.store.list_pools()

@@ -126,10 +126,25 @@ def broker_call(fn, *args):
 
 def client():
     """The cluster as this command reaches it: through the API when one is configured, else directly
-    (pelotonctl.client)."""
-    from pelotonctl.client import connect
+    (pelotonctl.client). An answer the API served from its views without the store says so on stderr."""
+    from pelotonctl.client import ApiClient, connect
 
-    return connect(load_settings())
+    cluster = connect(load_settings())
+    if isinstance(cluster, ApiClient):
+        cluster.on_note = lambda line: err.print(f"note: {line}", highlight=False, soft_wrap=True, markup=False)
+    return cluster
+
+
+def say_health(answer: dict, to_stderr: bool = False) -> None:
+    """The lines of an answer's stage_problems and silent_hosts (pelotonctl.health): a job whose
+    statuses are not applied, or whose hosts are silent, says so beside what it shows."""
+    from pelotonctl.health import health_lines
+
+    for line in health_lines(answer):
+        if to_stderr:
+            err.print(f"warning: {line}", highlight=False, soft_wrap=True, markup=False)
+        else:
+            out.print(line, highlight=False, soft_wrap=True, markup=False)
 
 
 def checked(fn, *args, **kwargs):

@@ -26,6 +26,7 @@ from pelotonctl.cli.common import (
     out,
     print_json,
     read_text,
+    say_health,
 )
 
 job_app = commands("Jobs: validate, create, status, stop, start, delete, get, query, list.")
@@ -120,7 +121,9 @@ def job_status(
     timeout: float = typer.Option(600, help="Seconds to wait with --wait."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """A job's state, its tasks' states, and why it waits; with --wait, follow it to the end."""
+    """A job's state, its tasks' states, and why it waits: through the API, also the stages it waits
+    on that have no live instance or do not keep up (its statuses are not applied then), and the
+    hosts of its runs whose agents are silent; with --wait, follow it to the end."""
     summary = cluster_call(client().job_summary, job_id)
     if summary is None:
         fail(f"no job {job_id}", EXIT_NOT_FOUND)
@@ -133,6 +136,7 @@ def job_status(
     out.print(f"job {summary['job_id']} ({summary['name']}) in {summary['pool']}: [bold]{summary['state']}[/bold]",
               highlight=False)
     out.print("tasks: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["tasks"].items())), highlight=False)
+    say_health(summary)  # right under the counts: they may be stale
     # Gangs of a job mostly wait for one reason: said once, with how many.
     same: dict[str, list[dict]] = {}
     for w in summary.get("waiting", []):

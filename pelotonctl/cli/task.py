@@ -17,6 +17,7 @@ from pelotonctl.cli.common import (
     fail,
     out,
     print_json,
+    say_health,
 )
 
 task_app = commands("Tasks of a job: list, query, get, events, logs.")
@@ -24,18 +25,23 @@ task_app = commands("Tasks of a job: list, query, get, events, logs.")
 
 @task_app.command("list")
 def task_list(job_id: str, as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
-    """Every task of a job: instance, run, state, health, host, exit code, message."""
-    rows = cluster_call(client().tasks, job_id)
+    """Every task of a job: instance, run, state, health, host, exit code, message. Through the API,
+    then the stages the job waits on that have no live instance or do not keep up (the states shown
+    may be stale), and the silent hosts of its tasks (on stderr with --json)."""
+    listing = cluster_call(client().task_listing, job_id)
+    rows = (listing or {}).get("tasks")
     if not rows:
         fail(f"no job {job_id}", EXIT_NOT_FOUND)
     if as_json:
         print_json(rows)
+        say_health(listing, to_stderr=True)
         return
     table = Table("instance", "run", "state", "health", "host", "exit", "message")
     for r in rows:
         table.add_row(str(r["instance"]), str(r["run_id"]), r["state"], r.get("health") or "", r["host"],
                       "" if r["exit_code"] is None else str(r["exit_code"]), r["message"])
     out.print(table)
+    say_health(listing)
 
 
 @task_app.command("query")

@@ -66,6 +66,15 @@ class DirectClient:
         job = self.store.get_job(job_id)
         return (queries.query_tasks(self.store, job, TaskQuery(limit=None))[0] or None) if job else None
 
+    def task_listing(self, job_id: str) -> dict | None:
+        """Every task of the job ({"tasks", "total"}; the stages' words are the API's, so none
+        here); None: no such job."""
+        job = self.store.get_job(job_id)
+        if job is None:
+            return None
+        rows, total = queries.query_tasks(self.store, job, TaskQuery(limit=None))
+        return {"tasks": rows, "total": total}
+
     def query_tasks(self, job_id: str, query: TaskQuery) -> dict:
         """{"tasks": the page, "total": how many match}."""
         job = self.store.get_job(job_id)

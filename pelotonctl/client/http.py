@@ -1,6 +1,8 @@
 """The cluster reached through the API, as the user the token names. The API's answers map to the
 errors the direct client raises (400: UserError, 404: NotFound), and two of its own: NotPermitted
-(401, 403) and ApiUnavailable (no answer, or 503)."""
+(401, 403) and ApiUnavailable (no answer, or 503: its line says what is away). An answer the API
+served from its views without the store (X-Peloton-Served-From) is passed on, with why, to
+`on_note`."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import asdict
 
 from pelotonctl.admin import NotFound, UserError
@@ -23,11 +26,17 @@ class ApiUnavailable(Exception):
     """The API does not answer, or answers that what is behind it is away (503)."""
 
 
+# The headers of an answer the API served without the store (pelotonctl/api/storeguard.py).
+SERVED_FROM, STORE_AWAY = "X-Peloton-Served-From", "X-Peloton-Store"
+
+
 class ApiClient:
-    def __init__(self, url: str, token: str, timeout: float = 60.0):
+    def __init__(self, url: str, token: str, timeout: float = 60.0,
+                 on_note: Callable[[str], None] | None = None):
         self.url = url.rstrip("/")
         self.token = token
         self.timeout = timeout
+        self.on_note = on_note  # told, in a line, when an answer came from the API's views alone
 
     def call(self, method: str, path: str, body: dict | None = None, query: dict | None = None,
              missing_ok: bool = False, raw: bool = False):
@@ -45,7 +54,11 @@ class ApiClient:
         request = urllib.request.Request(url, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as answer:
-                return answer.read() if raw else json.loads(answer.read() or b"null")
+                body = answer.read()
+                if answer.headers.get(SERVED_FROM) and self.on_note is not None:
+                    self.on_note(f"served from the API's {answer.headers[SERVED_FROM]} without the store: "
+                                 f"{answer.headers.get(STORE_AWAY, 'it is away')}")
+                return body if raw else json.loads(body or b"null")
         except urllib.error.HTTPError as exc:
             detail = _detail(exc)
             if exc.code == 404 and missing_ok:
@@ -56,6 +69,8 @@ class ApiClient:
                 raise NotFound(detail) from None
             if exc.code in (400, 409, 422):
                 raise UserError(detail) from None
+            if exc.code == 503:  # the API's line names what is away and what needed it
+                raise ApiUnavailable(f"{detail} (answered by the API at {self.url})") from None
             raise ApiUnavailable(f"the API at {self.url} answered {exc.code}: {detail}") from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
@@ -122,6 +137,11 @@ class ApiClient:
     def tasks(self, job_id: str) -> list[dict] | None:
         answer = self.call("GET", f"/v1/jobs/{job_id}/tasks", missing_ok=True)
         return answer["tasks"] if answer and answer["tasks"] else None
+
+    def task_listing(self, job_id: str) -> dict | None:
+        """Every task of the job, with the stages it waits on that are not doing their part and
+        its silent hosts ({"tasks", "total", "stage_problems", "silent_hosts"}); None: no such job."""
+        return self.call("GET", f"/v1/jobs/{job_id}/tasks", missing_ok=True)
 
     def query_tasks(self, job_id: str, query: TaskQuery) -> dict:
         return self.call("GET", f"/v1/jobs/{job_id}/tasks", query={

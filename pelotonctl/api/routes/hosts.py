@@ -1,17 +1,20 @@
-"""Hosts: every host's state and room, and the admins' maintenance (drain a host, bring it back)."""
+"""Hosts: every host's state and room, and the admins' maintenance (drain a host, bring it back).
+The list is the host-state view's: with the store away it still answers, without why runs wait on
+a draining host (the store's), and says so (X-Peloton-Served-From: views)."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, Field
 
 from pelotonctl import admin, queries
 from pelotonctl.api.door import DoorDep, Refused
 from pelotonctl.api.identity import Creds
+from pelotonctl.api.storeguard import StoreAway, answering, current_answer
 
-router = APIRouter(tags=["hosts"])
+router = APIRouter(tags=["hosts"], dependencies=[Depends(answering)])
 
 
 class Maintenance(BaseModel):
@@ -26,7 +29,11 @@ def list_hosts(creds: Creds, door: DoorDep, state: Annotated[list[str], Query(
     states = queries.host_states(queries.words(state))
     rows = [admin.host_row(h) for h in sorted(door.hosts(), key=lambda r: r["host_id"])
             if not states or h["state"] in states]
-    return {"hosts": admin.with_drain_waits(door.settings, door.store, rows)}
+    try:
+        return {"hosts": admin.with_drain_waits(door.settings, door.store, rows)}
+    except StoreAway as away:
+        current_answer().served_from_views(away.line)
+        return {"hosts": [{**r, "waiting": []} for r in rows]}
 
 
 @router.post("/v1/hosts/{host_id}/maintenance/{action}",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, Field
 
@@ -15,12 +15,14 @@ from peloton.model.pool import leaf_pool_error
 from peloton.store import CLAIMS_KEPT_MS
 from pelotonctl import admin, queries
 from pelotonctl.api.door import Door, DoorDep, Refused, Wait
+from pelotonctl.api.health import StageWords, behind_the_job, stage_words_of
 from pelotonctl.api.identity import Creds
+from pelotonctl.api.storeguard import answering
 from pelotonctl.shapes import job_info, job_row
 from pelotonctl.watch import job_summary
 from stages.admit.workflow import UpdateOptions
 
-router = APIRouter(tags=["jobs"])
+router = APIRouter(tags=["jobs"], dependencies=[Depends(answering)])
 
 
 class JobCreate(BaseModel):
@@ -117,11 +119,19 @@ def get_job(job_id: str, creds: Creds, door: DoorDep,
     return job_info(door.store, door.readable_job(job_id, creds), version, door.settings.job_retention_s)
 
 
-@router.get("/v1/jobs/{job_id}/status", summary="A job's state, task counts and why it waits")
+@router.get("/v1/jobs/{job_id}/status", summary="A job's state, task counts and why it waits; the stages it waits on "
+                                                "that have no live instance or do not keep up, and its silent hosts")
 def job_status(job_id: str, creds: Creds, door: DoorDep,
-               why: Annotated[bool, Query(description="Also why its gangs wait and its failed runs")] = True) -> dict:
+               words: Annotated[StageWords | None, Depends(stage_words_of)],
+               why: Annotated[bool, Query(description="Also why its gangs wait, its failed runs, the stages it "
+                                                      "waits on that are not doing their part (stage_problems) and "
+                                                      "the hosts of its runs whose agents are silent "
+                                                      "(silent_hosts)")] = True) -> dict:
     door.readable_job(job_id, creds)
-    return job_summary(door.store, job_id, door.settings if why else None)
+    summary = job_summary(door.store, job_id, door.settings if why else None, door.entitlements)
+    if why and summary is not None:
+        summary.update(behind_the_job(door, words, job_id, summary["state"], summary["tasks"]))
+    return summary
 
 
 def control(door: Door, kind: str, job_id: str, creds: HTTPAuthorizationCredentials | None,

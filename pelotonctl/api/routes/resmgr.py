@@ -6,15 +6,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 from fastapi.security import HTTPAuthorizationCredentials
 
 from peloton.auth.permissions import decide
 from pelotonctl import queries
 from pelotonctl.api.door import Door, DoorDep
 from pelotonctl.api.identity import Creds
+from pelotonctl.api.storeguard import answering
 
-router = APIRouter(tags=["resmgr"])
+router = APIRouter(tags=["resmgr"], dependencies=[Depends(answering)])
 
 
 def readable_scope(door: Door, creds: HTTPAuthorizationCredentials | None, job_id: str | None,

@@ -13,10 +13,12 @@ from peloton.store.base import TaskRow
 from pelotonctl import queries
 from pelotonctl.api import logs
 from pelotonctl.api.door import Door, DoorDep, Refused
+from pelotonctl.api.health import StageWords, behind_the_job, stage_words_of
 from pelotonctl.api.identity import Creds
+from pelotonctl.api.storeguard import answering
 from pelotonctl.shapes import event_row, task_info
 
-router = APIRouter(tags=["tasks"])
+router = APIRouter(tags=["tasks"], dependencies=[Depends(answering)])
 
 
 async def grant_key_of(request: Request) -> Ed25519PrivateKey | None:
@@ -32,8 +34,10 @@ def task_of(door: Door, job_id: str, instance: int) -> TaskRow:
 
 
 @router.get("/v1/jobs/{job_id}/tasks",
-            summary="A job's tasks, every one or by state, name and host, sorted and paged: Peloton's task query")
-def list_tasks(job_id: str, creds: Creds, door: DoorDep,
+            summary="A job's tasks, every one or by state, name and host, sorted and paged: Peloton's task query; "
+                    "with the stages the job waits on that are not doing their part, and the silent hosts of "
+                    "the tasks listed")
+def list_tasks(job_id: str, creds: Creds, door: DoorDep, words: Annotated[StageWords | None, Depends(stage_words_of)],
                state: Annotated[list[str], Query(description="Task states (Peloton's words, comma lists "
                                                             "too); any may match")] = [],
                name: Annotated[list[str], Query(description="Task names (the config's name); any")] = [],
@@ -49,7 +53,11 @@ def list_tasks(job_id: str, creds: Creds, door: DoorDep,
                               tuple(queries.words(host)), tuple(queries.words(sort)), queries.sort_order(order),
                               offset, limit)
     rows, matched = queries.query_tasks(door.store, job, query)
-    return {"tasks": rows, "total": matched}
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row["state"]] = counts.get(row["state"], 0) + 1
+    return {"tasks": rows, "total": matched,
+            **behind_the_job(door, words, job_id, job.state, counts, {r["host"] for r in rows if r["host"]})}
 
 
 @router.get("/v1/jobs/{job_id}/tasks/{instance}", summary="One task's current run")
