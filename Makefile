@@ -9,12 +9,12 @@ STAMP := $(VENV)/.installed
 # of CPU at each start instead of 0.5, and the suite starts about 700 of them.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: install system jars demo test unit integration bench soak clean lint
+.PHONY: install system jars demo test unit integration bench soak clean lint docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,docs]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -78,6 +78,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+# The docs site into site/ (ignored): MkDocs runs docs/generate.py first (a hook in mkdocs.yml),
+# which writes the reference pages (CLI, settings, API, topics, metrics; ignored too) from the
+# code; --strict makes a broken link or anchor an error. CI builds it after the linters.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 # The pure unit tests: none that starts a server of its own (marked servers: the store contract on
 # PostgreSQL and Cassandra) or is a soak run (slow); in two workers, under a minute. `make test`
 # runs them all.
@@ -87,12 +93,17 @@ unit: $(STAMP) system
 integration: $(STAMP) system jars
 	$(BIN)/python -m pytest -q tests/integration
 
-# Figures, not pass/fail: the resource manager and placement alone, then the pipeline at cluster
+# Figures, not pass/fail: first the benchmark page (docs/benchmarks/: the pipeline's burst on 1,000
+# to 50,000 hosts and 10,000 to 100,000 tasks, its results.json, charts and table, with the date and
+# machine), then the resource manager and placement alone, then the pipeline at cluster
 # scale (10,000 simulated hosts, 50 jobs of 1,000 tasks): its throughput with every job submitted
 # at once, beside a 4-hop relay of the same broker, its latency at a steady 80 % of that rate, and
 # the same burst on 1,000 and 50,000 hosts, one instance of each stage and then two (each capped at
 # a tenth of a core, as root), with the speed targets beside the figures.
 bench: $(STAMP) jars
+	$(BIN)/pip install --quiet -e '.[bench]'
+	$(BIN)/python -m pelotonctl.bench.sweep
+	$(BIN)/python -m pelotonctl.bench.charts
 	$(BIN)/pelotonctl respool bench
 	$(BIN)/python -m pelotonctl.bench.placement
 	$(BIN)/python -m pelotonctl.bench.job_manager

@@ -112,8 +112,8 @@ class Settings:
     agent_heartbeat_s: float = 1.0
     agent_timeout_s: float = 20.0
     agent_lease_s: float = 0.0
-    # A control-plane outage (most agents cut off from the brokers at once, docs/design.md
-    # "Control-plane outages") kills nothing for this long past an agent's lease; beyond it, runs
+    # A control-plane outage (most agents cut off from the brokers at once,
+    # docs/concepts/delivery-and-fencing.md) kills nothing for this long past an agent's lease; beyond it, runs
     # are fenced as when one host alone is cut off. 0: every lease is fenced at its end.
     agent_outage_limit_s: float = 300.0
     # Who runs run as, where agents run as root: each job under a uid and gid of its own on a host,

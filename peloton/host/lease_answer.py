@@ -1,6 +1,6 @@
 """What an agent answers about its lease over HTTP (GET /v1/lease, served beside its runs' output:
 stages/agent/logs.py), and how its peers and the host managers ask: whether its reports reach the
-brokers, and how much longer its runs may go on (docs/design.md "Control-plane outages")."""
+brokers, and how much longer its runs may go on (docs/concepts/delivery-and-fencing.md)."""
 
 from __future__ import annotations
 

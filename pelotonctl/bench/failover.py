@@ -1,5 +1,5 @@
 """What one transactional Kafka client waits when a broker of three dies: the yardstick of the
-three-broker failure test (docs/design.md, "Losing one broker of three"), measured alone.
+three-broker failure test (docs/benchmarks/history.md, "Losing one broker of three"), measured alone.
 
     .venv/bin/python -m pelotonctl.bench.failover                      # 4 rounds of the three ways
     .venv/bin/python -m pelotonctl.bench.failover 8 renew,abort --json

@@ -11,7 +11,7 @@ after the other on one machine, and the figures each target compares.
   another machine: how much throughput it adds (skipped where no cgroup can be written).
 
 The targets are ratios taken within these runs, because absolute rates move between these shared
-machines; the CPU target is read against an older tree's figures run the same way (README)."""
+machines; the CPU target is read against an older tree's figures run the same way (docs/benchmarks)."""
 
 from __future__ import annotations
 

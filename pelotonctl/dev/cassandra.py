@@ -10,7 +10,7 @@ machine, with its data, commit log and log under a folder of its own.
 
 The jars come from Maven Central through jvm/cassandra/pom.xml into .jars/cassandra (`make
 jars`, or on first use). How it starts is what Cassandra's bin/cassandra and its
-conf/jvm17-server.options do (docs/design.md, "Cassandra from jars"): CassandraDaemon on the
+conf/jvm17-server.options do (docs/benchmarks/history.md, "Cassandra from its jars"): CassandraDaemon on the
 jars plus a conf folder (its logback.xml), the jamm agent, and on Java 17 the module exports and
 opens Cassandra needs.
 

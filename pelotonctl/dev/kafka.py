@@ -434,7 +434,8 @@ class KafkaCluster:
         from the first refusal to the last, as the nodes' logs say. While a coordinator's markers
         are refused, the producer's next transaction waits (CONCURRENT_TRANSACTIONS), and so do
         the partitions' read_committed readers: after a node's loss one coordinator was refused
-        NOT_LEADER_OR_FOLLOWER for 3.1 s by the partitions' new leader (docs/design.md)."""
+        NOT_LEADER_OR_FOLLOWER for 3.1 s by the partitions' new leader
+        (docs/decisions/0010-client-settings-for-broker-failover.md)."""
         stamps = sorted(stamp for n in self.nodes for line in _log_lines(n)
                         if "transaction marker for partition" in line and " has failed with error " in line
                         and (stamp := _log_time(line)) >= since)

@@ -148,7 +148,7 @@ class Adoption:
                 cleared.append(task_id)
             if not self.former_runs:
                 # Removed only if empty; another stack's agent that names its cgroups so, by this
-                # name, would have to make it again (see docs/design.md, Isolation).
+                # name, would have to make it again (see docs/concepts/hosts-and-agents.md).
                 self.former.close()
                 self.former = None
         if cleared:

@@ -9,7 +9,7 @@ when something changed. The host manager marks a host whose reports stop DOWN an
 
 Fencing: the agent's runs live by a lease that each report the broker acknowledges extends. An
 agent cut off from the broker for its lease kills its runs (the host manager, which waits longer,
-will run them elsewhere) and starts no launch until a report gets through (docs/design.md). A
+will run them elsewhere) and starts no launch until a report gets through (docs/concepts/delivery-and-fencing.md). A
 launch read when the lease is about to run out, or just after, waits a moment for that report
 instead of starting only to be killed, or being answered lost, and so running twice.
 

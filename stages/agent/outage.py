@@ -1,6 +1,6 @@
 """Whether an agent whose reports stopped reaching the brokers is cut off alone, or is one of most
 agents cut off at once (a control-plane outage: the brokers, or the network in front of them).
-Plain arithmetic with no Kafka and no clock of its own; docs/design.md "Control-plane outages"
+Plain arithmetic with no Kafka and no clock of its own; docs/concepts/delivery-and-fencing.md
 gives the rule and its timings.
 
 Cut off alone, its host manager calls it lost after the timeout and runs its tasks elsewhere, so

@@ -1,5 +1,5 @@
 """The host manager's judgement of its agents' silence, as plain arithmetic (no Kafka, no clock of
-its own). docs/design.md "Control-plane outages" gives the rule and its timings; the agents'
+its own). docs/concepts/delivery-and-fencing.md gives the rule and its timings; the agents'
 side is stages/agent/outage.py.
 
 A host whose agent sent no report for the timeout is lost (DOWN, its runs run elsewhere), unless:

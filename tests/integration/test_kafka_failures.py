@@ -168,7 +168,7 @@ def test_three_brokers_lose_one_then_all_and_every_job_runs_each_task_once(kafka
         # and its open transaction is finished or aborted (the transactional loop). A job that
         # stood still for exactly the longest of those and then went on would wait at most that
         # plus the gap between two of its waves, which it has anyway; it went -9.0 to +2.6 s past
-        # that in 92 runs, 80 at or under it (docs/design.md). The bound is 4 s past the plain
+        # that in 92 runs, 80 at or under it (docs/benchmarks/history.md). The bound is 4 s past the plain
         # producer's: a rebalance (8 s and more), or a producer stuck on a dead coordinator, goes
         # over it.
         election = election_seconds(cluster, killed_wall, dead=2)

@@ -3,7 +3,7 @@
     cassandra://host[:port][,host2[:port]]/keyspace[?replication=SimpleStrategy:1]
 
 The tables (cassandra_schema.py) put each read in one partition. How the contract's guarantees
-are kept without SQL transactions (docs/design.md, "Cassandra: batches and claims"):
+are kept without SQL transactions (docs/decisions/0013-cassandra-batches-and-claims.md):
 
 - transaction(): the writes inside are kept in memory and written when it ends, in phases:
   effects, then job rows, then claims (a command id, a job id), each phase once the one before
