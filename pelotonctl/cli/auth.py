@@ -32,14 +32,18 @@ def auth_issue(
 
 
 @auth_app.command("revoke")
-def auth_revoke(token_id: str = typer.Argument(..., help="The token's id (`auth list`), or the token itself.")) -> None:
+def auth_revoke(token_id: str = typer.Argument(..., help="The token's id (`auth list`), or the token itself."),
+                as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Revoke a token: the API refuses it from now on."""
     from peloton.auth.tokens import TokenError, token_id_of
 
     with contextlib.suppress(TokenError):  # an id, not a whole token
         token_id = token_id_of(token_id)
     cluster_call(client().revoke_token, token_id)
-    out.print(f"token {token_id} revoked", highlight=False)
+    if as_json:
+        print_json({"token_id": token_id, "revoked": True})
+    else:
+        out.print(f"token {token_id} revoked", highlight=False)
 
 
 @auth_app.command("list")
@@ -74,7 +78,8 @@ def auth_log_keys(as_json: bool = typer.Option(False, "--json", help=JSON_HELP))
 
 
 @auth_app.command("host-key")
-def auth_host_key(host: str = typer.Argument(..., help="The host's id, as its agent names it (--name).")) -> None:
+def auth_host_key(host: str = typer.Argument(..., help="The host's id, as its agent names it (--name)."),
+                  as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """The key a host's agent signs its reports with (PELOTON_HOST_KEY), made from the cluster's
     agents key (PELOTON_AGENT_REPORT_KEY, which only the host managers hold): give each agent its
     own, so that none can report for another host."""
@@ -85,4 +90,8 @@ def auth_host_key(host: str = typer.Argument(..., help="The host's id, as its ag
     if not settings.agent_report_key:
         fail("PELOTON_AGENT_REPORT_KEY is not set: the host managers' key, from which each host's is made",
              EXIT_INVALID)
-    sys.stdout.write(f"PELOTON_HOST_KEY={host_key(settings.agent_report_key, host)}\n")
+    key = host_key(settings.agent_report_key, host)
+    if as_json:
+        print_json({"PELOTON_HOST_KEY": key})
+    else:
+        sys.stdout.write(f"PELOTON_HOST_KEY={key}\n")

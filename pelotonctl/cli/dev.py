@@ -98,7 +98,8 @@ def dev_status(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) ->
 @dev_app.command("env")
 def dev_env(kafka_user: str = typer.Option("", "--kafka-user", help="Also the broker and the credentials of "
                                            "this component's Kafka user (producer: for your own producer, with the "
-                                           "token that signs its commands).")) -> None:
+                                           "token that signs its commands)."),
+            as_json: bool = typer.Option(False, "--json", help="The variables as a JSON object instead.")) -> None:
     """The dev stack's API address and admin token as shell exports, for curl and other programs:
     eval "$(pelotonctl dev env)"."""
     import shlex
@@ -118,7 +119,10 @@ def dev_env(kafka_user: str = typer.Option("", "--kafka-user", help="Also the br
                         "PELOTON_KAFKA_PASSWORD": users[kafka_user], "PELOTON_KAFKA_CA": state.get("kafka_ca", "")})
         if kafka_user in (state.get("command_tokens") or {}):  # the token its job commands are signed with
             exports["PELOTON_COMMAND_TOKEN"] = state["command_tokens"][kafka_user]
-    sys.stdout.write("".join(f"export {k}={shlex.quote(v)}\n" for k, v in exports.items()))
+    if as_json:
+        print_json(exports)
+    else:
+        sys.stdout.write("".join(f"export {k}={shlex.quote(v)}\n" for k, v in exports.items()))
 
 
 @dev_app.command("down")

@@ -63,31 +63,39 @@ def _print_hosts(hosts: list[dict], as_json: bool) -> None:
             sys.stdout.write(f"{'':<16} waits: {why}\n")
 
 
-def _maintenance(hosts: str, action: str, said: str, force: bool = False) -> None:
+def _maintenance(hosts: str, action: str, said: str, state: str, force: bool = False, as_json: bool = False) -> None:
     """One host, or Peloton's comma-separated list, one after the other: the first refused stops
-    the rest, and what was done before it is said."""
+    the rest, and what was done before it is said (with --json, the hosts done, then the error)."""
     named = [h for h in (part.strip() for part in hosts.split(",")) if h]
     if not named:
         fail(f"no host named in {hosts!r}", EXIT_INVALID)
-    cluster = client()
-    for host_id in named:
-        cluster_call(cluster.maintenance, host_id, action, force)
-        sys.stdout.write(f"host {host_id}: {said}\n")
-        sys.stdout.flush()
+    cluster, done = client(), []
+    try:
+        for host_id in named:
+            cluster_call(cluster.maintenance, host_id, action, force)
+            done.append({"host_id": host_id, "action": action, "state": state})
+            if not as_json:
+                sys.stdout.write(f"host {host_id}: {said}\n")
+                sys.stdout.flush()
+    finally:
+        if as_json:
+            print_json({"hosts": done})
 
 
 @maintenance_app.command("start")
 def maintenance_start(hosts: str = typer.Argument(..., metavar="HOST[,HOST...]"), force: bool = typer.Option(
-        False, "--force", help="Drain even the last UP host, or beyond PELOTON_MAX_DRAIN_SHARE of the hosts.")) -> None:
+        False, "--force", help="Drain even the last UP host, or beyond PELOTON_MAX_DRAIN_SHARE of the hosts."),
+        as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Drain each HOST (one, or Peloton's h1,h2): it takes no new placements, its tasks are killed
     and run elsewhere (no more of a job's instances down at once than its
     sla.maximumUnavailableInstances), then it is DRAINED and DOWN (see `host list`). Refused for
     the last UP host, or when more than PELOTON_MAX_DRAIN_SHARE (50%) of the hosts would be in
     maintenance at once, unless --force; a refusal stops the hosts after it."""
-    _maintenance(hosts, "START", "maintenance started (DRAINING)", force)
+    _maintenance(hosts, "START", "maintenance started (DRAINING)", "DRAINING", force, as_json)
 
 
 @maintenance_app.command("complete")
-def maintenance_complete(hosts: str = typer.Argument(..., metavar="HOST[,HOST...]")) -> None:
+def maintenance_complete(hosts: str = typer.Argument(..., metavar="HOST[,HOST...]"),
+                         as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Bring each HOST (one, or Peloton's h1,h2) back UP after maintenance."""
-    _maintenance(hosts, "COMPLETE", "maintenance complete (UP)")
+    _maintenance(hosts, "COMPLETE", "maintenance complete (UP)", "UP", as_json=as_json)

@@ -20,7 +20,8 @@ image_app = commands("Container images (root file systems) for tasks that name o
 @image_app.command("import")
 def image_import(name: str = typer.Argument(..., help="The image's name as jobs write it, e.g. debian:bookworm."),
                  rootfs: Path = typer.Argument(..., help="A root file system (a directory, e.g. made by debootstrap)."),
-                 force: bool = typer.Option(False, "--force", help="Replace an image of that name.")) -> None:
+                 force: bool = typer.Option(False, "--force", help="Replace an image of that name."),
+                 as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Copy a root file system into the image directory under NAME, for the agents on this machine."""
     from peloton.host.containers import image_directory_name
     from peloton.model.taskconfig import _IMAGE
@@ -39,7 +40,10 @@ def image_import(name: str = typer.Argument(..., help="The image's name as jobs 
     for mount_point in MOUNT_POINTS:  # the runtime mounts there, and the image is read-only when it runs
         (target / mount_point).mkdir(exist_ok=True)
     target.chmod(0o755)  # tasks run as their own users: a 0700 top (mktemp -d) would shut them out
-    out.print(f"image {name} imported into {target}", highlight=False)
+    if as_json:
+        print_json({"name": name, "path": str(target)})
+    else:
+        out.print(f"image {name} imported into {target}", highlight=False)
 
 
 @image_app.command("list")

@@ -316,10 +316,13 @@ def job_update(job_id: str, config: Path, batch_size: int = typer.Option(
 
 
 @job_app.command("delete")
-def job_delete(job_id: str) -> None:
+def job_delete(job_id: str, as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Delete a terminal job with its tasks and their events."""
-    _control("DELETE", job_id, None)
-    out.print(f"job {job_id}: deleted", highlight=False)
+    done = _control("DELETE", job_id, None)
+    if as_json:
+        print_json(done)
+    else:
+        out.print(f"job {job_id}: deleted", highlight=False)
 
 
 def _wait_tasks(job_id: str, instances: list[int], done, timeout: float) -> None:

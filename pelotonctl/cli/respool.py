@@ -48,10 +48,13 @@ def respool_update(path: str, config: Path, force: bool = typer.Option(
 
 
 @pool_app.command("delete")
-def respool_delete(path: str) -> None:
+def respool_delete(path: str, as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Delete a leaf resource pool with no job left to run."""
     cluster_call(client().delete_pool, path)
-    out.print(f"deleted resource pool {path}")
+    if as_json:
+        print_json({"path": path, "deleted": True})
+    else:
+        out.print(f"deleted resource pool {path}")
 
 
 KIND_NAMES = ("cpu", "gpu", "memory", "disk")

@@ -186,7 +186,7 @@ def test_pelotons_global_json_flag_job_ids_of_ones_own_and_active_list(served, c
     assert got.exit_code == 0 and json.loads(got.output)["pool"] == "/a"
     assert peloton_json_flag(["job", "get", "j1"]) == ["job", "get", "j1"]  # nothing to move
     for words, says in ((["-j", "job"], "`pelotonctl job` has no JSON output (name a command)"),
-                        (["-j", "host", "maintenance", "start", "h0"], "`pelotonctl host maintenance start` has no")):
+                        (["-j", "task", "logs", "j1", "0"], "`pelotonctl task logs` has no")):
         with pytest.raises(SystemExit) as exited:
             peloton_json_flag(words)
         assert exited.value.code == 2 and says in capsys.readouterr().err, words
