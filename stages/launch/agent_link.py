@@ -50,6 +50,7 @@ class AgentLink:
         self.outage_since: float | None = None  # most hosts quiet at once since then
         self._next_judgement = 0.0
         self._heard_at = 0.0  # when a report was last read (time given back is not hearing)
+        self._kept_said: set[str] = set()  # silent hosts not called DOWN yet, said once each
 
     def send_command(self, host_id: str, command: dict) -> None:
         """An AgentCommand to one host's agent; sealed with its host's key where this stage holds
@@ -172,6 +173,11 @@ class AgentLink:
         verdict = judge(self.book.seen, self.book.down, now, timeout, lease, limit, self.probes.holds_until)
         self.probes.want({h: self.book.inventory[h].log_url for h in verdict.quiet if h in self.book.inventory})
         self._outage(verdict, now)
+        for host_id in verdict.kept.keys() - self._kept_said:
+            if not verdict.outage:
+                log.warning("agent %s sent no report for %gs, but %s: judged once that has run out", host_id,
+                            timeout, verdict.kept[host_id])
+        self._kept_said = set(verdict.kept)
         silent = verdict.lost
         if not silent:
             return
