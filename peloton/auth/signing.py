@@ -39,7 +39,8 @@ def signature(token: str, value: bytes) -> bytes:
 def signer_of(header: bytes | None, value: bytes, find_token: Callable[[str], TokenRow | None]) -> Principal:
     """Who signed `value`: find_token(token_id) -> TokenRow | None. TokenError saying why not."""
     if not header:
-        raise TokenError(f"unsigned: commands must carry a {HEADER} header (see the README's producer example)")
+        raise TokenError(f"unsigned: commands must carry a {HEADER} header "
+                         "(see the producer in docs/tutorials/producers.md)")
     token_id, _, mac = header.decode("ascii", "replace").partition(":")
     row: TokenRow | None = find_token(token_id) if len(token_id) == 12 else None
     if row is None:

@@ -1,5 +1,5 @@
-"""The README's Java producer, compiled with Maven against the published Kafka and Avro jars
-(jvm/examples) and run against a pipeline: the job it submits must succeed, and WatchStatus, a
+"""The Java producer of docs/tutorials/producers.md, compiled with Maven against the published
+Kafka and Avro jars (jvm/examples) and run against a pipeline: the job it submits must succeed, and WatchStatus, a
 Java reader of the task-status topic, must print that job's statuses."""
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def classpath() -> str:
 
 
 def java(classpath: str, main: str, *args: str, env: dict[str, str], timeout: float = 90) -> str:
-    """Runs a class of the clients from the checkout's root (the README's relative paths) and
+    """Runs a class of the clients from the checkout's root (the tutorial's relative paths) and
     returns its stdout."""
     result = subprocess.run([tool("java"), *LIGHT, "-cp", classpath, main, *args], cwd=REPO_ROOT, env=env,
                             capture_output=True, text=True, timeout=timeout)
@@ -61,7 +61,7 @@ def java(classpath: str, main: str, *args: str, env: dict[str, str], timeout: fl
     return result.stdout
 
 
-def test_the_readmes_java_producer_submits_a_job_that_succeeds_and_watch_status_prints_its_runs(
+def test_the_tutorials_java_producer_submits_a_job_that_succeeds_and_watch_status_prints_its_runs(
         classpath, pipeline_factory) -> None:
     instances = yaml.safe_load((REPO_ROOT / JOB_FILE).read_text())["instancecount"]
     p = pipeline_factory(signed_commands=True)

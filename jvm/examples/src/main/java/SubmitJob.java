@@ -23,25 +23,25 @@ import org.apache.kafka.clients.producer.Producer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 
 /**
- * Submits one job: the Java producer of README.md ("Publishing jobs from your own producer") as a
+ * Submits one job: the Java producer of docs/tutorials/producers.md as a
  * program. Run from the checkout's root:
  *
  * <pre>java -cp '.jars/examples/*' SubmitJob [BOOTSTRAP [POOL [JOB_FILE [SCHEMA_FILE]]]]</pre>
  *
- * Each argument replaces the README's value; PELOTON_TOPIC_PREFIX, if set, goes in front of the
+ * Each argument replaces the tutorial's value; PELOTON_TOPIC_PREFIX, if set, goes in front of the
  * topic's name as it does for the stages. Prints the job id.
  */
 public final class SubmitJob {
     private SubmitJob() {}
 
     public static void main(String[] args) throws Exception {
-        // From here on, every line of the README's block runs in its order; the lines between
-        // them that the README lacks say so.
+        // From here on, every line of the tutorial's block runs in its order; the lines between
+        // them that the tutorial lacks say so.
         String bootstrap = "127.0.0.1:9092", topic = "peloton.job-commands", pool = "/DefaultResPool";
         String jobFile = "examples/jobs/hello.yaml", schemaFile = "schemas/avro/JobCommand.avsc";
         String jobId = UUID.randomUUID().toString();
 
-        // Not in the README: the arguments and the topic prefix (tests share a broker that way).
+        // Not in the tutorial: the arguments and the topic prefix (tests share a broker that way).
         if (args.length > 4 || (args.length > 0 && args[0].startsWith("-"))) {
             System.err.println("usage: SubmitJob [BOOTSTRAP [POOL [JOB_FILE [SCHEMA_FILE]]]]");
             System.exit(2);
