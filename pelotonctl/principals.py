@@ -33,10 +33,12 @@ from peloton.runtime import QUIET, kafka_access
 from peloton.topics import Catalogue
 
 STAGES = ("admit", "entitle", "place", "launch")
-USERS = (*STAGES, "agent", "api", "producer")
+# watcher: a team's own reader of task statuses (jvm/examples' WatchStatus), which reads and writes
+# nothing else.
+USERS = (*STAGES, "agent", "api", "producer", "watcher")
 # topics.yaml's words for who writes or reads a topic -> the user that does it. Dashboards and
 # operators read as the admin user.
-WORDS = {"agents": "agent", "producers": "producer", "api": "api", **{s: s for s in STAGES}}
+WORDS = {"agents": "agent", "producers": "producer", "watchers": "watcher", "api": "api", **{s: s for s in STAGES}}
 SCRAM_ITERATIONS = 8192
 
 

@@ -71,7 +71,8 @@ def test_the_tutorials_java_producer_submits_a_job_that_succeeds_and_watch_statu
     token, row = issue("team-a-bot", ["team-a"], False, now_ms())
     p.store.add_token(row)
     # The stages' own variables: the prefix puts the command on this pipeline's topic. The
-    # producer's Kafka user writes job-commands and nothing else; WatchStatus reads as the admin.
+    # producer's Kafka user writes job-commands and nothing else; WatchStatus reads as the watcher, which
+    # reads task-status and nothing else.
     env = {**os.environ, "PELOTON_TOPIC_PREFIX": p.settings.topic_prefix, "PELOTON_KAFKA_CA": p.settings.kafka_ca,
            "PELOTON_KAFKA_USER": p.settings.kafka_user, "PELOTON_KAFKA_PASSWORD": p.settings.kafka_password}
     producer = {**env, **p.as_user("producer"), "PELOTON_COMMAND_TOKEN": token}
@@ -90,7 +91,7 @@ def test_the_tutorials_java_producer_submits_a_job_that_succeeds_and_watch_statu
     assert "unsigned" in letters[unsigned], letters
     assert p.store.get_job(elsewhere) is None and p.store.get_job(unsigned) is None
 
-    out = java(classpath, "WatchStatus", p.settings.bootstrap, "schemas/avro", env=env)
+    out = java(classpath, "WatchStatus", p.settings.bootstrap, "schemas/avro", env={**env, **p.as_user("watcher")})
     lines = [line.split() for line in out.splitlines()]
     mine = [fields for fields in lines if fields[0] == job_id]
     assert mine, f"WatchStatus printed nothing of job {job_id}:\n{out[-3000:]}"

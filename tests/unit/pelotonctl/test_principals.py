@@ -62,3 +62,9 @@ def test_grants_become_allow_acls_for_the_user_and_processes_get_their_user() ->
     assert str(acl.resource_pattern_type).endswith("PREFIXED") and str(acl.permission_type).endswith("ALLOW")
     assert as_user("agent", {u: "pw" for u in USERS}) == {"PELOTON_KAFKA_USER": "agent", "PELOTON_KAFKA_PASSWORD": "pw"}
     assert as_user("agent", None) == {}
+
+
+def test_a_watcher_reads_task_statuses_and_nothing_more() -> None:
+    found = grants(Catalogue(""))
+    assert {(g.operation, g.resource, g.name) for g in found["watcher"]} == {
+        ("read", "topic", "peloton.task-status"), ("describe", "topic", "peloton.task-status")}
