@@ -1,36 +1,26 @@
-"""The reference pages of the docs site (docs/generate.py, run by MkDocs before every build) list
-everything the code has: every command of the Click tree, every Settings field, every OpenAPI
+"""The reference pages of the docs site (pelotonctl/reference/, run by MkDocs before every build)
+list everything the code has: every command of the Click tree, every Settings field, every OpenAPI
 operation, every topic of topics.yaml and every metric of peloton/metrics.py. The expectations are
 read from the code here, not from the generator."""
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import re
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
 
+from pelotonctl import reference
+from pelotonctl.reference import api_page, topics_page
+
 REPO = Path(__file__).resolve().parents[3]
-
-
-def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("peloton_docs_generate", REPO / "docs" / "generate.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-generate = _generator()
 
 
 @pytest.fixture(scope="module")
 def pages() -> dict[str, str]:
-    return {name: make() for name, make in generate.PAGES.items()}
+    return {name: make() for name, make in reference.PAGES.items()}
 
 
 def _plain(text: str) -> str:
@@ -100,7 +90,7 @@ def test_every_setting_is_in_the_settings_reference_with_its_variable_type_and_c
 
 def test_every_openapi_operation_is_in_the_api_reference_with_its_permission(pages) -> None:
     page = pages["api.md"]
-    document = generate.openapi_document()
+    document = api_page.openapi_document()
     operations = [(method.upper(), path) for path, ops in document["paths"].items() for method in ops]
     documented = re.findall(r"^### (GET|POST|PUT|DELETE|PATCH) `([^`]+)`$", page, re.M)
     assert sorted(documented) == sorted(operations) and len(operations) > 30
@@ -139,7 +129,7 @@ def test_every_topic_and_its_schemas_and_comments_are_in_the_topics_reference(pa
     # Every comment of the topics, whole-line or at a line's end, is on the page.
     plain_page = _plain(page)
     for line in text[text.index("\ntopics:"):].splitlines():
-        _content, comment = generate._split_comment(line)
+        _content, comment = topics_page._split_comment(line)
         if comment:
             assert _plain(comment) in plain_page, comment
 
@@ -163,14 +153,14 @@ def test_every_metric_is_in_the_metrics_reference(pages) -> None:
 def test_the_reference_index_links_every_generated_page_and_git_ignores_them() -> None:
     index = (REPO / "docs" / "reference" / "index.md").read_text()
     ignored = (REPO / ".gitignore").read_text().splitlines()
-    for name in generate.PAGES:
+    for name in reference.PAGES:
         assert f"]({name})" in index, name
         assert f"docs/reference/{name}" in ignored, name
     assert "site/" in ignored
 
 
 def test_pages_are_written_only_when_they_change(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(generate, "PAGES", {"one.md": lambda: "# One\n"})
-    assert generate.write_pages(tmp_path) == [tmp_path / "one.md"]
-    assert generate.write_pages(tmp_path) == []  # `mkdocs serve` would rebuild for ever otherwise
+    monkeypatch.setattr(reference, "PAGES", {"one.md": lambda: "# One\n"})
+    assert reference.write_pages(tmp_path) == [tmp_path / "one.md"]
+    assert reference.write_pages(tmp_path) == []  # `mkdocs serve` would rebuild for ever otherwise
     assert (tmp_path / "one.md").read_text() == "# One\n"
