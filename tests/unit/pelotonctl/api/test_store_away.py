@@ -5,70 +5,30 @@ and which of its hosts are silent."""
 
 from __future__ import annotations
 
-import sqlite3
-import threading
 import time
 
 import pytest
 from fastapi.testclient import TestClient
 
 from peloton.auth.tokens import issue
-from peloton.config import Settings
-from peloton.model.jobconfig import parse_job_config
-from peloton.model.pool import parse_pool_config
-from peloton.runtime import RecordingEmitter, StaticView
-from peloton.store import open_store
-from pelotonctl.api.app import make_app
-from pelotonctl.api.audit import Audit
 from pelotonctl.health import StageHealth
-from stages.admit.expand import expand_job
-from tests.builders.api import HOST, JOB, RESOURCES
+from tests.builders.api import HOST, JOB
+from tests.builders.store_away import api_over_switch
 
 DEADLINE_S = 0.5
 SILENT = {**HOST, "host_id": "h1", "state": "DOWN", "reachable": False, "updated_ms": 1_000, "job_tasks": {"j1": 2}}
 
 
-class Switch:
-    """The store, or a store whose server hangs (hung) or is gone (stopped)."""
-
-    def __init__(self, store) -> None:
-        self.store, self.hung, self.stopped = store, False, False
-        self.released = threading.Event()
-
-    def __getattr__(self, name: str):
-        attr = getattr(self.store, name)
-        if not callable(attr) or name == "transaction":
-            return attr
-
-        def call(*args, **kwargs):
-            if self.hung:
-                self.released.wait(30)
-            if self.stopped:
-                raise sqlite3.OperationalError("unable to open database file")
-            return attr(*args, **kwargs)
-        return call
-
-
 @pytest.fixture
 def api(tmp_path):
-    store = open_store(tmp_path / "peloton.db")
-    store.put_pool("/a", parse_pool_config("name: a\nowningTeam: team-a\n" + RESOURCES, "/a"))
-    job, tasks = expand_job("j1", "/a", parse_job_config(JOB), JOB, 1)
-    store.create_jobs([job], tasks)
-    alice, row = issue("alice", ["team-a"], False, now_ms=1)
-    store.add_token(row)
-    switch = Switch(store)
-    settings = Settings(home=tmp_path, store=str(tmp_path / "peloton.db"), command_wait_s=0.05)
-    app = make_app(settings, switch, RecordingEmitter("api"), Audit(RecordingEmitter("api"), 1.0),
-                   StaticView({"h0": HOST, "h1": SILENT}))
+    app, switch, alice = api_over_switch(tmp_path, SILENT)
     app.state.door.guard.deadline_s = DEADLINE_S
-    app.state.door.use_view("entitlements", StaticView())
     with TestClient(app) as client:
         client.switch, client.alice = switch, {"Authorization": f"Bearer {alice}"}
         client.path = str(tmp_path / "peloton.db")
         yield client
     switch.released.set()
-    store.close()
+    switch.store.close()
 
 
 def timed(api, method: str, path: str, **kwargs):

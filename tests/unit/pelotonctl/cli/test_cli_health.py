@@ -5,7 +5,6 @@ line naming the store, and one served from the API's views says so on stderr."""
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 
@@ -13,56 +12,20 @@ import pytest
 import uvicorn
 from typer.testing import CliRunner
 
-from peloton.auth.tokens import issue
-from peloton.config import Settings
-from peloton.model.jobconfig import parse_job_config
-from peloton.model.pool import parse_pool_config
-from peloton.runtime import RecordingEmitter, StaticView
-from peloton.store import open_store
-from pelotonctl.api.app import make_app
-from pelotonctl.api.audit import Audit
 from pelotonctl.cli import app
 from pelotonctl.dev.processes import free_port
 from pelotonctl.health import StageHealth, clock
-from stages.admit.expand import expand_job
-from tests.builders.api import HOST, JOB, RESOURCES
+from tests.builders.api import HOST
+from tests.builders.store_away import api_over_switch
 
 runner = CliRunner()
 SINCE_MS = int(time.time() * 1000) - 60_000
 SILENT = {**HOST, "host_id": "h1", "state": "DOWN", "reachable": False, "updated_ms": SINCE_MS, "job_tasks": {"j1": 2}}
 
 
-class Stoppable:
-    """The store, until `stopped`: then every call fails as a store whose files are gone."""
-
-    def __init__(self, store) -> None:
-        self.store, self.stopped = store, False
-
-    def __getattr__(self, name: str):
-        attr = getattr(self.store, name)
-        if not callable(attr) or name == "transaction":
-            return attr
-
-        def call(*args, **kwargs):
-            if self.stopped:
-                raise sqlite3.OperationalError("unable to open database file")
-            return attr(*args, **kwargs)
-        return call
-
-
 @pytest.fixture
 def served(tmp_path):
-    store = open_store(tmp_path / "peloton.db")
-    store.put_pool("/a", parse_pool_config("name: a\nowningTeam: team-a\n" + RESOURCES, "/a"))
-    job, tasks = expand_job("j1", "/a", parse_job_config(JOB), JOB, 1)
-    store.create_jobs([job], tasks)
-    token, row = issue("alice", ["team-a"], False, now_ms=1)
-    store.add_token(row)
-    switch = Stoppable(store)
-    settings = Settings(home=tmp_path, store=str(tmp_path / "peloton.db"), command_wait_s=0.05)
-    api = make_app(settings, switch, RecordingEmitter("api"), Audit(RecordingEmitter("api"), 1.0),
-                   StaticView({"h0": HOST, "h1": SILENT}))
-    api.state.door.use_view("entitlements", StaticView())
+    api, switch, token = api_over_switch(tmp_path, SILENT)
     api.state.stage_health = lambda: {"launch": StageHealth("launch", "STOP", SINCE_MS, "no member")}
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(api, host="127.0.0.1", port=port, log_level="warning"))
@@ -81,7 +44,7 @@ def served(tmp_path):
     yield ctl
     server.should_exit = True
     thread.join(10)
-    store.close()
+    switch.store.close()
 
 
 def test_job_status_and_task_list_say_the_stage_the_job_waits_on_and_its_silent_host(served) -> None:

@@ -1,0 +1,60 @@
+"""A store whose server can be made to hang or go away, for the API's tests of answers with the
+store away, and the API over it seeded with one pool, one job and alice's token."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+from fastapi import FastAPI
+
+from peloton.auth.tokens import issue
+from peloton.config import Settings
+from peloton.model.jobconfig import parse_job_config
+from peloton.model.pool import parse_pool_config
+from peloton.runtime import RecordingEmitter, StaticView
+from peloton.store import open_store
+from pelotonctl.api.app import make_app
+from pelotonctl.api.audit import Audit
+from stages.admit.expand import expand_job
+from tests.builders.api import HOST, JOB, RESOURCES
+
+
+class Switch:
+    """The store, or a store whose server hangs (hung: every call waits until released) or is gone
+    (stopped: every call fails as a store whose files are gone)."""
+
+    def __init__(self, store) -> None:
+        self.store, self.hung, self.stopped = store, False, False
+        self.released = threading.Event()
+
+    def __getattr__(self, name: str):
+        attr = getattr(self.store, name)
+        if not callable(attr) or name == "transaction":
+            return attr
+
+        def call(*args, **kwargs):
+            if self.hung:
+                self.released.wait(30)
+            if self.stopped:
+                raise sqlite3.OperationalError("unable to open database file")
+            return attr(*args, **kwargs)
+        return call
+
+
+def api_over_switch(tmp_path: Path, silent: dict) -> tuple[FastAPI, Switch, str]:
+    """The API over a Switch of a SQLite store holding pool /a (team-a's), job j1 in it and alice's
+    token; its hosts view holds h0 (UP) and `silent`. (app, switch, alice's token)."""
+    store = open_store(tmp_path / "peloton.db")
+    store.put_pool("/a", parse_pool_config("name: a\nowningTeam: team-a\n" + RESOURCES, "/a"))
+    job, tasks = expand_job("j1", "/a", parse_job_config(JOB), JOB, 1)
+    store.create_jobs([job], tasks)
+    token, row = issue("alice", ["team-a"], False, now_ms=1)
+    store.add_token(row)
+    switch = Switch(store)
+    settings = Settings(home=tmp_path, store=str(tmp_path / "peloton.db"), command_wait_s=0.05)
+    app = make_app(settings, switch, RecordingEmitter("api"), Audit(RecordingEmitter("api"), 1.0),
+                   StaticView({"h0": HOST, "h1": silent}))
+    app.state.door.use_view("entitlements", StaticView())
+    return app, switch, token
