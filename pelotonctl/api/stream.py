@@ -102,7 +102,7 @@ def task_events(settings: Settings, wanted: Callable[[str], bool], job_id: str |
                         position.at[at[0]] = (at[1], at[2])
                         yield f"id: {position}\nevent: task\ndata: {json.dumps(event)}\n\n"
                         quiet_since = time.monotonic()
-            if not follow and all(_read_to(consumer, spec.name, p) >= end for p, end in ends.items()):
+            if not follow and all(_read_to(consumer, spec.name, p, starts[p]) >= end for p, end in ends.items()):
                 return
             if time.monotonic() - quiet_since > KEEPALIVE_S:
                 yield ": keepalive\n\n"  # through proxies that drop idle connections
@@ -133,9 +133,12 @@ def _starts(consumer: Consumer, topic: str, partitions: list[int], resume: Posit
     return starts
 
 
-def _read_to(consumer: Consumer, topic: str, partition: int) -> int:
+def _read_to(consumer: Consumer, topic: str, partition: int, start: int) -> int:
+    """How far a partition has been read: its position, past transaction markers too; where
+    nothing has been fetched yet (a partition with nothing past its start has no position), its
+    start."""
     [tp] = consumer.position([TopicPartition(topic, partition)])
-    return tp.offset if tp.offset >= 0 else 0
+    return max(tp.offset, start)
 
 
 def _events(schema: str, v: dict) -> list[dict]:

@@ -90,6 +90,11 @@ def amount(x: float | None) -> str:
     return f"{x:.3f}".rstrip("0").rstrip(".")
 
 
+def counted(n: int, noun: str) -> str:
+    """`1 gang`, `6 gangs`."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def read_text(path: Path) -> str:
     try:
         return path.read_text()

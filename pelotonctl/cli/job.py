@@ -20,6 +20,7 @@ from pelotonctl.cli.common import (
     client,
     cluster_call,
     commands,
+    counted,
     err,
     fail,
     load_settings,
@@ -51,9 +52,9 @@ def job_validate(config: Path, as_json: bool = typer.Option(False, "--json", hel
     if as_json:
         print_json(summary)
     else:
-        out.print(f"{config}: valid {spec.type} job {spec.name!r}, {spec.instance_count} instances in "
-                  f"{summary['gangs']} gangs, {amount(summary['cpu'])} cpu and {amount(summary['mem_mb'])} MB in all",
-                  highlight=False)
+        out.print(f"{config}: valid {spec.type} job {spec.name!r}, {counted(spec.instance_count, 'instance')} in "
+                  f"{counted(summary['gangs'], 'gang')}, {amount(summary['cpu'])} cpu and {amount(summary['mem_mb'])} "
+                  f"MB in all", highlight=False)
         for notice in spec.notices:
             out.print(f"  not honoured here: {notice}", highlight=False)
 
