@@ -30,11 +30,15 @@ class DrainPlan:
     waiting: dict[str, str] = field(default_factory=dict)  # run's task id -> why it stays for now
 
 
+def is_down(t: TaskRow) -> bool:
+    """An instance that should run and does not serve (not RUNNING, or not yet or no longer
+    HEALTHY where a health check is set)."""
+    return not serving(t.state, t.health) and t.state not in TASK_TERMINAL and t.state != "INITIALIZED"
+
+
 def down(tasks: Iterable[TaskRow]) -> int:
-    """The instances of a job that should run and do not serve (not RUNNING, or not yet or no
-    longer HEALTHY where a health check is set)."""
-    return sum(1 for t in tasks if not serving(t.state, t.health) and t.state not in TASK_TERMINAL
-               and t.state != "INITIALIZED")
+    """How many instances of a job are down (is_down)."""
+    return sum(1 for t in tasks if is_down(t))
 
 
 def plan_drain(job_id: str, tasks: list[TaskRow], draining: set[str], budget: int) -> DrainPlan:

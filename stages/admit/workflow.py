@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from peloton.model.health import serving
 from peloton.model.states import TASK_TERMINAL, UPDATE_ACTIONS
 from peloton.store import TaskRow
-from stages.admit.drain import down
+from stages.admit.drain import down, is_down
 from stages.admit.lifecycle import RESTARTED
 
 INITIALIZED = "INITIALIZED"
@@ -151,15 +151,19 @@ def advance(wf: dict, tasks: dict[int, TaskRow], now: int, budget: int = 0) -> S
     batch: list[int] = []
     replace: list[int] = []
     size = opts["batch_size"] or len(remaining)
+    room = len(remaining)  # instances that serve now which the batch may take down
     if budget > 0 and remaining and wf["kind"] != STOP:  # a stop is what its user asked to be down
         already = down(tasks.values())
-        if already >= budget:
+        room = budget - already
+        # An instance down already goes at no cost to the budget, as a drain moves one: waiting for
+        # it to serve would hold a rollout, or its rollback, behind the very instance it replaces.
+        if room <= 0 and not any(is_down(tasks[i]) for i in remaining):
             why = f"waits: {already} instance{'s' if already > 1 else ''} down, sla.maximumUnavailableInstances " \
                   f"{budget}"
             return Step([], _touch({**wf, "message": why}, now))
-        size = min(size, budget - already)
     if wf["message"].startswith("waits: "):
         wf["message"] = ""  # it waited for the budget, and goes on now
+    later: list[int] = []  # instances the budget leaves for a later batch, in their order
     while remaining and len(batch) < size:
         i = remaining.pop(0)
         task = tasks[i]
@@ -170,10 +174,16 @@ def advance(wf: dict, tasks: dict[int, TaskRow], now: int, budget: int = 0) -> S
         elif task.state in TASK_TERMINAL or (task.state == "KILLING" and task.reason != RESTARTED):
             wf["done"] = sorted(wf["done"] + [i])  # ended or being stopped: it starts with the new config
             continue
+        if not is_down(task):  # one more instance down (a start's: until it runs)
+            if room <= 0:
+                later.append(i)
+                continue
+            room -= 1
         batch.append(i)
         if task.state != "KILLING":  # one being replaced already reruns with the job's config as it is now
             replace.append(i)
         wf["runs"][str(i)], wf["failures"][str(i)] = task.run_id, task.failures
+    remaining = later + remaining
     wf.update(remaining=remaining, in_flight=batch)
     if not batch:
         # The last batch settled; a run it started that has failed since (its next run waits out

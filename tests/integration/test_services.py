@@ -128,6 +128,48 @@ def test_an_update_whose_new_runs_fail_rolls_back_to_the_old_config_everywhere(p
     assert p.ctl("job", "stop", job, "--wait").returncode == 0
 
 
+HEALTHY_BUDGETED = """
+name: {name}
+type: SERVICE
+instancecount: 3
+sla: {{preemptible: false, maximumUnavailableInstances: 1}}
+defaultconfig:
+  resource: {{cpulimit: 0.1, memlimitmb: 8, disklimitmb: 1}}
+  killgraceperiodseconds: 1
+  command: {{shell: true, value: '{command}'}}
+  healthcheck:
+    enabled: true
+    type: COMMAND
+    initialintervalsecs: 1
+    intervalsecs: 1
+    maxconsecutivefailures: 2
+    timeoutsecs: 1
+    commandcheck: {{command: 'test -f ready'}}
+"""
+
+
+def test_an_update_whose_new_runs_never_become_healthy_rolls_back_under_its_disruption_budget(
+        pipeline_factory, tmp_path) -> None:
+    """The instance to roll back is the one the broken update left down, and the budget (one
+    instance down) is full with it: the rollback replaces it at no cost, where it waited for ever."""
+    p = pipeline_factory(hosts="local:2:cpu=4,mem_mb=4096,disk_mb=10000", service_backoff_base_s=0.2)
+    p.start_all()
+    text = HEALTHY_BUDGETED.format(name="hb", command="touch ready; sleep 300 & wait")
+    job = p.submit(text)
+    p.wait_for("3 instances healthy", lambda: sum(t.health == "HEALTHY" for t in p.store.tasks_of_job(job)) == 3, 90)
+    broken = tmp_path / "never-ready.yaml"
+    broken.write_text(text.replace("touch ready; sleep 300 & wait", "rm -f ready; sleep 300 & wait"))
+    sent = p.ctl("job", "update", job, str(broken), "--batch-size", "1", "--max-instance-retries", "1",
+                 "--max-failure-instances", "1", "--rollback-on-failure", "--json")
+    assert sent.returncode == 0, sent.stderr
+    update_id = json.loads(sent.stdout)["update_id"]
+    ended = p.ctl("update", "get", update_id, "--wait", "--timeout", "150")
+    assert ended.returncode == 1 and "ROLLED_BACK" in ended.stdout, ended.stdout + ended.stderr
+    p.wait_for("3 instances healthy again", lambda: sum(
+        t.health == "HEALTHY" for t in p.store.tasks_of_job(job)) == 3, 90)
+    assert p.ctl("job", "stop", job, "--wait").returncode == 0
+
+
 STATELESS = EXAMPLES / "stateless" / "testspec.yaml"
 
 

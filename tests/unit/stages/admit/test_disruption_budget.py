@@ -42,23 +42,30 @@ def test_an_update_batch_takes_down_no_more_than_the_budget_and_waits_while_none
     wf = new_workflow("u", "j", UPDATE, [0, 1, 2, 3], UpdateOptions(batch_size=3), 1, 2, "me", 0)
     step = advance(wf, tasks, 1, budget=2)
     assert step.replace == [0, 1]  # batch size 3, but only 2 may be down at once
-    # One instance down for another reason: the next batch is one.
-    for i in (0, 1):
-        tasks[i] = task(i, run=2)
-    tasks[3] = task(3, "PENDING", run=2)
+    # Instance 4, which the update leaves alone, is down for another reason: the next batch is one.
+    tasks.update({0: task(0, run=2), 1: task(1, run=2), 4: task(4, "PENDING")})
     step = advance(step.workflow, tasks, 2, budget=2)
-    assert step.replace == [2]
+    assert step.replace == [2] and step.workflow["remaining"] == [3]
     # Every instance it may take is down: it waits, and says why.
-    tasks[2] = task(2, "PENDING", run=2)
-    tasks[0] = task(0, "PENDING", run=3)
-    step = advance(step.workflow, tasks, 3, budget=2)
-    assert step.replace == [] and step.workflow["state"] == "ROLLING_FORWARD"
-    tasks[2] = task(2, "RUNNING", run=2)
-    waiting = advance(step.workflow, tasks, 4, budget=2)
+    tasks.update({2: task(2, run=2), 0: task(0, "PENDING", run=3)})
+    waiting = advance(step.workflow, tasks, 3, budget=2)
     assert waiting.replace == [] and waiting.workflow["message"] == \
         "waits: 2 instances down, sla.maximumUnavailableInstances 2"
-    tasks[0], tasks[3] = task(0, run=3), task(3, run=2)
-    last = advance(waiting.workflow, tasks, 5, budget=2)
+    tasks[0] = task(0, run=3)
+    last = advance(waiting.workflow, tasks, 4, budget=2)
     assert last.replace == [3] and last.workflow["message"] == ""  # room again: it goes on
-    tasks[3] = task(3, run=3)
-    assert advance(last.workflow, tasks, 6, budget=2).workflow["state"] == "SUCCEEDED"
+    tasks[3] = task(3, run=2)
+    assert advance(last.workflow, tasks, 5, budget=2).workflow["state"] == "SUCCEEDED"
+
+
+def test_an_instance_down_already_is_replaced_at_no_cost_to_the_budget() -> None:
+    """A rollback whose instance to restore is the one down (its new config never became healthy)
+    waited for ever behind the budget that instance itself filled."""
+    tasks = {0: task(0), 1: task(1), 2: task(2)}
+    tasks[2].health = "UNHEALTHY"
+    wf = new_workflow("u", "j", UPDATE, [0, 1, 2], UpdateOptions(batch_size=2), 1, 2, "me", 0)
+    step = advance(wf, tasks, 1, budget=1)
+    assert step.replace == [2] and step.workflow["remaining"] == [0, 1]  # those serving wait their turn
+    tasks[2] = task(2, run=2)
+    step = advance(step.workflow, tasks, 2, budget=1)
+    assert step.replace == [0]
