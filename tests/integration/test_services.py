@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -41,6 +42,18 @@ def running_service(p, name: str, count: int, command: str, grace: int) -> tuple
     job = p.submit(text)
     p.wait_for(f"{count} instances running", lambda: p.counts(job).get("RUNNING", 0) == count, 60)
     return text, job
+
+
+def rolled_back(p, job: str, config: Path, retries: int, timeout_s: int) -> tuple[str, str]:
+    """An update of `job` to `config`, a batch of one, rolled back once an instance failed
+    `retries` times; waited for to its end, which must be ROLLED_BACK: (its id, what update get said)."""
+    sent = p.ctl("job", "update", job, str(config), "--batch-size", "1", "--max-instance-retries", str(retries),
+                 "--max-failure-instances", "1", "--rollback-on-failure", "--json")
+    assert sent.returncode == 0, sent.stderr
+    update_id = json.loads(sent.stdout)["update_id"]
+    ended = p.ctl("update", "get", update_id, "--wait", "--timeout", str(timeout_s))
+    assert ended.returncode == 1 and "ROLLED_BACK" in ended.stdout, ended.stdout + ended.stderr
+    return update_id, ended.stdout
 
 
 def runs(p, job: str) -> dict[int, tuple[int, str]]:
@@ -104,13 +117,8 @@ def test_an_update_whose_new_runs_fail_rolls_back_to_the_old_config_everywhere(p
     text, job = running_service(p, "rb", 3, "sleep 300 & wait", 1)
     broken = tmp_path / "broken.yaml"
     broken.write_text(text.replace("sleep 300 & wait", "exit 3"))
-    sent = p.ctl("job", "update", job, str(broken), "--batch-size", "1", "--max-instance-retries", "2",
-                 "--max-failure-instances", "1", "--rollback-on-failure", "--json")
-    assert sent.returncode == 0, sent.stderr
-    update_id = json.loads(sent.stdout)["update_id"]
-    ended = p.ctl("update", "get", update_id, "--wait", "--timeout", "120")
-    assert ended.returncode == 1 and "ROLLED_BACK" in ended.stdout, ended.stdout + ended.stderr
-    assert "max-failure-instances 1: rolling back" in ended.stdout
+    update_id, said = rolled_back(p, job, broken, retries=2, timeout_s=120)
+    assert "max-failure-instances 1: rolling back" in said
     p.wait_for("every instance running", lambda: p.counts(job) == {"RUNNING": 3}, 60)
     tasks = p.store.tasks_of_job(job)
     assert all("exit 3" not in json.dumps(t.spec) for t in tasks), [t.spec for t in tasks]
@@ -159,12 +167,7 @@ def test_an_update_whose_new_runs_never_become_healthy_rolls_back_under_its_disr
     p.wait_for("3 instances healthy", lambda: sum(t.health == "HEALTHY" for t in p.store.tasks_of_job(job)) == 3, 90)
     broken = tmp_path / "never-ready.yaml"
     broken.write_text(text.replace("touch ready; sleep 300 & wait", "rm -f ready; sleep 300 & wait"))
-    sent = p.ctl("job", "update", job, str(broken), "--batch-size", "1", "--max-instance-retries", "1",
-                 "--max-failure-instances", "1", "--rollback-on-failure", "--json")
-    assert sent.returncode == 0, sent.stderr
-    update_id = json.loads(sent.stdout)["update_id"]
-    ended = p.ctl("update", "get", update_id, "--wait", "--timeout", "150")
-    assert ended.returncode == 1 and "ROLLED_BACK" in ended.stdout, ended.stdout + ended.stderr
+    rolled_back(p, job, broken, retries=1, timeout_s=150)
     p.wait_for("3 instances healthy again", lambda: sum(
         t.health == "HEALTHY" for t in p.store.tasks_of_job(job)) == 3, 90)
     assert p.ctl("job", "stop", job, "--wait").returncode == 0
