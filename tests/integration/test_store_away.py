@@ -73,6 +73,15 @@ def views_still_answer(ctl, store: str) -> dict[str, float]:
     return took
 
 
+def two_sleepers(ctl, tmp_path) -> str:
+    """A job of two tasks that sleep ten minutes, created in /DefaultResPool: its id."""
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(sleepers(2, 600))
+    created = ctl("job", "create", "/DefaultResPool", str(job_file), "--json")
+    assert created.returncode == 0, created.stderr
+    return json.loads(created.stdout)["job_id"]
+
+
 @pytest.mark.alone  # its bounds are times
 def test_with_the_store_hung_then_stopped_store_reads_answer_503_in_one_line_and_view_reads_still_answer(
         tmp_path) -> None:
@@ -81,11 +90,7 @@ def test_with_the_store_hung_then_stopped_store_reads_answer_503_in_one_line_and
     stopped: list[int] = []
     try:
         assert up.returncode == 0, up.stdout + up.stderr
-        job_file = tmp_path / "job.yaml"
-        job_file.write_text(sleepers(2, 600))
-        created = ctl("job", "create", "/DefaultResPool", str(job_file), "--json")
-        assert created.returncode == 0, created.stderr
-        job = json.loads(created.stdout)["job_id"]
+        job = two_sleepers(ctl, tmp_path)
         for args in (("job", "status", job), ("host", "list"), ("respool", "get", "/DefaultResPool"), ("lag",)):
             done = ctl(*args)
             assert done.returncode == 0 and "note:" not in done.stderr, (args, done.stderr)
@@ -104,7 +109,7 @@ def test_with_the_store_hung_then_stopped_store_reads_answer_503_in_one_line_and
             assert figures[needs] < ANSWER_WITHIN_S, f"{args}: {figures[needs]:.1f}s"
             lines.append(done.stderr.strip())
         served = views_still_answer(ctl, store)
-        done = ctl("job", "create", "/DefaultResPool", str(job_file))
+        done = ctl("job", "create", "/DefaultResPool", str(tmp_path / "job.yaml"))  # two_sleepers wrote it
         one_line_exit_5(done, f"the store ({store})", "job create")
         for pid in stopped:
             os.kill(pid, signal.SIGCONT)
@@ -143,11 +148,7 @@ def test_the_only_launch_instance_killed_job_status_says_its_statuses_are_not_ap
     up = ctl("dev", "up", "--hosts", "agent:2:cpu=2,mem_mb=4096,disk_mb=10000")
     try:
         assert up.returncode == 0, up.stdout + up.stderr
-        job_file = tmp_path / "job.yaml"
-        job_file.write_text(sleepers(2, 600))
-        created = ctl("job", "create", "/DefaultResPool", str(job_file), "--json")
-        assert created.returncode == 0, created.stderr
-        job = json.loads(created.stdout)["job_id"]
+        job = two_sleepers(ctl, tmp_path)
         deadline = time.monotonic() + 90
         while (status := json.loads(ctl("job", "status", job, "--json").stdout))["tasks"].get("RUNNING") != 2:
             assert time.monotonic() < deadline, status
