@@ -35,42 +35,28 @@ def draw(results: dict, out: Path) -> list[str]:
     runs = results["runs"]
     by_hosts = _at_hosts(runs, 50_000)
     by_tasks = _at_tasks(runs, 10_000)
-    names = []
+    hosts = [r["hosts"] for r in by_hosts]
 
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    ax.plot([r["hosts"] for r in by_hosts], [r["tasks_per_s_running"] for r in by_hosts], marker="o")
+    ax.plot(hosts, [r["tasks_per_s_running"] for r in by_hosts], marker="o")
     ax.set_xscale("log")
-    ax.set_xlabel("simulated hosts")
-    ax.set_ylabel("tasks/s to RUNNING")
-    ax.set_title("50,000 tasks at once")
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    names.append(_save(fig, out / "throughput-hosts.png"))
+    names = [_finish(fig, ax, out / "throughput-hosts.png", "simulated hosts", "tasks/s to RUNNING",
+                     "50,000 tasks at once")]
 
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for q in ("p50", "p90", "p99"):
-        ax.plot([r["hosts"] for r in by_hosts], [r[f"{q}_ms"] / 1000 for r in by_hosts], marker="o", label=q)
+        ax.plot(hosts, [r[f"{q}_ms"] / 1000 for r in by_hosts], marker="o", label=q)
     ax.set_xscale("log")
-    ax.set_xlabel("simulated hosts")
-    ax.set_ylabel("submit -> RUNNING (s)")
-    ax.set_title("latency, 50,000 tasks at once")
-    ax.set_ylim(bottom=0)
-    ax.legend()
-    ax.grid(alpha=0.3)
-    names.append(_save(fig, out / "latency-hosts.png"))
+    names.append(_finish(fig, ax, out / "latency-hosts.png", "simulated hosts", "submit -> RUNNING (s)",
+                         "latency, 50,000 tasks at once", legend=True))
 
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for stage in STAGES:
-        points = [(r["tasks"], _peak(r, stage)) for r in by_tasks if _peak(r, stage) is not None]
+        points = [(r["tasks"], mb) for r in by_tasks if (mb := _peak(r, stage)) is not None]
         if points:
             ax.plot([t for t, _ in points], [mb for _, mb in points], marker="o", label=stage)
-    ax.set_xlabel("tasks (jobs of 1,000, 10,000 hosts)")
-    ax.set_ylabel("peak resident MB")
-    ax.set_title("memory against tasks")
-    ax.set_ylim(bottom=0)
-    ax.legend()
-    ax.grid(alpha=0.3)
-    names.append(_save(fig, out / "memory-tasks.png"))
+    names.append(_finish(fig, ax, out / "memory-tasks.png", "tasks (jobs of 1,000, 10,000 hosts)",
+                         "peak resident MB", "memory against tasks", legend=True))
     return names
 
 
@@ -78,11 +64,19 @@ def _peak(run: dict, component: str) -> float | None:
     return next((s["peak_mb"] for s in run.get("stages", []) if s["component"] == component), None)
 
 
-def _save(fig, path: Path) -> str:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+def _finish(fig, ax, path: Path, xlabel: str, ylabel: str, title: str, legend: bool = False) -> str:
+    """A chart's labels, its axis from 0 and its grid, saved as `path`: its file name."""
     import matplotlib.pyplot as plt
 
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.set_ylim(bottom=0)
+    if legend:
+        ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     return path.name
 
