@@ -9,16 +9,11 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
-from peloton.auth.tokens import issue
 from peloton.config import Settings
-from peloton.model.jobconfig import parse_job_config
-from peloton.model.pool import parse_pool_config
 from peloton.runtime import RecordingEmitter, StaticView
-from peloton.store import open_store
 from pelotonctl.api.app import make_app
 from pelotonctl.api.audit import Audit
-from stages.admit.expand import expand_job
-from tests.builders.api import HOST, JOB, RESOURCES
+from tests.builders.api import HOST, seeded_store
 
 
 class Switch:
@@ -46,12 +41,7 @@ class Switch:
 def api_over_switch(tmp_path: Path, silent: dict) -> tuple[FastAPI, Switch, str]:
     """The API over a Switch of a SQLite store holding pool /a (team-a's), job j1 in it and alice's
     token; its hosts view holds h0 (UP) and `silent`. (app, switch, alice's token)."""
-    store = open_store(tmp_path / "peloton.db")
-    store.put_pool("/a", parse_pool_config("name: a\nowningTeam: team-a\n" + RESOURCES, "/a"))
-    job, tasks = expand_job("j1", "/a", parse_job_config(JOB), JOB, 1)
-    store.create_jobs([job], tasks)
-    token, row = issue("alice", ["team-a"], False, now_ms=1)
-    store.add_token(row)
+    store, token = seeded_store(tmp_path / "peloton.db", "alice", ["team-a"])
     switch = Switch(store)
     settings = Settings(home=tmp_path, store=str(tmp_path / "peloton.db"), command_wait_s=0.05)
     app = make_app(settings, switch, RecordingEmitter("api"), Audit(RecordingEmitter("api"), 1.0),

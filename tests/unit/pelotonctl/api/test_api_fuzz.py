@@ -12,24 +12,14 @@ from pathlib import Path
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from peloton.auth.tokens import issue
 from peloton.config import Settings
-from peloton.model.jobconfig import parse_job_config
-from peloton.model.pool import parse_pool_config
 from peloton.runtime import RecordingEmitter, StaticView
-from peloton.store import open_store
 from pelotonctl.api.app import make_app
 from pelotonctl.api.audit import Audit
-from stages.admit.expand import expand_job
-from tests.builders.api import HOST, JOB, RESOURCES
+from tests.builders.api import HOST, seeded_store
 
 HOME = Path(tempfile.mkdtemp(prefix="peloton-api-fuzz-"))
-STORE = open_store(HOME / "peloton.db")
-STORE.put_pool("/a", parse_pool_config("name: a\nowningTeam: team-a\n" + RESOURCES, "/a"))
-_job, _tasks = expand_job("j1", "/a", parse_job_config(JOB), JOB, 1)
-STORE.create_jobs([_job], _tasks)
-BOB, _row = issue("bob", ["team-b"], False, now_ms=1)
-STORE.add_token(_row)
+STORE, BOB = seeded_store(HOME / "peloton.db", "bob", ["team-b"])
 SENT = RecordingEmitter("api")
 APP = make_app(Settings(home=HOME, store=str(HOME / "peloton.db"), bootstrap="127.0.0.1:9", command_wait_s=0.01),
                STORE, SENT, Audit(RecordingEmitter("api"), 1.0), StaticView({"h0": HOST}))
