@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # of CPU at each start instead of 0.5, and the suite starts about 700 of them.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: install system jars demo test unit integration bench soak clean lint docs
+.PHONY: install system jars tools demo test unit integration bench soak clean lint docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,docs]'
 	touch $(STAMP)
 
-install: $(STAMP)
+# Peloton's protobuf API (proto/, the wire of `pelotonctl api`'s gRPC port): its Python messages
+# and stubs generated into peloton/api (ignored by git) by grpcio-tools, at install and again
+# whenever a .proto file changes. The import paths in proto/ make the modules peloton.api.*.
+PROTOS := $(shell find proto -name '*.proto' | sort)
+GENERATED := peloton/api/.generated
+$(GENERATED): $(PROTOS) $(STAMP)
+	rm -rf peloton/api
+	$(BIN)/python -m grpc_tools.protoc -I proto --python_out=. --pyi_out=. --grpc_python_out=. $(PROTOS)
+	touch $@
+
+install: $(STAMP) $(GENERATED)
 
 # The servers' jars from Maven Central (jvm/NAME/pom.xml pins each version): Apache Kafka's broker
 # and tools, Apache Cassandra's server. Fetched once into an ignored folder, each apart from the
@@ -31,6 +41,19 @@ install: $(STAMP)
 	rm -rf .jars/$* && mv .jars/$*.partial .jars/$* && sha256sum jvm/$*/pom.xml | cut -d' ' -f1 > $@
 
 jars: .jars/kafka/.complete .jars/cassandra/.complete
+
+# grpcurl, a generic gRPC client that finds the API's services through server reflection, built
+# from the Go module proxy into .tools/ (ignored): about a minute the first time, then nothing.
+# The version is in the stamp's name, so changing it builds again.
+GRPCURL_VERSION := v1.9.4
+tools: .tools/grpcurl
+.tools/grpcurl: .tools/.grpcurl-$(GRPCURL_VERSION)
+	@command -v go >/dev/null || { echo "Go 1.25 or newer is needed to build grpcurl from the Go module proxy" >&2; exit 1; }
+	GOBIN=$(CURDIR)/.tools go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
+	touch $@
+.tools/.grpcurl-%:
+	rm -f .tools/.grpcurl-*
+	mkdir -p .tools && touch $@
 
 # The Debian packages the tests start real servers from: PostgreSQL (the multi-machine store),
 # ZooKeeper (the instance registry), Chromium with its driver (the dashboard, seen in a real
@@ -57,7 +80,7 @@ system:
 
 # Starts the embedded stack, runs the example jobs to completion with live progress, prints a
 # summary with tasks per second, and stops the stack.
-demo: $(STAMP) jars
+demo: $(STAMP) $(GENERATED) jars
 	$(BIN)/pelotonctl dev demo
 
 # Two workers (pytest-xdist; each starts its own broker and servers as it needs them) that take
@@ -66,7 +89,7 @@ demo: $(STAMP) jars
 # bound a time, so they run afterwards in one process with nothing beside them; both phases run
 # whatever the first one's outcome.
 TEST_WORKERS ?= 2
-test: $(STAMP) system jars
+test: $(STAMP) $(GENERATED) system jars
 	@status=0; \
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=30 -m "not slow and not alone" || status=$$?; \
 	$(BIN)/python -m pytest -q -m "alone and not slow" || status=$$?; \
@@ -74,23 +97,23 @@ test: $(STAMP) system jars
 
 # The guards a developer runs before every commit, and CI before the tests: ruff (errors, imports,
 # idioms) and mypy (types) over the tree, as pyproject.toml configures them.
-lint: $(STAMP)
+lint: $(STAMP) $(GENERATED)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
 # The docs site into site/ (ignored): MkDocs runs docs/generate.py first (a hook in mkdocs.yml),
 # which writes the reference pages (CLI, settings, API, topics, metrics; ignored too) from the
 # code; --strict makes a broken link or anchor an error. CI builds it after the linters.
-docs: $(STAMP)
+docs: $(STAMP) $(GENERATED)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # The pure unit tests: none that starts a server of its own (marked servers: the store contract on
 # PostgreSQL and Cassandra) or is a soak run (slow); in two workers, under a minute. `make test`
 # runs them all.
-unit: $(STAMP) system
+unit: $(STAMP) $(GENERATED) system
 	$(BIN)/python -m pytest -q -n 2 --dist worksteal -m "not servers and not slow" tests/unit
 
-integration: $(STAMP) system jars
+integration: $(STAMP) $(GENERATED) system jars
 	$(BIN)/python -m pytest -q tests/integration
 
 # Figures, not pass/fail: first the benchmark page (docs/benchmarks/: the pipeline's burst on 1,000
@@ -99,8 +122,9 @@ integration: $(STAMP) system jars
 # scale (10,000 simulated hosts, 50 jobs of 1,000 tasks): its throughput with every job submitted
 # at once, beside a 4-hop relay of the same broker, its latency at a steady 80 % of that rate, and
 # the same burst on 1,000 and 50,000 hosts, one instance of each stage and then two (each capped at
-# a tenth of a core, as root), with the speed targets beside the figures.
-bench: $(STAMP) jars
+# a tenth of a core, as root), with the speed targets beside the figures; and the API's two faces,
+# HTTP and gRPC, side by side (creates per second, a job's read p50 and p99).
+bench: $(STAMP) $(GENERATED) jars
 	$(BIN)/pip install --quiet -e '.[bench]'
 	$(BIN)/python -m pelotonctl.bench.sweep
 	$(BIN)/python -m pelotonctl.bench.charts
@@ -109,12 +133,13 @@ bench: $(STAMP) jars
 	$(BIN)/python -m pelotonctl.bench.job_manager
 	$(BIN)/python -m pelotonctl.bench.entitle_stage
 	$(BIN)/python -m pelotonctl.bench.launch_stage
+	$(BIN)/python -m pelotonctl.bench.api_calls
 	$(BIN)/pelotonctl bench --targets --against 2c424af
 
 # Scale and soak runs (tests marked slow), left out of `make test` to keep it within CI's time.
-soak: $(STAMP) system jars
+soak: $(STAMP) $(GENERATED) system jars
 	$(BIN)/python -m pytest -q -m slow tests
 
 clean:
-	rm -rf $(VENV) .peloton .pytest_cache .jars .bench
+	rm -rf $(VENV) .peloton .pytest_cache .jars .bench .tools site peloton/api
 	git worktree prune 2>/dev/null || true
