@@ -148,6 +148,11 @@ class Settings:
     admin_groups: str = ""
     # Where the API is, and the bearer token to send it (a running dev stack's by default).
     api_url: str = ""
+    # Where the API's gRPC port is (host:port), for Peloton's own clients (`pelotonctl dev env`).
+    grpc_address: str = ""
+    # The API's certificate and key (PEM files): with both, its HTTP and gRPC ports speak TLS.
+    api_tls_cert: str = ""
+    api_tls_key: str = ""
     token: str = ""
     # Job commands carry their sender's signature (peloton.auth.signing): required, admit refuses
     # an unsigned or badly signed command, and one whose signer may not act on its pool.

@@ -58,6 +58,10 @@ class NotFound(UserError):
     """What the user named does not exist: exit code 3."""
 
 
+class AlreadyExists(UserError):
+    """An id that names something already (a job id taken): exit code 2, ALREADY_EXISTS over gRPC."""
+
+
 
 
 def admin_client(settings: Settings) -> AdminClient:
@@ -302,8 +306,8 @@ def check_job(settings: Settings, store: QueryStore, pool: str, text: str, job_i
         raise UserError(problem)
     if (known := store.get_job(job_id)) is not None:
         if may_read is not None and not may_read(known.pool):
-            raise UserError(f"job id {job_id} is taken: a job id names one job")
-        raise UserError(f"job {job_id} exists already (in {known.pool}, {known.state}): a job id names one job")
+            raise AlreadyExists(f"job id {job_id} is taken: a job id names one job")
+        raise AlreadyExists(f"job {job_id} exists already (in {known.pool}, {known.state}): a job id names one job")
     if deleted := store.deleted_jobs([job_id]):
         raise UserError(deleted_id_problem(job_id, deleted[job_id]))
     if hosts is None:

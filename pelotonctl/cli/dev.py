@@ -100,8 +100,8 @@ def dev_env(kafka_user: str = typer.Option("", "--kafka-user", help="Also the br
                                            "this component's Kafka user (producer: for your own producer, with the "
                                            "token that signs its commands)."),
             as_json: bool = typer.Option(False, "--json", help="The variables as a JSON object instead.")) -> None:
-    """The dev stack's API address and admin token as shell exports, for curl and other programs:
-    eval "$(pelotonctl dev env)"."""
+    """The dev stack's API addresses (HTTP, and gRPC for Peloton's own clients) and admin token as
+    shell exports, for curl and other programs: eval "$(pelotonctl dev env)"."""
     import shlex
 
     from pelotonctl.dev.stack import DevStack
@@ -110,6 +110,8 @@ def dev_env(kafka_user: str = typer.Option("", "--kafka-user", help="Also the br
     if not state.get("api_url"):
         fail("no dev stack with an API is running here (`pelotonctl dev up` starts one)", EXIT_UNAVAILABLE)
     exports = {"PELOTON_API_URL": state["api_url"], "PELOTON_TOKEN": state["token"]}
+    if state.get("grpc"):
+        exports["PELOTON_GRPC_ADDRESS"] = state["grpc"]
     if kafka_user:
         users = state.get("kafka_users") or {}
         if kafka_user not in users:

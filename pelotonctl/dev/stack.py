@@ -113,11 +113,11 @@ def start_agent(host: HostSpec, settings: Settings, log_path: Path, *options: st
                                 cwd=str(REPO_ROOT))
 
 
-def start_api(settings: Settings, log_path: Path, port: int,
+def start_api(settings: Settings, log_path: Path, port: int, grpc_port: int = -1,
               extra_env: dict[str, str] | None = None) -> subprocess.Popen:
-    """One API instance (`pelotonctl api`) on this port."""
+    """One API instance (`pelotonctl api`) on this port, its gRPC services on grpc_port (-1: none)."""
     env = component_env(settings, extra_env)
-    cmd = [sys.executable, "-m", "pelotonctl", "api", "--port", str(port)]
+    cmd = [sys.executable, "-m", "pelotonctl", "api", "--port", str(port), "--grpc-port", str(grpc_port)]
     with open(log_path, "ab") as log:  # the child keeps its own copy of the descriptor
         return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                 cwd=str(REPO_ROOT))
@@ -304,14 +304,16 @@ class DevStack:
         # Agents serve a run's output against the API's grant for it: the API signs, agents check.
         state["agent_logs_key"], state["agent_logs_public_key"] = new_key_pair()
         self._write(state)
-        api_port = free_port()
+        api_port, grpc_port = free_port(), free_port()
         log = logs / "api.log"
-        proc = start_api(settings, log, api_port, extra_env={**principals.as_user("api", passwords),
+        proc = start_api(settings, log, api_port, grpc_port, extra_env={**principals.as_user("api", passwords),
                                                               **component_keys("api", state),
                                                               "PELOTON_COMMAND_TOKEN": state["command_tokens"]["api"]})
         state["api_url"] = f"http://127.0.0.1:{api_port}"
+        state["grpc"] = f"127.0.0.1:{grpc_port}"
         components.append({"component": "api", "instance": "api-0", "pid": proc.pid, "address": state["api_url"],
-                           "log": str(log), "port": api_port, "metrics": f"{state['api_url']}/metrics"})
+                           "log": str(log), "port": api_port, "grpc": state["grpc"], "grpc_port": grpc_port,
+                           "metrics": f"{state['api_url']}/metrics"})
         self._write(state)
         for host in agent_hosts(settings):
             log = logs / f"{host.host_id}.log"
@@ -337,7 +339,9 @@ class DevStack:
             progress(f"{instance if instances > 1 or instance.startswith('agent-') else instance.rsplit('-', 1)[0]:<9} "
                      f"running (pid {proc.pid})")
         wait_for_port("127.0.0.1", api_port, 60)
+        wait_for_port("127.0.0.1", grpc_port, 60)
         progress(f"api       {state['api_url']} (OpenAPI at /openapi.json; an admin token is in {self.state_file})")
+        progress(f"grpc      {state['grpc']} (Peloton's v0 and v1alpha services; reflection and health)")
         progress(f"hosts     {settings.hosts}")
         return state
 
@@ -457,7 +461,7 @@ class DevStack:
             env.update(component_keys(c["component"], state, c.get("instance") or ""))
             if c["component"] == "api":
                 env["PELOTON_COMMAND_TOKEN"] = (state.get("command_tokens") or {}).get("api", "")
-                c["pid"] = start_api(settings, log, c["port"], extra_env=env).pid
+                c["pid"] = start_api(settings, log, c["port"], c.get("grpc_port", -1), extra_env=env).pid
                 wait_for_port("127.0.0.1", c["port"], 60)
                 progress(f"{c['instance']:<9} running again (pid {c['pid']})")
                 continue
