@@ -164,3 +164,18 @@ def test_pages_are_written_only_when_they_change(tmp_path, monkeypatch) -> None:
     assert reference.write_pages(tmp_path) == [tmp_path / "one.md"]
     assert reference.write_pages(tmp_path) == []  # `mkdocs serve` would rebuild for ever otherwise
     assert (tmp_path / "one.md").read_text() == "# One\n"
+
+
+def test_every_grpc_method_is_in_the_grpc_reference_served_or_with_its_reason(pages) -> None:
+    from pelotonctl.api.rpc import catalog, server
+
+    page = pages["grpc.md"]
+    for service in server.services():
+        section = page.split(f"## `{service.full_name}`\n", 1)[1].split("\n## ", 1)[0]
+        for method in service.methods:
+            name = server.method_name(method)
+            [row] = [line for line in section.splitlines() if line.startswith(f"| `{method.name}`")]
+            if name in catalog.SERVED:
+                assert "| served |" in row, row
+            else:
+                assert "| not served |" in row and _plain(catalog.not_served_reason(name) or "")[:40] in _plain(row)
