@@ -29,10 +29,13 @@ MAX_DEPTH = 16  # AND/OR nesting; Peloton's own constraints are one or two level
 _TYPES = {1: "LABEL", 2: "AND", 3: "OR"}
 _KINDS = {1: "TASK", 2: "HOST"}
 _CONDITIONS = {1: "LESS_THAN", 2: "EQUAL", 3: "GREATER_THAN"}
-# Name spellings (compared in upper case) -> our names.
-_TYPE_NAMES = {**{t: t for t in _TYPES.values()}, **{f"{t}_CONSTRAINT": t for t in _TYPES.values()}}
-_KIND_NAMES = {**{k: k for k in KINDS}, **{f"LABEL_CONSTRAINT_KIND_{k}": k for k in KINDS}}
-_CONDITION_NAMES = {**{c: c for c in CONDITIONS}, **{f"CONDITION_{c}": c for c in CONDITIONS}}
+# Name spellings (compared in upper case) -> our names: v0's, and v1alpha's (its pod is our task).
+_TYPE_NAMES = {**{t: t for t in _TYPES.values()}, **{f"{t}_CONSTRAINT": t for t in _TYPES.values()},
+               **{f"CONSTRAINT_TYPE_{t}": t for t in _TYPES.values()}}
+_KIND_NAMES = {**{k: k for k in KINDS}, **{f"LABEL_CONSTRAINT_KIND_{k}": k for k in KINDS},
+               "LABEL_CONSTRAINT_KIND_POD": "TASK"}
+_CONDITION_NAMES = {**{c: c for c in CONDITIONS}, **{f"CONDITION_{c}": c for c in CONDITIONS},
+                    **{f"LABEL_CONSTRAINT_CONDITION_{c}": c for c in CONDITIONS}}
 
 
 class ConstraintError(ValueError):

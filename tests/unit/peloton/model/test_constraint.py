@@ -66,6 +66,10 @@ PIN = LabelConstraint("HOST", "EQUAL", "hostname", "h1", 1)
         label(kind="HOST", condition="EQUAL"),
         label(kind="LABEL_CONSTRAINT_KIND_HOST", condition="CONDITION_EQUAL"),
         label(kind="host", condition="condition_equal"),
+        # v1alpha's spellings, as a gRPC client's JobSpec carries them
+        {"type": "CONSTRAINT_TYPE_LABEL", "labelConstraint": {
+            "kind": "LABEL_CONSTRAINT_KIND_HOST", "condition": "LABEL_CONSTRAINT_CONDITION_EQUAL", "requirement": 1,
+            "label": {"key": "hostname", "value": "h1"}}},
         {"type": "LABEL_CONSTRAINT", "labelConstraint": {"kind": 2, "condition": 2, "requirement": 1,
                                                          "label": {"key": "hostname", "value": "h1"}}},
         {"Type": "LABEL", "LabelConstraint": label()["labelconstraint"]},
@@ -75,6 +79,13 @@ PIN = LabelConstraint("HOST", "EQUAL", "hostname", "h1", 1)
 )
 def test_every_peloton_spelling_of_a_label_constraint_gives_the_same_tree(raw: dict) -> None:
     assert parsed(raw) == PIN
+
+
+def test_v1alpha_s_pod_kind_counts_tasks() -> None:
+    tree = parsed({"type": "CONSTRAINT_TYPE_LABEL", "labelConstraint": {
+        "kind": "LABEL_CONSTRAINT_KIND_POD", "condition": "LABEL_CONSTRAINT_CONDITION_LESS_THAN", "requirement": 1,
+        "label": {"key": "job", "value": "web"}}})
+    assert tree == LabelConstraint("TASK", "LESS_THAN", "job", "web", 1)
 
 
 def test_and_or_constraints_with_numbers_or_names() -> None:

@@ -15,6 +15,7 @@ from peloton.api.v1alpha.job.stateless import stateless_pb2
 from peloton.api.v1alpha.job.stateless.svc import stateless_svc_pb2 as svc
 from peloton.api.v1alpha.job.stateless.svc import stateless_svc_pb2_grpc
 from peloton.api.v1alpha.pod import pod_pb2
+from peloton.model.constraint import LabelConstraint
 from peloton.model.jobconfig import parse_job_config
 from pelotonctl.api.rpc import v1_stateless_reads
 from stages.admit.expand import expand_job
@@ -88,6 +89,20 @@ def test_create_sends_the_spec_and_answers_the_id_and_version(port) -> None:
     secret = svc.CreateJobRequest(spec=spec(), secrets=[peloton_pb2.Secret(path="/s")])
     assert refused(jobs.CreateJob, secret, port.as_user("alice")).code() == grpc.StatusCode.INVALID_ARGUMENT
     assert commands(port) == []
+
+
+def test_a_spec_with_v1alpha_s_constraint_names_is_taken(port) -> None:
+    jobs = stateless_svc_pb2_grpc.JobServiceStub(port.channel)
+    pinned = spec()
+    pinned.default_spec.constraint.type = pod_pb2.Constraint.CONSTRAINT_TYPE_LABEL
+    label = pinned.default_spec.constraint.label_constraint
+    label.kind, label.condition = pod_pb2.LabelConstraint.LABEL_CONSTRAINT_KIND_POD, \
+        pod_pb2.LabelConstraint.LABEL_CONSTRAINT_CONDITION_LESS_THAN
+    label.label.key, label.label.value, label.requirement = "app", "web", 1
+    jobs.CreateJob(svc.CreateJobRequest(spec=pinned), metadata=port.as_user("alice"))
+    [command] = commands(port)
+    assert parse_job_config(command["config"]).tasks[0].constraint == LabelConstraint("TASK", "LESS_THAN", "app",
+                                                                                      "web", 1)
 
 
 def test_replace_checks_the_entity_version_and_sends_the_update_spec(port) -> None:
