@@ -40,7 +40,8 @@ TERMINAL = (job_pb2.SUCCEEDED, job_pb2.FAILED, job_pb2.KILLED)
 
 
 class Cluster:
-    """A pipeline with the API serving gRPC, and tokens: alice (team-a), bob (team-b), root (admin)."""
+    """A pipeline with the API serving gRPC, and tokens: alice (team-a), bob (team-b), root (admin), and
+    the API's own (api, the admin token it signs its commands with)."""
 
     def __init__(self, p: Pipeline, address: str, tokens: dict[str, str]) -> None:
         self.p, self.address, self.tokens = p, address, tokens
@@ -78,6 +79,7 @@ def cluster(broker, tmp_path_factory):
         p.procs["api-0"] = start_api(p.settings, p.log("api-0"), port, grpc_port,
                                      extra_env={**p.as_user("api"), "PELOTON_COMMAND_TOKEN": api_token})
         wait_for_port("127.0.0.1", grpc_port, 60)
+        tokens["api"] = api_token
         yield Cluster(p, f"127.0.0.1:{grpc_port}", tokens)
     finally:
         p.stop()
@@ -280,3 +282,34 @@ def test_a_host_drained_and_brought_back_through_host_service(cluster) -> None:
     cluster.until("local-1 DOWN", states, lambda s: s.get("local-1") == "HOST_STATE_DOWN")
     hosts.CompleteMaintenance(svc.CompleteMaintenanceRequest(hostnames=["local-1"]), metadata=root)
     cluster.until("local-1 UP again", states, lambda s: s.get("local-1") == "HOST_STATE_UP")
+
+
+def test_with_a_certificate_both_ports_speak_tls(cluster, tmp_path) -> None:
+    import ssl
+    import urllib.request
+
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from pelotonctl.dev.tls import make_certificates
+
+    ca, pem = make_certificates(tmp_path / "tls")
+    port, grpc_port = free_port(), free_port()
+    p = cluster.p
+    p.procs["api-tls"] = start_api(p.settings, p.log("api-tls"), port, grpc_port,
+                                   extra_env={**p.as_user("api"), "PELOTON_COMMAND_TOKEN": cluster.tokens["api"],
+                                              "PELOTON_API_TLS_CERT": str(pem), "PELOTON_API_TLS_KEY": str(pem)})
+    wait_for_port("127.0.0.1", port, 60)
+    trusted = ssl.create_default_context(cafile=str(ca))
+    with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", context=trusted, timeout=10) as answer:
+        assert json.loads(answer.read()) == {"status": "ok"}
+    channel = grpc.secure_channel(f"127.0.0.1:{grpc_port}", grpc.ssl_channel_credentials(ca.read_bytes()))
+    checked = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=20)
+    assert checked.status == health_pb2.HealthCheckResponse.SERVING
+    jobs = job_pb2_grpc.JobManagerStub(channel)
+    missing = jobs.Get(job_pb2.GetRequest(id=peloton_pb2.JobID(value="nope")), metadata=cluster.as_user("alice"))
+    assert missing.error.HasField("notFound")
+    plain = health_pb2_grpc.HealthStub(grpc.insecure_channel(f"127.0.0.1:{grpc_port}"))
+    with pytest.raises(grpc.RpcError) as refused:
+        plain.Check(health_pb2.HealthCheckRequest(), timeout=5)
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    p.procs.pop("api-tls").terminate()
