@@ -89,6 +89,21 @@ def rfc3339(ms: int | None) -> str:
         "+00:00", "Z")
 
 
+def within(job: Any, created: Any | None, completed: Any | None) -> bool:
+    """Whether the job lies in a query's time ranges (TimeRange messages, None where not given):
+    the bounds the store's query does not apply, creation's max and completion's range. A job
+    not ended is outside any completion range."""
+    if created is not None and created.HasField("max") and job.created_ms > created.max.ToMilliseconds():
+        return False
+    if completed is None:
+        return True
+    if job.completed_ms is None:
+        return False
+    if completed.HasField("min") and job.completed_ms < completed.min.ToMilliseconds():
+        return False
+    return not (completed.HasField("max") and job.completed_ms > completed.max.ToMilliseconds())
+
+
 def pool_path(pool_id: str) -> str:
     """A pool id as this API gives them (a path; Peloton's "root" is /) as a path."""
     value = (pool_id or "").strip()

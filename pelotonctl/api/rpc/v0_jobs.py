@@ -103,19 +103,8 @@ def query(call: Call, request: job_pb2.QueryRequest) -> job_pb2.QueryResponse:
 
 
 def _within(job: Any, spec: job_pb2.QuerySpec) -> bool:
-    """The time bounds the store's query does not apply: creation's max and completion's range."""
-    created = spec.creationTimeRange
-    if spec.HasField("creationTimeRange") and created.HasField("max") and job.created_ms > created.max.ToMilliseconds():
-        return False
-    if spec.HasField("completionTimeRange"):
-        bounds = spec.completionTimeRange
-        if job.completed_ms is None:
-            return False
-        if bounds.HasField("min") and job.completed_ms < bounds.min.ToMilliseconds():
-            return False
-        if bounds.HasField("max") and job.completed_ms > bounds.max.ToMilliseconds():
-            return False
-    return True
+    return convert.within(job, spec.creationTimeRange if spec.HasField("creationTimeRange") else None,
+                          spec.completionTimeRange if spec.HasField("completionTimeRange") else None)
 
 
 @served(f"{SERVICE}/Delete")

@@ -47,7 +47,8 @@ def _out_of_range(response: Any, job: Any) -> Any:
 
 @served(f"{SERVICE}/Get")
 def get(call: Call, request: task_pb2.GetRequest) -> task_pb2.GetResponse:
-    """An instance's current run (result), and every run it had as far as its events tell (results)."""
+    """An instance's current run, in result and in results (an earlier run is not kept apart from its
+    events: GetPodEvents has them)."""
     response = task_pb2.GetResponse()
     job = _readable(call, request, response)
     if job is None:

@@ -15,6 +15,7 @@ from peloton.api.v1alpha.pod import pod_pb2
 from peloton.api.v1alpha.query import query_pb2
 from pelotonctl import admin, queries
 from pelotonctl.api.routes import jobs
+from pelotonctl.api.rpc import convert
 from pelotonctl.api.rpc.calls import Call, Failed
 from pelotonctl.api.rpc.catalog import served
 from pelotonctl.api.rpc.v1_shapes import (
@@ -225,20 +226,8 @@ def query_jobs(call: Call, request: svc.QueryJobsRequest) -> svc.QueryJobsRespon
 
 
 def _within(job: Any, spec: stateless_pb2.QuerySpec) -> bool:
-    """The time bounds the store's query does not apply: creation's max and completion's range."""
-    created = spec.creation_time_range
-    if spec.HasField("creation_time_range") and created.HasField("max") and \
-            job.created_ms > created.max.ToMilliseconds():
-        return False
-    if spec.HasField("completion_time_range"):
-        bounds = spec.completion_time_range
-        if job.completed_ms is None:
-            return False
-        if bounds.HasField("min") and job.completed_ms < bounds.min.ToMilliseconds():
-            return False
-        if bounds.HasField("max") and job.completed_ms > bounds.max.ToMilliseconds():
-            return False
-    return True
+    return convert.within(job, spec.creation_time_range if spec.HasField("creation_time_range") else None,
+                          spec.completion_time_range if spec.HasField("completion_time_range") else None)
 
 
 @served(f"{SERVICE}/ListJobs", streams=True)
