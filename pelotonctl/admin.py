@@ -6,7 +6,7 @@ import os
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
@@ -362,6 +362,7 @@ def control_job(settings: Settings, store: QueryStore, kind: str, job_id: str, i
         CommandError,
         changed_instances,
         command_problem,
+        daemon_problem,
         instance_ranges,
         to_restart,
         to_start,
@@ -380,6 +381,8 @@ def control_job(settings: Settings, store: QueryStore, kind: str, job_id: str, i
             chosen = instance_ranges(instances, job.instance_count)
         except CommandError as exc:
             raise UserError(str(exc)) from None
+        if problem := daemon_problem(kind, job, chosen):
+            raise UserError(problem)
     options = options or UpdateOptions(batch_size=batch_size)
     problem = options_problem(options)
     if problem:
@@ -393,6 +396,9 @@ def control_job(settings: Settings, store: QueryStore, kind: str, job_id: str, i
         if problems:
             raise UserError("update refused:\n" + "\n".join(f"  {p}" for p in problems))
         chosen = changed_instances(old, new)
+        if job.type == "DAEMON":  # its template changed or not; every host's instance follows it
+            chosen = [t.instance for t in tasks] if chosen else []
+            old, new = replace(old, instance_count=job.instance_count), replace(new, instance_count=job.instance_count)
         touched = to_restart(tasks, chosen) if chosen else []
         added = list(range(old.instance_count, new.instance_count))
         removed = list(range(new.instance_count, old.instance_count))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from peloton.config import Settings
 from peloton.model.mesos import Reason
@@ -12,11 +13,13 @@ from peloton.store import QueryStore
 
 
 def job_summary(store: QueryStore, job_id: str, settings: Settings | None = None,
-                published: Callable[[], dict[str, dict]] | None = None) -> dict | None:
+                published: Callable[[], dict[str, dict]] | None = None,
+                hosts: Callable[[], list[dict]] | None = None) -> dict | None:
     """A job's state and task counts. With settings (so the broker can be asked), also why its
-    pending gangs wait, as its pool's resource manager last published, and its failed runs.
-    published: the entitlements records of a view the caller keeps (the API's), rather than one
-    read for this call."""
+    pending gangs wait, as its pool's resource manager last published, and its failed runs; for
+    a DAEMON job, every host and its instance or why it has none running. published and hosts:
+    the entitlements and host-state records of views the caller keeps (the API's), rather than
+    ones read for this call."""
     job = store.get_job(job_id)
     if job is None:
         return None
@@ -36,7 +39,37 @@ def job_summary(store: QueryStore, job_id: str, settings: Settings | None = None
             summary["waiting"] = (waiting_gangs(settings, job.pool, job_id) if published is None else [
                 w for w in published().get(job.pool, {}).get("waiting", []) if w["job_id"] == job_id])
             summary["unplaced"] = [_told(t) for t in unplaced(tasks)][:20]
+        if job.type == "DAEMON":
+            from pelotonctl.admin import list_hosts
+
+            summary["daemon_hosts"] = daemon_hosts(job, tasks, hosts() if hosts else list_hosts(settings))
     return summary
+
+
+def daemon_hosts(job: Any, tasks: list, hosts: list[dict]) -> list[dict]:
+    """Each host a DAEMON job knows or could run on: its instance there and that instance's state,
+    and, where none runs, why (peloton.model.daemon)."""
+    from peloton.model.daemon import bound_hosts, reconcile, why_not
+    from peloton.model.jobconfig import parse_job_config
+
+    try:
+        constraint = parse_job_config(job.config_text).tasks[0].constraint
+    except ValueError:
+        constraint = None
+    bound = bound_hosts({t.instance: t.spec for t in tasks})
+    on = {h: i for i, h in bound.items()}
+    states = {t.instance: t.state for t in tasks}
+    by_id = {h["host_id"]: h for h in hosts}
+    plan = reconcile(constraint, bound, states, by_id, 0)
+    rows = []
+    for host_id in sorted(set(by_id) | set(on)):
+        instance = on.get(host_id)
+        state = states.get(instance) if instance is not None else None
+        why = "" if state == "RUNNING" else plan.waiting.get(host_id) or why_not(by_id.get(host_id), constraint)
+        if why == "eligible":
+            why = "no instance yet: the job manager adds one within a second or two"
+        rows.append({"host": host_id, "instance": instance, "state": state, "why": why})
+    return rows
 
 
 def unplaced(tasks: list) -> list:

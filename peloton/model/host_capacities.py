@@ -19,6 +19,8 @@ _Capacity = tuple[float, float, float, float]  # cpu, mem_mb, disk_mb, gpu
 # capacity (its state among them), for a view's head decoder. The rest, which changes with every
 # task started or ended (allocations, labels, ports, placements applied), is neither read nor kept.
 HOST_CAPACITY = ("peloton.HostState", "capacity")
+# The job manager's head: to the labels, which say which hosts a DAEMON job's constraint admits.
+HOST_LABELS = ("peloton.HostState", "labels")
 
 
 class HostCapacities:

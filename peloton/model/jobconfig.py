@@ -80,14 +80,14 @@ class _JobReader:
     def read(self) -> JobSpec:
         f, p = self.fields, self.problems
         job_type = self._job_type()
-        instance_count = self._instance_count()
+        instance_count = self._daemon_template() if job_type == "DAEMON" else self._instance_count()
         sla = read_mapping(f, "sla", ROOT, p)
         max_running = read_integer(sla, "maximumrunninginstances", "sla", p)
         min_running = read_integer(sla, "minimumrunninginstances", "sla", p)
         if instance_count is not None:
             self._check_sla(instance_count, max_running, min_running)
-        if job_type == "SERVICE":
-            self._check_service_sla(sla)
+        if job_type in ("SERVICE", "DAEMON"):
+            self._check_service_sla(sla, job_type)
         # Every field is read before raising, so one error lists all the problems.
         spec: dict[str, Any] = dict(
             name=read_string(f, "name", ROOT, p),
@@ -153,15 +153,27 @@ class _JobReader:
                 f"must not exceed {limit} ({_describe(effective_max)}), got {_describe(min_running)}",
             )
 
-    def _check_service_sla(self, sla: dict) -> None:
-        """Peloton's job validation: a service runs until stopped, all its instances at once, so
-        the batch-only limits make no sense for it; and one that may be revoked must be preemptible."""
+    def _check_service_sla(self, sla: dict, job_type: str) -> None:
+        """Peloton's job validation: a service (and a daemon) runs until stopped, all its instances
+        at once, so the batch-only limits make no sense for it; and one that may be revoked must be
+        preemptible."""
         for key, name in (("maximumrunninginstances", "maximumRunningInstances"),
                           ("minimumrunninginstances", "minimumRunningInstances"), ("maxrunningtime", "maxRunningTime")):
             if is_integer(sla.get(key)) and sla[key] > 0:
-                self.problems.add(f"sla.{key}", f"{name} is for BATCH jobs; a SERVICE job may not set it")
+                self.problems.add(f"sla.{key}", f"{name} is for BATCH jobs; a {job_type} job may not set it")
         if sla.get("revocable") is True and sla.get("preemptible") is False:
-            self.problems.add("sla.revocable", "a revocable SERVICE job must be preemptible (preemptible: true)")
+            self.problems.add("sla.revocable", f"a revocable {job_type} job must be preemptible (preemptible: true)")
+
+    def _daemon_template(self) -> int:
+        """A DAEMON job's instances are the eligible hosts (peloton.model.daemon): its config is read
+        as one instance, the template every host's instance copies."""
+        if "instancecount" in self.fields:
+            self.problems.note("instancecount", "a DAEMON job runs one instance on every eligible host; its "
+                                                "instanceCount is not used")
+        if "instanceconfig" in self.fields:
+            self.problems.add("instanceconfig", "a DAEMON job's instances are its hosts, each alike: give the task "
+                                                "config in defaultConfig")
+        return 1
 
     def _instance_configs(self, instance_count: int | None) -> dict[int, dict[str, Any]]:
         """instanceconfig: {instance id: task config}; ids are ints or strings of digits."""

@@ -160,11 +160,11 @@ def gang_instances(spec: JobSpec) -> list[list[int]]:
     """Peloton's gang rule (jobmgr ConvertToResMgrGangs).
 
     Instances below sla.minimumRunningInstances are placed together (one gang) when that value
-    is above 1, except for revocable and SERVICE jobs; every other instance is its own gang.
+    is above 1, for BATCH jobs that are not revocable; every other instance is its own gang.
     """
     count = spec.instance_count
     minimum = spec.min_running_instances
-    if minimum > 1 and not spec.revocable and spec.type != "SERVICE":
+    if minimum > 1 and not spec.revocable and spec.type == "BATCH":
         gang_size = min(minimum, count)
         return [list(range(gang_size))] + [[i] for i in range(gang_size, count)]
     return [[i] for i in range(count)]

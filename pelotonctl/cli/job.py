@@ -49,12 +49,18 @@ def job_validate(config: Path, as_json: bool = typer.Option(False, "--json", hel
         "cpu": sum(t.resources.cpu for t in spec.tasks), "mem_mb": sum(t.resources.mem_mb for t in spec.tasks),
         "not_honoured": list(spec.notices),
     }
+    if spec.type == "DAEMON":  # its instances are the eligible hosts, known only when it runs
+        summary.update(instances=None, gangs=None, per_host=True)
     if as_json:
         print_json(summary)
+    elif spec.type == "DAEMON":
+        out.print(f"{config}: valid DAEMON job {spec.name!r}: one instance on every UP host its constraint admits, "
+                  f"each {amount(summary['cpu'])} cpu and {amount(summary['mem_mb'])} MB", highlight=False)
     else:
         out.print(f"{config}: valid {spec.type} job {spec.name!r}, {counted(spec.instance_count, 'instance')} in "
                   f"{counted(summary['gangs'], 'gang')}, {amount(summary['cpu'])} cpu and {amount(summary['mem_mb'])} "
                   f"MB in all", highlight=False)
+    if not as_json:
         for notice in spec.notices:
             out.print(f"  not honoured here: {notice}", highlight=False)
 
@@ -149,6 +155,9 @@ def job_status(
                   highlight=False)
     for u in summary.get("unplaced", []):
         out.print(f"instance {u['instance']} found no host: {u['message']}", highlight=False)
+    for d in summary.get("daemon_hosts", []):  # a DAEMON job: every host, and why one runs none
+        where = f"instance {d['instance']} {d['state']}" if d["instance"] is not None else "no instance"
+        out.print(f"host {d['host']}: {where}" + (f" ({d['why']})" if d["why"] else ""), highlight=False)
     hosts: dict[str, list[dict]] = {}
     for late in summary.get("not_started", []):
         hosts.setdefault(late["host_id"], []).append(late)

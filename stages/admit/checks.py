@@ -50,9 +50,6 @@ def fit_problems(spec: JobSpec, pool: str, pool_config: dict, hosts: list[Resour
     """Gangs larger than the pool's limit (or, non-preemptible, its reservation); a controller
     task beyond the controller limit; tasks larger than every host (when hosts are known)."""
     problems = []
-    if spec.type == "DAEMON":  # parsed, so the file is known good; not run as something it is not
-        problems.append("type: DAEMON jobs (one task on every host) are not supported; run a SERVICE job with a "
-                        "host-limit constraint instead")
     limit = pool_limit(pool_config)
     reservation = pool_resources(pool_config, "reservation")
     asked: set[Resources] = set()  # gangs of one task: each distinct need is checked once

@@ -80,6 +80,14 @@ def command_problem(kind: str, job: JobRow | None, job_id: str) -> str | None:
     return None
 
 
+def daemon_problem(kind: str, job: JobRow, instances: list[int] | None) -> str | None:
+    """A DAEMON job is stopped whole: an instance stopped alone would only start again on its host."""
+    if job.type == "DAEMON" and kind == "STOP" and instances is not None:
+        return ("a DAEMON job runs on every eligible host: stop the whole job, or keep a host out by the job's "
+                "constraint or by maintenance")
+    return None
+
+
 def to_stop(tasks: list[TaskRow], instances: list[int] | None) -> list[TaskRow]:
     """The runs a stop kills: those not ended yet, of the chosen instances. A run being killed for
     another reason (a restart, a preemption) is stopped too, or it would run again after."""

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 
+from peloton.model.daemon import bound_hosts, daemon_spec
 from peloton.model.events import task_id_of
 from peloton.model.jobspec import JobConfigError, JobSpec
 from peloton.runtime import Record
@@ -17,6 +19,7 @@ from stages.admit.commands import (
     changed_instances,
     command_options,
     command_problem,
+    daemon_problem,
     instance_ranges,
     to_restart,
     to_start,
@@ -78,6 +81,8 @@ class JobControl:
         who = cmd["requested_by"] or "a user"
         if cmd["kind"] in ACTIONS:
             return self.rollouts.steer(job, cmd, who, now, box)
+        if problem := daemon_problem(cmd["kind"], job, instances):
+            return problem
         if cmd["kind"] == "DELETE":
             self.store.delete_job(job.job_id, now)
             jobs.pop(job.job_id, None)
@@ -131,6 +136,11 @@ class JobControl:
         problems = update_problems(old, new, job.pool, job.config_version, version)
         if problems:
             return "update refused: " + "; ".join(problems)
+        if job.type == "DAEMON":  # its instances stay on their hosts; the new template replaces each, a host at a time
+            bound = bound_hosts({t.instance: t.spec for t in tasks})
+            hosts = [bound.get(i, "") for i in range(job.instance_count)]
+            old, new = daemon_spec(old, hosts), daemon_spec(new, hosts)
+            from_file = replace(from_file, batch_size=from_file.batch_size or 1)
         changed = changed_instances(old, new)
         added = _added_tasks(job, new, cmd["config"], tasks, old.instance_count, now)
         old_version = job.config_version

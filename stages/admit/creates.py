@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from peloton.model.constraint import Constraint
+from peloton.model.daemon import daemon_spec
 from peloton.model.jobspec import JobConfigError, JobSpec
 from peloton.model.resources import Resources
 from peloton.runtime import Record
@@ -24,6 +26,10 @@ class CreateFacts(Protocol):
 
     def leaf_pool(self, path: str) -> tuple[dict | None, str | None]:
         """A pool's config, and why a job cannot go there (None: it can)."""
+
+    def daemon_hosts(self, constraint: Constraint | None) -> list[str]:
+        """The hosts a new DAEMON job with this constraint starts on (peloton.model.daemon)."""
+        ...
 
     def host_capacities(self) -> list[Resources]:
         """The distinct capacities of the cluster's hosts."""
@@ -72,6 +78,8 @@ def plan_creates(records: list[Record], known: dict[str, JobRow], gone: dict[str
             continue
         if hosts is None:
             hosts = facts.host_capacities()
+        if spec.type == "DAEMON":  # one instance per eligible host, each bound to it
+            spec = daemon_spec(spec, facts.daemon_hosts(spec.tasks[0].constraint))
         job, job_tasks = expand_job(cmd["job_id"], cmd["pool"], spec, cmd["config"], now)
         problems = fit_problems(spec, cmd["pool"], pool_config, hosts) or facts.size_problems(spec, job, job_tasks)
         if problems:

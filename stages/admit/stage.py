@@ -17,7 +17,9 @@ from collections.abc import Callable
 from peloton import metrics
 from peloton.auth.permissions import PoolsAbove
 from peloton.config import Settings
-from peloton.model.host_capacities import HOST_CAPACITY, HostCapacities
+from peloton.model.constraint import Constraint
+from peloton.model.daemon import eligible
+from peloton.model.host_capacities import HOST_LABELS, HostCapacities
 from peloton.model.jobconfig import parse_job_config
 from peloton.model.jobspec import JobSpec
 from peloton.model.mesos import MESOS_TERMINAL
@@ -30,6 +32,7 @@ from peloton.topics import Catalogue, partition_for
 from stages.admit.checks import size_problems
 from stages.admit.control import JobControl
 from stages.admit.creates import plan_creates
+from stages.admit.daemons import DAEMON, Daemons
 from stages.admit.drain import ON_HOST, plan_drain
 from stages.admit.expand import gang_records
 from stages.admit.lifecycle import HOST_MAINTENANCE
@@ -66,7 +69,7 @@ class AdmitStage(Stage):
 
     def __init__(self, store: JobStore, hosts: CompactedView | None = None):
         self.store = OwnedTasks(store)
-        self.hosts = hosts  # host-state, for refusing tasks larger than every host
+        self.hosts = hosts  # host-state: tasks larger than every host refused, daemons kept on every host
         self.capacities = HostCapacities()  # the distinct capacities among them
         self.owned: set[int] = set()  # task-status partitions: the jobs whose deadlines this instance checks
         self.commands_owned: set[int] = set()  # job-commands partitions
@@ -74,6 +77,8 @@ class AdmitStage(Stage):
         self.writes = JobWrites(self.store)
         self.rollouts = Rollouts(self.store, self.writes, self.slas)
         self.jobs = JobControl(self.store, self.writes, self.rollouts, self.slas, self._parse)
+        self.daemons = Daemons(self.store, self.writes, self._parse)
+        self.daemon_ids: set[str] = set()  # active DAEMON jobs, as the deadline check last found them
         self._last_deadlines = 0.0
         self._last_drains = 0.0
         self._last_sweep = float("-inf")  # the first tick sweeps
@@ -83,7 +88,7 @@ class AdmitStage(Stage):
     def bind(self, emitter: Emitter, settings: Settings, catalogue: Catalogue) -> None:
         super().bind(emitter, settings, catalogue)
         if self.hosts is None:
-            self.hosts = CompactedView(settings, "host-state", catalogue, head=HOST_CAPACITY)
+            self.hosts = CompactedView(settings, "host-state", catalogue, head=HOST_LABELS)
         self.status_partitions = catalogue["task-status"].partitions
         self.expiry = Sweep(expiry_period_s(settings.job_retention_s), EXPIRED_PER_TICK)
 
@@ -167,6 +172,9 @@ class AdmitStage(Stage):
                 self._deadlines()
         if now - self._last_drains >= DRAIN_CHECK_S:
             self._last_drains = now
+            if self.daemon_ids:
+                with self.store.transaction():
+                    self._daemons()
             draining = {h for h, rec in self.hosts.values.items() if rec.get("state") == "DRAINING"}
             if draining:
                 with self.store.transaction():
@@ -211,6 +219,7 @@ class AdmitStage(Stage):
         over: list[TaskRow] = []
         active = self.store.active_jobs()
         self.slas.keep_only({job.job_id for job in active})
+        self.daemon_ids = {job.job_id for job in active if job.type == DAEMON}
         for job in active:
             limit_s = self.slas.of(job)[1] if self._mine(job.job_id) else 0
             if limit_s > 0:
@@ -233,7 +242,8 @@ class AdmitStage(Stage):
                 on_hosts.setdefault(t.job_id, []).append(t)
         if not on_hosts:
             return
-        jobs = self.store.get_jobs(sorted(on_hosts))
+        # A daemon's instance cannot move: Daemons stops it, within its budget, when its host drains.
+        jobs = {j: job for j, job in self.store.get_jobs(sorted(on_hosts)).items() if job.type != DAEMON}
         now = now_ms()
         kills = drain_kills(plan_drain(job_id, self.store.tasks_of_job(job_id), draining, self.slas.of(job)[2])
                             for job_id, job in jobs.items())
@@ -241,6 +251,17 @@ class AdmitStage(Stage):
         for host_id, tasks in kills.items():
             self.writes.kill(tasks, HOST_MAINTENANCE, f"host {host_id} is drained for maintenance", now, box)
             log.info("host %s drains: %d runs moved", host_id, len(tasks))
+        self._send(box)
+
+    def _daemons(self) -> None:
+        """DAEMON jobs' instances kept on every eligible host (daemons.py), those whose status
+        partition this instance owns."""
+        assert self.hosts is not None
+        jobs = [j for j in self.store.get_jobs(sorted(self.daemon_ids)).values()
+                if j.state not in JOB_TERMINAL and self._mine(j.job_id)]
+        self.daemon_ids = {j.job_id for j in jobs} | {j for j in self.daemon_ids if not self._mine(j)}
+        box = Outbox()
+        self.daemons.keep(jobs, self.hosts.values, now_ms(), box)
         self._send(box)
 
     def _count_tasks(self, job_ids: list[str]) -> None:
@@ -308,6 +329,8 @@ class AdmitStage(Stage):
         for t in plan.tasks:
             by_job.setdefault(t.job_id, []).append(t)
         for job in plan.jobs:
+            if job.job_id in created and job.type == DAEMON:
+                self.daemon_ids.add(job.job_id)
             if job.job_id in created:
                 metrics.JOBS_CREATED.labels(job.pool).inc()
                 ready = [t for t in by_job[job.job_id] if t.state == "PENDING"]  # not those throttled
@@ -439,6 +462,12 @@ class _CreateFacts:
 
     def host_capacities(self) -> list[Resources]:
         return self.stage.host_capacities()
+
+    def daemon_hosts(self, constraint: Constraint | None) -> list[str]:
+        """The hosts a new daemon job starts on: UP, matching its constraint, in id order."""
+        self.stage.host_capacities()  # the host view read (to its end, once, if it knew no host)
+        assert self.stage.hosts is not None
+        return sorted(h for h, rec in self.stage.hosts.values.items() if eligible(rec, constraint))
 
     def parse(self, text: str) -> JobSpec:
         return self.stage._parse(text)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from peloton.model.daemon import bound_host, daemon_task
 from peloton.model.events import statuses_of_runs, task_id_of
 from peloton.model.health import DISABLED
 from peloton.model.jobspec import JobSpec
@@ -141,7 +142,7 @@ class StatusBatch:
             out.kill(ev["job_id"], ev["instance"], ev["run_id"], ev["task_id"], ORPHAN,
                      f"orphan: run {ev['run_id']} of a task now at run {task.run_id}", self.now)
         job = self.jobs.get(task.job_id)
-        service = job.type == "SERVICE" if job is not None else False
+        service = job.type in ("SERVICE", "DAEMON") if job is not None else False  # long-running: runs again
         # A stop wins over the reason of an earlier kill of the same run (a restart's, say),
         # which the host manager reports since it came first.
         reason = STOPPED if task.state == "KILLING" and task.reason == STOPPED else ev["reason"]
@@ -235,8 +236,10 @@ class StatusBatch:
         if job.job_id not in self.specs:
             self.specs[job.job_id] = self.parse(job.config_text)
         spec = self.specs[job.job_id]
-        task.spec = launch_spec(job.job_id, spec, spec.tasks[task.instance], task.run_id)
-        task.max_failures = spec.tasks[task.instance].max_failures
+        host = bound_host(task.spec) if job.type == "DAEMON" else None
+        config = daemon_task(spec, task.instance, host) if host is not None else spec.tasks[task.instance]
+        task.spec = launch_spec(job.job_id, spec, config, task.run_id)
+        task.max_failures = config.max_failures
 
 
 def apply_statuses(steps: list[Step], tasks: dict[Key, TaskRow], jobs: dict[str, JobRow], now: int,

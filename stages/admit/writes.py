@@ -65,6 +65,9 @@ class JobWrites:
     def state_of(self, job: JobRow, counts: dict[str, int], current: str) -> str:
         """The job's state by its tasks' counts; its controller's, if it has one, once it ends."""
         state = job_state(counts, job.instance_count, current)
+        if job.type == "DAEMON" and state in JOB_TERMINAL and current != "KILLING":
+            # Its instances end as their hosts leave; only a stop of the whole job ends a daemon.
+            return "RUNNING" if counts.get("RUNNING", 0) else "PENDING"
         if state in JOB_TERMINAL:
             state = job_state(counts, job.instance_count, current, self.controller_state(job))
         return state

@@ -128,7 +128,7 @@ def job_status(job_id: str, creds: Creds, door: DoorDep,
                                                       "the hosts of its runs whose agents are silent "
                                                       "(silent_hosts)")] = True) -> dict:
     door.readable_job(job_id, creds)
-    summary = job_summary(door.store, job_id, door.settings if why else None, door.entitlements)
+    summary = job_summary(door.store, job_id, door.settings if why else None, door.entitlements, door.hosts)
     if why and summary is not None:
         summary.update(behind_the_job(door, words, job_id, summary["state"], summary["tasks"]))
     return summary

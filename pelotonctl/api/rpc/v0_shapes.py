@@ -15,7 +15,7 @@ from peloton.store.base import JobRow, TaskRow
 from pelotonctl.api.rpc import convert
 
 # What a job of each type aims for (Peloton's goalState).
-GOALS = {"BATCH": "SUCCEEDED", "SERVICE": "RUNNING"}
+GOALS = {"BATCH": "SUCCEEDED", "SERVICE": "RUNNING", "DAEMON": "RUNNING"}
 
 
 def ranges_text(ranges: Iterable[Any]) -> str | None:

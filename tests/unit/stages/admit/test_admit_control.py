@@ -276,14 +276,6 @@ def test_runs_on_a_draining_host_move_one_budget_at_a_time_and_rerun_without_a_f
     assert killed_instances(out) == ["sv-1-1"]
 
 
-def test_a_daemon_job_is_refused_at_create(admit, store) -> None:
-    stage, out = admit
-    stage.handle([command("dm", JOB.format(name="dm", count=1, gang=0, cpu=1) + "type: DAEMON\n")])
-    [(_, _, _, letter)] = out.take("dead-letters")
-    assert "type: DAEMON jobs (one task on every host) are not supported" in letter["reason"]
-    assert store.get_job("dm") is None
-
-
 def test_an_end_read_again_sends_its_release_again_so_no_allocation_is_held_for_ever(admit, store) -> None:
     """A batch whose store commit landed but whose output did not (the stage was killed before
     its transaction committed) is read again: the end changes nothing in the store, but its
