@@ -184,14 +184,35 @@ def _control(kind: str, job_id: str, instances: str | None, batch_size: int = 0,
 
 
 @job_app.command("stop")
-def job_stop(job_id: str, instances: str | None = typer.Option(None, "--instances", help=INSTANCES_HELP),
+def job_stop(job_id: str | None = typer.Argument(None, help="The job; none: every job not ended of --owner "
+                                                             "(and --labels), Peloton's bulk stop."),
+             instances: str | None = typer.Option(None, "--instances", help=INSTANCES_HELP),
              batch_size: int = typer.Option(0, "--batch-size", min=0, help="Tasks stopped at a time, each batch once "
                                             "the last has ended (a rolling stop, followed by `update get`); 0: all."),
              wait: bool = typer.Option(False, "--wait", help="Wait until every stopped task has ended."),
              timeout: float = typer.Option(120, help="Seconds to wait with --wait."),
-             as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+             as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+             owner: str | None = typer.Option(None, "--owner", help="Peloton's bulk stop: the jobs of this owner "
+                                                                    "(owningTeam, else owner)."),
+             labels: str | None = typer.Option(None, "--labels", "-l", help="With --owner: only jobs with every "
+                                                                            "one of these labels, k1=v1,k2=v2."),
+             force: bool = typer.Option(False, "--force", "-f", help="Bulk stop without asking first."),
+             limit: int = typer.Option(100, "--limit", "-n", min=1, help="Bulk stop: at most this many jobs.")) -> None:
     """Stop a job (or some of its instances): their tasks are killed on their hosts, process and
-    children, and their resources released; the job ends KILLED when every task has ended."""
+    children, and their resources released; the job ends KILLED when every task has ended. Without
+    a job, Peloton's bulk stop: every job not ended of --owner (with every label of --labels), listed
+    and confirmed first unless --force."""
+    if job_id is None:
+        _stop_many(owner, labels, force, limit, as_json)
+        return
+    if owner or labels:
+        _check_owner_labels(job_id, owner, labels)
+    stop_instances(job_id, instances, batch_size, wait, timeout, as_json)
+
+
+def stop_instances(job_id: str, instances: str | None, batch_size: int = 0, wait: bool = False,
+                   timeout: float = 120, as_json: bool = False) -> None:
+    """A job's stop (of some instances), as `job stop` and Peloton's forms of it say it."""
     done = _control("STOP", job_id, instances, batch_size)
     if wait:
         _wait_tasks(job_id, done["instances"], lambda t: t["state"] in ("KILLED", "SUCCEEDED", "FAILED", "LOST"),
@@ -242,13 +263,55 @@ def job_restart(job_id: str, instances: str | None = typer.Option(None, "--insta
                   highlight=False)
 
 
+def _stop_many(owner: str | None, labels: str | None, force: bool, limit: int, as_json: bool) -> None:
+    """Peloton's `job stop --owner O [--labels k=v,...] [-f]`: the matching jobs not ended, stopped
+    one by one once confirmed."""
+    from pelotonctl.queries import JobQuery, labels_of, words
+
+    if not owner:
+        fail("give a job, or --owner (with --labels) to stop every job of that owner", EXIT_INVALID)
+    query = checked(lambda: JobQuery(("INITIALIZED", "PENDING", "RUNNING"), None, owner, None,
+                                     labels_of(words(labels or "")), limit=limit))
+    rows = cluster_call(client().query_jobs, query)
+    if not rows:
+        if as_json:
+            print_json({"stopped": []})
+        else:
+            out.print("No matching job(s) found", highlight=False)
+        return
+    if not as_json:
+        for r in rows:
+            out.print(f"{r['job_id']}  {r['name']}  {r['pool']}  {r['state']}", highlight=False)
+    if not force and not typer.confirm(f"The above {len(rows)} jobs will be stopped. Continue?"):
+        raise typer.Exit(EXIT_INVALID)
+    stopped = [_control("STOP", r["job_id"], None)["job_id"] for r in rows]
+    if as_json:
+        print_json({"stopped": stopped})
+    else:
+        out.print(f"stopping {len(stopped)} jobs", highlight=False)
+
+
+def _check_owner_labels(job_id: str, owner: str | None, labels: str | None) -> None:
+    """With a job given, --owner and --labels must describe it (Peloton stops nothing otherwise)."""
+    from pelotonctl.queries import labels_of, words
+
+    job = cluster_call(client().job, job_id)
+    if job is None:
+        fail(f"no job {job_id}", EXIT_NOT_FOUND)
+    config = job.get("config") if isinstance(job.get("config"), dict) else {}
+    have = {(str(lb.get("key")), str(lb.get("value"))) for lb in (config.get("labels") or []) if isinstance(lb, dict)}
+    wanted = set(checked(lambda: labels_of(words(labels or ""))))
+    if (owner and job.get("owner") != owner) or (wanted and not wanted & have):
+        fail(f"job {job_id} is not one of {owner or 'any owner'}'s with those labels: nothing stopped", EXIT_NOT_FOUND)
+
+
 # Peloton's CLI forms: `job rolling-restart|rolling-start|rolling-stop JOB BATCH-SIZE [-r FROM:TO]...`,
 # each the same workflow as restart, start or stop with --batch-size (ranges half-open, as Peloton's).
 RANGE_HELP = "Instances FROM:TO, half-open as in Peloton (0:4 is 0-3; either end may be left out); give it " \
              "again for more ranges. Default: every instance."
 
 
-def _ranges(ranges: list[str] | None) -> str | None:
+def peloton_ranges(ranges: list[str] | None) -> str | None:
     return ",".join(ranges) if ranges else None
 
 
@@ -261,7 +324,7 @@ def job_rolling_restart(job_id: str,
                                                                                 "it fits."),
                         as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Peloton's rolling restart: `job restart JOB --batch-size N`, instances by Peloton's ranges."""
-    job_restart(job_id, _ranges(ranges), batch_size, False, in_place, False, as_json)
+    job_restart(job_id, peloton_ranges(ranges), batch_size, False, in_place, False, as_json)
 
 
 @job_app.command("rolling-start")
@@ -269,7 +332,7 @@ def job_rolling_start(job_id: str, batch_size: int = typer.Argument(..., min=1, 
                       ranges: list[str] | None = typer.Option(None, "--range", "-r", help=RANGE_HELP),
                       as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Peloton's rolling start: `job start JOB --batch-size N`, instances by Peloton's ranges."""
-    job_start(job_id, _ranges(ranges), batch_size, as_json)
+    job_start(job_id, peloton_ranges(ranges), batch_size, as_json)
 
 
 @job_app.command("rolling-stop")
@@ -277,7 +340,7 @@ def job_rolling_stop(job_id: str, batch_size: int = typer.Argument(..., min=1, h
                      ranges: list[str] | None = typer.Option(None, "--range", "-r", help=RANGE_HELP),
                      as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Peloton's rolling stop: `job stop JOB --batch-size N`, instances by Peloton's ranges."""
-    job_stop(job_id, _ranges(ranges), batch_size, False, 120, as_json)
+    stop_instances(job_id, peloton_ranges(ranges), batch_size, as_json=as_json)
 
 
 @job_app.command("update")

@@ -283,3 +283,45 @@ def test_a_controller_decides_its_job_and_a_second_waits_for_the_controller_limi
     assert p.wait_job(first) == "SUCCEEDED"
     assert {t.instance: t.state for t in p.store.tasks_of_job(first)} == {0: "SUCCEEDED", 1: "FAILED"}
     assert p.wait_job(second) == "SUCCEEDED"
+
+
+def test_peloton_s_forms_task_ranges_and_a_bulk_stop_by_owner_and_labels(pipeline_factory) -> None:
+    # Peloton's CLI syntax as its help shows it: `task stop|start|restart JOB -r FROM:TO`,
+    # `task list JOB -r FROM:TO`, `task logs JOB INSTANCE [TASK-ID] -f FILE`, `job stop --owner O
+    # --labels k=v -f` stopping exactly the matching jobs.
+    p = pipeline_factory(hosts="local:2:cpu=4,mem_mb=4096,disk_mb=10000")
+    p.start_all()
+    owned = LONG.replace("name: {name}", "name: {name}\nowningteam: {owner}")
+    job = p.submit(owned.format(name="web", count=4, team="blue", owner="ops"))
+    same_team = p.submit(owned.format(name="web2", count=1, team="blue", owner="ops"))
+    other_label = p.submit(owned.format(name="db", count=1, team="red", owner="ops"))
+    other_owner = p.submit(owned.format(name="cache", count=1, team="blue", owner="dev"))
+    every = (job, same_team, other_label, other_owner)
+    p.wait_for("every task running", lambda: all(p.counts(j).get("RUNNING") == len(p.store.tasks_of_job(j))
+                                                 for j in every), 60)
+
+    stopped = p.ctl("task", "stop", job, "-r", "1:3")
+    assert stopped.returncode == 0, stopped.stderr
+    p.wait_for("instances 1 and 2 KILLED", lambda: [t.state for t in p.store.tasks_of_job(job)] ==
+               ["RUNNING", "KILLED", "KILLED", "RUNNING"], 30)
+    listed = json.loads(p.ctl("task", "list", job, "-r", "1:3", "--json").stdout)
+    assert [(t["instance"], t["state"]) for t in listed] == [(1, "KILLED"), (2, "KILLED")]
+    assert p.ctl("task", "start", job, "-r", "1:2").returncode == 0
+    p.wait_for("instance 1 running again", lambda: p.store.tasks_of_job(job)[1].state == "RUNNING", 30)
+    assert p.ctl("task", "restart", job, "-r", "0:1").returncode == 0
+    p.wait_for("instance 0 replaced", lambda: p.store.tasks_of_job(job)[0].run_id == 2
+               and p.store.tasks_of_job(job)[0].state == "RUNNING", 30)
+    logs = p.ctl("task", "logs", job, "0", f"{job}-0-2", "-f", "stderr")
+    assert logs.returncode == 0, logs.stderr
+    assert p.ctl("task", "logs", job, "0", "-f", "syslog").returncode == 2
+
+    refused = p.ctl("job", "stop", "--labels", "team=blue", "-f")
+    assert refused.returncode == 2 and "--owner" in refused.stderr
+    bulk = p.ctl("job", "stop", "--owner", "ops", "--labels", "team=blue", "-f", "--json")
+    assert bulk.returncode == 0, bulk.stderr
+    assert sorted(json.loads(bulk.stdout)["stopped"]) == sorted([job, same_team])
+    for j in (job, same_team):
+        assert p.wait_job(j, timeout=60) == "KILLED"
+    assert {p.store.get_job(j).state for j in (other_label, other_owner)} == {"RUNNING"}
+    for j in (other_label, other_owner):
+        assert p.ctl("job", "stop", j).returncode == 0
