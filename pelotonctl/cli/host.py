@@ -99,3 +99,35 @@ def maintenance_complete(hosts: str = typer.Argument(..., metavar="HOST[,HOST...
                          as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Bring each HOST (one, or Peloton's h1,h2) back UP after maintenance."""
     _maintenance(hosts, "COMPLETE", "maintenance complete (UP)", "UP", as_json=as_json)
+
+
+# Peloton's `hostmgr hosts`: hosts by what they have free, at least (or, with --less, below) the
+# amounts given, each amount 0 left out of the comparison.
+hostmgr_app = commands("Peloton's host manager commands: hosts by their free resources.")
+
+
+@hostmgr_app.command("hosts")
+def hostmgr_hosts(cpu: float = typer.Option(0, "--cpu", "-c", min=0, help="Free cpu to compare (0: not compared)."),
+                  gpu: float = typer.Option(0, "--gpu", "-g", min=0, help="Free gpu to compare (0: not compared)."),
+                  mem: float = typer.Option(0, "--mem", min=0, help="Free memory in MB to compare (0: not compared)."),
+                  disk: float = typer.Option(0, "--disk", min=0, help="Free disk in MB to compare (0: not compared)."),
+                  less: bool = typer.Option(False, "--less", "-l", help="Hosts with less than the amounts, rather "
+                                                                         "than at least them."),
+                  hostnames: str = typer.Option("", "--hosts", help="Only these hosts, comma-separated."),
+                  include_revocable: bool = typer.Option(False, "--includeRevocable", "-r",
+                                                         help="Accepted for Peloton's scripts: free room here is "
+                                                              "the same for revocable work."),
+                  as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """Hosts whose free room is at least (or, with --less, below) every amount given, as Peloton's
+    `hostmgr hosts`. A host whose agent is silent has no known free room and is left out."""
+    del include_revocable  # one kind of free room here
+    wanted = {"cpu": cpu, "gpu": gpu, "mem_mb": mem, "disk_mb": disk}
+    named = {h.strip() for h in hostnames.split(",") if h.strip()}
+
+    def matches(h: dict) -> bool:
+        free = h.get("free")
+        if free is None or (named and h["host_id"] not in named):
+            return False
+        given = [(free.get(k) or 0.0, v) for k, v in wanted.items() if v > 0]
+        return all(have < want for have, want in given) if less else all(have >= want for have, want in given)
+    _print_hosts([h for h in cluster_call(client().hosts) if matches(h)], as_json)

@@ -63,7 +63,7 @@ def java(classpath: str, main: str, *args: str, env: dict[str, str], timeout: fl
 
 def test_the_tutorials_java_producer_submits_a_job_that_succeeds_and_watch_status_prints_its_runs(
         classpath, pipeline_factory) -> None:
-    instances = yaml.safe_load((REPO_ROOT / JOB_FILE).read_text())["instancecount"]
+    instances = yaml.safe_load((REPO_ROOT / JOB_FILE).read_text())["instanceCount"]
     p = pipeline_factory(signed_commands=True)
     team_a = pool_yaml(cpu=8).replace("name: pool-8cpu", "name: team-a\nowningTeam: team-a")
     create_pool(p.settings, p.store, "/team-a", team_a)

@@ -325,3 +325,10 @@ def test_peloton_s_forms_task_ranges_and_a_bulk_stop_by_owner_and_labels(pipelin
     assert {p.store.get_job(j).state for j in (other_label, other_owner)} == {"RUNNING"}
     for j in (other_label, other_owner):
         assert p.ctl("job", "stop", j).returncode == 0
+
+    def hosts(*args: str) -> list[str]:
+        answer = p.ctl("hostmgr", "hosts", *args, "--json")
+        assert answer.returncode == 0, answer.stderr
+        return sorted(h["host_id"] for h in json.loads(answer.stdout)["hosts"])
+    assert hosts("-c", "1") == ["local-0", "local-1"] == hosts("--less", "-c", "100", "--mem", "1000000")
+    assert hosts("-c", "100") == [] and hosts("--hosts", "local-1", "--mem", "16") == ["local-1"]
