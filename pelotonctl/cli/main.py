@@ -20,6 +20,7 @@ from pelotonctl.cli import (
     host,
     image,
     job,
+    jobmgr,
     lag,
     resmgr,
     respool,
@@ -27,6 +28,7 @@ from pelotonctl.cli import (
     task,
     topics,
     update,
+    watch,
 )
 from pelotonctl.cli.common import EXIT_INVALID, EXIT_UNAVAILABLE, commands, err, out
 
@@ -48,6 +50,8 @@ app.add_typer(cluster.cluster_app, name="cluster")
 app.add_typer(agent.agent_app, name="agent")
 app.add_typer(host.host_app, name="host")
 app.add_typer(host.hostmgr_app, name="hostmgr")
+app.add_typer(jobmgr.jobmgr_app, name="jobmgr")
+app.add_typer(watch.watch_app, name="watch")
 app.add_typer(image.image_app, name="image")
 app.add_typer(deadletters.letters_app, name="dead-letters")
 app.add_typer(auth.auth_app, name="auth")

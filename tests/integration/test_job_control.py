@@ -306,6 +306,9 @@ def test_peloton_s_forms_task_ranges_and_a_bulk_stop_by_owner_and_labels(pipelin
                ["RUNNING", "KILLED", "KILLED", "RUNNING"], 30)
     listed = json.loads(p.ctl("task", "list", job, "-r", "1:3", "--json").stdout)
     assert [(t["instance"], t["state"]) for t in listed] == [(1, "KILLED"), (2, "KILLED")]
+    shown = json.loads(p.ctl("jobmgr", "instance-availability", job, "--json").stdout)["instance_availability"]
+    assert shown == {"0": "AVAILABLE", "1": "KILLED", "2": "KILLED", "3": "AVAILABLE"}
+    assert p.ctl("jobmgr", "instance-availability", job, "-i", "0,x").returncode == 2
     assert p.ctl("task", "start", job, "-r", "1:2").returncode == 0
     p.wait_for("instance 1 running again", lambda: p.store.tasks_of_job(job)[1].state == "RUNNING", 30)
     assert p.ctl("task", "restart", job, "-r", "0:1").returncode == 0
@@ -314,6 +317,11 @@ def test_peloton_s_forms_task_ranges_and_a_bulk_stop_by_owner_and_labels(pipelin
     logs = p.ctl("task", "logs", job, "0", f"{job}-0-2", "-f", "stderr")
     assert logs.returncode == 0, logs.stderr
     assert p.ctl("task", "logs", job, "0", "-f", "syslog").returncode == 2
+
+    pod_lines = p.ctl("watch", "pod", job, f"{job}-0", "--for", "2", "--json").stdout.splitlines()
+    assert [json.loads(line)["state"] for line in pod_lines] == ["RUNNING"], pod_lines
+    job_lines = p.ctl("watch", "job", "--labels", "team:blue", "--for", "2", "--json").stdout.splitlines()
+    assert sorted(json.loads(line)["job_id"] for line in job_lines) == sorted([job, same_team, other_owner])
 
     refused = p.ctl("job", "stop", "--labels", "team=blue", "-f")
     assert refused.returncode == 2 and "--owner" in refused.stderr
