@@ -70,6 +70,22 @@ def _task_config(pod: Any, path: str, problems: Problems) -> dict:
         config[_RENAMED.get(key, key)] = value
     entry = mapping(config.pop("entrypoint"), f"{path}.containers[0].entrypoint", problems,
                     what="an entrypoint (value, arguments)") if "entrypoint" in config else None
-    if entry is not None:  # Peloton's field: the program and its arguments, run as given (no shell)
-        config["command"] = {"shell": False, **entry}
+    if entry is not None:  # Peloton's field: the program and its arguments, run as given, unless the
+        # pod's mesosSpec says shell: then its value is a shell command line, as Mesos ran it
+        config["command"] = {"shell": _mesos_shell(fields, path, problems), **entry}
     return config
+
+
+def _mesos_shell(pod: dict, path: str, problems: Problems) -> bool:
+    """The pod's mesosSpec: shell is honoured; the rest (the Mesos fetcher's uris, docker
+    parameters, a custom executor, a network spec) is named as not honoured."""
+    if "mesosspec" not in pod:
+        return False
+    spec = mapping(pod["mesosspec"], f"{path}.mesosspec", problems, what="a Mesos pod spec (shell, uris, ...)")
+    if spec is None:
+        return False
+    for key in spec:
+        if key not in ("shell", "type"):  # the container type is the image's, here
+            problems.note(f"{path}.mesosspec.{key}", "not honoured: there is no Mesos fetcher, docker daemon or "
+                                                     "custom executor here")
+    return spec.get("shell") is True

@@ -391,3 +391,24 @@ def test_a_tasks_image_is_read_from_docker_or_from_a_mesos_containers_docker_nam
     assert job_spec_from_dict(with_default()).tasks[0].image == ""
     with pytest.raises(JobConfigError, match="container.docker.image: expected an image name"):
         job_spec_from_dict(with_default(container={"docker": {"image": "../etc"}}))
+
+
+def test_a_stateless_pod_s_mesos_spec_shell_runs_its_entrypoint_through_a_shell() -> None:
+    # As Peloton's own stateless test spec has it: an entrypoint that is a shell command line.
+    text = """name: TestSpec
+instanceCount: 1
+defaultSpec:
+  containers:
+  - resource: {cpuLimit: 0.1, memLimitMb: 32, diskLimitMb: 10}
+    entrypoint: {value: 'while :; do echo running; sleep 10; done'}
+  mesosSpec:
+    shell: true
+    uris: [{value: 'http://example.com/x.tgz'}]
+"""
+    spec = parse_job_config(text)
+    command = spec.tasks[0].command
+    assert command.shell and command.value.startswith("while :")
+    assert any(n.startswith("defaultspec.mesosspec.uris: not honoured") for n in spec.notices)
+    plain = parse_job_config(text.replace("  mesosSpec:\n    shell: true\n    uris: [{value: 'http://example.com/x.tgz'}]\n",
+                                          ""))
+    assert not plain.tasks[0].command.shell
