@@ -25,6 +25,7 @@ from pelotonctl.cli import (
     resmgr,
     respool,
     stage,
+    stateless,
     task,
     topics,
     update,
@@ -42,6 +43,7 @@ app.add_typer(topics.topics_app, name="topics")
 app.add_typer(stage.stage_app, name="stage")
 app.add_typer(dev.dev_app, name="dev")
 app.add_typer(job.job_app, name="job")
+job.job_app.add_typer(stateless.stateless_app, name="stateless")
 app.add_typer(task.task_app, name="task")
 app.add_typer(update.update_app, name="update")
 app.add_typer(respool.pool_app, name="respool")

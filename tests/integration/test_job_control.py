@@ -323,6 +323,11 @@ def test_peloton_s_forms_task_ranges_and_a_bulk_stop_by_owner_and_labels(pipelin
     job_lines = p.ctl("watch", "job", "--labels", "team:blue", "--for", "2", "--json").stdout.splitlines()
     assert sorted(json.loads(line)["job_id"] for line in job_lines) == sorted([job, same_team, other_owner])
 
+    (p.home / "grown.yaml").write_text(owned.format(name="web", count=6, team="blue", owner="ops"))
+    diff = p.ctl("job", "stateless", "replace-diff", job, str(p.home / "grown.yaml"), "/test", "1-0-0", "--json")
+    assert json.loads(diff.stdout) == {"instances_added": [4, 5], "instances_removed": [], "instances_updated": [],
+                                       "instances_unchanged": [0, 1, 2, 3]}, diff.stderr
+
     refused = p.ctl("job", "stop", "--labels", "team=blue", "-f")
     assert refused.returncode == 2 and "--owner" in refused.stderr
     bulk = p.ctl("job", "stop", "--owner", "ops", "--labels", "team=blue", "-f", "--json")
