@@ -18,11 +18,11 @@ from typing import Any
 
 from peloton.model.constraint import AndConstraint, Constraint, LabelConstraint, constraint_from_json, evaluate
 from peloton.model.jobspec import JobSpec, TaskSpec, instances_of
+from peloton.model.states import TASK_TERMINAL
 
 HOST_KEY = "hostname"  # every host's label of its own id (stages/launch/hosts.py)
-# Ended states after which a daemon's instance is started again when its host is eligible.
+# The ended state after which a daemon's instance is started again when its host is eligible.
 _STOPPED = ("KILLED",)
-_ENDED = frozenset({"SUCCEEDED", "FAILED", "KILLED", "LOST", "DELETED"})
 
 
 def pin(host_id: str) -> LabelConstraint:
@@ -108,7 +108,7 @@ def reconcile(constraint: Constraint | None, bound: Mapping[int, str], states: M
             elif state != "RUNNING":
                 plan.waiting[host] = f"instance {instance} is {state or 'not started'}"
             continue
-        if state in _ENDED or state == "KILLING":
+        if state in TASK_TERMINAL or state == "KILLING":
             continue
         record = hosts.get(host)
         if record is not None and record.get("state") in ("DRAINING", "DRAINED"):

@@ -15,6 +15,7 @@ from pelotonctl.cli.common import (
     out,
     print_json,
 )
+from stages.admit.lifecycle import STOPPED
 
 jobmgr_app = commands("Peloton's job manager commands: each instance's availability.")
 
@@ -27,7 +28,7 @@ def availability(task: dict) -> str:
     state, reason, health = task["state"], task.get("reason") or "", task.get("health") or ""
     if state == "DELETED":
         return "DELETED"
-    if reason == "STOPPED" and state in ("KILLED", "KILLING"):
+    if reason == STOPPED and state in ("KILLED", "KILLING"):
         return "KILLED"
     if state == "RUNNING" and health != "UNHEALTHY":
         return "AVAILABLE"

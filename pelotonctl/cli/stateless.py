@@ -28,14 +28,9 @@ stateless_app = commands("Peloton's stateless job forms: replace-diff.")
 def replace_diff(old_text: str, new_text: str) -> dict[str, list[int]]:
     """Instances a replace adds, removes, updates (their task config changes) and leaves as they are."""
     from pelotonctl.admin import validate_job
-    from stages.admit.commands import changed_instances
+    from stages.admit.commands import replace_diff as diff
 
-    old, new = validate_job(old_text), validate_job(new_text)
-    updated = changed_instances(old, new)
-    kept = range(min(old.instance_count, new.instance_count))
-    return {"instances_added": list(range(old.instance_count, new.instance_count)),
-            "instances_removed": list(range(new.instance_count, old.instance_count)),
-            "instances_updated": updated, "instances_unchanged": [i for i in kept if i not in updated]}
+    return diff(validate_job(old_text), validate_job(new_text))
 
 
 @stateless_app.command("replace-diff")

@@ -137,6 +137,16 @@ def changed_instances(old: JobSpec, new: JobSpec) -> list[int]:
     return [i for i in range(kept) if _task_config(old.tasks[i]) != _task_config(new.tasks[i])]
 
 
+def replace_diff(old: JobSpec, new: JobSpec) -> dict[str, list[int]]:
+    """What an update from `old` to `new` does to each instance: adds, removes, replaces (its task
+    config changes) and leaves alone (Peloton's GetReplaceJobDiff)."""
+    updated = changed_instances(old, new)
+    kept = range(min(old.instance_count, new.instance_count))
+    return {"instances_added": list(range(old.instance_count, new.instance_count)),
+            "instances_removed": list(range(new.instance_count, old.instance_count)),
+            "instances_updated": updated, "instances_unchanged": [i for i in kept if i not in updated]}
+
+
 def update_fields(text: str) -> tuple[int | None, UpdateOptions]:
     """changeLog.version and updateConfig (Peloton v0: batchSize, maxInstanceAttempts,
     maxFailureInstances, rollbackOnFailure, startPaused) of a job file, either key case, if given."""

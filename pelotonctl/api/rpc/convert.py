@@ -35,15 +35,16 @@ def loose_parse(doc: Any, message: Message) -> Message:
     return message
 
 
-def _fold(name: str) -> str:
-    return name.replace("_", "").lower()
+def fold(key: Any) -> str:
+    """A key as Peloton's files and json_format may spell it, in one form: no underscores, lower case."""
+    return str(key).replace("_", "").lower()
 
 
 def _keyed(doc: dict, descriptor: Descriptor) -> dict:
-    by_fold = {_fold(f.name): f for f in descriptor.fields}
+    by_fold = {fold(f.name): f for f in descriptor.fields}
     out: dict[str, Any] = {}
     for key, value in doc.items():
-        field = by_fold.get(_fold(str(key)))
+        field = by_fold.get(fold(str(key)))
         if field is None:
             continue
         out[field.name] = _value(value, field)

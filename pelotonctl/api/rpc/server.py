@@ -4,6 +4,7 @@ port of its own beside the HTTP one, with TLS when the API has a certificate."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -30,8 +31,10 @@ class NotGenerated(RuntimeError):
     """The Python modules of proto/ are missing: `make install` generates them."""
 
 
-def services() -> list[ServiceDescriptor]:
-    """Every service of proto/, from the generated modules (peloton.api.*), sorted by name."""
+@functools.cache
+def services() -> tuple[ServiceDescriptor, ...]:
+    """Every service of proto/, from the generated modules (peloton.api.*), sorted by name: read
+    once (building the server and checking its catalogue both ask)."""
     try:
         import peloton.api as generated
     except ImportError:
@@ -45,7 +48,7 @@ def services() -> list[ServiceDescriptor]:
             found.update((s.full_name, s) for s in module.DESCRIPTOR.services_by_name.values())
     if not found:
         raise NotGenerated("no gRPC service found in peloton.api: run `make install`")
-    return [found[name] for name in sorted(found)]
+    return tuple(found[name] for name in sorted(found))
 
 
 def method_name(method: MethodDescriptor) -> str:

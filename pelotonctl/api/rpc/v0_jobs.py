@@ -159,12 +159,12 @@ def _versioned(call: Call, job: str, version: int) -> None:
                                                   f"{version}: read it again and retry")
 
 
-def _instances_command(kind: str, batch_size: int) -> Any:
+def _instances_command(kind: str) -> Any:
     def run(call: Call, request: Any) -> Any:
         job = job_id(request.id)
         _versioned(call, job, request.resourceVersion)
         answer = jobs.control(call.door, kind, job, call.creds, ranges_text(request.ranges),
-                              UpdateOptions(batch_size=batch_size or _batch(request)), wait=True)
+                              UpdateOptions(batch_size=_batch(request)), wait=True)
         response = getattr(job_pb2, f"{kind.title()}Response")()
         response.resourceVersion = call.door.job(job).config_version
         if answer.get("update_id"):
@@ -182,11 +182,11 @@ def _batch(request: Any) -> int:
 
 served(f"{SERVICE}/Restart", what="New runs for the instances in the ranges (every one when none), restartConfig's "
                                    "batchSize at a time; resourceVersion, where given, must be the job's "
-                                   "configuration version")(_instances_command("RESTART", 0))
+                                   "configuration version")(_instances_command("RESTART"))
 served(f"{SERVICE}/Start", what="Runs again the stopped instances in the ranges (every one when none)")(
-    _instances_command("START", 0))
+    _instances_command("START"))
 served(f"{SERVICE}/Stop", what="Stops the instances in the ranges, half-open (every one when none)")(
-    _instances_command("STOP", 0))
+    _instances_command("STOP"))
 
 
 @served(f"{SERVICE}/GetActiveJobs")

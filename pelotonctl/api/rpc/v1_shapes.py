@@ -81,6 +81,14 @@ def config_version(given: str) -> int | None:
     return int(first)
 
 
+def job_id_of(message: Any) -> str:
+    """A request's job id, which v1alpha requires."""
+    value = message.value.strip()
+    if not value:
+        raise Failed(grpc.StatusCode.INVALID_ARGUMENT, "job_id: the job's id is required")
+    return value
+
+
 def pod_name(job_id: str, instance: int) -> str:
     return f"{job_id}-{instance}"
 
@@ -157,13 +165,13 @@ def job_spec(job: JobRow, text: str | None = None, out: stateless_pb2.JobSpec | 
 def _lenient(doc: dict, message: Message) -> Message:
     """The document read key by key, into nested messages too: a stored value the message cannot
     hold (of another type than its field's) leaves that one value out, not the whole spec."""
-    fields = {_fold(f.name): f for f in message.DESCRIPTOR.fields}
+    fields = {convert.fold(f.name): f for f in message.DESCRIPTOR.fields}
     for key, value in doc.items():
         part = type(message)()
         try:
             convert.loose_parse({key: value}, part)
         except (json_format.ParseError, TypeError, ValueError):
-            field = fields.get(_fold(key))
+            field = fields.get(convert.fold(key))
             if field is None or field.message_type is None:
                 continue
             part = type(message)()
@@ -172,19 +180,16 @@ def _lenient(doc: dict, message: Message) -> Message:
     return message
 
 
-def _fold(key: Any) -> str:
-    return str(key).replace("_", "").lower()
-
 
 def _v1_words(doc: Any, descriptor: Any) -> Any:
     """The document with v0's enum words (_V0_WORDS) where v1alpha has other names for them, as
     their numbers (json_format leaves a word it does not know out)."""
     if not isinstance(doc, dict):
         return doc
-    fields = {_fold(f.name): f for f in descriptor.fields}
+    fields = {convert.fold(f.name): f for f in descriptor.fields}
     out = {}
     for key, value in doc.items():
-        field = fields.get(_fold(key))
+        field = fields.get(convert.fold(key))
         if field is not None and field.enum_type is not None and isinstance(value, str):
             number = _V0_WORDS.get(value.upper())
             if value.lower() not in {v.name.lower() for v in field.enum_type.values} and \

@@ -25,8 +25,8 @@ from pelotonctl.api.rpc import v1_stateless_reads as _reads  # noqa: F401  (regi
 from pelotonctl.api.rpc.calls import Call, Failed
 from pelotonctl.api.rpc.catalog import served
 from pelotonctl.api.rpc.v0_shapes import ranges_text
-from pelotonctl.api.rpc.v1_shapes import add_ranges, check_version, entity_version
-from stages.admit.commands import changed_instances, update_problems
+from pelotonctl.api.rpc.v1_shapes import add_ranges, check_version, entity_version, job_id_of
+from stages.admit.commands import replace_diff, update_problems
 from stages.admit.workflow import ACTIVE, UpdateOptions
 
 SERVICE = "peloton.api.v1alpha.job.stateless.svc.JobService"
@@ -36,13 +36,6 @@ APART = ("respoolId", "revision")
 
 def spec_text(spec: stateless_pb2.JobSpec) -> str:
     return convert.as_yaml(spec, drop=APART)
-
-
-def job_id_of(message: Any) -> str:
-    value = message.value.strip()
-    if not value:
-        raise Failed(grpc.StatusCode.INVALID_ARGUMENT, "job_id: the job's id is required")
-    return value
 
 
 def _no_secrets(secrets: Any) -> None:
@@ -156,31 +149,29 @@ def merged_text(job: JobRow, patch: stateless_pb2.JobSpec) -> str:
     change = json_format.MessageToDict(patch)
     for key in APART:
         change.pop(key, None)
-    if ({"defaultSpec", "instanceSpec"} & change.keys()) and not is_stateless({_fold(k): v for k, v in doc.items()}):
+    pods = {"defaultSpec", "instanceSpec"} & change.keys()
+    if pods and not is_stateless({convert.fold(k): v for k, v in doc.items()}):
         raise Failed(grpc.StatusCode.INVALID_ARGUMENT, f"job {job.job_id}'s config is a v0 job config "
                                                        "(defaultConfig): pod specs cannot be merged into it; "
                                                        "ReplaceJob with the whole spec")
     merged = _merge(doc, change)
     # The changelog version a v0 file carries was checked when it was stored; the entity version
     # checks this write.
-    for key in [k for k in merged if _fold(k) == "changelog"]:
+    for key in [k for k in merged if convert.fold(k) == "changelog"]:
         del merged[key]
     return yaml.safe_dump(merged, sort_keys=False)
 
 
-def _fold(key: Any) -> str:
-    return str(key).replace("_", "").lower()
-
 
 def _merge(base: dict, change: dict) -> dict:
     out = dict(base)
-    spelled = {_fold(k): k for k in base}  # a stored file's keys in any case: the patch's land on them
+    spelled = {convert.fold(k): k for k in base}  # a stored file's keys in any case: the patch's land on them
     for key, value in change.items():
-        have = spelled.get(_fold(key), key)
+        have = spelled.get(convert.fold(key), key)
         old = out.get(have)
         if isinstance(value, dict) and isinstance(old, dict):
             out[have] = _merge(old, value)
-        elif _fold(key) == "containers" and isinstance(old, list) and isinstance(value, list):
+        elif convert.fold(key) == "containers" and isinstance(old, list) and isinstance(value, list):
             out[have] = [_merge(o, v) if isinstance(o, dict) and isinstance(v, dict) else v
                          for o, v in zip(old, value, strict=False)] + value[len(old):] + old[len(value):]
         else:
@@ -280,11 +271,7 @@ def replace_job_diff(call: Call, request: svc.GetReplaceJobDiffRequest) -> svc.G
     problems = update_problems(old, new, job.pool, job.config_version, None)
     if problems:
         raise admin.UserError("update refused:\n" + "\n".join(f"  {p}" for p in problems))
-    changed = set(changed_instances(old, new))
-    kept = range(min(old.instance_count, new.instance_count))
     response = svc.GetReplaceJobDiffResponse()
-    add_ranges(response.instances_added, range(old.instance_count, new.instance_count))
-    add_ranges(response.instances_removed, range(new.instance_count, old.instance_count))
-    add_ranges(response.instances_updated, changed)
-    add_ranges(response.instances_unchanged, (i for i in kept if i not in changed))
+    for field, instances in replace_diff(old, new).items():
+        add_ranges(getattr(response, field), instances)
     return response

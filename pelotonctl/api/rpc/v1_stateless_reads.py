@@ -23,6 +23,7 @@ from pelotonctl.api.rpc.v1_shapes import (
     current_workflow,
     entity_version,
     instance_workflow_events,
+    job_id_of,
     job_info,
     job_spec,
     job_summary,
@@ -41,18 +42,11 @@ CHUNK = 200
 PAGE = 1000
 
 
-def _job_id(message: Any) -> str:
-    value = message.value.strip()
-    if not value:
-        raise Failed(grpc.StatusCode.INVALID_ARGUMENT, "job_id: the job's id is required")
-    return value
-
-
 @served(f"{SERVICE}/GetJob")
 def get_job(call: Call, request: svc.GetJobRequest) -> svc.GetJobResponse:
     """The job's spec and status (or its summary), with its workflow in progress or last; of a
     version given, that version's spec alone."""
-    job_id = _job_id(request.job_id)
+    job_id = job_id_of(request.job_id)
     job = call.door.readable_job(job_id, call.creds)
     response = svc.GetJobResponse()
     wanted = config_version(request.version.value)
@@ -107,7 +101,7 @@ def job_ids_by_name(call: Call, request: svc.GetJobIDFromJobNameRequest) -> svc.
 @served(f"{SERVICE}/GetWorkflowEvents")
 def workflow_events(call: Call, request: svc.GetWorkflowEventsRequest) -> svc.GetWorkflowEventsResponse:
     """Where the job's workflow in progress (or its last) is with one instance, newest first."""
-    job_id = _job_id(request.job_id)
+    job_id = job_id_of(request.job_id)
     job = call.door.readable_job(job_id, call.creds)
     wf = current_workflow(job, call.store.updates_of_job(job_id))
     events = instance_workflow_events(wf, request.instance_id) if wf is not None else []
@@ -117,7 +111,7 @@ def workflow_events(call: Call, request: svc.GetWorkflowEventsRequest) -> svc.Ge
 @served(f"{SERVICE}/ListJobWorkflows")
 def job_workflows(call: Call, request: svc.ListJobWorkflowsRequest) -> svc.ListJobWorkflowsResponse:
     """The job's updates and restarts, newest first (updates_limit of them, when given)."""
-    job_id = _job_id(request.job_id)
+    job_id = job_id_of(request.job_id)
     call.door.readable_job(job_id, call.creds)
     workflows = call.store.updates_of_job(job_id)
     response = svc.ListJobWorkflowsResponse()
@@ -130,7 +124,7 @@ def job_workflows(call: Call, request: svc.ListJobWorkflowsRequest) -> svc.ListJ
 @served(f"{SERVICE}/ListPods", streams=True)
 def list_pods(call: Call, request: svc.ListPodsRequest) -> Iterator[svc.ListPodsResponse]:
     """The job's pods (of [from, to) when given; to 0: to the last), CHUNK a response."""
-    job_id = _job_id(request.job_id)
+    job_id = job_id_of(request.job_id)
     job = call.door.readable_job(job_id, call.creds)
     first = getattr(request.range, "from")
     stop = request.range.to or None
@@ -150,7 +144,7 @@ def list_pods(call: Call, request: svc.ListPodsRequest) -> Iterator[svc.ListPods
 def query_pods(call: Call, request: svc.QueryPodsRequest) -> svc.QueryPodsResponse:
     """The job's pods by state, name (a pod name, or its task config's name) and host, sorted and
     paged (limit 0: every one); specs too unless summary_only."""
-    job_id = _job_id(request.job_id)
+    job_id = job_id_of(request.job_id)
     job = call.door.readable_job(job_id, call.creds)
     spec = request.spec
     page = request.pagination if request.HasField("pagination") else spec.pagination
