@@ -84,7 +84,7 @@ def emitter(settings: Settings, who: str = "pelotonctl") -> Emitter:
     return out
 
 
-def _deliver(out: Emitter, settings: Settings) -> None:
+def deliver(out: Emitter, settings: Settings) -> None:
     """Send and wait; on failure nothing is left queued to arrive after we said it failed."""
     try:
         out.flush(timeout=settings.flush_timeout_s)
@@ -150,17 +150,17 @@ def delete_pool(settings: Settings, store: QueryStore, path: str) -> None:
 
 
 @contextmanager
-def pool_tree_lock(settings: Settings):
-    """Pool-tree changes happen one at a time in the cluster: the check of the tree and the
-    write must not interleave with another pelotonctl's. ZooKeeper's lock when there is one
-    (the store's own lock, taken inside, covers a cluster without it)."""
+def pool_tree_lock(settings: Settings, name: str = "pool-tree"):
+    """Pool-tree changes (or host-pool ones: name "host-pools") happen one at a time in the
+    cluster: the check and the write must not interleave with another pelotonctl's. ZooKeeper's
+    lock when there is one (the store's own lock, taken inside, covers the pool tree without it)."""
     if not settings.zookeeper:
         yield
         return
     from peloton.registry import Registry
 
     with Registry(settings.zookeeper, auth=settings.zookeeper_auth) as registry, \
-            registry.lock("pool-tree", timeout=settings.flush_timeout_s):
+            registry.lock(name, timeout=settings.flush_timeout_s):
         yield
 
 
@@ -291,7 +291,7 @@ def request_maintenance(settings: Settings, host_id: str, action: str, who: str 
     out.emit("placements", host_id, "peloton.HostMaintenance", {
         "request_id": uuid.uuid4().hex, "host_id": host_id, "action": action,
         "requested_by": who or os.environ.get("USER", ""), "sent_ms": int(time.time() * 1000)})
-    _deliver(out, settings)
+    deliver(out, settings)
 
 
 def check_job(settings: Settings, store: QueryStore, pool: str, text: str, job_id: str,
@@ -337,7 +337,7 @@ def submit_job(settings: Settings, store: QueryStore, pool: str, text: str, job_
         })
     except RecordTooLarge as exc:
         raise UserError(f"the job file is too large to submit: {exc}") from None
-    _deliver(out, settings)
+    deliver(out, settings)
     return job_id
 
 
@@ -412,7 +412,7 @@ def control_job(settings: Settings, store: QueryStore, kind: str, job_id: str, i
         "instances": instances or None, "requested_by": _user(requested_by), "timestamp_ms": now_ms(),
         **asdict(options),
     })
-    _deliver(out, settings)
+    deliver(out, settings)
     answer = {"job_id": job_id, "kind": kind, "command_id": command_id, "instances": [t.instance for t in touched]}
     if kind in ("RESTART", "UPDATE") or (kind in ("START", "STOP") and options.batch_size > 0):
         answer["update_id"] = command_id  # a workflow: `update get` follows it
@@ -440,5 +440,5 @@ def steer_update(settings: Settings, store: QueryStore, update_id: str, action: 
     out.emit("job-commands", job.job_id, "peloton.JobCommand", {
         "command_id": command_id, "kind": action, "job_id": job.job_id, "pool": job.pool, "update_id": update_id,
         "requested_by": user, "timestamp_ms": now_ms()})
-    _deliver(out, settings)
+    deliver(out, settings)
     return {"update_id": update_id, "job_id": job.job_id, "action": action, "command_id": command_id}

@@ -381,6 +381,18 @@ class QueryStore(Transactional, PoolReader, JobReader, QueueReader, Protocol):
     def put_pool(self, path: str, config: dict) -> None: ...
 
     @abstractmethod
+    def host_pools(self) -> dict[str, dict]:
+        """The host pools operators made: name -> {created_ms, created_by} (the default pool,
+        which always exists, has no row)."""
+
+    @abstractmethod
+    def add_host_pool(self, name: str, at_ms: int, by: str) -> bool:
+        """Make a host pool; False when one of that name exists."""
+
+    @abstractmethod
+    def remove_host_pool(self, name: str) -> None: ...
+
+    @abstractmethod
     def delete_pool(self, path: str) -> bool: ...
 
     @abstractmethod
@@ -434,6 +446,14 @@ class LaunchStore(Protocol):
     @abstractmethod
     def host_states(self) -> dict[str, str]:
         """Host id -> maintenance state, for the hosts not UP."""
+
+    @abstractmethod
+    def set_host_pool(self, host_id: str, pool: str, desired: str, at_ms: int) -> None:
+        """A host's host pool and the one it is moving to (the same when it is not moving)."""
+
+    @abstractmethod
+    def host_pool_members(self) -> dict[str, tuple[str, str]]:
+        """Host id -> (its host pool, the one it is moving to), for hosts ever given one."""
 
     @abstractmethod
     def ended_launches(self, host_ids: list[str], since_ms: int) -> list[dict]:

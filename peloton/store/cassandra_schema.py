@@ -88,6 +88,11 @@ MIGRATIONS: list[list[str]] = [
     # it ends: CassandraStore.end_launches).
     [f"CREATE TABLE IF NOT EXISTS deleted_jobs (job_id text PRIMARY KEY, deleted_ms bigint) "
      f"WITH default_time_to_live = {CLAIMS_KEPT_MS // 1000}"],
+    # 4: host pools, and each host's pool and the one it is moving to.
+    ["CREATE TABLE IF NOT EXISTS host_pools (bucket int, name text, created_ms bigint, created_by text, "
+     "PRIMARY KEY (bucket, name))",
+     "CREATE TABLE IF NOT EXISTS host_pool_members (bucket int, host_id text, pool text, desired_pool text, "
+     "updated_ms bigint, PRIMARY KEY (bucket, host_id))"],
 ]
 
 

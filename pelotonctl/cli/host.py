@@ -17,6 +17,7 @@ from pelotonctl.cli.common import (
     fail,
     print_json,
 )
+from pelotonctl.cli.hostpool import hostpool_app
 
 host_app = commands("Hosts: list them, query them by state, drain them for maintenance.")
 maintenance_app = commands("Host maintenance: drain a host, bring it back.")
@@ -103,7 +104,8 @@ def maintenance_complete(hosts: str = typer.Argument(..., metavar="HOST[,HOST...
 
 # Peloton's `hostmgr hosts`: hosts by what they have free, at least (or, with --less, below) the
 # amounts given, each amount 0 left out of the comparison.
-hostmgr_app = commands("Peloton's host manager commands: hosts by their free resources.")
+hostmgr_app = commands("Peloton's host manager commands: hosts by their free resources, host pools.")
+hostmgr_app.add_typer(hostpool_app, name="hostpool")
 
 
 @hostmgr_app.command("hosts")

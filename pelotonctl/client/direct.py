@@ -6,7 +6,7 @@ from functools import cached_property
 from pathlib import Path
 
 from peloton.config import Settings
-from pelotonctl import admin, queries
+from pelotonctl import admin, host_pools, queries
 from pelotonctl.admin import NotFound, UserError
 from pelotonctl.queries import JobQuery, TaskQuery
 from pelotonctl.shapes import event_row, job_info, job_row, task_info, token_row, update_info
@@ -164,6 +164,18 @@ class DirectClient:
 
     def maintenance(self, host_id: str, action: str, force: bool = False) -> None:
         admin.request_maintenance(self.settings, host_id, action, "", force)
+
+    def host_pools(self) -> list[dict]:
+        return host_pools.list_host_pools(self.settings, self.store)
+
+    def create_host_pool(self, name: str) -> dict:
+        return host_pools.create_host_pool(self.settings, self.store, name)
+
+    def delete_host_pool(self, name: str) -> list[str]:
+        return host_pools.delete_host_pool(self.settings, self.store, name)
+
+    def change_host_pool(self, host_id: str, pool: str, source: str = "") -> dict:
+        return host_pools.change_host_pool(self.settings, self.store, host_id, pool, source)
 
     # -- what operators watch: lag, dead letters, the instance registry ---------------------------
     def lag(self, stages: tuple[str, ...], window: int) -> dict:

@@ -202,6 +202,18 @@ class ApiClient:
     def maintenance(self, host_id: str, action: str, force: bool = False) -> None:
         self.call("POST", f"/v1/hosts/{host_id}/maintenance/{action.lower()}", {"force": force})
 
+    def host_pools(self) -> list[dict]:
+        return self.call("GET", "/v1/host-pools")["pools"]
+
+    def create_host_pool(self, name: str) -> dict:
+        return self.call("POST", "/v1/host-pools", {"name": name})
+
+    def delete_host_pool(self, name: str) -> list[str]:
+        return self.call("DELETE", f"/v1/host-pools/{name}")["moved_to_default"]
+
+    def change_host_pool(self, host_id: str, pool: str, source: str = "") -> dict:
+        return self.call("POST", f"/v1/hosts/{host_id}/pool", {"pool": pool, "source": source})
+
 
     # -- what operators watch: lag, dead letters, the instance registry ---------------------------
     def lag(self, stages: tuple[str, ...], window: int) -> dict:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from peloton.model.host_pools import DEFAULT_POOL, POOL_LABEL
 from peloton.model.resources import Resources
 from stages.launch.inventory import AGENT, HostSpec
 from stages.launch.ledger import HostLedger
@@ -33,9 +34,23 @@ class HostBook:
     seen: dict[str, float] = field(default_factory=dict)  # agent host id -> time.monotonic() of its last report
     down: set[str] = field(default_factory=set)  # agent hosts whose reports stopped
     maintenance: dict[str, str] = field(default_factory=dict)  # host id -> DRAINING, DRAINED or DOWN
+    # host id -> (its host pool, the one it moves to); none: the default pool. A host moving
+    # drains first (its runs go as their jobs' budgets allow), then changes pool and is UP.
+    pools: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def state_of(self, host_id: str) -> str:
         return self.maintenance.get(host_id) or ("DOWN" if host_id in self.down else "UP")
+
+    def pool_of(self, host_id: str) -> str:
+        return self.pools.get(host_id, (DEFAULT_POOL, DEFAULT_POOL))[0]
+
+    def moving(self, host_id: str) -> bool:
+        pool, desired = self.pools.get(host_id, (DEFAULT_POOL, DEFAULT_POOL))
+        return pool != desired
+
+    def set_pool(self, host_id: str, pool: str, desired: str) -> None:
+        self.pools[host_id] = (pool, desired)
+        self.touch(host_id)
 
     def touch(self, host_id: str) -> None:
         """The host's state or accounting changed: host-state hears of it at the next report."""
@@ -119,6 +134,7 @@ class HostBook:
         for host_id in [h for h, spec in self.inventory.items() if spec.shard in shards]:
             self.ledgers.pop(host_id, None)
             self.changed.pop(host_id, None)
+            self.pools.pop(host_id, None)
             if self.inventory[host_id].driver == AGENT:
                 del self.inventory[host_id]
                 self.seen.pop(host_id, None)
@@ -140,9 +156,10 @@ class HostBook:
 
 
 def host_state(spec: HostSpec, ledger: HostLedger, state: str, reachable: bool, applied: list[str],
-               running: dict[str, Run], now_ms: int) -> dict:
+               running: dict[str, Run], now_ms: int, pool: str = DEFAULT_POOL) -> dict:
     """The HostState record of a host: its capacity and what is charged to it, with what placement's
-    TASK constraints, SPREAD and ports count of the runs it holds."""
+    TASK constraints, SPREAD and ports count of the runs it holds. Its labels carry its host pool,
+    whatever its agent says: a host does not choose its own pool."""
     labels: dict[tuple[str, str], int] = {}
     jobs: dict[str, int] = {}
     ports: list[int] = []
@@ -157,7 +174,8 @@ def host_state(spec: HostSpec, ledger: HostLedger, state: str, reachable: bool, 
         "host_id": spec.host_id, "shard": spec.shard, "driver": spec.driver, "state": state,
         "reachable": reachable,
         "capacity": spec.capacity.to_record(), "allocated": ledger.held.total.to_record(),
-        "task_count": len(ledger.held), "labels": spec.labels, "applied_placements": applied,
+        "task_count": len(ledger.held), "labels": {**spec.labels, POOL_LABEL: pool},
+        "applied_placements": applied,
         "task_labels": [{"key": k, "value": v, "count": n} for (k, v), n in labels.items()],
         "job_tasks": jobs, "used_ports": ports,
         "port_ranges": [{"low": low, "high": high} for low, high in spec.port_ranges],

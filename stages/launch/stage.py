@@ -99,6 +99,8 @@ class LaunchStage(Stage):
         count = self.catalogue[TOPIC].partitions
         self.book.maintenance.update({h: s for h, s in self.store.host_states().items()
                                       if partition_for(h, count) in shards})
+        self.book.pools.update({h: p for h, p in self.store.host_pool_members().items()
+                                if partition_for(h, count) in shards})
         self._adopt(shards)
         hosts = [h for h in self.book.inventory.values() if h.shard in shards and h.driver != AGENT]
         for h in hosts:
@@ -182,7 +184,8 @@ class LaunchStage(Stage):
         """Placements and kills in the order they came: a kill after a placement of the same run
         finds it launched, one before it leaves a claim that keeps it from launching."""
         handlers = {"peloton.TaskKill": self._kills, "peloton.AgentReport": self._agent_reports,
-                    "peloton.HostMaintenance": self._maintenance_requests}
+                    "peloton.HostMaintenance": self._maintenance_requests,
+                    "peloton.HostPoolChange": self._pool_changes}
         for schema, run in itertools.groupby(records, key=lambda r: r.schema):
             handlers.get(schema, self._placements)(list(run))
         self._report_hosts()
@@ -199,7 +202,9 @@ class LaunchStage(Stage):
                 self.emit.dead_letter(r, f"maintenance of host {host_id!r}, which no host manager of this shard serves")
                 continue
             state = "DRAINING" if m["action"] == "START" else "UP"
-            if self.book.maintenance.get(host_id, "UP") in (state, "DRAINED", "DOWN") and state == "DRAINING":
+            if self.book.moving(host_id):  # draining for a pool move: the move is done, the drain the operator's
+                self._set_pool(host_id, self.book.pools[host_id][1])
+            elif self.book.maintenance.get(host_id, "UP") in (state, "DRAINED", "DOWN") and state == "DRAINING":
                 continue  # already draining or drained: a repeat
             self._set_maintenance(host_id, state)
             log.info("host %s: maintenance %s (%s)", host_id, m["action"].lower(), m["requested_by"] or "?")
@@ -209,10 +214,50 @@ class LaunchStage(Stage):
         self.book.set_maintenance(host_id, state)
 
     def _advance_maintenance(self) -> None:
-        """A drained host goes DRAINED once no run is left on it, and DOWN at the next step."""
+        """A drained host goes DRAINED once no run is left on it, and DOWN at the next step; one
+        drained for a pool move changes pool and is UP instead."""
         busy = {run.host_id for run in self.running.values()}
         for host_id, state in self.book.maintenance_due(busy):
-            self._set_maintenance(host_id, state)
+            if state == "DRAINED" and self.book.moving(host_id):
+                self._set_pool(host_id, self.book.pools[host_id][1])
+                self._set_maintenance(host_id, "UP")
+                log.info("host %s: moved to host pool %s", host_id, self.book.pool_of(host_id))
+            else:
+                self._set_maintenance(host_id, state)
+
+    def _pool_changes(self, records: list[Record]) -> None:
+        """A host moves to another host pool: at once when nothing runs on it, it is in
+        maintenance already or its pool is deleted (at_once, its runs staying); otherwise it drains
+        first, as for maintenance (its runs move as their jobs' disruption budgets allow), then
+        changes pool and is UP, as Peloton's host mover does."""
+        for r in records:
+            m = r.value
+            host_id, pool = m["host_id"], m["pool"]
+            known = self.book.inventory.get(host_id)
+            if known is None or known.shard not in self.shards:
+                self.emit.dead_letter(r, f"host pool change of host {host_id!r}, which no host manager of this shard "
+                                         "serves")
+                continue
+            current = self.book.pool_of(host_id)
+            if m["source_pool"] and m["source_pool"] != current:
+                self.emit.dead_letter(r, f"host {host_id} is in host pool {current!r}, not {m['source_pool']!r}")
+                continue
+            busy = any(run.host_id == host_id for run in self.running.values())
+            if pool == current or not busy or m["at_once"] or (
+                    host_id in self.book.maintenance and not self.book.moving(host_id)):
+                if self.book.moving(host_id) and self.book.maintenance.get(host_id) == "DRAINING":
+                    self._set_maintenance(host_id, "UP")  # the move called off: its drain too
+                self._set_pool(host_id, pool)
+            else:
+                self._set_pool(host_id, pool, moving=True)
+                self._set_maintenance(host_id, "DRAINING")
+            log.info("host %s: host pool %s -> %s (%s)", host_id, current, pool, m["requested_by"] or "?")
+
+    def _set_pool(self, host_id: str, pool: str, moving: bool = False) -> None:
+        """The host is in `pool` now, or (moving) on its way there once drained."""
+        current = self.book.pool_of(host_id) if moving else pool
+        self.store.set_host_pool(host_id, current, pool, now_ms())
+        self.book.set_pool(host_id, current, pool)
 
     def _kills(self, records: list[Record]) -> None:
         unlaunched: dict[str, dict] = {}
@@ -401,7 +446,7 @@ class LaunchStage(Stage):
             if ledger is not None:
                 self.emit.emit("host-state", host_id, "peloton.HostState", host_state(
                     self.book.inventory[host_id], ledger, self.book.state_of(host_id), host_id not in self.book.down,
-                    applied, self.running, now))
+                    applied, self.running, now, self.book.pool_of(host_id)))
 
     def close(self) -> None:
         if hasattr(self, "agents"):  # bound: its thread asks quiet agents of their leases

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from peloton.store.base import StorageGateway
 from peloton.store.cassandra.allocations import AllocationsMixin
+from peloton.store.cassandra.host_pools import HostPoolsMixin
 from peloton.store.cassandra.jobs import JobsMixin
 from peloton.store.cassandra.launches import LaunchesMixin
 from peloton.store.cassandra.queries import QueriesMixin
@@ -48,7 +49,7 @@ from peloton.store.cassandra.tokens import TokensMixin
 
 
 class CassandraStore(JobsMixin, TasksMixin, AllocationsMixin, QueriesMixin, TokensMixin, LaunchesMixin,
-                     StorageGateway):
+                     HostPoolsMixin, StorageGateway):
     # Commands' claims and refusals, deleted jobs' ids and ended launches go by their rows' TTL
     # (cassandra_schema, LaunchesMixin): forget_claims and forget_launches forget nothing.
     expires_by_ttl = True

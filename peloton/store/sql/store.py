@@ -9,12 +9,13 @@ from peloton.store.base import StorageGateway
 from peloton.store.sql.allocations import AllocationsSql
 from peloton.store.sql.base import compile_statements
 from peloton.store.sql.claims import ClaimsSql
+from peloton.store.sql.host_pools import HostPoolsSql
 from peloton.store.sql.jobs import JobsSql
 from peloton.store.sql.queries import QueriesSql
 from peloton.store.sql.tokens import TokensSql
 
 
-class SqlStore(JobsSql, AllocationsSql, ClaimsSql, QueriesSql, TokensSql, StorageGateway):
+class SqlStore(JobsSql, AllocationsSql, ClaimsSql, HostPoolsSql, QueriesSql, TokensSql, StorageGateway):
     """The gateway over SQL; a subclass that sets `dialect` gets its statements compiled."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

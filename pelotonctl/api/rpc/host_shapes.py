@@ -1,6 +1,6 @@
 """Hosts for v0's and v1alpha's HostService alike (their HostInfo and requests are the same
-fields; v0's adds host pools, which do not exist here): the host-state view's records as
-HostInfo, and maintenance by hostname, through the HTTP API's host routes."""
+fields; v0's HostInfo adds the host's pools): the host-state view's records as HostInfo,
+maintenance by hostname, and host pools, through the HTTP API's host routes."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ from typing import Any
 
 import grpc
 
+from peloton.model.host_pools import DEFAULT_POOL, POOL_LABEL
 from pelotonctl import admin
 from pelotonctl.api.routes import hosts
 from pelotonctl.api.rpc.calls import Call, Failed, status_of
 
 PREFIX = "HOST_STATE_"
-HOST_POOLS = ("host pools do not exist here yet: every host serves every resource pool, and a job is kept to "
-              "hosts by its placement constraints on host labels (a host's labels are in QueryHosts' HostInfo)")
+MOVE_HOSTS = ("MoveHosts moves a number of hosts out of Peloton's 'shared' pool picked by its resource manager's "
+              "host scorer, which does not exist here: move each host with ChangeHostPool (it drains first)")
 
 
 def query(call: Call, states: Iterable[int], info: Any) -> list[Any]:
@@ -27,7 +28,12 @@ def query(call: Call, states: Iterable[int], info: Any) -> list[Any]:
              for s in states}
     known = sorted(asked & {"UP", "DRAINING", "DRAINED", "DOWN"})
     rows = hosts.list_hosts(call.creds, call.door, state=known)["hosts"]
-    return [host_info(row, info(), enum) for row in rows if not asked or row["state"] in asked]
+    found = [host_info(row, info(), enum) for row in rows if not asked or row["state"] in asked]
+    if found and "desired_pool" in info.DESCRIPTOR.fields_by_name:
+        moving = {h: d for h, (p, d) in call.door.store.host_pool_members().items() if p != d}
+        for out in found:
+            out.desired_pool = moving.get(out.hostname, out.current_pool)
+    return found
 
 
 def host_info(row: dict, out: Any, enum: Any) -> Any:
@@ -41,7 +47,31 @@ def host_info(row: dict, out: Any, enum: Any) -> Any:
     out.goal_state = enum.values_by_name[PREFIX + goal].number
     for key, value in sorted((row.get("labels") or {}).items()):
         out.labels.add(key=key, value=str(value))
+    if "current_pool" in out.DESCRIPTOR.fields_by_name:
+        out.current_pool = (row.get("labels") or {}).get(POOL_LABEL, DEFAULT_POOL)
     return out
+
+
+def list_pools(call: Call, response: Any) -> Any:
+    for pool in hosts.list_host_pools(call.creds, call.door)["pools"]:
+        response.pools.add(name=pool["name"], hosts=pool["hosts"])
+    return response
+
+
+def create_pool(call: Call, request: Any) -> None:
+    hosts.create_host_pool(hosts.HostPoolName(name=request.name), call.creds, call.door)
+
+
+def delete_pool(call: Call, request: Any) -> None:
+    hosts.delete_host_pool(request.name, call.creds, call.door)
+
+
+def change_pool(call: Call, request: Any) -> None:
+    """Peloton's ChangeHostPool names the source pool it expects; here an empty one means any."""
+    if not request.hostname or not request.destinationPool:
+        raise admin.UserError("hostname and destinationPool: give the host and the pool it moves to")
+    hosts.change_host_pool(request.hostname, hosts.HostPoolMove(pool=request.destinationPool,
+                                                                source=request.sourcePool), call.creds, call.door)
 
 
 def maintain(call: Call, request: Any, action: str) -> str:

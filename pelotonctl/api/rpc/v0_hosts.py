@@ -1,6 +1,6 @@
 """Peloton's v0 HostService (peloton.api.v0.host.svc): hosts queried by state from the API's
-host-state view, and maintenance started and completed by hostname, through the HTTP API's host
-routes (host_shapes.py). The host-pool methods are not served: there are no host pools here."""
+host-state view, maintenance started and completed by hostname, and host pools, through the HTTP
+API's host routes (host_shapes.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ SERVICE = "peloton.api.v0.host.svc.HostService"
 
 @served(f"{SERVICE}/QueryHosts")
 def query_hosts(call: Call, request: svc.QueryHostsRequest) -> svc.QueryHostsResponse:
-    """The hosts in any of the states asked (every host if none); current_pool and desired_pool
-    stay empty, as Peloton's do with host pools not enabled."""
+    """The hosts in any of the states asked (every host if none), each with its host pool and the
+    one it is moving to (the same when it is not moving)."""
     return svc.QueryHostsResponse(host_infos=host_shapes.query(call, request.host_states, host_pb2.HostInfo))
 
 
@@ -33,5 +33,31 @@ def complete_maintenance(call: Call, request: svc.CompleteMaintenanceRequest) ->
     return svc.CompleteMaintenanceResponse(hostname=host_shapes.maintain(call, request, "complete"))
 
 
-for _method in ("ListHostPools", "CreateHostPool", "DeleteHostPool", "ChangeHostPool", "MoveHosts"):
-    not_served(f"{SERVICE}/{_method}", host_shapes.HOST_POOLS)
+not_served(f"{SERVICE}/MoveHosts", host_shapes.MOVE_HOSTS)
+
+
+@served(f"{SERVICE}/ListHostPools")
+def list_host_pools(call: Call, request: svc.ListHostPoolsRequest) -> svc.ListHostPoolsResponse:
+    """Every host pool and its hosts (the default pool always among them)."""
+    return host_shapes.list_pools(call, svc.ListHostPoolsResponse())
+
+
+@served(f"{SERVICE}/CreateHostPool")
+def create_host_pool(call: Call, request: svc.CreateHostPoolRequest) -> svc.CreateHostPoolResponse:
+    """Makes an empty host pool (administrators); a taken name is ALREADY_EXISTS."""
+    host_shapes.create_pool(call, request)
+    return svc.CreateHostPoolResponse()
+
+
+@served(f"{SERVICE}/DeleteHostPool")
+def delete_host_pool(call: Call, request: svc.DeleteHostPoolRequest) -> svc.DeleteHostPoolResponse:
+    """Deletes a host pool; its hosts move to the default pool (administrators)."""
+    host_shapes.delete_pool(call, request)
+    return svc.DeleteHostPoolResponse()
+
+
+@served(f"{SERVICE}/ChangeHostPool")
+def change_host_pool(call: Call, request: svc.ChangeHostPoolRequest) -> svc.ChangeHostPoolResponse:
+    """Moves a host to another pool, after draining its runs when it has any (administrators)."""
+    host_shapes.change_pool(call, request)
+    return svc.ChangeHostPoolResponse()

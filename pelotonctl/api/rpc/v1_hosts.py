@@ -1,6 +1,5 @@
 """Peloton's v1alpha HostService (peloton.api.v1alpha.host.svc): v0's, in v1alpha's messages
-(host_shapes.py); its errors were gRPC statuses in v0 already. The host-pool methods are not
-served: there are no host pools here."""
+(host_shapes.py), host pools included; its errors were gRPC statuses in v0 already."""
 
 from __future__ import annotations
 
@@ -8,7 +7,7 @@ from peloton.api.v1alpha.host import host_pb2
 from peloton.api.v1alpha.host.svc import host_svc_pb2 as svc
 from pelotonctl.api.rpc import host_shapes
 from pelotonctl.api.rpc.calls import Call
-from pelotonctl.api.rpc.catalog import not_served, served
+from pelotonctl.api.rpc.catalog import served
 
 SERVICE = "peloton.api.v1alpha.host.svc.HostService"
 
@@ -31,5 +30,28 @@ def complete_maintenance(call: Call, request: svc.CompleteMaintenanceRequest) ->
     return svc.CompleteMaintenanceResponse(hostname=host_shapes.maintain(call, request, "complete"))
 
 
-for _method in ("ListHostPools", "CreateHostPool", "DeleteHostPool", "ChangeHostPool"):
-    not_served(f"{SERVICE}/{_method}", host_shapes.HOST_POOLS)
+@served(f"{SERVICE}/ListHostPools")
+def list_host_pools(call: Call, request: svc.ListHostPoolsRequest) -> svc.ListHostPoolsResponse:
+    """Every host pool and its hosts (the default pool always among them)."""
+    return host_shapes.list_pools(call, svc.ListHostPoolsResponse())
+
+
+@served(f"{SERVICE}/CreateHostPool")
+def create_host_pool(call: Call, request: svc.CreateHostPoolRequest) -> svc.CreateHostPoolResponse:
+    """Makes an empty host pool (administrators); a taken name is ALREADY_EXISTS."""
+    host_shapes.create_pool(call, request)
+    return svc.CreateHostPoolResponse()
+
+
+@served(f"{SERVICE}/DeleteHostPool")
+def delete_host_pool(call: Call, request: svc.DeleteHostPoolRequest) -> svc.DeleteHostPoolResponse:
+    """Deletes a host pool; its hosts move to the default pool (administrators)."""
+    host_shapes.delete_pool(call, request)
+    return svc.DeleteHostPoolResponse()
+
+
+@served(f"{SERVICE}/ChangeHostPool")
+def change_host_pool(call: Call, request: svc.ChangeHostPoolRequest) -> svc.ChangeHostPoolResponse:
+    """Moves a host to another pool, after draining its runs when it has any (administrators)."""
+    host_shapes.change_pool(call, request)
+    return svc.ChangeHostPoolResponse()

@@ -500,3 +500,17 @@ def test_events_of_several_jobs_in_one_batch_keep_their_order_per_job(store) -> 
     assert [(e["job_id"], e["instance"], e["state"], e["timestamp_ms"]) for e in store.task_events("a")] == [
         ("a", 0, "READY", 1), ("a", 1, "READY", 3), ("a", 0, "RUNNING", 4)]
     assert [e["task_id"] for e in store.task_events("b")] == ["b-0-1"]
+
+
+def test_host_pools_are_made_once_and_hosts_remember_their_pool_and_the_one_they_move_to(store) -> None:
+    assert store.host_pools() == {}
+    assert store.add_host_pool("gpu", 10, "alice") is True
+    assert store.add_host_pool("gpu", 20, "bob") is False  # taken: the first stays
+    assert store.host_pools() == {"gpu": {"created_ms": 10, "created_by": "alice"}}
+    store.set_host_pool("h1", "default", "gpu", 30)
+    store.set_host_pool("h1", "gpu", "gpu", 40)  # moved
+    store.set_host_pool("h2", "default", "default", 40)
+    assert store.host_pool_members() == {"h1": ("gpu", "gpu"), "h2": ("default", "default")}
+    store.remove_host_pool("gpu")
+    store.remove_host_pool("gpu")  # gone already: nothing to do
+    assert store.host_pools() == {}

@@ -1,5 +1,5 @@
 """Peloton's v0 and v1alpha HostService over gRPC: hosts by state from the API's host-state view,
-maintenance for administrators only, host pools not served with the reason. Maintenance reads
+maintenance and host pools for administrators only. Maintenance reads
 the host-state topic and sends its request through a producer of its own
 (admin.request_maintenance): both are replaced here, the broker's part being for integration tests."""
 
@@ -36,7 +36,7 @@ def test_query_hosts_by_state(port, v0) -> None:
     [h0] = v0.QueryHosts(svc.QueryHostsRequest(), metadata=port.as_user("bob")).host_infos
     assert (h0.hostname, h0.state, h0.goal_state) == ("h0", host_pb2.HOST_STATE_UP, host_pb2.HOST_STATE_UP)
     assert [(lb.key, lb.value) for lb in h0.labels] == [("hostname", "h0")]
-    assert (h0.ip, h0.current_pool) == ("", "")
+    assert (h0.ip, h0.current_pool, h0.desired_pool) == ("", "default", "default")
     up = v0.QueryHosts(svc.QueryHostsRequest(host_states=[host_pb2.HOST_STATE_UP, host_pb2.HOST_STATE_DRAINING]),
                        metadata=port.as_user("bob"))
     assert [h.hostname for h in up.host_infos] == ["h0"]
@@ -97,13 +97,38 @@ def test_maintenance_of_an_unknown_host_or_a_drain_too_far_is_refused(port, v0, 
     assert sent.take("placements") == []
 
 
-def test_host_pools_are_not_served_with_the_reason(port, v0) -> None:
+def test_host_pools_are_made_listed_changed_and_deleted_by_administrators(port, v0, sent) -> None:
     v1 = v1grpc.HostServiceStub(port.channel)
-    for method, request in ((v0.ListHostPools, svc.ListHostPoolsRequest()),
-                            (v0.MoveHosts, svc.MoveHostsRequest(sourcePool="a", destinationPool="b")),
-                            (v1.CreateHostPool, v1svc.CreateHostPoolRequest(name="p"))):
-        with pytest.raises(grpc.RpcError) as refused:
-            method(request, metadata=port.as_user("root"))
-        assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
-        assert "host pools do not exist here yet" in refused.value.details()
-        assert "placement constraints on host labels" in refused.value.details()
+    with pytest.raises(grpc.RpcError) as refused:
+        v0.CreateHostPool(svc.CreateHostPoolRequest(name="gpu"), metadata=port.as_user("bob"))
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    v0.CreateHostPool(svc.CreateHostPoolRequest(name="gpu"), metadata=port.as_user("root"))
+    with pytest.raises(grpc.RpcError) as taken:
+        v1.CreateHostPool(v1svc.CreateHostPoolRequest(name="gpu"), metadata=port.as_user("root"))
+    assert taken.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    with pytest.raises(grpc.RpcError) as bad:
+        v0.CreateHostPool(svc.CreateHostPoolRequest(name="no spaces"), metadata=port.as_user("root"))
+    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "host pool name" in bad.value.details()
+    pools = v1.ListHostPools(v1svc.ListHostPoolsRequest(), metadata=port.as_user("bob")).pools
+    assert [(p.name, list(p.hosts)) for p in pools] == [("default", ["h0"]), ("gpu", [])]
+    v0.ChangeHostPool(svc.ChangeHostPoolRequest(hostname="h0", sourcePool="default", destinationPool="gpu"),
+                      metadata=port.as_user("root"))
+    [(_topic, key, schema, move)] = sent.take("placements")
+    assert (key, schema, move["pool"], move["source_pool"], move["requested_by"]) == (
+        "h0", "peloton.HostPoolChange", "gpu", "default", "root")
+    for request, code, words in (
+            (svc.ChangeHostPoolRequest(hostname="h0", destinationPool="nope"), grpc.StatusCode.NOT_FOUND,
+             "no host pool 'nope'"),
+            (svc.ChangeHostPoolRequest(hostname="h0", sourcePool="gpu", destinationPool="gpu"),
+             grpc.StatusCode.INVALID_ARGUMENT, "host h0 is in host pool 'default', not 'gpu'")):
+        with pytest.raises(grpc.RpcError) as wrong:
+            v0.ChangeHostPool(request, metadata=port.as_user("root"))
+        assert wrong.value.code() == code and words in wrong.value.details()
+    with pytest.raises(grpc.RpcError) as default:
+        v0.DeleteHostPool(svc.DeleteHostPoolRequest(name="default"), metadata=port.as_user("root"))
+    assert default.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    v1.DeleteHostPool(v1svc.DeleteHostPoolRequest(name="gpu"), metadata=port.as_user("root"))
+    assert port.store.host_pools() == {}
+    with pytest.raises(grpc.RpcError) as moves:
+        v0.MoveHosts(svc.MoveHostsRequest(sourcePool="shared", destinationPool="b"), metadata=port.as_user("root"))
+    assert moves.value.code() == grpc.StatusCode.UNIMPLEMENTED and "ChangeHostPool" in moves.value.details()

@@ -1,0 +1,30 @@
+"""Host pools: the pools operators made and each host's pool and the one it is moving to, each
+table one partition (bucket 0: a cluster has tens of pools and its hosts, read whole). A pool is
+made under the API's host-pool lock, so its check-then-write needs no lightweight transaction."""
+
+from __future__ import annotations
+
+from peloton.store.cassandra.session import TS, CassandraSession, insert_cql
+
+
+class HostPoolsMixin(CassandraSession):
+    def host_pools(self) -> dict[str, dict]:
+        return {name: {"created_ms": at, "created_by": by or ""} for name, at, by in self._rows(
+            "SELECT name, created_ms, created_by FROM host_pools WHERE bucket = 0")}
+
+    def add_host_pool(self, name: str, at_ms: int, by: str) -> bool:
+        if self._rows("SELECT name FROM host_pools WHERE bucket = 0 AND name = ?", (name,)):
+            return False
+        self._write(insert_cql("host_pools", "bucket, name, created_ms, created_by"), [(0, name, at_ms, by, TS)])
+        return True
+
+    def remove_host_pool(self, name: str) -> None:
+        self._write("DELETE FROM host_pools USING TIMESTAMP ? WHERE bucket = 0 AND name = ?", [(TS, name)])
+
+    def set_host_pool(self, host_id: str, pool: str, desired: str, at_ms: int) -> None:
+        self._write(insert_cql("host_pool_members", "bucket, host_id, pool, desired_pool, updated_ms"),
+                    [(0, host_id, pool, desired, at_ms, TS)])
+
+    def host_pool_members(self) -> dict[str, tuple[str, str]]:
+        return {host: (pool, desired) for host, pool, desired in self._rows(
+            "SELECT host_id, pool, desired_pool FROM host_pool_members WHERE bucket = 0")}
