@@ -57,7 +57,7 @@ def test_every_command_of_the_click_tree_is_in_the_cli_reference(pages) -> None:
     assert len(documented) == len(commands) > 60
     assert documented == [path for path, _ in commands]
     for path, command in commands:
-        section = _section(page, f"{'#' * (path.count(' ') + 2)} pelotonctl {path} ")
+        section = _section(page, f"{'#' * min(path.count(' ') + 2, 4)} pelotonctl {path} ")
         for param in command.params:
             if "--help" not in param.opts:
                 name = param.opts[0] if param.param_type_name == "option" else (param.metavar or param.name.upper())
