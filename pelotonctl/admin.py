@@ -304,6 +304,9 @@ def check_job(settings: Settings, store: QueryStore, pool: str, text: str, job_i
     problem = job_id_problem(job_id) or leaf_pool_error(pools, pool)
     if problem:
         raise UserError(problem)
+    if spec.respool is not None and "/" + spec.respool.strip("/") != pool:
+        raise UserError(f"respoolid: the job file names pool {spec.respool}, but the job is created in {pool}: give "
+                        "one pool (or leave respoolID out)")
     if (known := store.get_job(job_id)) is not None:
         if may_read is not None and not may_read(known.pool):
             raise AlreadyExists(f"job id {job_id} is taken: a job id names one job")
@@ -367,6 +370,7 @@ def control_job(settings: Settings, store: QueryStore, kind: str, job_id: str, i
         to_restart,
         to_start,
         to_stop,
+        update_config_problems,
         update_fields,
         update_problems,
     )
@@ -392,7 +396,8 @@ def control_job(settings: Settings, store: QueryStore, kind: str, job_id: str, i
         new = validate_job(config or "", settings)
         old = validate_job(job.config_text, settings)
         version, _ = update_fields(config or "")
-        problems = update_problems(old, new, job.pool, job.config_version, version)
+        problems = update_problems(old, new, job.pool, job.config_version, version) + update_config_problems(
+            config or "")
         if problems:
             raise UserError("update refused:\n" + "\n".join(f"  {p}" for p in problems))
         chosen = changed_instances(old, new)

@@ -24,6 +24,10 @@ from peloton.model.usage import describe_usage
 
 CPU_PERIOD_US = 100_000
 MIN_CPU_QUOTA_US = 1_000  # the kernel's floor
+# Mesos' MIN_MEMORY: its memory isolator never set a limit below it, so Peloton's job files ask
+# for as little as 0.1 MB and ran. A run's memory limit here has the same floor (the scheduler
+# still counts what the task asked for).
+MIN_MEM_LIMIT_MB = 32.0
 _MB = 1024 * 1024
 
 
@@ -419,3 +423,8 @@ def _v2(own: Path, leaf: str, mount: Path) -> V2:
             _write(me / "cgroup.procs", str(os.getpid()))
             _write(d / "cgroup.subtree_control", missing)
     return V2(parent, mount)
+
+
+def memory_limit_mb(asked_mb: float) -> float:
+    """The memory limit of a run that asked for `asked_mb` (0: none), at least Mesos' floor."""
+    return max(asked_mb, MIN_MEM_LIMIT_MB) if asked_mb > 0 else 0.0

@@ -57,10 +57,11 @@ class ContainerRuntime:
 
     def bundle(self, bundle: Path, image: str, argv: list[str], env: dict[str, str], sandbox: Path,
                uid: int, gid: int, cpu: float, mem_mb: float, pids: int, task_id: str,
-               devices: list[dict] | None = None) -> Path:
+               devices: list[dict] | None = None, binds: list[tuple[Path, str]] | None = None) -> Path:
         """Write the task's bundle (config.json) from the runtime's own default spec; `devices`:
         OCI device entries of the GPUs the run was given (devices.py), made in it and allowed to
-        it (the default spec allows none but the usual few)."""
+        it (the default spec allows none but the usual few); `binds`: (host folder, path in the
+        container) of its persistent volume, mounted after the sandbox it lies in."""
         rootfs = self.rootfs(image)
         bundle.mkdir(parents=True, exist_ok=True)
         config_path = bundle / "config.json"
@@ -78,6 +79,8 @@ class ContainerRuntime:
         config["mounts"] += [
             {"destination": "/sandbox", "type": "bind", "source": str(sandbox), "options": ["rbind", "rw"]},
             {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=1777"]},
+            *({"destination": inside, "type": "bind", "source": str(folder), "options": ["rbind", "rw"]}
+              for folder, inside in binds or ()),
         ]
         linux = config["linux"]
         # The host's network (a task's ports are the host's) and the host's pids: as PID 1 of a

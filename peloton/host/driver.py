@@ -36,6 +36,7 @@ class LaunchRequest:
     user: str = ""  # the job's command.user; "": the agent's choice
     image: str = ""  # the container image it runs in; "": the host's own file system
     health_check: str | None = None  # the task's health check as JSON (peloton/model/health.py); None: none
+    volume: tuple[str, str] | None = None  # (volume id, containerPath) of its persistent volume; None: none
 
 
 @quick_init  # several per run
@@ -132,6 +133,10 @@ class AgentDriver(ABC):
         """How a run an earlier driver started ended, where that outlives the driver; None when it
         cannot be known (then the run is reported lost). The default never knows."""
         return None
+
+    def delete_volumes(self, host_id: str, volume_ids: Sequence[str]) -> None:  # noqa: B027 (a hook)
+        """Remove persistent volumes from a host. The default keeps none (a simulated host's
+        volumes are only rows in the store)."""
 
     def extend_lease(self, until: float) -> None:  # noqa: B027 (a hook: by default none)
         """The agent's lease now ends at `until` (time.monotonic()): runs that outlive their agent

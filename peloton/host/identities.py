@@ -35,6 +35,7 @@ LINGER_S = 60.0  # how long a job keeps its uid after its last run here was star
 DEFAULT_DIR = "/var/lib/peloton"
 STATE_FILE = "identities.json"
 LOCK_FILE = "identities.lock"
+VOLUMES_DIR = ".volumes"  # persistent volumes, under a sandboxes root (peloton/host/volumes.py)
 # Where any user may leave a file: a uid is not given again while one of its last owner's is here.
 SHARED_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 _SHARED_SCAN_LIMIT = 200_000  # entries looked at per scan: a /tmp larger than this is not searched further
@@ -133,6 +134,7 @@ class JobIdentities:
                     continue  # taken again meanwhile, or still running
                 for root in held.get("roots") or [str(self.root)]:
                     give_back_sandboxes(Path(root), uid)
+                    give_back_volumes(Path(root), uid)
                 del state["held"][job]
                 state["released"][str(uid)] = [job, now]
                 done.append((job, uid))
@@ -270,6 +272,24 @@ def give_back_sandboxes(root: Path, uid: int) -> int:
     count = 0
     try:
         entries = [e for e in os.scandir(root) if not e.name.startswith(".")]
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == uid:
+                count += 1
+                own_tree(Path(entry.path), uid, 0, 0)
+        except OSError:
+            continue
+    return count
+
+
+def give_back_volumes(root: Path, uid: int) -> int:
+    """Every persistent volume `uid` owns under `root` becomes root's, so the next job given the
+    uid never reaches them (peloton/host/volumes.py gives a volume to its run at each launch)."""
+    count = 0
+    try:
+        entries = list(os.scandir(root / VOLUMES_DIR))
     except OSError:
         return 0
     for entry in entries:

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 from .accounts import UserPolicy
-from .cgroups import Hierarchy, Limits, TaskCgroup
+from .cgroups import Hierarchy, Limits, TaskCgroup, memory_limit_mb
 from .containers import ContainerRuntime, ImageError
 from .devices import GpuAllotment
 from .driver import LaunchRequest
@@ -20,6 +20,7 @@ from .executor import LEASE_FD, STATUS_FILE
 from .identities import Account, JobIdentities
 from .sandboxes import open_sandbox, sandbox_path
 from .spawn import EXECUTOR_ENVIRONMENT, EXECUTOR_MEM_MB, GATE, command_line, executor_argv, missing_command
+from .volumes import link_volume, mount_point, prepare_volume
 
 # A run's files are its job's alone: its sandbox 0700, what it makes 0600 unless it says otherwise.
 TASK_UMASK = 0o077
@@ -71,7 +72,8 @@ class Launcher:
         # The executor shares the task's cgroup (it must be in before the command starts): its
         # memory and its process come on top of what the task asked for, as Mesos' do.
         assert self._isolation is not None  # _spawn chose isolation: the agent found a hierarchy
-        cgroup = self._isolation.make(request.task_id, Limits(res.cpu, res.mem_mb and res.mem_mb + EXECUTOR_MEM_MB,
+        memory = memory_limit_mb(res.mem_mb)
+        cgroup = self._isolation.make(request.task_id, Limits(res.cpu, memory and memory + EXECUTOR_MEM_MB,
                                                               self._pids_max and self._pids_max + 1,
                                                               self._gpus.denied(gpus)))
         gate_out, gate_in = os.pipe()
@@ -110,8 +112,15 @@ class Launcher:
         try:  # the executor, as root, runs the runtime: an environment of its own, none of ours
             bundles = self._root / ".bundles"
             bundles.mkdir(mode=0o700, exist_ok=True)  # a bundle holds its run's environment
+            binds = []
+            if request.volume is not None:  # bound onto its containerPath under /sandbox
+                volume_id, container_path = request.volume
+                binds.append((prepare_volume(self._root, volume_id, account),
+                              mount_point(sandbox, container_path, account)))
             bundle = runtime.bundle(bundles / request.task_id, request.image, command_line(request), env, sandbox, uid,
-                                    gid, res.cpu, res.mem_mb, self._pids_max, request.task_id, self._gpus.nodes(gpus))
+                                    gid, res.cpu, memory_limit_mb(res.mem_mb), self._pids_max, request.task_id,
+                                    self._gpus.nodes(gpus),
+                                    binds)
             runtime.delete(request.task_id)  # a container of an earlier attempt under the same id
             lease, keep = self._executor_fds()
             proc = subprocess.Popen([*executor_argv(), *runtime.run_argv(request.task_id, bundle)], cwd=sandbox,
@@ -133,6 +142,9 @@ class Launcher:
         # above it need not be open to that user. It gets its own copies of the descriptors.
         out, err = open_sandbox(sandbox, account)
         try:
+            if request.volume is not None:  # its persistent volume, at its containerPath in the sandbox
+                volume_id, container_path = request.volume
+                link_volume(sandbox, container_path, prepare_volume(self._root, volume_id, account), account)
             lease, keep = self._executor_fds()
             proc = subprocess.Popen(argv, cwd=sandbox, env={**env, **EXECUTOR_ENVIRONMENT, **lease}, stdin=stdin,
                                     stdout=out, stderr=err, start_new_session=True, umask=TASK_UMASK, pass_fds=keep,

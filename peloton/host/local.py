@@ -42,6 +42,7 @@ from .leasefile import LeaseFile
 from .orphans import DEFAULT_ORPHAN_GRACE_SECONDS, kill_escapees, kill_orphan, kill_orphans, signal_group
 from .pidfiles import remove_pid_file, tell_executor, write_pid_file
 from .sandboxes import SANDBOX_GC_BATCH, SANDBOX_GC_SECONDS, collect_sandboxes, disk_mb, sandbox_path
+from .volumes import delete_volume
 
 log = logging.getLogger("peloton.agent")
 
@@ -281,6 +282,15 @@ class LocalDriver(AgentDriver):
                 self._isolation.at(self._runtime.cgroups_path(name)).destroy(wait_s=0.2)
                 cleared.append(name)
         return cleared
+
+    def delete_volumes(self, host_id: str, volume_ids: Sequence[str]) -> None:
+        """Remove persistent volumes from this machine (the host id is this driver's own hosts')."""
+        for volume_id in volume_ids:
+            try:
+                if delete_volume(self._root, volume_id):
+                    log.info("volume %s deleted", volume_id)
+            except (OSError, ValueError) as exc:
+                log.warning("volume %s not deleted: %s", volume_id, exc)
 
     def close(self) -> None:
         if self._closed:

@@ -24,7 +24,15 @@ from peloton.model.fields import describe as _describe
 from peloton.model.fields import join as _join
 from peloton.model.fields import mapping as _mapping
 from peloton.model.fields import text as _text
-from peloton.model.jobfields import Problems, read_boolean, read_integer, read_labels, read_mapping, read_string
+from peloton.model.jobfields import (
+    Problems,
+    read_boolean,
+    read_integer,
+    read_labels,
+    read_list,
+    read_mapping,
+    read_string,
+)
 from peloton.model.jobspec import (
     DEFAULT_CONFIG,
     DEFAULT_PLACEMENT_STRATEGY,
@@ -88,6 +96,8 @@ class _JobReader:
             self._check_sla(instance_count, max_running, min_running)
         if job_type in ("SERVICE", "DAEMON"):
             self._check_service_sla(sla, job_type)
+        if read_list(f, "ldapgroups", ROOT, p):
+            p.note("ldapgroups", "not used: access to a job goes by its pool's owningTeam/ldapGroups")
         # Every field is read before raising, so one error lists all the problems.
         spec: dict[str, Any] = dict(
             name=read_string(f, "name", ROOT, p),
@@ -161,8 +171,10 @@ class _JobReader:
                           ("minimumrunninginstances", "minimumRunningInstances"), ("maxrunningtime", "maxRunningTime")):
             if is_integer(sla.get(key)) and sla[key] > 0:
                 self.problems.add(f"sla.{key}", f"{name} is for BATCH jobs; a {job_type} job may not set it")
-        if sla.get("revocable") is True and sla.get("preemptible") is False:
-            self.problems.add("sla.revocable", f"a revocable {job_type} job must be preemptible (preemptible: true)")
+        # Peloton's rule, with its default: preemptible absent is false.
+        if sla.get("revocable") is True and sla.get("preemptible") is not True:
+            self.problems.add("sla.revocable", f"a revocable {job_type} job must be preemptible (preemptible: true; "
+                                               "absent, it is false)")
 
     def _daemon_template(self) -> int:
         """A DAEMON job's instances are the eligible hosts (peloton.model.daemon): its config is read

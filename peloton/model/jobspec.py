@@ -76,6 +76,14 @@ class CommandSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class VolumeSpec:
+    """A task's persistent volume (Peloton's PersistentVolumeConfig): peloton/model/volumes.py."""
+
+    container_path: str  # relative to the run's sandbox, normalised
+    size_mb: int
+
+
+@dataclass(frozen=True, slots=True)
 class TaskSpec:
     instance: int
     name: str
@@ -90,6 +98,7 @@ class TaskSpec:
     health_check: HealthCheck | None  # an enabled health check (peloton/model/health.py), else None
     revocable: bool
     image: str = ""  # the container image it runs in; "": the host's own file system
+    volume: VolumeSpec | None = None  # a stateful task's persistent volume (peloton/model/volumes.py)
 
 
 # Every field of a TaskSpec but its instance, as one tuple (alike compares them).

@@ -5,6 +5,7 @@ Peloton merges them, checked per instance, and turned into one TaskSpec per inst
 from __future__ import annotations
 
 import dataclasses
+import posixpath
 import re
 from typing import Any
 
@@ -40,6 +41,8 @@ from peloton.model.jobspec import (
 )
 from peloton.model.resources import Resources
 from peloton.model.users import user_problem
+from peloton.model.volumes import MAX_SIZE_MB as MAX_VOLUME_MB
+from peloton.model.volumes import VolumeSpec, container_path_problem
 
 # The settings (environment variables) that raise the per-task caps.
 _CAP_SETTINGS = {"cpu": "PELOTON_MAX_TASK_CPU", "mem_mb": "PELOTON_MAX_TASK_MEM_MB",
@@ -71,14 +74,34 @@ def read_task_config(raw: Any, path: str, problems: Problems, limits: JobLimits)
 # Task-config fields Peloton honours and this scheduler reads but does not (yet): each is named
 # with its path when a job carries it (`job validate`, `job create`), never dropped in silence.
 _NOT_HONOURED = {
-    "volume": "not kept: a persistent volume is not made here; a task's sandbox is its only disk",
     "executor": "not used: a task runs as a command (Mesos' command executor), not under a custom executor",
     "preemptionpolicy": "not used: a preempted run is always run again (Peloton's killOnPreempt: false)",
     "revocable": "not used per task: the job's sla.revocable decides whether its tasks are revocable",
 }
+# The container's fields nothing reads (its image, its type and its docker env parameters are
+# read below): each given is named, unless its value asks for what a run gets here anyway.
 _CONTAINER_NOT_HONOURED = {
     ("volumes",): "not mounted: a task sees its sandbox (and, without an image, the host's file system)",
+    ("hostname",): "not set: a run has its host's hostname",
+    ("docker", "network"): "not used: a run shares its host's network (Docker's HOST)",
+    ("docker", "portmappings"): "not used: a run shares its host's network; its ports are given in ports",
+    ("docker", "privileged"): "not used: a run is never privileged",
+    ("docker", "forcepullimage"): "not used: nothing is pulled; the image must have been imported on the host",
+    ("docker", "volumedriver"): "not used: nothing is mounted",
+    ("mesos", "image", "type"): "not used: only a docker image (mesos.image.docker.name) is run",
+    ("mesos", "image", "appc"): "not used: only a docker image (mesos.image.docker.name) is run",
+    ("mesos", "image", "cached"): "not used: nothing is pulled; the image must have been imported on the host",
+    ("mesos", "image", "docker", "credential"): "not used: nothing is pulled",
+    ("mesos", "image", "docker", "config"): "not used: nothing is pulled",
+    ("networkinfos",): "not used: a run shares its host's network",
+    ("linuxinfo",): "not used: a run gets no capabilities or namespaces beyond its account's",
+    ("rlimitinfo",): "not set: a run has its agent's resource limits (beyond cpu, memory, disk and processes)",
+    ("ttyinfo",): "not used: a run has no terminal",
 }
+# Values (as upper-case text) that ask for what a run gets here anyway: not named.
+_CONTAINER_AS_HERE = {("docker", "network"): {"HOST", "1"}, ("docker", "privileged"): {"FALSE"},
+                      ("docker", "forcepullimage"): {"FALSE"}, ("mesos", "image", "type"): {"DOCKER", "2"},
+                      ("mesos", "image", "cached"): {"TRUE"}}
 
 
 def _note_unhonoured(fields: dict, path: str, problems: Problems) -> None:
@@ -87,8 +110,14 @@ def _note_unhonoured(fields: dict, path: str, problems: Problems) -> None:
             problems.note(_join(path, key), why)
     container = lower_keys_deep(fields.get("container"))
     for keys, why in _CONTAINER_NOT_HONOURED.items():
-        if _at(container, *keys):
-            problems.note(_join(path, "container." + ".".join(keys)), why)
+        value = _at(container, *keys)
+        if value in (None, "", [], {}) or str(value).upper() in _CONTAINER_AS_HERE.get(keys, ()):
+            continue
+        problems.note(_join(path, "container." + ".".join(keys)), why)
+    health = lower_keys_deep(fields.get("healthcheck"))
+    if _at(health, "enabled") is True and _at(health, "commandcheck", "unshareenvironments") is True:
+        problems.note(_join(path, "healthcheck.commandcheck.unshareenvironments"),
+                      "not used: the check always sees the run's environment")
 
 
 # Resources field -> the file's key under `resource`.
@@ -101,7 +130,8 @@ def _read_resources(fields: dict, path: str, problems: Problems, limits: JobLimi
     res = _mapping(fields["resource"], where, problems)
     if res is None:
         return Resources()
-    read_amount(res, "fdlimit", where, problems, limits.fd)  # checked, but nothing here limits descriptors
+    if read_amount(res, "fdlimit", where, problems, limits.fd):  # checked; 0 asks for no limit
+        problems.note(_join(where, "fdlimit"), "not set: a run has its agent's limit on open files")
     amounts = {name: read_amount(res, key, where, problems, getattr(limits, name), _CAP_SETTINGS[name])
                for name, key in _RESOURCE_KEYS.items()}
     # A task asking for nothing fits on every host at once: a mistake, and a way to flood hosts.
@@ -126,9 +156,20 @@ def _read_command(fields: dict, path: str, problems: Problems) -> CommandSpec:
     if user and not _USER_NAME.fullmatch(user):
         problems.add(_join(where, "user"), f"{user!r} is not a user name (letters, digits, '_', '.', '-'; at most 32)")
         user = ""
+    value = read_string(cmd, "value", where, problems)
+    shell = read_boolean(cmd, "shell", where, problems, default=True)  # Mesos' default
+    if not shell and arguments:
+        # Mesos' CommandInfo: without a shell, value is the program and arguments its whole argv,
+        # argv[0] first. A CommandSpec's arguments follow its program, which is argv[0] here.
+        if arguments[0] not in (value, posixpath.basename(value)):
+            problems.note(f"{where}.arguments[0]", f"not used as argv[0]: a run's argv[0] is its program ({value!r}) "
+                                                   "here; the arguments after it are passed as given")
+        arguments = arguments[1:]
+    if cmd.get("uris"):
+        problems.note(_join(where, "uris"), "not fetched: no Mesos fetcher: nothing is downloaded into the sandbox")
     return CommandSpec(
-        value=read_string(cmd, "value", where, problems),
-        shell=read_boolean(cmd, "shell", where, problems, default=True),  # Mesos' default
+        value=value,
+        shell=shell,
         arguments=tuple(arguments),
         environment=environment,
         user=user,
@@ -148,6 +189,7 @@ def _read_environment(raw: Any, path: str, problems: Problems) -> tuple[tuple[st
         return ()
     lowered = {k.lower(): v for k, v in raw.items() if isinstance(k, str)}
     if "variables" in lowered and isinstance(lowered["variables"], (list, type(None))):
+        _refuse_secrets(lowered["variables"] or [], _join(path, "variables"), problems)
         return _read_env_variables(lowered["variables"] or [], _join(path, "variables"), problems)
     # A plain mapping: the names are user data, so they keep their case.
     env: dict[str, str] = {}
@@ -160,6 +202,24 @@ def _read_environment(raw: Any, path: str, problems: Problems) -> tuple[tuple[st
             if text is not None:
                 env[name] = text
     return tuple(env.items())
+
+
+def _refuse_secrets(items: list, path: str, problems: Problems) -> None:
+    """Mesos' SECRET variables take their value from a secret store, of which there is none here:
+    run as if absent, such a variable would reach the task empty."""
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            continue  # reported by _read_env_variables
+        variable = {k.lower(): v for k, v in item.items() if isinstance(k, str) and v is not None}
+        kind = str(variable.get("type", "VALUE")).upper()
+        if kind in ("SECRET", "2"):
+            problems.add(f"{path}[{i}].type", "a SECRET variable is not supported: there is no secret store here, "
+                                              "and the run would get no value; give its value (type VALUE)")
+        elif kind not in ("VALUE", "1", "UNKNOWN", "0"):
+            problems.add(f"{path}[{i}].type", f"expected VALUE or SECRET, got {_describe(variable['type'])}")
+        elif "secret" in variable:
+            problems.add(f"{path}[{i}].secret", "a secret is for a SECRET variable, which is not supported here "
+                                                "(there is no secret store); give the value in value")
 
 
 def _read_env_variables(items: list, path: str, problems: Problems) -> tuple[tuple[str, str], ...]:
@@ -177,7 +237,13 @@ def _read_docker_env(fields: dict, path: str, problems: Problems) -> tuple[tuple
     env = []
     for i, item in enumerate(read_list(docker, "parameters", _join(where, "docker"), problems)):
         param = _mapping(item, f"{params_path}[{i}]", problems)
-        if param is None or read_string(param, "key", f"{params_path}[{i}]", problems).lower() != "env":
+        if param is None:
+            continue
+        key = read_string(param, "key", f"{params_path}[{i}]", problems)
+        if key.lower() != "env":
+            problems.note(f"{params_path}[{i}].key", f"not used: {key!r} is a docker run option, and there is no "
+                                                      "docker daemon here (only key env is read: a variable of the "
+                                                      "run's environment)")
             continue
         name, sep, value = read_string(param, "value", f"{params_path}[{i}]", problems).partition("=")
         # A bare `NAME` asks docker to pass NAME through from the host; our processes inherit
@@ -196,15 +262,21 @@ def _at(tree: Any, *keys: str) -> Any:
 
 def _read_image(fields: dict, path: str, problems: Problems) -> str:
     """The image a task runs in: container.docker.image, or a mesos container's image by its
-    docker name (Peloton's mesos containerizer). Empty: the host's own file system."""
+    docker name (Peloton's mesos containerizer); where both are given, the container's type
+    (DOCKER 1, MESOS 2) says which, docker.image without one. Empty: the host's own file system.
+    Either runs under this scheduler's own runtime."""
     container = lower_keys_deep(fields.get("container"))
     where = _join(path, "container")
-    name = _at(container, "docker", "image")
-    if name is not None:
-        return _image_name(name, _join(where, "docker.image"), problems)
-    name = _at(container, "mesos", "image", "docker", "name")
-    if name is not None:
-        return _image_name(name, _join(where, "mesos.image.docker.name"), problems)
+    forms = [("docker", "image"), ("mesos", "image", "docker", "name")]
+    kind = _at(container, "type")
+    if kind is not None and str(kind).upper() in ("MESOS", "2"):
+        forms.reverse()
+    elif kind is not None and str(kind).upper() not in ("DOCKER", "1"):
+        problems.add(_join(where, "type"), f"expected DOCKER (1) or MESOS (2), got {_describe(kind)}")
+    for keys in forms:
+        name = _at(container, *keys)
+        if name is not None:
+            return _image_name(name, _join(where, ".".join(keys)), problems)
     return ""
 
 
@@ -254,6 +326,24 @@ def _read_max_failures(fields: dict, path: str, problems: Problems) -> int:
     return min(value, MAX_TASK_FAILURES) if isinstance(value, int) else value
 
 
+def _read_volume(fields: dict, path: str, problems: Problems) -> VolumeSpec | None:
+    """Peloton's PersistentVolumeConfig: containerPath (in the sandbox) and sizeMB."""
+    where = _join(path, "volume")
+    volume = read_mapping(fields, "volume", path, problems)
+    if volume is None:
+        return None
+    container_path = read_string(volume, "containerpath", where, problems)
+    size = read_integer(volume, "sizemb", where, problems, maximum=MAX_VOLUME_MB)
+    problem = container_path_problem(container_path) if isinstance(container_path, str) else None
+    if problem:
+        problems.add(_join(where, "containerpath"), problem)
+    if isinstance(size, int) and size <= 0:
+        problems.add(_join(where, "sizemb"), "a volume needs a size above 0 MB")
+    if problem or not isinstance(container_path, str) or not isinstance(size, int) or size <= 0:
+        return None
+    return VolumeSpec(container_path, size)
+
+
 # Top-level task-config key -> reader(fields, path, problems) of its parsed value.
 _TASK_READERS = {
     "name": lambda f, path, p: read_string(f, "name", path, p),
@@ -269,6 +359,7 @@ _TASK_READERS = {
         f, "killgraceperiodseconds", path, p, maximum=MAX_KILL_GRACE_SECONDS),
     "controller": lambda f, path, p: read_boolean(f, "controller", path, p),
     "revocable": lambda f, path, p: read_boolean(f, "revocable", path, p),
+    "volume": lambda f, path, p: _read_volume(f, path, p),
 }
 
 
@@ -348,6 +439,7 @@ def task_spec(instance: int, merged: Merged) -> TaskSpec:
         health_check=parse_health_check(get("healthcheck"))[0],
         revocable=get("revocable", False),
         image=get("image", ""),
+        volume=get("volume"),
     )
 
 

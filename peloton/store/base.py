@@ -393,6 +393,17 @@ class QueryStore(Transactional, PoolReader, JobReader, QueueReader, Protocol):
     def remove_host_pool(self, name: str) -> None: ...
 
     @abstractmethod
+    def get_volume(self, volume_id: str) -> dict | None:
+        """A persistent volume's row (VOLUME_COLS), or None."""
+
+    @abstractmethod
+    def list_volumes(self, job_id: str | None = None) -> list[dict]:
+        """Every volume (a job's, by instance, when job_id is given), DELETED ones included."""
+
+    @abstractmethod
+    def set_volume_state(self, volume_id: str, state: str, at_ms: int) -> None: ...
+
+    @abstractmethod
     def delete_pool(self, path: str) -> bool: ...
 
     @abstractmethod
@@ -454,6 +465,11 @@ class LaunchStore(Protocol):
     @abstractmethod
     def host_pool_members(self) -> dict[str, tuple[str, str]]:
         """Host id -> (its host pool, the one it is moving to), for hosts ever given one."""
+
+    @abstractmethod
+    def add_volumes(self, rows: list[dict]) -> None:
+        """Record volumes made (peloton.model.volumes.volume_row); one known already stays as it is,
+        unless it was DELETED (then this is its instance's new volume)."""
 
     @abstractmethod
     def ended_launches(self, host_ids: list[str], since_ms: int) -> list[dict]:

@@ -93,6 +93,10 @@ MIGRATIONS: list[list[str]] = [
      "PRIMARY KEY (bucket, name))",
      "CREATE TABLE IF NOT EXISTS host_pool_members (bucket int, host_id text, pool text, desired_pool text, "
      "updated_ms bigint, PRIMARY KEY (bucket, host_id))"],
+    # 5: persistent volumes.
+    ["CREATE TABLE IF NOT EXISTS volumes (bucket int, volume_id text, job_id text, instance int, host_id text, "
+     "container_path text, size_mb int, state text, created_ms bigint, updated_ms bigint, "
+     "PRIMARY KEY (bucket, volume_id))"],
 ]
 
 

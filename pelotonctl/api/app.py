@@ -27,11 +27,23 @@ from pelotonctl.api.audit import Audit
 from pelotonctl.api.door import Door, Refused
 from pelotonctl.api.identity import Unauthenticated
 from pelotonctl.api.operations import Operations
-from pelotonctl.api.routes import events, hosts, jobs, operations, probes, resmgr, respools, tasks, tokens, updates
+from pelotonctl.api.routes import (
+    events,
+    hosts,
+    jobs,
+    operations,
+    probes,
+    resmgr,
+    respools,
+    tasks,
+    tokens,
+    updates,
+    volumes,
+)
 
 # In the order their paths appear in the OpenAPI document.
-ROUTERS = (probes.router, jobs.router, updates.router, tasks.router, events.router, respools.router, hosts.router,
-           resmgr.router, tokens.router, operations.router)
+ROUTERS = (probes.router, jobs.router, updates.router, tasks.router, events.router, volumes.router, respools.router,
+           hosts.router, resmgr.router, tokens.router, operations.router)
 
 
 def make_app(settings: Settings, store: StorageGateway, out: Emitter, audit: Audit,

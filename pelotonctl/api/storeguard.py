@@ -56,7 +56,8 @@ ENDPOINTS = {"create_job": "job create", "query_jobs": "job query", "get_job": "
              "list_tasks": "task list", "get_task": "task get", "task_events": "task events", "task_logs": "task logs",
              "list_hosts": "host list", "maintenance": "host maintenance", "list_pools": "respool dump",
              "get_pool": "respool get", "create_pool": "respool create", "update_pool": "respool update",
-             "delete_pool": "respool delete", "resmgr_tasks": "resmgr tasks", "resmgr_pending": "resmgr pending"}
+             "delete_pool": "respool delete", "resmgr_tasks": "resmgr tasks", "resmgr_pending": "resmgr pending",
+             "list_volumes": "volume list", "get_volume": "volume get", "delete_volume": "volume delete"}
 
 
 class StoreAway(Refused):

@@ -389,13 +389,23 @@ def job_update(job_id: str, config: Path, batch_size: int = typer.Option(
 
 
 @job_app.command("delete")
-def job_delete(job_id: str, as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
-    """Delete a terminal job with its tasks and their events."""
-    done = _control("DELETE", job_id, None)
+def job_delete(job_id: str, keep_volumes: bool = typer.Option(
+        False, "--keep-volumes", help="Keep the job's persistent volumes on their hosts (`volume delete` removes "
+                                      "them later)."),
+               as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """Delete a terminal job with its tasks and their events, and its persistent volumes (their
+    directories removed from their hosts) unless --keep-volumes."""
+    done = cluster_call(client().delete_job, job_id, keep_volumes)
     if as_json:
         print_json(done)
-    else:
-        out.print(f"job {job_id}: deleted", highlight=False)
+        return
+    deleted, kept = done.get("volumes_deleted", []), done.get("volumes_kept", [])
+    said = f"job {job_id}: deleted"
+    if deleted:
+        said += f", with its volume{'s' if len(deleted) > 1 else ''} {', '.join(deleted)}"
+    if kept:
+        said += f"; volume{'s' if len(kept) > 1 else ''} kept: {', '.join(kept)}"
+    out.print(said, highlight=False, soft_wrap=True)
 
 
 def _wait_tasks(job_id: str, instances: list[int], done, timeout: float) -> None:

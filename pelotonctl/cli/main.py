@@ -29,6 +29,7 @@ from pelotonctl.cli import (
     task,
     topics,
     update,
+    volume,
     watch,
 )
 from pelotonctl.cli.common import EXIT_INVALID, EXIT_UNAVAILABLE, commands, err, out
@@ -46,6 +47,7 @@ app.add_typer(job.job_app, name="job")
 job.job_app.add_typer(stateless.stateless_app, name="stateless")
 app.add_typer(task.task_app, name="task")
 app.add_typer(update.update_app, name="update")
+app.add_typer(volume.volume_app, name="volume")
 app.add_typer(respool.pool_app, name="respool")
 app.add_typer(resmgr.resmgr_app, name="resmgr")
 app.add_typer(cluster.cluster_app, name="cluster")

@@ -6,7 +6,7 @@ from functools import cached_property
 from pathlib import Path
 
 from peloton.config import Settings
-from pelotonctl import admin, host_pools, queries
+from pelotonctl import admin, host_pools, queries, volumes
 from pelotonctl.admin import NotFound, UserError
 from pelotonctl.queries import JobQuery, TaskQuery
 from pelotonctl.shapes import event_row, job_info, job_row, task_info, token_row, update_info
@@ -30,8 +30,15 @@ class DirectClient:
 
     def control_job(self, kind: str, job_id: str, instances: str | None = None, batch_size: int = 0,
                     config: str | None = None, options: UpdateOptions | None = None) -> dict:
+        if kind == "DELETE":
+            return self.delete_job(job_id)
         return admin.control_job(self.settings, self.store, kind, job_id, instances, batch_size, config,
                                  options=options)
+
+    def delete_job(self, job_id: str, keep_volumes: bool = False) -> dict:
+        """The job deleted, and its persistent volumes unless kept (volumes_deleted, volumes_kept)."""
+        answer = admin.control_job(self.settings, self.store, "DELETE", job_id)
+        return {**answer, **volumes.job_deleted_volumes(self.settings, self.store, job_id, keep_volumes)}
 
     def job(self, job_id: str, version: int | None = None) -> dict | None:
         job = self.store.get_job(job_id)
@@ -176,6 +183,19 @@ class DirectClient:
 
     def change_host_pool(self, host_id: str, pool: str, source: str = "") -> dict:
         return host_pools.change_host_pool(self.settings, self.store, host_id, pool, source)
+
+    # -- persistent volumes -------------------------------------------------------------------
+    def volumes(self, job_id: str | None = None) -> list[dict]:
+        rows = volumes.list_volumes(self.store, job_id)
+        if job_id and not rows and self.store.get_job(job_id) is None:
+            raise NotFound(f"no job {job_id}")
+        return rows
+
+    def volume(self, volume_id: str) -> dict:
+        return volumes.get_volume(self.store, volume_id)
+
+    def delete_volume(self, volume_id: str) -> dict:
+        return volumes.delete_volume(self.settings, self.store, volume_id)
 
     # -- what operators watch: lag, dead letters, the instance registry ---------------------------
     def lag(self, stages: tuple[str, ...], window: int) -> dict:

@@ -92,10 +92,14 @@ class ApiClient:
         if kind == "UPDATE":
             return self.call("PUT", f"/v1/jobs/{job_id}", {"config": config or "", **asdict(options)}, self.WAIT)
         if kind == "DELETE":
-            return self.call("DELETE", f"/v1/jobs/{job_id}", query=self.WAIT)
+            return self.delete_job(job_id)
         return self.call("POST", f"/v1/jobs/{job_id}/{kind.lower()}", {
             "instances": instances, "batch_size": options.batch_size, "start_paused": options.start_paused,
             "in_place": options.in_place}, self.WAIT)
+
+    def delete_job(self, job_id: str, keep_volumes: bool = False) -> dict:
+        """The job deleted, and its persistent volumes unless kept (volumes_deleted, volumes_kept)."""
+        return self.call("DELETE", f"/v1/jobs/{job_id}", query={**self.WAIT, "keep_volumes": str(keep_volumes).lower()})
 
     def job(self, job_id: str, version: int | None = None) -> dict | None:
         if version is not None:  # a version the job never had is a NotFound with the reason, not None
@@ -213,6 +217,16 @@ class ApiClient:
 
     def change_host_pool(self, host_id: str, pool: str, source: str = "") -> dict:
         return self.call("POST", f"/v1/hosts/{host_id}/pool", {"pool": pool, "source": source})
+
+    # -- persistent volumes -------------------------------------------------------------------
+    def volumes(self, job_id: str | None = None) -> list[dict]:
+        return self.call("GET", "/v1/volumes", query={"job": job_id})["volumes"]
+
+    def volume(self, volume_id: str) -> dict:
+        return self.call("GET", f"/v1/volumes/{volume_id}")
+
+    def delete_volume(self, volume_id: str) -> dict:
+        return self.call("DELETE", f"/v1/volumes/{volume_id}")
 
 
     # -- what operators watch: lag, dead letters, the instance registry ---------------------------

@@ -7,6 +7,8 @@ same reason in a dead letter."""
 from __future__ import annotations
 
 import re
+from dataclasses import fields
+from operator import attrgetter
 from typing import Any
 
 from peloton.model.jobspec import JobSpec, TaskSpec
@@ -107,10 +109,9 @@ def to_restart(tasks: list[TaskRow], instances: list[int] | None) -> list[TaskRo
     return to_stop(tasks, instances)
 
 
-def _task_config(t: TaskSpec) -> tuple[object, ...]:
-    """What of a task's merged config a change of would need a new run."""
-    return (t.resources, t.command, t.labels, t.constraint, t.ports, t.max_failures, t.kill_grace_seconds,
-            t.controller)
+# What of a task's merged config a change of needs a new run: all of it but its instance (the
+# image, the health check and the name too), as Peloton replaces an instance whose config changed.
+_task_config = attrgetter(*[f.name for f in fields(TaskSpec) if f.name != "instance"])
 
 
 def update_problems(old: JobSpec, new: JobSpec, pool: str, stored_version: int, given_version: int | None) -> list[str]:
@@ -174,6 +175,35 @@ def update_fields(text: str) -> tuple[int | None, UpdateOptions]:
                           rollback_on_failure=field(spec, "rollbackonfailure") is True,
                           start_paused=field(spec, "startpaused") is True,
                           in_place=field(spec, "inplace") is True))
+
+
+# Peloton's updateConfig fields no update here runs as asked: set, in a job file or in the v0 API's
+# CreateUpdate, each is refused with these words (v1alpha's start_pods is refused alike).
+UNSUPPORTED_UPDATE_FIELDS = {
+    "batchpercentage": "batchPercentage is not supported here: give batchSize (instances replaced at a time)",
+    "stopbeforeupdate": "stopBeforeUpdate is not supported here: an update replaces each instance's run in its "
+                        "batch",
+    "starttasks": "startTasks is not supported here: a stopped instance stays stopped through an update and runs "
+                  "the new config once started (job start)",
+}
+
+
+def update_config_problems(text: str) -> list[str]:
+    """The updateConfig fields of a job file that no update here runs as asked, each
+    'updateconfig.key: why' (a file that is no YAML mapping has none)."""
+    from peloton.model.safe_yaml import YamlError, read_yaml
+
+    try:
+        doc = read_yaml(text)
+    except YamlError:
+        return []
+    if not isinstance(doc, dict):
+        return []
+    spec = next((v for k, v in doc.items() if isinstance(k, str) and k.lower() == "updateconfig"), None)
+    if not isinstance(spec, dict):
+        return []
+    given = {k.lower(): v for k, v in spec.items() if isinstance(k, str)}
+    return [f"updateconfig.{key}: {why}" for key, why in UNSUPPORTED_UPDATE_FIELDS.items() if given.get(key)]
 
 
 def command_options(cmd: dict, from_file: UpdateOptions | None = None) -> UpdateOptions:

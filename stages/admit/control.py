@@ -11,6 +11,7 @@ from dataclasses import replace
 from peloton.model.daemon import bound_hosts, daemon_spec
 from peloton.model.events import task_id_of
 from peloton.model.jobspec import JobConfigError, JobSpec
+from peloton.model.volumes import kept_home
 from peloton.runtime import Record
 from peloton.store import JobRow, TaskRow
 from stages.admit.commands import (
@@ -24,6 +25,7 @@ from stages.admit.commands import (
     to_restart,
     to_start,
     to_stop,
+    update_config_problems,
     update_fields,
     update_problems,
 )
@@ -133,7 +135,8 @@ class JobControl:
             return str(exc)
         old = self.parse(job.config_text)
         version, from_file = update_fields(cmd["config"])
-        problems = update_problems(old, new, job.pool, job.config_version, version)
+        problems = update_problems(old, new, job.pool, job.config_version, version) + update_config_problems(
+            cmd["config"])
         if problems:
             return "update refused: " + "; ".join(problems)
         if job.type == "DAEMON":  # its instances stay on their hosts; the new template replaces each, a host at a time
@@ -190,5 +193,5 @@ def _added_tasks(job: JobRow, new: JobSpec, config: str, tasks: list[TaskRow], o
         if t.instance in before and t.spec is not None:
             t.run_id = before[t.instance].run_id + 1
             t.task_id = t.gang_id = task_id_of(t.job_id, t.instance, t.run_id)
-            t.spec = {**t.spec, "task_id": t.task_id, "run_id": t.run_id}
+            t.spec = kept_home(before[t.instance].spec, {**t.spec, "task_id": t.task_id, "run_id": t.run_id})
     return added

@@ -7,6 +7,8 @@ import json
 from peloton.model.constraint import constraint_to_record
 from peloton.model.events import task_id_of
 from peloton.model.jobspec import JobSpec, TaskSpec, alike, gang_instances
+from peloton.model.resources import Resources
+from peloton.model.volumes import home_of, mount_record, pin_to_home
 from peloton.store import JobRow, TaskRow
 
 
@@ -14,12 +16,15 @@ def launch_spec(job_id: str, spec: JobSpec, task: TaskSpec, run_id: int) -> dict
     """The TaskLaunchSpec record: everything place and launch need, so they never read the job."""
     labels = dict(spec.labels)
     labels.update(task.labels)
+    resources = task.resources
+    if task.volume is not None:  # the volume's disk is every run's, counted where the run is
+        resources = resources + Resources(disk_mb=task.volume.size_mb)
     return {
         "task_id": task_id_of(job_id, task.instance, run_id),
         "job_id": job_id,
         "instance": task.instance,
         "run_id": run_id,
-        "resources": task.resources.to_record(),
+        "resources": resources.to_record(),
         "dynamic_ports": sum(1 for p in task.ports if p.value == 0),
         "ports": [{"name": p.name, "value": p.value, "env_name": p.env_name} for p in task.ports],
         "command": task.command.value,
@@ -36,6 +41,7 @@ def launch_spec(job_id: str, spec: JobSpec, task: TaskSpec, run_id: int) -> dict
         "user": task.command.user,
         "health_check_json": task.health_check.to_json() if task.health_check is not None else None,
         "prefer_host": "",
+        "volume": mount_record(job_id, task.instance, task.volume) if task.volume is not None else None,
     }
 
 
@@ -61,6 +67,8 @@ def expand_job(job_id: str, pool: str, spec: JobSpec, config_text: str, now_ms: 
             task_id = task_id_of(job_id, i, 1)
             if shared is not None and alike(shared[0], t):
                 launch = {**shared[1], "task_id": task_id, "instance": i}
+                if t.volume is not None:  # alike but for the instance: each has its own volume
+                    launch["volume"] = mount_record(job_id, i, t.volume)
             else:
                 launch = launch_spec(job_id, spec, t, 1)
                 shared = (t, launch)
@@ -85,6 +93,9 @@ def next_run(task: TaskRow, now_ms: int) -> None:
     # Callers pass rows read with their spec (a status's rerun reads it first when it was not).
     task.spec = {**task.spec, "task_id": task.task_id, "run_id": task.run_id,  # type: ignore[dict-item]
                  "prefer_host": ""}
+    if task.spec.get("volume") and not home_of(task.spec) and task.host_id:
+        # its volume was made where the last run was launched: the instance stays there
+        task.spec = pin_to_home(task.spec, task.host_id)
     task.updated_ms = now_ms
 
 

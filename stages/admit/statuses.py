@@ -18,6 +18,7 @@ from peloton.model.health import DISABLED
 from peloton.model.jobspec import JobSpec
 from peloton.model.mesos import LATE_END_REASONS, MESOS_TERMINAL, MesosState
 from peloton.model.states import MESOS_TO_TASK, TASK_ORDER, TASK_TERMINAL
+from peloton.model.volumes import kept_home
 from peloton.runtime import Record
 from peloton.store import JobRow, TaskEvent, TaskRow
 from stages.admit.commands import ORPHAN, STOPPED
@@ -238,7 +239,7 @@ class StatusBatch:
         spec = self.specs[job.job_id]
         host = bound_host(task.spec) if job.type == "DAEMON" else None
         config = daemon_task(spec, task.instance, host) if host is not None else spec.tasks[task.instance]
-        task.spec = launch_spec(job.job_id, spec, config, task.run_id)
+        task.spec = kept_home(task.spec, launch_spec(job.job_id, spec, config, task.run_id))
         task.max_failures = config.max_failures
 
 

@@ -56,7 +56,8 @@ def launch_request(host_id: str, launch: dict) -> LaunchRequest:
         host_id=host_id, command=launch["command"], shell=launch["shell"],
         arguments=tuple(launch["arguments"]), environment=tuple(launch["environment"].items()),
         resources=Resources.from_record(launch["resources"]), kill_grace_seconds=launch["kill_grace_seconds"],
-        user=launch["user"], image=launch.get("image", ""), health_check=launch.get("health_check_json"))
+        user=launch["user"], image=launch.get("image", ""), health_check=launch.get("health_check_json"),
+        volume=(launch["volume"]["volume_id"], launch["volume"]["container_path"]) if launch.get("volume") else None)
 
 
 def run_entry(host_id: str, launch: dict, started: float) -> dict:

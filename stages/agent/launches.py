@@ -67,6 +67,8 @@ class Launches:
         kills = [t for t in cmd["kills"] if not self._drop_held(t)]
         if kills:
             self._kill(host_id, kills)
+        if cmd.get("delete_volumes"):  # its host manager deleted them: no run of theirs is here
+            self.driver.delete_volumes(host_id, cmd["delete_volumes"])
 
     def _kill(self, host_id: str, kills: list[str]) -> None:
         self.driver.kill(kills)

@@ -40,4 +40,20 @@ def launch_request(t: dict, host_id: str) -> LaunchRequest:
         environment=last[2], resources=Resources.of_read(t["resources"]),
         kill_grace_seconds=t["kill_grace_seconds"], user=t.get("user", ""), image=t.get("image", ""),
         health_check=t.get("health_check_json"),
+        volume=(t["volume"]["volume_id"], t["volume"]["container_path"]) if t.get("volume") else None,
     )
+
+
+def away_from_volumes(accepted: list[tuple[dict, str]]) -> tuple[list[tuple[dict, str]], list[tuple[dict, str, str]]]:
+    """The placed runs that may launch where they were placed, and those refused: a run whose
+    instance's volume is on another host (its job manager pins it there; a placement made before
+    the pin reached it must not make a second volume)."""
+    ok: list[tuple[dict, str]] = []
+    refused: list[tuple[dict, str, str]] = []
+    for t, host_id in accepted:
+        home = (t.get("volume") or {}).get("host_id")
+        if home and home != host_id:
+            refused.append((t, host_id, f"its volume {t['volume']['volume_id']} is on host {home}"))
+        else:
+            ok.append((t, host_id))
+    return ok, refused

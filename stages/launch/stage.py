@@ -24,6 +24,7 @@ from peloton.model.events import send_progress, task_status
 from peloton.model.gang import task_problem
 from peloton.model.mesos import MesosState
 from peloton.model.resources import Resources
+from peloton.model.volumes import volume_row
 from peloton.runtime import Emitter, HeldOffsets, Record, Stage, Sweep, now_ms
 from peloton.store import CLAIMS_KEPT_MS, Launch, LaunchStore
 from peloton.topics import Catalogue, partition_for
@@ -32,7 +33,7 @@ from stages.launch.agents import make_driver
 from stages.launch.hosts import HostBook, Run, host_state
 from stages.launch.inventory import AGENT, REMOTE, parse_inventory
 from stages.launch.ledger import judge_placement
-from stages.launch.requests import launch_request
+from stages.launch.requests import away_from_volumes, launch_request
 from stages.launch.updates import read_updates
 
 log = logging.getLogger("peloton.launch")
@@ -185,7 +186,7 @@ class LaunchStage(Stage):
         finds it launched, one before it leaves a claim that keeps it from launching."""
         handlers = {"peloton.TaskKill": self._kills, "peloton.AgentReport": self._agent_reports,
                     "peloton.HostMaintenance": self._maintenance_requests,
-                    "peloton.HostPoolChange": self._pool_changes}
+                    "peloton.HostPoolChange": self._pool_changes, "peloton.VolumeDelete": self._volume_deletes}
         for schema, run in itertools.groupby(records, key=lambda r: r.schema):
             handlers.get(schema, self._placements)(list(run))
         self._report_hosts()
@@ -252,6 +253,23 @@ class LaunchStage(Stage):
                 self._set_pool(host_id, pool, moving=True)
                 self._set_maintenance(host_id, "DRAINING")
             log.info("host %s: host pool %s -> %s (%s)", host_id, current, pool, m["requested_by"] or "?")
+
+    def _volume_deletes(self, records: list[Record]) -> None:
+        """A deleted volume's folder goes from its host (the API marked it DELETED, its job is
+        over): through its agent, or this process's driver for a host it runs itself."""
+        by_driver: dict[str, dict[str, list[str]]] = {}
+        for r in records:
+            v = r.value
+            known = self.book.inventory.get(v["host_id"])
+            if known is None or known.shard not in self.shards:
+                self.emit.dead_letter(r, f"volume {v['volume_id']!r} on host {v['host_id']!r}, which no host manager "
+                                         "of this shard serves")
+                continue
+            by_driver.setdefault(known.driver, {}).setdefault(v["host_id"], []).append(v["volume_id"])
+            log.info("volume %s on %s: deleted (%s)", v["volume_id"], v["host_id"], v["requested_by"] or "?")
+        for kind, hosts in by_driver.items():
+            for host_id, volume_ids in hosts.items():
+                self.drivers[kind].delete_volumes(host_id, volume_ids)
 
     def _set_pool(self, host_id: str, pool: str, moving: bool = False) -> None:
         """The host is in `pool` now, or (moving) on its way there once drained."""
@@ -324,6 +342,10 @@ class LaunchStage(Stage):
             refused.extend(verdict.refused)
             for _t, host_id, _why in verdict.refused:
                 metrics.LAUNCH_REFUSALS.labels("host_closed" if self.book.closed(host_id) else "no_room").inc()
+        accepted, elsewhere = away_from_volumes(accepted)
+        for t, host_id, _why in elsewhere:  # judged to fit: its room goes back
+            self.book.ledgers[host_id].release(t["task_id"])
+        refused.extend(elsewhere)
         if accepted:
             now = now_ms()
             new = self.store.claim_launches([
@@ -331,6 +353,10 @@ class LaunchStage(Stage):
                        t["resources"]["mem_mb"], t["resources"]["disk_mb"], t["resources"]["gpu"], now)
                 for t, host_id in accepted
             ])
+            # A volume is made where its instance's run is first launched: the job manager pins
+            # the instance's next runs there, and `volume list` finds it.
+            self.store.add_volumes([volume_row({**t["volume"], "host_id": host_id}, t["job_id"], t["instance"], now)
+                                    for t, host_id in accepted if t["task_id"] in new and t.get("volume")])
             by_driver: dict[str, list[LaunchRequest]] = {}
             send_progress(self.emit, "LAUNCHING", [(t, host_id) for t, host_id in accepted if t["task_id"] in new])
             for t, host_id in accepted:

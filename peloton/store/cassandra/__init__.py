@@ -46,10 +46,11 @@ from peloton.store.cassandra.session import (
 )
 from peloton.store.cassandra.tasks import TASK_COLS_LIGHT, TasksMixin
 from peloton.store.cassandra.tokens import TokensMixin
+from peloton.store.cassandra.volumes import VolumesMixin
 
 
 class CassandraStore(JobsMixin, TasksMixin, AllocationsMixin, QueriesMixin, TokensMixin, LaunchesMixin,
-                     HostPoolsMixin, StorageGateway):
+                     HostPoolsMixin, VolumesMixin, StorageGateway):
     # Commands' claims and refusals, deleted jobs' ids and ended launches go by their rows' TTL
     # (cassandra_schema, LaunchesMixin): forget_claims and forget_launches forget nothing.
     expires_by_ttl = True

@@ -13,9 +13,11 @@ from peloton.store.sql.host_pools import HostPoolsSql
 from peloton.store.sql.jobs import JobsSql
 from peloton.store.sql.queries import QueriesSql
 from peloton.store.sql.tokens import TokensSql
+from peloton.store.sql.volumes import VolumesSql
 
 
-class SqlStore(JobsSql, AllocationsSql, ClaimsSql, HostPoolsSql, QueriesSql, TokensSql, StorageGateway):
+class SqlStore(JobsSql, AllocationsSql, ClaimsSql, HostPoolsSql, QueriesSql, TokensSql, VolumesSql,
+               StorageGateway):
     """The gateway over SQL; a subclass that sets `dialect` gets its statements compiled."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -11,9 +11,10 @@ from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, Field
 
 from peloton.auth.permissions import decide
+from peloton.auth.tokens import Principal
 from peloton.model.pool import leaf_pool_error
 from peloton.store import CLAIMS_KEPT_MS
-from pelotonctl import admin, queries
+from pelotonctl import admin, queries, volumes
 from pelotonctl.api.door import Door, DoorDep, Refused, Wait
 from pelotonctl.api.health import StageWords, behind_the_job, stage_words_of
 from pelotonctl.api.identity import Creds
@@ -138,6 +139,12 @@ def control(door: Door, kind: str, job_id: str, creds: HTTPAuthorizationCredenti
             instances: str | None = None, options: UpdateOptions | None = None, config: str | None = None,
             wait: bool = False) -> dict:
     """A job command of `kind`, sent once the caller may act so on the job's pool."""
+    return _control(door, kind, job_id, creds, instances, options, config, wait)[1]
+
+
+def _control(door: Door, kind: str, job_id: str, creds: HTTPAuthorizationCredentials | None,
+             instances: str | None = None, options: UpdateOptions | None = None, config: str | None = None,
+             wait: bool = False) -> tuple[Principal, dict]:
     action = f"job.{kind.lower()}"
     who = door.who(creds, action, job_id)
     job = door.job(job_id)
@@ -146,6 +153,18 @@ def control(door: Door, kind: str, job_id: str, creds: HTTPAuthorizationCredenti
                        requested_by=who.user, options=options)
     if wait:
         door.settle(answer)
+    return who, answer
+
+
+def delete(door: Door, job_id: str, creds: HTTPAuthorizationCredentials | None, wait: bool = False,
+           keep_volumes: bool = False) -> dict:
+    """A job's deletion, then its persistent volumes' (those not deleted yet) unless kept, once the
+    job manager has applied it: without wait its answer is not known, so they are kept (`volume
+    delete` removes them). The answer names the volumes deleted (volumes_deleted) and kept
+    (volumes_kept)."""
+    who, answer = _control(door, "DELETE", job_id, creds, wait=wait)
+    answer.update(door.send(volumes.job_deleted_volumes, door.settings, door.store, job_id,
+                            keep_volumes or not wait, who.user))
     return answer
 
 
@@ -173,9 +192,13 @@ def update_job(job_id: str, body: JobUpdate, creds: Creds, door: DoorDep, wait: 
     return control(door, "UPDATE", job_id, creds, None, body.options(), body.config, wait=wait)
 
 
-@router.delete("/v1/jobs/{job_id}", summary="Delete a terminal job with its tasks and events")
-def delete_job(job_id: str, creds: Creds, door: DoorDep, wait: Wait = False) -> dict:
-    return control(door, "DELETE", job_id, creds, wait=wait)
+@router.delete("/v1/jobs/{job_id}", summary="Delete a terminal job with its tasks and events, and its persistent "
+                                            "volumes unless kept")
+def delete_job(job_id: str, creds: Creds, door: DoorDep, wait: Wait = False,
+               keep_volumes: Annotated[bool, Query(description="Keep the job's persistent volumes on their "
+                                                               "hosts (`volume delete` removes them later)")] = False
+               ) -> dict:
+    return delete(door, job_id, creds, wait, keep_volumes)
 
 
 @router.get("/v1/jobs/{job_id}/commands/{command_id}",

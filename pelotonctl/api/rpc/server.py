@@ -21,8 +21,8 @@ from pelotonctl.api.door import Door
 from pelotonctl.api.rpc import calls, catalog
 
 # The modules that register the served methods (catalog.served), imported before the server is made.
-SERVICERS = ("v0_jobs", "v0_tasks", "v0_respools", "v0_updates", "v0_hosts",
-             "v1_stateless", "v1_pods", "v1_respools", "v1_hosts", "v1_watch", "v1_admin")
+SERVICERS = ("v0_jobs", "v0_tasks", "v0_respools", "v0_updates", "v0_hosts", "v0_volumes",
+             "v1_stateless", "v1_pods", "v1_respools", "v1_hosts", "v1_volumes", "v1_watch", "v1_admin")
 # Calls served at once; a stream (Watch, ListJobs) holds a worker while it lasts.
 WORKERS = 32
 

@@ -109,10 +109,10 @@ def _within(job: Any, spec: job_pb2.QuerySpec) -> bool:
 
 @served(f"{SERVICE}/Delete")
 def delete(call: Call, request: job_pb2.DeleteRequest) -> job_pb2.DeleteResponse:
-    """Delete a job that has ended, waiting for the job manager's answer."""
+    """Delete a job that has ended, with its persistent volumes, waiting for the job manager's answer."""
     response = job_pb2.DeleteResponse()
     try:
-        jobs.control(call.door, "DELETE", job_id(request.id), call.creds, wait=True)
+        jobs.delete(call.door, job_id(request.id), call.creds, wait=True)
     except (admin.NotFound, Refused) as exc:
         if isinstance(exc, Refused) and exc.status != 404:
             raise

@@ -14,6 +14,7 @@ from pelotonctl.api.rpc.calls import Call, Failed
 from pelotonctl.api.rpc.catalog import served
 from pelotonctl.api.rpc.v0_jobs import APART
 from pelotonctl.api.rpc.v0_shapes import job_id
+from stages.admit.commands import UNSUPPORTED_UPDATE_FIELDS
 from stages.admit.workflow import UpdateOptions
 
 SERVICE = "peloton.api.v0.update.svc.UpdateService"
@@ -41,12 +42,10 @@ def update_info(wf: dict, info: update_pb2.UpdateInfo) -> update_pb2.UpdateInfo:
 def create(call: Call, request: svc.CreateUpdateRequest) -> svc.CreateUpdateResponse:
     """The job's new config, rolled out as updateConfig says."""
     given = request.updateConfig
-    if given.batchPercentage:
-        raise Failed(grpc.StatusCode.INVALID_ARGUMENT, "batchPercentage is not supported here: give batchSize "
-                                                       "(instances replaced at a time)")
-    if given.stopBeforeUpdate:
-        raise Failed(grpc.StatusCode.INVALID_ARGUMENT, "stopBeforeUpdate is not supported here: an update "
-                                                       "replaces each instance's run in its batch")
+    for name, value in (("batchpercentage", given.batchPercentage), ("stopbeforeupdate", given.stopBeforeUpdate),
+                        ("starttasks", given.startTasks)):
+        if value:  # as a job file's updateConfig is refused (stages.admit.commands)
+            raise Failed(grpc.StatusCode.INVALID_ARGUMENT, UNSUPPORTED_UPDATE_FIELDS[name])
     options = UpdateOptions(batch_size=given.batchSize, max_instance_retries=given.maxInstanceAttempts,
                             max_failure_instances=given.maxFailureInstances,
                             rollback_on_failure=given.rollbackOnFailure, start_paused=given.startPaused,

@@ -263,9 +263,10 @@ def _pod_from_v0(task: v0_task_pb2.TaskConfig, pod: pod_pb2.PodSpec) -> None:
         container.command.CopyFrom(task.command)
         if task.command.HasField("shell") and not task.command.shell and not task.command.environment.variables:
             # A command run without a shell is an entrypoint (run as given); not one with an
-            # environment, which a stateless spec read back would lose beside its entrypoint.
+            # environment, which a stateless spec read back would lose beside its entrypoint. Mesos'
+            # arguments are the whole argv, program first; an entrypoint's follow its program.
             container.entrypoint.value = task.command.value
-            container.entrypoint.arguments.extend(task.command.arguments)
+            container.entrypoint.arguments.extend(task.command.arguments[1:])
         container.environment.extend(pod_pb2.Environment(name=v.name, value=v.value)
                                      for v in task.command.environment.variables)
     if task.HasField("container"):

@@ -242,12 +242,13 @@ served(f"{SERVICE}/StopJob", what="Stops every pod of the job (entity version ch
 
 @served(f"{SERVICE}/DeleteJob")
 def delete_job(call: Call, request: svc.DeleteJobRequest) -> svc.DeleteJobResponse:
-    """Delete a job that has ended, with its pods and their events. A job still running is not
-    deleted, force or not (FAILED_PRECONDITION): stop it, then delete it once it is KILLED."""
+    """Delete a job that has ended, with its pods, their events and their persistent volumes. A job
+    still running is not deleted, force or not (FAILED_PRECONDITION): stop it, then delete it once
+    it is KILLED."""
     job_id = job_id_of(request.job_id)
     _versioned(call, job_id, request.version.value)
     try:
-        jobs.control(call.door, "DELETE", job_id, call.creds, wait=True)
+        jobs.delete(call.door, job_id, call.creds, wait=True)
     except admin.UserError as exc:
         job = None if isinstance(exc, admin.NotFound) else call.store.get_job(job_id)
         if job is None or job.state in JOB_TERMINAL:

@@ -56,7 +56,9 @@ class RemoteDriver(AgentDriver):
                 "command": r.command, "shell": r.shell, "arguments": list(r.arguments),
                 "environment": dict(r.environment), "resources": r.resources.to_record(),
                 "kill_grace_seconds": r.kill_grace_seconds, "user": r.user, "image": r.image,
-                "health_check_json": r.health_check})
+                "health_check_json": r.health_check,
+                "volume": {"volume_id": r.volume[0], "container_path": r.volume[1], "size_mb": 0,
+                           "host_id": r.host_id} if r.volume else None})
         for host_id, launches in by_host.items():
             self._send(host_id, _command(host_id, launches=launches))
 
@@ -83,6 +85,9 @@ class RemoteDriver(AgentDriver):
     def kill_on(self, host_id: str, task_ids: Sequence[str]) -> None:
         """Kill runs on a host whether this host manager knows them or not (reconciliation)."""
         self._send(host_id, _command(host_id, kills=list(task_ids)))
+
+    def delete_volumes(self, host_id: str, volume_ids: Sequence[str]) -> None:
+        self._send(host_id, _command(host_id, delete_volumes=list(volume_ids)))
 
     def adopt(self, task_id: str, host_id: str) -> None:
         """A run an earlier owner of the shard launched: ours now (its agent still runs it)."""
@@ -163,6 +168,7 @@ class RemoteDriver(AgentDriver):
                                             message))
 
 
-def _command(host_id: str, launches: list[dict] | None = None, kills: list[str] | None = None) -> dict:
+def _command(host_id: str, launches: list[dict] | None = None, kills: list[str] | None = None,
+             delete_volumes: list[str] | None = None) -> dict:
     return {"command_id": uuid.uuid4().hex, "host_id": host_id, "launches": launches or [], "kills": kills or [],
-            "sent_ms": now_ms()}
+            "delete_volumes": delete_volumes or [], "sent_ms": now_ms()}

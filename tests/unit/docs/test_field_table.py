@@ -25,7 +25,7 @@ from peloton.model.jobspec import JobConfigError, JobLimits, JobSpec
 REPO = Path(__file__).resolve().parents[3]
 PAGE = REPO / "docs" / "peloton" / "fields.md"
 
-STATES = ("honoured", "noted", "refused", "bookkeeping", "dropped")
+STATES = ("honoured", "noted", "refused", "bookkeeping")  # none dropped: read by nothing, named nowhere
 TABLE_HEADER = "| field | state | what happens here |"
 # A "## " heading names the message its tables start from: (section, root message, path prefix).
 SECTIONS = {"`JobConfig`": ("v0", job_pb2.JobConfig.DESCRIPTOR, ""),
@@ -303,7 +303,8 @@ def _task(spec: JobSpec) -> Any:
 
 
 REFUSED = [
-    Case("v0", "sla.revocable", "refused", "service", {"sla.revocable": True, "sla.preemptible": False}),
+    # Peloton's default for preemptible is false: a revocable service that leaves it out is refused.
+    Case("v0", "sla.revocable", "refused", "service", {"sla.revocable": True}),
     Case("v0", "sla.maximumRunningInstances", "refused", "service", {"sla.maximumRunningInstances": 1}),
     Case("v0", "sla.minimumRunningInstances", "refused", "service", {"sla.minimumRunningInstances": 1}),
     Case("v0", "sla.maxRunningTime", "refused", "service", {"sla.maxRunningTime": 60}),
@@ -315,118 +316,115 @@ REFUSED = [
          {"defaultConfig.healthCheck": {**_COMMAND_CHECK, "type": "GRPC"}}),
     Case("v0", "defaultConfig.command.user", "refused", "batch", {"defaultConfig.command.user": "alice"},
          limits=JobLimits(users="", default_user="nobody")),
+    Case("v0", "defaultConfig.command.environment.variables.type", "refused", "batch",
+         {"defaultConfig.command.environment.variables": [
+             {"name": "TOKEN", "type": "SECRET", "secret": {"type": "REFERENCE", "reference": {"name": "vault"}}}]},
+         names="defaultconfig.command.environment.variables[0].type"),
     Case("v1", "defaultSpec.containers", "refused", "stateless", {"defaultSpec.containers": [_CONTAINER, _CONTAINER]}),
     Case("v1", "sla.revocable", "refused", "stateless", {"sla.revocable": True, "sla.preemptible": False}),
-    Case("v1", "defaultSpec.containers.livenessCheck.command.*", "refused", "stateless",
-         {"defaultSpec.containers.livenessCheck": {"enabled": True, "type": "HEALTH_CHECK_TYPE_COMMAND",
-                                                   "command": {"value": "true"}}},
-         names="defaultconfig.healthcheck.commandcheck.command"),
-    Case("v1", "defaultSpec.containers.livenessCheck.httpGet.*", "refused", "stateless",
-         {"defaultSpec.containers.livenessCheck": {"enabled": True, "type": "HEALTH_CHECK_TYPE_HTTP",
-                                                   "httpGet": {"port": 8080}}},
-         names="defaultconfig.healthcheck.httpcheck"),
+    Case("v1", "defaultSpec.controller", "refused", "stateless", {"defaultSpec.controller": True},
+         names="defaultconfig.controller"),
 ]
 
 NOTED = [
+    Case("v0", "ldapGroups", "noted", "batch", {"ldapGroups": ["team6"]}),
     Case("v0", "instanceCount", "noted", "daemon", {"instanceCount": 3}),
     Case("v0", "defaultConfig.revocable", "noted", "batch", {"defaultConfig.revocable": True}),
-    Case("v0", "defaultConfig.volume.*", "noted", "batch", {"defaultConfig.volume": {"containerPath": "/data",
-                                                                                     "sizeMB": 10}}),
     Case("v0", "defaultConfig.preemptionPolicy.*", "noted", "batch",
          {"defaultConfig.preemptionPolicy": {"type": "TYPE_PREEMPTIBLE", "killOnPreempt": True}}),
     Case("v0", "defaultConfig.executor.*", "noted", "batch",
          {"defaultConfig.executor": {"type": "CUSTOM", "executorId": {"value": "thermos"}}}),
+    Case("v0", "defaultConfig.resource.fdLimit", "noted", "batch",
+         {"defaultConfig.resource": {**_RESOURCE, "fdLimit": 10}}),
+    Case("v0", "defaultConfig.container.docker.parameters.key", "noted", "batch",
+         {"defaultConfig.container.docker.parameters": [{"key": "network", "value": "host"}]},
+         names="defaultconfig.container.docker.parameters[0].key"),
     Case("v0", "defaultConfig.container.volumes", "noted", "batch",
          {"defaultConfig.container.volumes": [{"containerPath": "/tmp", "hostPath": "/tmp", "mode": "RW"}]}),
+    Case("v0", "defaultConfig.container.*", "noted", "batch",
+         {"defaultConfig.container.hostname": "box", "defaultConfig.container.docker.privileged": True,
+          "defaultConfig.container.docker.network": "BRIDGE", "defaultConfig.container.rlimitInfo": {
+              "rlimits": [{"type": "RLMT_NOFILE", "soft": 10}]}},
+         names="defaultconfig.container.hostname"),
+    Case("v0", "defaultConfig.command.arguments", "noted", "batch",
+         {"defaultConfig.command": {"shell": False, "value": "/bin/busybox", "arguments": ["ls", "-l"]}},
+         names="defaultconfig.command.arguments[0]"),
+    Case("v0", "defaultConfig.command.uris.*", "noted", "batch",
+         {"defaultConfig.command": {"value": "true", "uris": [{"value": "https://example.com/tool",
+                                                               "executable": True}]}}),
+    Case("v0", "defaultConfig.healthCheck.commandCheck.unshareEnvironments", "noted", "service",
+         {"defaultConfig.healthCheck": {**_COMMAND_CHECK, "commandCheck": {"command": "true",
+                                                                           "unshareEnvironments": True}}}),
+    Case("v1", "ldapGroups", "noted", "stateless", {"ldapGroups": ["team6"]}),
     Case("v1", "defaultSpec.containers.executor.*", "noted", "stateless",
          {"defaultSpec.containers.executor": {"type": "CUSTOM"}}, names="defaultconfig.executor"),
-    *(Case("v1", f"defaultSpec.mesosSpec.{key}.*", "noted", "stateless", {f"defaultSpec.mesosSpec.{key}": value},
+    Case("v1", "defaultSpec.initContainers.*", "noted", "stateless",
+         {"defaultSpec.initContainers": [{"name": "init", "entrypoint": {"value": "/bin/false"}}]}),
+    Case("v1", "defaultSpec.preemptionPolicy.killOnPreempt", "noted", "stateless",
+         {"defaultSpec.preemptionPolicy.killOnPreempt": True}, names="defaultconfig.preemptionpolicy"),
+    Case("v1", "defaultSpec.revocable", "noted", "stateless", {"defaultSpec.revocable": True},
+         names="defaultconfig.revocable"),
+    Case("v1", "defaultSpec.volumes.*", "noted", "stateless",
+         {"defaultSpec.volumes": [{"name": "scratch", "type": "VOLUME_TYPE_EMPTY_DIR", "emptyDir": {"sizeInMb": 16}}]}),
+    Case("v1", "defaultSpec.hostPorts.*", "noted", "stateless",
+         {"defaultSpec.hostPorts": [{"name": "http", "value": 8080}]}),
+    Case("v1", "defaultSpec.mesosSpec.shell", "noted", "stateless_command", {"defaultSpec.mesosSpec.shell": True},
+         context={"defaultSpec.containers.command.shell": False}),
+    Case("v1", "defaultSpec.mesosSpec.type", "noted", "stateless",
+         {"defaultSpec.mesosSpec.type": "CONTAINER_TYPE_DOCKER"}),
+    # Named whatever the container gives: an entrypoint, or Peloton's deprecated v0 command.
+    *(Case("v1", f"defaultSpec.mesosSpec.{key}.*", "noted", base, {f"defaultSpec.mesosSpec.{key}": value},
            names=f"defaultspec.mesosspec.{key.lower()}")
+      for base in ("stateless", "stateless_command")
       for key, value in (("dockerParameters", [{"key": "network", "value": "host"}]),
                          ("uris", [{"value": "https://example.com/tool", "executable": True}]),
                          ("executorSpec", {"type": "EXECUTOR_TYPE_CUSTOM", "executorId": "thermos"}),
                          ("networkSpec", {"type": "NETWORK_TYPE_HOST"}))),
+    Case("v1", "defaultSpec.containers.command.*", "noted", "stateless",
+         {"defaultSpec.containers.command": {"value": "echo beside", "shell": True}},
+         names="defaultspec.containers[0].command"),
+    Case("v1", "defaultSpec.containers.volumeMounts.*", "noted", "stateless",
+         {"defaultSpec.containers.volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]},
+         names="defaultspec.containers[0].volumemounts"),
+    Case("v1", "defaultSpec.containers.ports.templateName", "noted", "stateless",
+         {"defaultSpec.containers.ports": [{"name": "http", "value": 0, "envName": "PORT", "templateName": "http"}]},
+         names="defaultspec.containers[0].ports[0].templatename"),
+    Case("v1", "defaultSpec.containers.ports.type", "noted", "stateless",
+         {"defaultSpec.containers.ports": [{"name": "http", "value": 0, "envName": "PORT",
+                                            "type": "PORT_TYPE_DYNAMIC_TEMPLATE_VAR"}]},
+         names="defaultspec.containers[0].ports[0].type"),
+    Case("v1", "defaultSpec.containers.livenessCheck.successThreshold", "noted", "stateless",
+         {"defaultSpec.containers.livenessCheck": {**_V1_COMMAND_CHECK, "successThreshold": 2}},
+         names="defaultspec.containers[0].livenesscheck.successthreshold"),
+    Case("v1", "defaultSpec.containers.livenessCheck.command.*", "noted", "stateless",
+         {"defaultSpec.containers.livenessCheck": {**_V1_COMMAND_CHECK, "command": {"value": "false"}}},
+         names="defaultspec.containers[0].livenesscheck.command"),
+    Case("v1", "defaultSpec.containers.livenessCheck.httpGet.*", "noted", "stateless",
+         {"defaultSpec.containers.livenessCheck": {**_V1_HTTP_CHECK, "httpGet": {"port": 9090, "path": "/other"}}},
+         names="defaultspec.containers[0].livenesscheck.httpget"),
+    Case("v1", "defaultSpec.containers.livenessCheck.httpGet.httpHeaders.*", "noted", "stateless",
+         {"defaultSpec.containers.livenessCheck": {"enabled": True, "type": "HEALTH_CHECK_TYPE_HTTP", "httpGet": {
+             "port": 8080, "httpHeaders": [{"name": "Host", "value": "example.com"}]}}},
+         names="defaultspec.containers[0].livenesscheck.httpget.httpheaders"),
+    Case("v1", "defaultSpec.containers.readinessCheck.*", "noted", "stateless",
+         {"defaultSpec.containers.readinessCheck": _V1_HTTP_CHECK}, names="defaultspec.containers[0].readinesscheck"),
 ]
 
 # A dropped field, and Peloton's bookkeeping, leave the spec as it is without them, and say nothing.
 SILENT = [
     Case("v0", "changeLog.*", "bookkeeping", "batch", {"changeLog.updatedBy": "someone", "changeLog.createdAt": 1}),
     Case("v0", "changeLog.version", "bookkeeping", "batch", {"changeLog.version": 3}),
-    Case("v0", "ldapGroups", "dropped", "batch", {"ldapGroups": ["team6"]}),
-    Case("v0", "defaultConfig.resource.fdLimit", "dropped", "batch", {"defaultConfig.resource.fdLimit": 10}),
-    Case("v0", "defaultConfig.container.docker.parameters.key", "dropped", "batch",
-         {"defaultConfig.container.docker.parameters": [{"key": "network", "value": "host"}]}),
-    Case("v0", "defaultConfig.container.type", "dropped", "batch", {"defaultConfig.container.type": "DOCKER"}),
-    Case("v0", "defaultConfig.container.*", "dropped", "batch",
-         {"defaultConfig.container.hostname": "box", "defaultConfig.container.docker.privileged": True,
-          "defaultConfig.container.docker.network": "HOST", "defaultConfig.container.rlimitInfo": {
-              "rlimits": [{"type": "RLMT_NOFILE", "soft": 10}]}}),
-    Case("v0", "defaultConfig.command.environment.variables.type", "dropped", "batch",
-         {"defaultConfig.command.environment.variables": [
-             {"name": "TOKEN", "type": "SECRET", "secret": {"type": "REFERENCE", "reference": {"name": "vault"}}}]},
-         context={"defaultConfig.command.environment.variables": [{"name": "TOKEN"}]}),
-    Case("v0", "defaultConfig.command.uris.*", "dropped", "batch",
-         {"defaultConfig.command.uris": [{"value": "https://example.com/tool", "executable": True}]}),
-    Case("v0", "defaultConfig.healthCheck.commandCheck.unshareEnvironments", "dropped", "service",
-         {"defaultConfig.healthCheck.commandCheck.unshareEnvironments": True},
-         context={"defaultConfig.healthCheck": _COMMAND_CHECK}),
     Case("v1", "revision.*", "bookkeeping", "stateless", {"revision": {"version": 2, "updatedBy": "someone"}}),
     Case("v1", "defaultSpec.podName.value", "bookkeeping", "stateless", {"defaultSpec.podName.value": "fields-0"}),
-    Case("v1", "ldapGroups", "dropped", "stateless", {"ldapGroups": ["team6"]}),
-    Case("v1", "defaultSpec.labels.key", "dropped", "stateless", {"defaultSpec.labels": [{"key": "tier",
-                                                                                          "value": "web"}]}),
-    Case("v1", "defaultSpec.initContainers.*", "dropped", "stateless",
-         {"defaultSpec.initContainers": [{"name": "init", "entrypoint": {"value": "/bin/false"}}]}),
-    Case("v1", "defaultSpec.restartPolicy.maxFailures", "dropped", "stateless",
-         {"defaultSpec.restartPolicy.maxFailures": 3}),
-    Case("v1", "defaultSpec.volume.*", "dropped", "stateless", {"defaultSpec.volume": {"containerPath": "/data",
-                                                                                       "sizeMb": 10}}),
-    Case("v1", "defaultSpec.preemptionPolicy.killOnPreempt", "dropped", "stateless",
-         {"defaultSpec.preemptionPolicy.killOnPreempt": True}),
-    Case("v1", "defaultSpec.controller", "dropped", "stateless", {"defaultSpec.controller": True}),
-    Case("v1", "defaultSpec.killGracePeriodSeconds", "dropped", "stateless",
-         {"defaultSpec.killGracePeriodSeconds": 90}),
-    Case("v1", "defaultSpec.revocable", "dropped", "stateless", {"defaultSpec.revocable": True}),
-    Case("v1", "defaultSpec.volumes.*", "dropped", "stateless",
-         {"defaultSpec.volumes": [{"name": "scratch", "type": "VOLUME_TYPE_EMPTY_DIR", "emptyDir": {"sizeInMb": 16}}]}),
-    Case("v1", "defaultSpec.hostPorts.*", "dropped", "stateless", {"defaultSpec.hostPorts": [{"name": "http",
-                                                                                             "value": 8080}]}),
-    Case("v1", "defaultSpec.mesosSpec.shell", "dropped", "stateless_command", {"defaultSpec.mesosSpec.shell": True},
-         context={"defaultSpec.containers.command.shell": False}),
-    Case("v1", "defaultSpec.mesosSpec.type", "dropped", "stateless", {"defaultSpec.mesosSpec.type":
-                                                                      "CONTAINER_TYPE_DOCKER"}),
-    *(Case("v1", f"defaultSpec.mesosSpec.{key}.*", "dropped", "stateless_command",
-           {f"defaultSpec.mesosSpec.{key}": value})
-      for key, value in (("dockerParameters", [{"key": "network", "value": "host"}]),
-                         ("uris", [{"value": "https://example.com/tool"}]),
-                         ("executorSpec", {"type": "EXECUTOR_TYPE_CUSTOM"}),
-                         ("networkSpec", {"type": "NETWORK_TYPE_HOST"}))),
-    Case("v1", "defaultSpec.containers.command.*", "dropped", "stateless",
-         {"defaultSpec.containers.command": {"value": "echo beside", "shell": True}}),
-    Case("v1", "defaultSpec.containers.environment.name", "dropped", "stateless",
-         {"defaultSpec.containers.environment": [{"name": "GREETING", "value": "hello"}]}),
-    Case("v1", "defaultSpec.containers.image", "dropped", "stateless", {"defaultSpec.containers.image":
-                                                                        "debian:bookworm"}),
-    Case("v1", "defaultSpec.containers.volumeMounts.*", "dropped", "stateless",
-         {"defaultSpec.containers.volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}),
-    Case("v1", "defaultSpec.containers.ports.templateName", "dropped", "stateless",
-         {"defaultSpec.containers.ports": [{"name": "http", "value": 0, "envName": "PORT", "templateName": "http",
-                                            "type": "PORT_TYPE_DYNAMIC_TEMPLATE_VAR"}]},
-         context={"defaultSpec.containers.ports": [{"name": "http", "value": 0, "envName": "PORT"}]}),
-    Case("v1", "defaultSpec.containers.livenessCheck.successThreshold", "dropped", "stateless",
-         {"defaultSpec.containers.livenessCheck.successThreshold": 2},
-         context={"defaultSpec.containers.livenessCheck": _V1_COMMAND_CHECK}),
-    Case("v1", "defaultSpec.containers.livenessCheck.command.*", "dropped", "stateless",
-         {"defaultSpec.containers.livenessCheck.command": {"value": "false"}},
-         context={"defaultSpec.containers.livenessCheck": _V1_COMMAND_CHECK}),
-    Case("v1", "defaultSpec.containers.livenessCheck.httpGet.*", "dropped", "stateless",
-         {"defaultSpec.containers.livenessCheck.httpGet": {"port": 9090, "path": "/other"}},
-         context={"defaultSpec.containers.livenessCheck": _V1_HTTP_CHECK}),
-    Case("v1", "defaultSpec.containers.readinessCheck.*", "dropped", "stateless",
-         {"defaultSpec.containers.readinessCheck": _V1_HTTP_CHECK}),
 ]
 
 HONOURED = [
+    Case("v0", "defaultConfig.volume.*", "honoured", "batch",
+         {"defaultConfig.volume": {"containerPath": "data", "sizeMB": 10}},
+         check=lambda s: (s.tasks[0].volume.container_path, s.tasks[0].volume.size_mb) == ("data", 10)),
+    Case("v1", "defaultSpec.volume.*", "honoured", "stateless",
+         {"defaultSpec.volume": {"containerPath": "data", "sizeMb": 10}},
+         check=lambda s: (s.tasks[0].volume.container_path, s.tasks[0].volume.size_mb) == ("data", 10)),
     Case("v0", "instanceCount", "honoured", "batch", {"instanceCount": 5}, check=lambda s: len(s.tasks) == 5),
     Case("v0", "labels.key", "honoured", "batch", {"labels": [{"key": "tier", "value": "web"}]},
          check=lambda s: s.labels == (("tier", "web"),)),
@@ -435,6 +433,8 @@ HONOURED = [
     Case("v0", "placementStrategy", "honoured", "batch", {"placementStrategy": "PLACEMENT_STRATEGY_SPREAD_JOB"},
          check=lambda s: s.placement_strategy == "SPREAD_JOB"),
     Case("v0", "sla.priority", "honoured", "batch", {"sla.priority": 7}, check=lambda s: s.priority == 7),
+    Case("v0", "sla.revocable", "honoured", "service", {"sla.revocable": True, "sla.preemptible": True},
+         check=lambda s: s.revocable and s.preemptible),
     Case("v0", "sla.maxRunningTime", "honoured", "batch", {"sla.maxRunningTime": 60},
          check=lambda s: s.max_running_time_s == 60),
     Case("v0", "sla.minimumRunningInstances", "honoured", "batch", {"sla.minimumRunningInstances": 2},
@@ -445,12 +445,23 @@ HONOURED = [
          check=lambda s: _task(s).resources.mem_mb == 512),
     Case("v0", "defaultConfig.command.value", "honoured", "batch", {"defaultConfig.command.value": "echo hi"},
          check=lambda s: _task(s).command.value == "echo hi"),
+    # Mesos' argv, argv[0] first: the program runs with the arguments after it.
+    Case("v0", "defaultConfig.command.arguments", "honoured", "batch",
+         {"defaultConfig.command": {"shell": False, "value": "/bin/echo", "arguments": ["echo", "hi"]}},
+         check=lambda s: (_task(s).command.value, _task(s).command.arguments) == ("/bin/echo", ("hi",))),
     Case("v0", "defaultConfig.command.environment.variables.name", "honoured", "batch",
          {"defaultConfig.command.environment.variables": [{"name": "GREETING", "value": "hello"}]},
+         check=lambda s: ("GREETING", "hello") in _task(s).command.environment),
+    Case("v0", "defaultConfig.command.environment.variables.type", "honoured", "batch",
+         {"defaultConfig.command.environment.variables": [{"name": "GREETING", "value": "hello", "type": "VALUE"}]},
          check=lambda s: ("GREETING", "hello") in _task(s).command.environment),
     Case("v0", "defaultConfig.container.docker.image", "honoured", "batch",
          {"defaultConfig.container.docker.image": "debian:bookworm"},
          check=lambda s: _task(s).image == "debian:bookworm"),
+    Case("v0", "defaultConfig.container.type", "honoured", "batch",
+         {"defaultConfig.container": {"type": "MESOS", "docker": {"image": "debian:bookworm"},
+                                      "mesos": {"image": {"type": "DOCKER", "docker": {"name": "nvidia/cuda"}}}}},
+         check=lambda s: _task(s).image == "nvidia/cuda"),
     Case("v0", "defaultConfig.container.docker.parameters.key", "honoured", "batch",
          {"defaultConfig.container.docker.parameters": [{"key": "env", "value": "GREETING=hello"}]},
          check=lambda s: ("GREETING", "hello") in _task(s).command.environment),
@@ -479,17 +490,43 @@ HONOURED = [
     Case("v1", "defaultSpec.containers.livenessCheck.*", "honoured", "stateless",
          {"defaultSpec.containers.livenessCheck": _V1_HTTP_CHECK},
          check=lambda s: _task(s).health_check.http_port == 8080),
+    Case("v1", "defaultSpec.containers.livenessCheck.command.*", "honoured", "stateless",
+         {"defaultSpec.containers.livenessCheck": {"enabled": True, "type": "HEALTH_CHECK_TYPE_COMMAND",
+                                                   "command": {"value": "test", "arguments": ["-f", "a file"]}}},
+         check=lambda s: _task(s).health_check.command == "test -f 'a file'"),
+    Case("v1", "defaultSpec.containers.livenessCheck.httpGet.*", "honoured", "stateless",
+         {"defaultSpec.containers.livenessCheck": {"enabled": True, "type": "HEALTH_CHECK_TYPE_HTTP",
+                                                   "httpGet": {"port": 8080, "path": "/ready"}}},
+         check=lambda s: (_task(s).health_check.http_port, _task(s).health_check.http_path) == (8080, "/ready")),
     Case("v1", "defaultSpec.constraint.*", "honoured", "stateless", {"defaultSpec.constraint": _V1_CONSTRAINT},
          check=lambda s: _task(s).constraint.kind == "HOST"),
     Case("v1", "defaultSpec.containers.container.*", "honoured", "stateless",
          {"defaultSpec.containers.container.docker.image": "debian:bookworm"},
          check=lambda s: _task(s).image == "debian:bookworm"),
+    Case("v1", "defaultSpec.containers.image", "honoured", "stateless", {"defaultSpec.containers.image":
+                                                                         "debian:bookworm"},
+         check=lambda s: _task(s).image == "debian:bookworm"),
+    Case("v1", "defaultSpec.containers.environment.name", "honoured", "stateless",
+         {"defaultSpec.containers.environment": [{"name": "GREETING", "value": "hello"}]},
+         check=lambda s: ("GREETING", "hello") in _task(s).command.environment),
+    Case("v1", "defaultSpec.containers.ports.type", "honoured", "stateless",
+         {"defaultSpec.containers.ports": [{"name": "http", "value": 8080, "type": "PORT_TYPE_STATIC"}]},
+         check=lambda s: _task(s).ports[0].value == 8080),
+    Case("v1", "defaultSpec.labels.key", "honoured", "stateless",
+         {"defaultSpec.labels": [{"key": "tier", "value": "web"}]},
+         check=lambda s: _task(s).labels == (("tier", "web"),)),
+    Case("v1", "defaultSpec.restartPolicy.maxFailures", "honoured", "stateless",
+         {"defaultSpec.restartPolicy.maxFailures": 3}, check=lambda s: _task(s).max_failures == 3),
+    Case("v1", "defaultSpec.controller", "honoured", "stateless", {"instanceCount": 1, "defaultSpec.controller": True},
+         check=lambda s: _task(s).controller),
+    Case("v1", "defaultSpec.killGracePeriodSeconds", "honoured", "stateless",
+         {"defaultSpec.killGracePeriodSeconds": 90}, check=lambda s: _task(s).kill_grace_seconds == 90),
     Case("v1", "sla.maximumUnavailableInstances", "honoured", "stateless", {"sla.maximumUnavailableInstances": 1},
          check=lambda s: s.max_unavailable_instances == 1),
 ]
 
-# The update config is not the job parser's: a file's is read by `job update`'s update_fields, and
-# the v0 API's CreateUpdate takes its own.
+# The update config is not the job parser's: a file's is read by `job update`'s update_fields (and
+# refused by update_config_problems), and the v0 API's CreateUpdate takes its own.
 UPDATES = [
     Case("update", "updateConfig.batchSize", "honoured", "update_file", {"updateConfig.batchSize": 3},
          check=lambda o: o.batch_size == 3),
@@ -500,16 +537,18 @@ UPDATES = [
          check=lambda o: o.start_paused),
     Case("update", "updateConfig.inPlace", "honoured", "update_file", {"updateConfig.inPlace": True},
          check=lambda o: o.in_place),
-    Case("update", "updateConfig.batchPercentage", "dropped", "update_file", {"updateConfig.batchPercentage": 50.0}),
-    Case("update", "updateConfig.stopBeforeUpdate", "dropped", "update_file", {"updateConfig.stopBeforeUpdate": True}),
-    Case("update", "updateConfig.startTasks", "dropped", "update_file", {"updateConfig.startTasks": True}),
+    Case("update", "updateConfig.batchPercentage", "refused", "update_file", {"updateConfig.batchPercentage": 50.0}),
+    Case("update", "updateConfig.stopBeforeUpdate", "refused", "update_file", {"updateConfig.stopBeforeUpdate": True}),
+    Case("update", "updateConfig.startTasks", "refused", "update_file", {"updateConfig.startTasks": True}),
     Case("update", "updateConfig.batchPercentage", "refused", "update_api", {"batchPercentage": 50.0}),
     Case("update", "updateConfig.stopBeforeUpdate", "refused", "update_api", {"stopBeforeUpdate": True}),
+    Case("update", "updateConfig.startTasks", "refused", "update_api", {"startTasks": True}),
 ]
 
 CASES = [*REFUSED, *NOTED, *SILENT, *HONOURED, *UPDATES]
-# Rows whose state shows only beyond the parser: `job create` runs a job in the pool it is given.
-NOT_FROM_A_FILE = {("v0", "respoolID.value", "dropped"), ("v1", "respoolId.value", "dropped")}
+# Rows whose state shows only beyond the parser: `job create` refuses a file naming another pool
+# than the one it is given (tests/unit/pelotonctl/test_job_create_pool.py).
+NOT_FROM_A_FILE = {("v0", "respoolID.value", "refused"), ("v1", "respoolId.value", "refused")}
 
 
 def test_every_refused_noted_and_dropped_row_has_a_case_and_every_case_its_row() -> None:
@@ -570,10 +609,10 @@ def _instance_twin(case: Case) -> Case:
     if case.section == "v0":
         old, new = "defaultConfig.", "instanceConfig.1."
         context = dict(case.context)
-    else:  # an instanceSpec pod is a whole pod: it has its own container, with an entrypoint
+    else:  # an instanceSpec pod is a whole pod: it has its own container, the base's (an entrypoint, or a command)
         old, new = "defaultSpec.", "instanceSpec.1."
         renames = (*renames, ("defaultspec.", "instancespec.1."))
-        context = {**case.context, "instanceSpec.1.containers": [_CONTAINER]}
+        context = {**case.context, "instanceSpec.1.containers": BASES[case.base]["defaultSpec"]["containers"]}
     named = case.named
     for before, after in renames:
         named = named.replace(before, after)
@@ -591,13 +630,17 @@ def test_an_instance_s_own_config_fares_as_the_default_one(case: Case) -> None:
 
 @pytest.mark.parametrize("case", [c for c in UPDATES if c.base == "update_file"], ids=lambda c: c.id)
 def test_an_update_config_in_a_job_file_is_read_as_the_page_says(case: Case) -> None:
-    from stages.admit.commands import update_fields
+    from stages.admit.commands import update_config_problems, update_fields
+
+    def text(with_field: bool) -> str:
+        return yaml.safe_dump(_doc(case, with_field), sort_keys=False)
 
     def options(with_field: bool) -> Any:
-        return update_fields(yaml.safe_dump(_doc(case, with_field), sort_keys=False))[1]
+        return update_fields(text(with_field))[1]
 
-    if case.state == "dropped":
-        assert options(True) == options(False), case.id
+    if case.state == "refused":
+        assert update_config_problems(text(False)) == [], case.id
+        assert _paths(update_config_problems(text(True))) == [case.named], case.id
     else:
         assert case.check is not None and case.check(options(True)) and options(True) != options(False), case.id
 

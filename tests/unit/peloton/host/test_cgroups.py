@@ -135,3 +135,10 @@ def test_an_agents_gpus_are_named_found_or_numbered_and_must_agree_with_its_reso
         gpu_devices(None, Resources(gpu=3), none)
     with pytest.raises(ValueError, match="names a device twice"):
         gpu_devices("0,0", Resources(), none)
+
+
+def test_a_runs_memory_limit_has_mesos_floor_as_pelotons_job_files_expect() -> None:
+    from peloton.host.cgroups import memory_limit_mb
+
+    # Peloton's test jobs ask for 0.1 MB; Mesos' isolator never limited a run below 32 MB.
+    assert (memory_limit_mb(0.1), memory_limit_mb(64), memory_limit_mb(0)) == (32.0, 64.0, 0.0)

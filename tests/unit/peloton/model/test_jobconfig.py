@@ -263,7 +263,8 @@ def test_docker_env_adds_to_command_environment() -> None:
 
 
 def test_command_arguments_and_shell() -> None:
-    doc = with_default(command={"shell": False, "value": "/bin/echo", "arguments": ["a", 2]})
+    # Mesos' CommandInfo without a shell: value is the program, arguments the whole argv, argv[0] first.
+    doc = with_default(command={"shell": False, "value": "/bin/echo", "arguments": ["echo", "a", 2]})
     command = job_spec_from_dict(doc).tasks[0].command
     assert command == CommandSpec(value="/bin/echo", shell=False, arguments=("a", "2"), environment=())
 
@@ -373,14 +374,30 @@ instancespec:
 
 def test_fields_peloton_honours_and_we_do_not_are_named_never_dropped_in_silence() -> None:
     spec = job_spec_from_dict(with_default(
-        volume={"containerpath": "data", "sizemb": 10}, executor={"type": "CUSTOM"},
+        executor={"type": "CUSTOM"},
         preemptionpolicy={"killonpreempt": True}, revocable=True,
         container={"type": 1, "docker": {"image": "debian"}, "volumes": [{"containerpath": "/x"}]}))
     assert [n.split(":")[0] for n in spec.notices] == [
-        "defaultconfig.volume", "defaultconfig.executor", "defaultconfig.preemptionpolicy", "defaultconfig.revocable",
+        "defaultconfig.executor", "defaultconfig.preemptionpolicy", "defaultconfig.revocable",
         "defaultconfig.container.volumes"]
     assert spec.tasks[0].image == "debian"  # an image is honoured: the task runs in it
     assert job_spec_from_dict(with_default()).notices == ()
+
+
+def test_a_tasks_persistent_volume_is_read_and_refused_outside_the_sandbox() -> None:
+    from peloton.model.volumes import VolumeSpec
+
+    def service(**volume):
+        return job_spec_from_dict({**with_default(volume=volume), "type": "SERVICE"})
+    assert service(containerpath="data/db", sizemb=20).tasks[0].volume == VolumeSpec("data/db", 20)
+    # Peloton's own stateful test job is a BATCH job (it names no type): any kind may keep one
+    assert job_spec_from_dict(with_default(volume={"containerpath": "d", "sizemb": 1})).tasks[0].volume is not None
+    for volume, words in (({"containerpath": "/data", "sizemb": 1}, "containerpath: must be relative"),
+                          ({"containerpath": "a/../../b", "sizemb": 1}, "containerpath: must be a path inside"),
+                          ({"containerpath": "stdout", "sizemb": 1}, "containerpath: must not be 'stdout'"),
+                          ({"containerpath": "data", "sizemb": 0}, "sizemb: a volume needs a size above 0")):
+        with pytest.raises(JobConfigError, match=words):
+            service(**volume)
 
 
 def test_a_tasks_image_is_read_from_docker_or_from_a_mesos_containers_docker_name() -> None:

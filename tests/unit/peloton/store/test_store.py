@@ -514,3 +514,21 @@ def test_host_pools_are_made_once_and_hosts_remember_their_pool_and_the_one_they
     store.remove_host_pool("gpu")
     store.remove_host_pool("gpu")  # gone already: nothing to do
     assert store.host_pools() == {}
+
+
+def test_volumes_are_recorded_once_listed_by_job_and_marked_deleted(store) -> None:
+    from peloton.model.volumes import VolumeSpec, mount_record, volume_row
+
+    rows = [volume_row(mount_record("j", i, VolumeSpec("data", 20), "h1"), "j", i, 10) for i in (1, 0)]
+    store.add_volumes(rows)
+    store.add_volumes([{**rows[0], "host_id": "h2", "created_ms": 99}])  # made once: the first stays
+    assert [(v["volume_id"], v["host_id"], v["state"]) for v in store.list_volumes("j")] == [
+        ("j-0", "h1", "CREATED"), ("j-1", "h1", "CREATED")]
+    assert store.list_volumes("other") == [] and len(store.list_volumes()) == 2
+    store.set_volume_state("j-1", "DELETED", 20)
+    assert store.get_volume("j-1") == {"volume_id": "j-1", "job_id": "j", "instance": 1, "host_id": "h1",
+                                       "container_path": "data", "size_mb": 20, "state": "DELETED",
+                                       "created_ms": 10, "updated_ms": 20}
+    assert store.get_volume("nope") is None
+    store.add_volumes([{**rows[0], "host_id": "h3", "created_ms": 30, "updated_ms": 30}])  # made again after
+    assert (store.get_volume("j-1")["state"], store.get_volume("j-1")["host_id"]) == ("CREATED", "h3")

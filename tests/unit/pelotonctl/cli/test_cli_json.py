@@ -119,8 +119,9 @@ class _Cluster:
     def __init__(self, refused: str = "") -> None:
         self.refused = refused
 
-    def control_job(self, kind, job_id, instances=None, batch_size=0, config=None, options=None) -> dict:
-        return {"job_id": job_id, "kind": kind, "command_id": "c1", "instances": [0, 1]}
+    def delete_job(self, job_id, keep_volumes=False) -> dict:
+        return {"job_id": job_id, "kind": "DELETE", "command_id": "c1", "instances": [0, 1],
+                "volumes_deleted": [] if keep_volumes else [f"{job_id}-0"], "volumes_kept": []}
 
     def maintenance(self, host_id, action, force=False) -> None:
         from pelotonctl.admin import UserError
@@ -133,7 +134,8 @@ def test_job_delete_and_host_maintenance_answer_json(tmp_path, monkeypatch) -> N
     monkeypatch.setattr("pelotonctl.cli.job.client", lambda: _Cluster())
     deleted = runner.invoke(app, ["job", "delete", "j1", "--json"], env=_env(tmp_path))
     assert deleted.exit_code == 0, deleted.output
-    assert json.loads(deleted.stdout) == {"job_id": "j1", "kind": "DELETE", "command_id": "c1", "instances": [0, 1]}
+    assert json.loads(deleted.stdout) == {"job_id": "j1", "kind": "DELETE", "command_id": "c1", "instances": [0, 1],
+                                          "volumes_deleted": ["j1-0"], "volumes_kept": []}
     monkeypatch.setattr("pelotonctl.cli.host.client", lambda: _Cluster(refused="h3"))
     started = runner.invoke(app, ["host", "maintenance", "start", "h1,h2", "--json"], env=_env(tmp_path))
     assert started.exit_code == 0, started.output

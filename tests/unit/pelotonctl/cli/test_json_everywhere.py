@@ -79,8 +79,8 @@ def test_j_before_job_validate_of_a_bad_file_fails_with_exit_2_and_no_output(tmp
 
 
 class _Cluster:
-    def control_job(self, kind, job_id, instances=None, batch_size=0, config=None, options=None) -> dict:
-        return {"job_id": job_id, "kind": kind, "command_id": "c1", "instances": [0]}
+    def delete_job(self, job_id, keep_volumes=False) -> dict:
+        return {"job_id": job_id, "kind": "DELETE", "command_id": "c1", "instances": [0]}
 
 
 def test_j_job_delete_answers_json_where_the_issue_saw_exit_2(monkeypatch) -> None:
