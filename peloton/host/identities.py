@@ -24,7 +24,7 @@ import json
 import os
 import pwd
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -269,27 +269,20 @@ def sysv_ipc_owners() -> set[int]:
 def give_back_sandboxes(root: Path, uid: int) -> int:
     """Everything of `uid` in the sandboxes under `root` becomes root's (links changed, never
     followed); the number of sandboxes it held."""
-    count = 0
-    try:
-        entries = [e for e in os.scandir(root) if not e.name.startswith(".")]
-    except OSError:
-        return 0
-    for entry in entries:
-        try:
-            if entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == uid:
-                count += 1
-                own_tree(Path(entry.path), uid, 0, 0)
-        except OSError:
-            continue
-    return count
+    return _give_back(root, uid, lambda name: not name.startswith("."))
 
 
 def give_back_volumes(root: Path, uid: int) -> int:
     """Every persistent volume `uid` owns under `root` becomes root's, so the next job given the
     uid never reaches them (peloton/host/volumes.py gives a volume to its run at each launch)."""
+    return _give_back(root / VOLUMES_DIR, uid, lambda name: True)
+
+
+def _give_back(folder: Path, uid: int, wanted: Callable[[str], bool]) -> int:
+    """The folders in `folder` (by name, wanted) that `uid` owns become root's, whole; how many."""
     count = 0
     try:
-        entries = list(os.scandir(root / VOLUMES_DIR))
+        entries = [e for e in os.scandir(folder) if wanted(e.name)]
     except OSError:
         return 0
     for entry in entries:

@@ -13,6 +13,7 @@ from peloton.model.host_pools import DEFAULT_POOL, POOL_LABEL
 from pelotonctl import admin
 from pelotonctl.api.routes import hosts
 from pelotonctl.api.rpc.calls import Call, Failed, status_of
+from pelotonctl.api.rpc.catalog import served
 
 PREFIX = "HOST_STATE_"
 MOVE_HOSTS = ("MoveHosts moves a number of hosts out of Peloton's 'shared' pool picked by its resource manager's "
@@ -52,26 +53,39 @@ def host_info(row: dict, out: Any, enum: Any) -> Any:
     return out
 
 
-def list_pools(call: Call, response: Any) -> Any:
-    for pool in hosts.list_host_pools(call.creds, call.door)["pools"]:
-        response.pools.add(name=pool["name"], hosts=pool["hosts"])
-    return response
+def serve_host_pools(service: str, svc: Any) -> None:
+    """Peloton's four host-pool methods on `service` (v0's and v1alpha's HostService have the same
+    messages, in `svc`), through the HTTP API's host-pool routes."""
 
+    @served(f"{service}/ListHostPools")
+    def list_host_pools(call: Call, request: Any) -> Any:
+        """Every host pool and its hosts (the default pool always among them)."""
+        response = svc.ListHostPoolsResponse()
+        for pool in hosts.list_host_pools(call.creds, call.door)["pools"]:
+            response.pools.add(name=pool["name"], hosts=pool["hosts"])
+        return response
 
-def create_pool(call: Call, request: Any) -> None:
-    hosts.create_host_pool(hosts.HostPoolName(name=request.name), call.creds, call.door)
+    @served(f"{service}/CreateHostPool")
+    def create_host_pool(call: Call, request: Any) -> Any:
+        """Makes an empty host pool (administrators); a taken name is ALREADY_EXISTS."""
+        hosts.create_host_pool(hosts.HostPoolName(name=request.name), call.creds, call.door)
+        return svc.CreateHostPoolResponse()
 
+    @served(f"{service}/DeleteHostPool")
+    def delete_host_pool(call: Call, request: Any) -> Any:
+        """Deletes a host pool; its hosts move to the default pool (administrators)."""
+        hosts.delete_host_pool(request.name, call.creds, call.door)
+        return svc.DeleteHostPoolResponse()
 
-def delete_pool(call: Call, request: Any) -> None:
-    hosts.delete_host_pool(request.name, call.creds, call.door)
-
-
-def change_pool(call: Call, request: Any) -> None:
-    """Peloton's ChangeHostPool names the source pool it expects; here an empty one means any."""
-    if not request.hostname or not request.destinationPool:
-        raise admin.UserError("hostname and destinationPool: give the host and the pool it moves to")
-    hosts.change_host_pool(request.hostname, hosts.HostPoolMove(pool=request.destinationPool,
-                                                                source=request.sourcePool), call.creds, call.door)
+    @served(f"{service}/ChangeHostPool")
+    def change_host_pool(call: Call, request: Any) -> Any:
+        """Moves a host to another pool, after draining its runs when it has any (administrators);
+        an empty sourcePool means whichever it is in."""
+        if not request.hostname or not request.destinationPool:
+            raise admin.UserError("hostname and destinationPool: give the host and the pool it moves to")
+        hosts.change_host_pool(request.hostname, hosts.HostPoolMove(pool=request.destinationPool,
+                                                                    source=request.sourcePool), call.creds, call.door)
+        return svc.ChangeHostPoolResponse()
 
 
 def maintain(call: Call, request: Any, action: str) -> str:

@@ -30,28 +30,4 @@ def complete_maintenance(call: Call, request: svc.CompleteMaintenanceRequest) ->
     return svc.CompleteMaintenanceResponse(hostname=host_shapes.maintain(call, request, "complete"))
 
 
-@served(f"{SERVICE}/ListHostPools")
-def list_host_pools(call: Call, request: svc.ListHostPoolsRequest) -> svc.ListHostPoolsResponse:
-    """Every host pool and its hosts (the default pool always among them)."""
-    return host_shapes.list_pools(call, svc.ListHostPoolsResponse())
-
-
-@served(f"{SERVICE}/CreateHostPool")
-def create_host_pool(call: Call, request: svc.CreateHostPoolRequest) -> svc.CreateHostPoolResponse:
-    """Makes an empty host pool (administrators); a taken name is ALREADY_EXISTS."""
-    host_shapes.create_pool(call, request)
-    return svc.CreateHostPoolResponse()
-
-
-@served(f"{SERVICE}/DeleteHostPool")
-def delete_host_pool(call: Call, request: svc.DeleteHostPoolRequest) -> svc.DeleteHostPoolResponse:
-    """Deletes a host pool; its hosts move to the default pool (administrators)."""
-    host_shapes.delete_pool(call, request)
-    return svc.DeleteHostPoolResponse()
-
-
-@served(f"{SERVICE}/ChangeHostPool")
-def change_host_pool(call: Call, request: svc.ChangeHostPoolRequest) -> svc.ChangeHostPoolResponse:
-    """Moves a host to another pool, after draining its runs when it has any (administrators)."""
-    host_shapes.change_pool(call, request)
-    return svc.ChangeHostPoolResponse()
+host_shapes.serve_host_pools(SERVICE, svc)
