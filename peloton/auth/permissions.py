@@ -16,7 +16,7 @@ from peloton.model.states import UPDATE_ACTIONS
 # What only administrators do.
 ADMIN_ACTIONS = frozenset({"pool.create", "pool.update", "pool.delete", "host.maintenance", "host.pool",
                            "token.issue", "token.revoke", "token.list", "dead_letter.read", "dead_letter.replay",
-                           "cluster.read"})
+                           "cluster.read", "cluster.lockdown"})
 # What a pool's owners do with the jobs in it (reading included: a job's config holds its environment).
 JOB_ACTIONS = frozenset({"job.create", "job.read", "job.stop", "job.start", "job.restart", "job.update",
                          "job.delete", "update.pause", "update.resume", "update.abort", "update.rollback"})

@@ -170,6 +170,12 @@ class PoolReader(Protocol):
     def get_pool(self, path: str) -> dict | None: ...
 
 
+class LockdownReader(Protocol):
+    @abstractmethod
+    def lockdown(self) -> dict[str, dict]:
+        """The locked components (peloton/model/lockdown.py): component -> {locked_ms, locked_by}."""
+
+
 class JobReader(Protocol):
     """The job manager's tables, as it and the people asking read them."""
 
@@ -219,7 +225,7 @@ class TokenReader(Protocol):
     def get_token(self, token_id: str) -> TokenRow | None: ...
 
 
-class JobStore(Transactional, PoolReader, JobReader, TokenReader, Protocol):
+class JobStore(Transactional, PoolReader, JobReader, TokenReader, LockdownReader, Protocol):
     """admit: jobs, tasks and task events (it owns them), pools (read), the signer of a signed
     command (tokens, read)."""
 
@@ -352,7 +358,7 @@ class AllocationStore(Transactional, PoolReader, QueueReader, Protocol):
         every one its scan finds, which may be more); how many went."""
 
 
-class QueryStore(Transactional, PoolReader, JobReader, QueueReader, Protocol):
+class QueryStore(Transactional, PoolReader, JobReader, QueueReader, LockdownReader, Protocol):
     """pelotonctl and dashboards: reads for people, and the pools table the control plane owns."""
 
     @abstractmethod
@@ -391,6 +397,10 @@ class QueryStore(Transactional, PoolReader, JobReader, QueueReader, Protocol):
 
     @abstractmethod
     def remove_host_pool(self, name: str) -> None: ...
+
+    @abstractmethod
+    def set_lockdown(self, component: str, locked: bool, at_ms: int, by: str) -> None:
+        """Lock a component (kept as first locked when locked again) or unlock it."""
 
     @abstractmethod
     def get_volume(self, volume_id: str) -> dict | None:

@@ -97,6 +97,9 @@ MIGRATIONS: list[list[str]] = [
     ["CREATE TABLE IF NOT EXISTS volumes (bucket int, volume_id text, job_id text, instance int, host_id text, "
      "container_path text, size_mb int, state text, created_ms bigint, updated_ms bigint, "
      "PRIMARY KEY (bucket, volume_id))"],
+    # 6: the cluster's lockdown.
+    ["CREATE TABLE IF NOT EXISTS lockdown (bucket int, component text, locked_ms bigint, locked_by text, "
+     "PRIMARY KEY (bucket, component))"],
 ]
 
 

@@ -17,6 +17,7 @@ from peloton.auth.identities import Identities
 from peloton.auth.permissions import PoolsAbove, decide
 from peloton.auth.tokens import Principal
 from peloton.config import Settings
+from peloton.model.lockdown import component_of_action, locked_out
 from peloton.runtime import CompactedView, Emitter, StaticView
 from peloton.store.base import JobRow, StorageGateway
 from pelotonctl.api.audit import Audit
@@ -48,6 +49,8 @@ class Door:
                                                                        "entitlements": entitlements_view}
         self._closers: list[Callable[[], None]] = []
         self.identities = Identities.from_settings(settings, self.store)
+        self._locks: dict[str, dict] = {}
+        self._locks_until = 0.0  # time.monotonic() when the lockdown is read again
 
     def who(self, creds: HTTPAuthorizationCredentials | None, action: str, obj: str) -> Principal:
         header = f"{creds.scheme} {creds.credentials}" if creds else None
@@ -66,6 +69,17 @@ class Door:
         self.audit.record(principal, action, obj, pool, decision.allowed, decision.reason)
         if not decision.allowed:
             raise Refused(403, f"{action} on {obj} refused: {decision.reason}")
+        locked = locked_out(component_of_action(action), self.locks())
+        if locked:  # permitted, but the cluster is frozen for it now
+            self.audit.record(principal, action, obj, pool, False, locked)
+            raise Refused(423, f"{action} on {obj} refused: {locked}")
+
+    def locks(self, fresh: bool = False) -> dict[str, dict]:
+        """The cluster's lockdown, read from the store at most once a second (every request asks)."""
+        now = time.monotonic()
+        if fresh or now >= self._locks_until:
+            self._locks, self._locks_until = self.store.lockdown(), now + 1.0
+        return self._locks
 
     def hosts(self) -> list[dict]:
         """Every host-state record, from a view kept up to date across requests."""

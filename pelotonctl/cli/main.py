@@ -22,6 +22,7 @@ from pelotonctl.cli import (
     job,
     jobmgr,
     lag,
+    lockdown,
     resmgr,
     respool,
     stage,
@@ -59,6 +60,7 @@ app.add_typer(watch.watch_app, name="watch")
 app.add_typer(image.image_app, name="image")
 app.add_typer(deadletters.letters_app, name="dead-letters")
 app.add_typer(auth.auth_app, name="auth")
+app.add_typer(lockdown.admin_app, name="admin")
 
 
 def _version(value: bool) -> None:

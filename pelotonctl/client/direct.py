@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from functools import cached_property
 from pathlib import Path
 
 from peloton.config import Settings
 from pelotonctl import admin, host_pools, queries, volumes
+from pelotonctl import lockdown as lockdowns
 from pelotonctl.admin import NotFound, UserError
 from pelotonctl.queries import JobQuery, TaskQuery
 from pelotonctl.shapes import event_row, job_info, job_row, task_info, token_row, update_info
@@ -171,6 +173,12 @@ class DirectClient:
 
     def maintenance(self, host_id: str, action: str, force: bool = False) -> None:
         admin.request_maintenance(self.settings, host_id, action, "", force)
+
+    def lockdown(self) -> dict[str, dict]:
+        return lockdowns.lockdown(self.store)
+
+    def set_locks(self, components: list[str], locked: bool) -> dict:
+        return lockdowns.set_locks(self.store, components, locked, os.environ.get("USER", ""))
 
     def host_pools(self) -> list[dict]:
         return host_pools.list_host_pools(self.settings, self.store)

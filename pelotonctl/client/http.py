@@ -65,6 +65,8 @@ class ApiClient:
                 return None
             if exc.code in (401, 403):
                 raise NotPermitted(f"{detail} (the API at {self.url}, as PELOTON_TOKEN's user)") from None
+            if exc.code == 423:  # locked down (pelotonctl admin lock): permitted, not now
+                raise NotPermitted(detail) from None
             if exc.code == 404:
                 raise NotFound(detail) from None
             if exc.code in (400, 409, 422):
@@ -205,6 +207,12 @@ class ApiClient:
 
     def maintenance(self, host_id: str, action: str, force: bool = False) -> None:
         self.call("POST", f"/v1/hosts/{host_id}/maintenance/{action.lower()}", {"force": force})
+
+    def lockdown(self) -> dict[str, dict]:
+        return self.call("GET", "/v1/admin/lockdown")["locked"]
+
+    def set_locks(self, components: list[str], locked: bool) -> dict:
+        return self.call("POST", f"/v1/admin/{'lock' if locked else 'unlock'}", {"components": components})
 
     def host_pools(self) -> list[dict]:
         return self.call("GET", "/v1/host-pools")["pools"]

@@ -22,6 +22,7 @@ from peloton.model.daemon import eligible
 from peloton.model.host_capacities import HOST_LABELS, HostCapacities
 from peloton.model.jobconfig import parse_job_config
 from peloton.model.jobspec import JobSpec
+from peloton.model.lockdown import component_of_command, locked_out
 from peloton.model.mesos import MESOS_TERMINAL
 from peloton.model.pool import leaf_pool_error
 from peloton.model.resources import Resources
@@ -73,6 +74,8 @@ class AdmitStage(Stage):
         self.capacities = HostCapacities()  # the distinct capacities among them
         self.owned: set[int] = set()  # task-status partitions: the jobs whose deadlines this instance checks
         self.commands_owned: set[int] = set()  # job-commands partitions
+        self._locks: dict[str, dict] = {}  # the cluster's lockdown (peloton/model/lockdown.py), as last read
+        self._locks_until = 0.0  # time.monotonic() when it is read again
         self.slas = Slas(self._parse)
         self.writes = JobWrites(self.store)
         self.rollouts = Rollouts(self.store, self.writes, self.slas)
@@ -287,6 +290,7 @@ class AdmitStage(Stage):
         pools = PoolsAbove(self.store.get_pool)
         if self.settings.signed_commands:
             records = self._signed(records, pools, box)
+        records = self._unlocked(records, box)
         creates = [r for r in records if r.value["kind"] == "CREATE"]
         control = [r for r in records if r.value["kind"] != "CREATE"]
         if creates:
@@ -307,6 +311,23 @@ class AdmitStage(Stage):
                                      admins)
             if problem:
                 self.writes.refuse(r, problem, box)
+            else:
+                kept.append(r)
+        return kept
+
+    def _unlocked(self, records: list[Record], box: Outbox) -> list[Record]:
+        """The commands whose component (Write, or Kill for a stop) is not locked down; the others
+        refused with who locked it (a producer's commands as the API's)."""
+        now = time.monotonic()
+        if now >= self._locks_until:  # read at most once a second: a batch at a time asks
+            self._locks, self._locks_until = self.store.lockdown(), now + 1.0
+        if not self._locks:
+            return records
+        kept = []
+        for r in records:
+            locked = locked_out(component_of_command(r.value["kind"]), self._locks)
+            if locked:
+                self.writes.refuse(r, locked, box)
             else:
                 kept.append(r)
         return kept

@@ -28,3 +28,15 @@ class HostPoolsMixin(CassandraSession):
     def host_pool_members(self) -> dict[str, tuple[str, str]]:
         return {host: (pool, desired) for host, pool, desired in self._rows(
             "SELECT host_id, pool, desired_pool FROM host_pool_members WHERE bucket = 0")}
+
+    def lockdown(self) -> dict[str, dict]:
+        return {c: {"locked_ms": at, "locked_by": by or ""} for c, at, by in self._rows(
+            "SELECT component, locked_ms, locked_by FROM lockdown WHERE bucket = 0")}
+
+    def set_lockdown(self, component: str, locked: bool, at_ms: int, by: str) -> None:
+        if not locked:
+            self._write("DELETE FROM lockdown USING TIMESTAMP ? WHERE bucket = 0 AND component = ?",
+                        [(TS, component)])
+        elif component not in self.lockdown():  # locked again: the first lock's time and owner stay
+            self._write(insert_cql("lockdown", "bucket, component, locked_ms, locked_by"),
+                        [(0, component, at_ms, by, TS)])

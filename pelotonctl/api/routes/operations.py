@@ -9,6 +9,8 @@ need a token and not the broker's or ZooKeeper's credentials:
   POST /v1/dead-letters/{number}/replay a letter sent again, fixed or not (admins; job commands
                                         only: the API writes no stage's topic)
   GET  /v1/cluster/instances            the instances registered in ZooKeeper (admins)
+  GET  /v1/admin/lockdown               the components locked down (admins)
+  POST /v1/admin/lock, /v1/admin/unlock lock or unlock components: Read, Write, Kill (admins)
 
 The API's own Kafka user may read what these need (pelotonctl/principals.py)."""
 
@@ -21,7 +23,7 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, Field
 
 from peloton.registry import RegistryUnavailable
-from pelotonctl import deadletters
+from pelotonctl import deadletters, lockdown
 from pelotonctl.api.door import DoorDep, Refused
 from pelotonctl.api.identity import Creds
 from pelotonctl.api.operations import LAG_WINDOW, REPLAYABLE, Operations, operations_of
@@ -105,3 +107,33 @@ def instances(creds: Creds, door: DoorDep,
             return {"instances": registry.instances()}
     except RegistryUnavailable as exc:
         raise Refused(503, str(exc)) from None
+
+
+class Components(BaseModel):
+    components: list[str] = Field(..., description="Peloton's components: Read, Write, Kill (GoalStateEngine "
+                                                   "and Launch answer a failure with why)")
+
+
+@router.get("/v1/admin/lockdown", summary="The components locked down, by whom and since when (admins)")
+def get_lockdown(creds: Creds, door: DoorDep) -> dict:
+    door.allow(door.who(creds, "cluster.lockdown", "lockdown"), "cluster.lockdown", "lockdown")
+    return {"locked": lockdown.lockdown(door.store)}
+
+
+@router.post("/v1/admin/lock", summary="Lock down components: their calls and commands refused until unlocked "
+                                       "(admins)")
+def lock(body: Components, creds: Creds, door: DoorDep) -> dict:
+    return set_locks(body, creds, door, True)
+
+
+@router.post("/v1/admin/unlock", summary="Lift a lockdown (admins)")
+def unlock(body: Components, creds: Creds, door: DoorDep) -> dict:
+    return set_locks(body, creds, door, False)
+
+
+def set_locks(body: Components, creds: Any, door: Any, locked: bool) -> dict:
+    who = door.who(creds, "cluster.lockdown", ",".join(body.components))
+    door.allow(who, "cluster.lockdown", ",".join(body.components))
+    answer = lockdown.set_locks(door.store, body.components, locked, who.user)
+    door.locks(fresh=True)  # this API's own door sees it at once
+    return answer

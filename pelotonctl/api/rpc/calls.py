@@ -29,7 +29,7 @@ log = logging.getLogger("peloton.api.grpc")
 CODES = {400: grpc.StatusCode.INVALID_ARGUMENT, 401: grpc.StatusCode.UNAUTHENTICATED,
          403: grpc.StatusCode.PERMISSION_DENIED, 404: grpc.StatusCode.NOT_FOUND,
          409: grpc.StatusCode.ALREADY_EXISTS, 412: grpc.StatusCode.FAILED_PRECONDITION,
-         503: grpc.StatusCode.UNAVAILABLE}
+         423: grpc.StatusCode.FAILED_PRECONDITION, 503: grpc.StatusCode.UNAVAILABLE}
 
 
 class Failed(Exception):

@@ -532,3 +532,15 @@ def test_volumes_are_recorded_once_listed_by_job_and_marked_deleted(store) -> No
     assert store.get_volume("nope") is None
     store.add_volumes([{**rows[0], "host_id": "h3", "created_ms": 30, "updated_ms": 30}])  # made again after
     assert (store.get_volume("j-1")["state"], store.get_volume("j-1")["host_id"]) == ("CREATED", "h3")
+
+
+def test_a_lockdown_is_kept_as_first_set_until_lifted(store) -> None:
+    assert store.lockdown() == {}
+    store.set_lockdown("Write", True, 10, "alice")
+    store.set_lockdown("Write", True, 20, "bob")  # locked already: alice's lock stays
+    store.set_lockdown("Kill", True, 30, "")
+    assert store.lockdown() == {"Write": {"locked_ms": 10, "locked_by": "alice"},
+                                "Kill": {"locked_ms": 30, "locked_by": ""}}
+    store.set_lockdown("Write", False, 40, "alice")
+    store.set_lockdown("Read", False, 40, "alice")  # not locked: nothing to lift
+    assert list(store.lockdown()) == ["Kill"]
