@@ -14,7 +14,7 @@ from typing import Any
 
 from peloton.model.fields import describe, mapping, text
 from peloton.model.jobfields import Problems, lower_keys_deep, read_boolean
-from peloton.model.taskconfig import _image_name as image_name
+from peloton.model.taskconfig import image_name
 
 SPEC_KEYS = ("defaultspec", "instancespec")
 # The pod spec's keys that a v0 task config has too (taken as they are, and read as v0's are).

@@ -276,7 +276,7 @@ def _read_image(fields: dict, path: str, problems: Problems) -> str:
     for keys in forms:
         name = _at(container, *keys)
         if name is not None:
-            return _image_name(name, _join(where, ".".join(keys)), problems)
+            return image_name(name, _join(where, ".".join(keys)), problems)
     return ""
 
 
@@ -284,7 +284,7 @@ def _read_image(fields: dict, path: str, problems: Problems) -> str:
 _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}")
 
 
-def _image_name(value: Any, path: str, problems: Problems) -> str:
+def image_name(value: Any, path: str, problems: Problems) -> str:
     if not isinstance(value, str) or not _IMAGE.fullmatch(value) or ".." in value or value.endswith("/"):
         problems.add(path, f"expected an image name like debian:bookworm, got {_describe(value)}")
         return ""

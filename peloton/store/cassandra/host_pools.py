@@ -1,6 +1,7 @@
-"""Host pools: the pools operators made and each host's pool and the one it is moving to, each
-table one partition (bucket 0: a cluster has tens of pools and its hosts, read whole). A pool is
-made under the API's host-pool lock, so its check-then-write needs no lightweight transaction."""
+"""Host pools: the pools operators made and each host's pool and the one it is moving to; and the
+cluster's lockdown, the other switch operators set. Each table one partition (bucket 0: tens of
+pools, the hosts, a few components; read whole). A pool is made under the API's host-pool lock,
+so its check-then-write needs no lightweight transaction."""
 
 from __future__ import annotations
 
