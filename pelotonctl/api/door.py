@@ -5,6 +5,7 @@ make_app keeps one Door in app.state; routes take it with `door: DoorDep`."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from peloton.store.base import JobRow, StorageGateway
 from pelotonctl.api.audit import Audit
 from pelotonctl.api.identity import Unauthenticated, principal_of
 from pelotonctl.api.refusals import Refused
-from pelotonctl.api.storeguard import GuardedStore, StoreGuard, describe_store
+from pelotonctl.api.storeguard import GuardedStore, StoreAway, StoreGuard, describe_store
 
 # ?wait=true on a job command: answer once the job manager acted on it, or refused it (400).
 Wait = Annotated[bool, Query(description="Answer once the job manager has acted on the command (up to 30 s); "
@@ -69,16 +70,21 @@ class Door:
         self.audit.record(principal, action, obj, pool, decision.allowed, decision.reason)
         if not decision.allowed:
             raise Refused(403, f"{action} on {obj} refused: {decision.reason}")
-        locked = locked_out(component_of_action(action), self.locks())
+        component = component_of_action(action)  # pools, hosts, tokens: never locked, the store not asked
+        locked = locked_out(component, self.locks()) if component else None
         if locked:  # permitted, but the cluster is frozen for it now
             self.audit.record(principal, action, obj, pool, False, locked)
             raise Refused(423, f"{action} on {obj} refused: {locked}")
 
     def locks(self, fresh: bool = False) -> dict[str, dict]:
-        """The cluster's lockdown, read from the store at most once a second (every request asks)."""
+        """The cluster's lockdown, read from the store at most once a second (every request asks).
+        With the store away the last one read holds: what needs the store fails on its own, and
+        the job manager keeps the lockdown of the commands sent meanwhile."""
         now = time.monotonic()
         if fresh or now >= self._locks_until:
-            self._locks, self._locks_until = self.store.lockdown(), now + 1.0
+            self._locks_until = now + 1.0
+            with contextlib.suppress(StoreAway):
+                self._locks = self.store.lockdown()
         return self._locks
 
     def hosts(self) -> list[dict]:
