@@ -85,6 +85,13 @@ def test_an_update_pauses_between_batches_resumes_to_the_end_and_another_aborts_
     time.sleep(5)
     assert runs(p, job) == held and update_of(p, update_id)["state"] == "PAUSED"  # the next batch waits
     assert held == {0: (2, "RUNNING"), 1: (1, "RUNNING"), 2: (1, "RUNNING")}
+    # Peloton's `job stateless workflow events JOB INSTANCE`, newest first: where the paused
+    # workflow is with the instance it replaced, and with one it has not reached.
+    def events(instance: int) -> list[str]:
+        shown = p.ctl("-j", "job", "stateless", "workflow", "events", job, str(instance))
+        assert shown.returncode == 0, shown.stderr
+        return [e["state"] for e in json.loads(shown.stdout)["events"]]
+    assert events(0) == ["SUCCEEDED", "ROLLING_FORWARD"] and events(2) == ["ROLLING_FORWARD"]
 
     assert p.ctl("update", "resume", update_id).returncode == 0
     done = p.ctl("update", "get", update_id, "--wait", "--timeout", "90")

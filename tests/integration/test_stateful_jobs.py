@@ -51,6 +51,12 @@ def test_a_stateful_instance_keeps_its_volume_and_its_host(pipeline_factory) -> 
         f"{job}-0", home, 20, "CREATED")
     assert task().spec["resources"]["disk_mb"] == 30  # the task's 10 and its volume's 20
     [folder] = [f for f in p.home.rglob(f".volumes/{job}-0") if f.is_dir()]
+    # Peloton's `volume list JOB`, and `volume get`; a volume of a job still running is not deleted.
+    listed = json.loads(p.ctl("volume", "list", job, "--json").stdout)["volumes"]
+    assert [(v["volume_id"], v["host_id"], v["state"]) for v in listed] == [(f"{job}-0", home, "CREATED")]
+    assert json.loads(p.ctl("volume", "get", f"{job}-0", "--json").stdout)["container_path"] == "state/db"
+    early = p.ctl("volume", "delete", f"{job}-0")
+    assert early.returncode == 2 and "may run, or run again, on it" in early.stderr, early.stderr
 
     def lines() -> list[str]:
         log = folder / "log"
