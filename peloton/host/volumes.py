@@ -36,14 +36,19 @@ def prepare_volume(sandbox_root: Path, volume_id: str, account: Account | None) 
     return path
 
 
+def in_sandbox(sandbox: Path, container_path: str) -> Path:
+    """Where a volume's containerPath is in the sandbox (ValueError for one that leaves it)."""
+    problem = container_path_problem(container_path)
+    if problem:
+        raise ValueError(f"volume containerPath {container_path!r} {problem}")
+    return sandbox / container_path
+
+
 def link_volume(sandbox: Path, container_path: str, volume: Path, account: Account | None) -> Path:
     """The sandbox's link at container_path to the volume, relative (`../.volumes/<id>`): a run
     reaches it from its sandbox without passing through the folders above the sandboxes' root.
     What the sandbox held at that name (an earlier attempt's link) is replaced."""
-    problem = container_path_problem(container_path)
-    if problem:
-        raise ValueError(f"volume containerPath {container_path!r} {problem}")
-    link = sandbox / container_path
+    link = in_sandbox(sandbox, container_path)
     made = []
     for parent in reversed(link.relative_to(sandbox).parents):
         folder = sandbox / parent
@@ -67,10 +72,7 @@ def link_volume(sandbox: Path, container_path: str, volume: Path, account: Accou
 def mount_point(sandbox: Path, container_path: str, account: Account | None) -> str:
     """For a run in an image: the empty folder the volume is bound onto, and its path inside the
     container (the sandbox is /sandbox there)."""
-    problem = container_path_problem(container_path)
-    if problem:
-        raise ValueError(f"volume containerPath {container_path!r} {problem}")
-    target = sandbox / container_path
+    target = in_sandbox(sandbox, container_path)
     if target.is_symlink():
         target.unlink()
     target.mkdir(mode=0o700, parents=True, exist_ok=True)

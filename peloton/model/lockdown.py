@@ -5,8 +5,9 @@ and the job manager ask the same functions, the store keeps what is locked."""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 COMPONENTS = ("GoalStateEngine", "Read", "Write", "Kill", "Launch")  # Peloton's enum, in its order
 LOCKABLE = ("Read", "Write", "Kill")
@@ -50,3 +51,23 @@ def locked_out(component: str | None, locks: Mapping[str, Mapping]) -> str | Non
     since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(lock["locked_ms"] / 1000))
     return (f"the cluster is locked down for {component}{by} since {since}: "
             f"`pelotonctl admin unlock {component}` lifts it")
+
+
+class LockdownReads:
+    """The lockdown as last read, read again at most once every `period_s` (every request or
+    batch asks; a lock reaches them that late at most). A read that raises one of `kept_on`
+    leaves the last one read in place."""
+
+    def __init__(self, read: Callable[[], dict[str, dict]], period_s: float = 1.0,
+                 kept_on: tuple[type[Exception], ...] = (), clock: Callable[[], float] = time.monotonic) -> None:
+        self._read, self._period_s, self._kept_on, self._clock = read, period_s, kept_on, clock
+        self.locks: dict[str, dict] = {}
+        self.next_read = 0.0  # clock() when it is read again
+
+    def current(self, fresh: bool = False) -> dict[str, dict]:
+        now = self._clock()
+        if fresh or now >= self.next_read:
+            self.next_read = now + self._period_s
+            with contextlib.suppress(*self._kept_on):
+                self.locks = self._read()
+        return self.locks

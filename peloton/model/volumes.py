@@ -46,6 +46,11 @@ def mount_record(job_id: str, instance: int, volume: VolumeSpec, host_id: str = 
             "size_mb": volume.size_mb, "host_id": host_id}
 
 
+def mount_of(volume: dict | None) -> tuple[str, str] | None:
+    """(volume id, containerPath) of a launch's `volume` record, as a run is given it; None: none."""
+    return (volume["volume_id"], volume["container_path"]) if volume else None
+
+
 def home_of(launch_spec: dict | None) -> str:
     """The host holding the volume of a run's instance ("" when it has none, or it is not made)."""
     volume = (launch_spec or {}).get("volume")

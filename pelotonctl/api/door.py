@@ -5,7 +5,6 @@ make_app keeps one Door in app.state; routes take it with `door: DoorDep`."""
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -18,7 +17,7 @@ from peloton.auth.identities import Identities
 from peloton.auth.permissions import PoolsAbove, decide
 from peloton.auth.tokens import Principal
 from peloton.config import Settings
-from peloton.model.lockdown import component_of_action, locked_out
+from peloton.model.lockdown import LockdownReads, component_of_action, locked_out
 from peloton.runtime import CompactedView, Emitter, StaticView
 from peloton.store.base import JobRow, StorageGateway
 from pelotonctl.api.audit import Audit
@@ -50,8 +49,9 @@ class Door:
                                                                        "entitlements": entitlements_view}
         self._closers: list[Callable[[], None]] = []
         self.identities = Identities.from_settings(settings, self.store)
-        self._locks: dict[str, dict] = {}
-        self._locks_until = 0.0  # time.monotonic() when the lockdown is read again
+        # With the store away the last lockdown read holds: what needs the store fails on its own,
+        # and the job manager keeps the lockdown of the commands sent meanwhile.
+        self._lockdown = LockdownReads(lambda: self.store.lockdown(), kept_on=(StoreAway,))
 
     def who(self, creds: HTTPAuthorizationCredentials | None, action: str, obj: str) -> Principal:
         header = f"{creds.scheme} {creds.credentials}" if creds else None
@@ -77,15 +77,8 @@ class Door:
             raise Refused(423, f"{action} on {obj} refused: {locked}")
 
     def locks(self, fresh: bool = False) -> dict[str, dict]:
-        """The cluster's lockdown, read from the store at most once a second (every request asks).
-        With the store away the last one read holds: what needs the store fails on its own, and
-        the job manager keeps the lockdown of the commands sent meanwhile."""
-        now = time.monotonic()
-        if fresh or now >= self._locks_until:
-            self._locks_until = now + 1.0
-            with contextlib.suppress(StoreAway):
-                self._locks = self.store.lockdown()
-        return self._locks
+        """The cluster's lockdown, read from the store at most once a second (every request asks)."""
+        return self._lockdown.current(fresh)
 
     def hosts(self) -> list[dict]:
         """Every host-state record, from a view kept up to date across requests."""

@@ -22,7 +22,7 @@ from peloton.model.daemon import eligible
 from peloton.model.host_capacities import HOST_LABELS, HostCapacities
 from peloton.model.jobconfig import parse_job_config
 from peloton.model.jobspec import JobSpec
-from peloton.model.lockdown import component_of_command, locked_out
+from peloton.model.lockdown import LockdownReads, component_of_command, locked_out
 from peloton.model.mesos import MESOS_TERMINAL
 from peloton.model.pool import leaf_pool_error
 from peloton.model.resources import Resources
@@ -74,8 +74,7 @@ class AdmitStage(Stage):
         self.capacities = HostCapacities()  # the distinct capacities among them
         self.owned: set[int] = set()  # task-status partitions: the jobs whose deadlines this instance checks
         self.commands_owned: set[int] = set()  # job-commands partitions
-        self._locks: dict[str, dict] = {}  # the cluster's lockdown (peloton/model/lockdown.py), as last read
-        self._locks_until = 0.0  # time.monotonic() when it is read again
+        self.lockdown = LockdownReads(self.store.lockdown)  # the cluster's, as last read
         self.slas = Slas(self._parse)
         self.writes = JobWrites(self.store)
         self.rollouts = Rollouts(self.store, self.writes, self.slas)
@@ -318,14 +317,12 @@ class AdmitStage(Stage):
     def _unlocked(self, records: list[Record], box: Outbox) -> list[Record]:
         """The commands whose component (Write, or Kill for a stop) is not locked down; the others
         refused with who locked it (a producer's commands as the API's)."""
-        now = time.monotonic()
-        if now >= self._locks_until:  # read at most once a second: a batch at a time asks
-            self._locks, self._locks_until = self.store.lockdown(), now + 1.0
-        if not self._locks:
+        locks = self.lockdown.current()
+        if not locks:
             return records
         kept = []
         for r in records:
-            locked = locked_out(component_of_command(r.value["kind"]), self._locks)
+            locked = locked_out(component_of_command(r.value["kind"]), locks)
             if locked:
                 self.writes.refuse(r, locked, box)
             else:

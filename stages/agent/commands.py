@@ -10,6 +10,7 @@ from typing import Protocol
 from peloton.auth.host_keys import unseal
 from peloton.host.driver import LaunchRequest
 from peloton.model.resources import Resources
+from peloton.model.volumes import mount_of
 from peloton.serde import SchemaRegistry
 
 
@@ -57,7 +58,7 @@ def launch_request(host_id: str, launch: dict) -> LaunchRequest:
         arguments=tuple(launch["arguments"]), environment=tuple(launch["environment"].items()),
         resources=Resources.from_record(launch["resources"]), kill_grace_seconds=launch["kill_grace_seconds"],
         user=launch["user"], image=launch.get("image", ""), health_check=launch.get("health_check_json"),
-        volume=(launch["volume"]["volume_id"], launch["volume"]["container_path"]) if launch.get("volume") else None)
+        volume=mount_of(launch.get("volume")))
 
 
 def run_entry(host_id: str, launch: dict, started: float) -> dict:

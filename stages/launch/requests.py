@@ -7,6 +7,7 @@ from peloton.host.driver import LaunchRequest
 from peloton.model.health import DISABLED, HEALTH_UNKNOWN
 from peloton.model.mesos import MesosState
 from peloton.model.resources import Resources
+from peloton.model.volumes import mount_of
 
 
 def running_health(state: str, spec: dict) -> str:
@@ -40,7 +41,7 @@ def launch_request(t: dict, host_id: str) -> LaunchRequest:
         environment=last[2], resources=Resources.of_read(t["resources"]),
         kill_grace_seconds=t["kill_grace_seconds"], user=t.get("user", ""), image=t.get("image", ""),
         health_check=t.get("health_check_json"),
-        volume=(t["volume"]["volume_id"], t["volume"]["container_path"]) if t.get("volume") else None,
+        volume=mount_of(t.get("volume")),
     )
 
 

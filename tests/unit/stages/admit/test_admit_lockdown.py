@@ -17,7 +17,7 @@ def test_locked_components_refuse_their_commands_until_unlocked(admit, store) ->
     stage, out = admit
     stage.handle([command("a", JOB.format(name="a", count=1, gang=0, cpu=1))])
     store.set_lockdown("Write", True, 10, "ops")
-    stage._locks_until = 0.0  # read at most once a second: as if a second had passed
+    stage.lockdown.next_read = 0.0  # read at most once a second: as if a second had passed
     stage.handle([create("b", "c-b"),
                   control("STOP", "a", command_id="c-stop")])
     assert store.get_job("b") is None and store.get_job("a").state == "KILLING"  # a stop is a Kill, not a Write
@@ -25,7 +25,7 @@ def test_locked_components_refuse_their_commands_until_unlocked(admit, store) ->
     assert refused["state"] == "refused" and "locked down for Write by ops" in refused["reason"]
     store.set_lockdown("Write", False, 20, "ops")
     store.set_lockdown("Kill", True, 20, "ops")
-    stage._locks_until = 0.0
+    stage.lockdown.next_read = 0.0
     stage.handle([create("b", "c-b2"),
                   control("START", "a", command_id="c-start"), control("STOP", "a", command_id="c-stop2")])
     assert store.get_job("b") is not None
