@@ -50,11 +50,19 @@ def test_dev_up_status_and_down(tmp_path) -> None:
                 break
         assert listed == {"agent-0": ("UP", 2.0), "sim-0": ("UP", 4.0), "sim-1": ("UP", 4.0)}
         # Every stage and agent serves its metrics where dev status says, and cluster targets lists them.
+        # A stage's lag gauge has samples from its first lag reading on, a moment after its
+        # partitions are assigned: each is read until it shows, within a deadline.
         for r in rows[1:]:
-            with urllib.request.urlopen(r["metrics"], timeout=5) as answer:
-                text = answer.read().decode()
-            assert {"agent": "peloton_agent_reports_total", "api": "peloton_api_decisions_total"}.get(
-                r["component"], "kafka_consumergroup_lag{") in text
+            wanted = {"agent": "peloton_agent_reports_total", "api": "peloton_api_decisions_total"}.get(
+                r["component"], "kafka_consumergroup_lag{")
+            deadline = time.monotonic() + 30
+            while True:
+                with urllib.request.urlopen(r["metrics"], timeout=5) as answer:
+                    text = answer.read().decode()
+                if wanted in text or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+            assert wanted in text, (r["component"], text[-500:])
         targets = json.loads(ctl("cluster", "targets").stdout)
         assert sorted(t["targets"][0] for t in targets) == sorted(r["metrics"].split("/")[2] for r in rows[1:])
         again = ctl("dev", "up")
