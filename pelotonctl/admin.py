@@ -230,8 +230,13 @@ def host_row(h: dict) -> dict:
            "total": total.to_record(), "allocated": allocated.to_record(),
            "free": (total - allocated).to_record(), "tasks": h["task_count"], "labels": h["labels"],
            "updated_ms": h["updated_ms"], "runs_known": h.get("reachable", True)}
+    # Revocable runs' cpu is on the host's slack: what non-revocable runs leave unallocated, and
+    # what they hold but do not use (lent, as the host's agent measures it).
+    lent, revocable = h.get("unused_cpu", 0.0), h.get("revocable_cpu", 0.0)
+    row["slack"] = {"lent_cpu": lent, "revocable_cpu": revocable,
+                    "free_cpu": round(max(0.0, total.cpu - allocated.cpu + lent - revocable), 3)}
     if not row["runs_known"]:  # its agent is silent: what still runs there is not known
-        row.update(allocated=None, free=None, tasks=None)
+        row.update(allocated=None, free=None, tasks=None, slack=None)
     return row
 
 

@@ -12,7 +12,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from peloton.model.mesos import MESOS_TERMINAL, MesosState, Reason
 from peloton.model.quick_init import quick_init
@@ -37,6 +37,15 @@ class LaunchRequest:
     image: str = ""  # the container image it runs in; "": the host's own file system
     health_check: str | None = None  # the task's health check as JSON (peloton/model/health.py); None: none
     volume: tuple[str, str] | None = None  # (volume id, containerPath) of its persistent volume; None: none
+    revocable: bool = False  # runs on slack its host's other runs lend: the first to go when they want it
+
+
+class RunUse(NamedTuple):
+    """What a run measured uses now (AgentReport's RunUsage)."""
+
+    cpu: float  # cores
+    mem_mb: float  # resident
+    revocable: bool
 
 
 @quick_init  # several per run
@@ -164,6 +173,11 @@ class AgentDriver(ABC):
 
     def hold_gpus(self, runs: dict[str, tuple[str, tuple[str, ...]]]) -> None:  # noqa: B027 (a hook: by default none)
         """Runs adopted from an earlier driver keep their GPUs (task id -> host, GPUs) until let_go()."""
+
+    def usage(self) -> dict[str, RunUse]:
+        """What each of its runs uses now, where it measures them (a run measured once at least
+        over a whole interval); the default measures none, and its hosts lend no slack."""
+        return {}
 
     def clear_leftovers(self, keep: set[str]) -> list[str]:
         """Remove what earlier drivers left of runs that neither this driver nor `keep` (runs

@@ -32,7 +32,7 @@ from .accounts import UserPolicy, task_user
 from .cgroups import Hierarchy, TaskCgroup
 from .containers import ContainerRuntime
 from .devices import GpuAllotment
-from .driver import AgentDriver, LaunchRequest, TaskUpdate, update_for
+from .driver import AgentDriver, LaunchRequest, RunUse, TaskUpdate, update_for
 from .executor import FENCED, NOT_STARTED
 from .exits import orphan_update, outcome, read_status
 from .health import HealthChecks, HealthNews
@@ -41,6 +41,7 @@ from .launcher import Launcher
 from .leasefile import LeaseFile
 from .orphans import DEFAULT_ORPHAN_GRACE_SECONDS, kill_escapees, kill_orphan, kill_orphans, signal_group
 from .pidfiles import remove_pid_file, tell_executor, write_pid_file
+from .run_usage import UsageMeter
 from .sandboxes import SANDBOX_GC_BATCH, SANDBOX_GC_SECONDS, collect_sandboxes, disk_mb, sandbox_path
 from .volumes import delete_volume
 
@@ -129,6 +130,7 @@ class LocalDriver(AgentDriver):
         self._adopted: dict[str, LaunchRequest] = {}  # runs of an earlier driver whose health is checked here
         self._outbox: list[TaskUpdate] = []
         self._health = HealthChecks()
+        self._meter = UsageMeter()
         self._closed = False
 
     def sandbox(self, task_id: str) -> Path:
@@ -169,6 +171,13 @@ class LocalDriver(AgentDriver):
 
     def active(self) -> set[str]:
         return set(self._tasks)
+
+    def usage(self) -> dict[str, RunUse]:
+        """Each run's cpu and memory now (run_usage.py); its cgroup's cpu time where it has one."""
+        tasks = self._tasks
+        cgroups = {t: task.cgroup.usage().cpu_seconds for t, task in tasks.items() if task.cgroup is not None}
+        measured = self._meter.measure({t: task.pid for t, task in tasks.items()}, time.monotonic(), cgroups)
+        return {t: RunUse(cpu, mem, tasks[t].request.revocable) for t, (cpu, mem) in measured.items()}
 
     def reap_orphans(self, task_ids: Sequence[str]) -> dict[str, str]:
         """Stop what still runs of tasks an earlier driver on this machine started (see kill_orphans).

@@ -16,9 +16,10 @@ from peloton.model.resources import Resources
 _Capacity = tuple[float, float, float, float]  # cpu, mem_mb, disk_mb, gpu
 
 # What the stages that need only capacity read of a HostState record: its fields up to its
-# capacity (its state among them), for a view's head decoder. The rest, which changes with every
-# task started or ended (allocations, labels, ports, placements applied), is neither read nor kept.
-HOST_CAPACITY = ("peloton.HostState", "capacity")
+# capacity (its state among them) and the cpu its runs lend as slack, for a view's head decoder.
+# The rest, which changes with every task started or ended (allocations, labels, ports, placements
+# applied), is neither read nor kept.
+HOST_CAPACITY = ("peloton.HostState", "unused_cpu")
 # The job manager's head: to the labels, which say which hosts a DAEMON job's constraint admits.
 HOST_LABELS = ("peloton.HostState", "labels")
 
@@ -26,6 +27,7 @@ HOST_LABELS = ("peloton.HostState", "labels")
 class HostCapacities:
     def __init__(self) -> None:
         self.per_host: dict[str, tuple[_Capacity, bool]] = {}  # host -> (capacity, UP)
+        self.lent: dict[str, float] = {}  # host -> cpu its non-revocable runs hold unused (UP hosts only)
         self._distinct: list[Resources] | None = None
         self._up_total: Resources | None = None
 
@@ -34,6 +36,10 @@ class HostCapacities:
         for key, h in changes:
             c = h["capacity"]
             entry = ((c["cpu"], c["mem_mb"], c["disk_mb"], c["gpu"]), h.get("state", "UP") == "UP")
+            if entry[1] and h.get("unused_cpu"):
+                self.lent[key] = h["unused_cpu"]
+            else:
+                self.lent.pop(key, None)
             if self.per_host.get(key) != entry:
                 self.per_host[key] = entry
                 self._distinct = self._up_total = None
@@ -43,6 +49,7 @@ class HostCapacities:
         are not the hosts kept."""
         if len(hosts) != len(self.per_host):
             self.per_host.clear()
+            self.lent.clear()
             self._distinct = self._up_total = None
             self.update(hosts.items())
 
@@ -63,3 +70,8 @@ class HostCapacities:
                     cpu, mem, disk, gpu = cpu + c, mem + m, disk + d, gpu + g
             self._up_total = Resources(cpu, mem, disk, gpu)
         return self._up_total
+
+    def lent_total(self, hosts: dict[str, dict]) -> float:
+        """The cpu the UP hosts' non-revocable runs hold but do not use: slack beyond what no pool holds."""
+        self._sync(hosts)
+        return sum(self.lent.values())

@@ -68,4 +68,8 @@ class Reason(StrEnum):
 
 # A run's end reported after the host manager had given the run up (it was LOST, or unknown):
 # recorded in the run's history, nothing else.
+# The reason a preempted run's statuses and kill carry: its resource pool's manager wanted its room
+# for another's, or its host's non-revocable runs wanted their slack back. Its job runs it again.
+PREEMPTED = "PREEMPTED"
+
 LATE_END_REASONS = frozenset({Reason.AGENT_FENCED, Reason.RECONCILIATION})

@@ -60,6 +60,11 @@ def _print_hosts(hosts: list[dict], as_json: bool) -> None:
         mem = f"{amount(free.get('mem_mb'))}/{amount(h['total']['mem_mb'])}"
         tasks = "?" if h["tasks"] is None else h["tasks"]
         sys.stdout.write(f"{h['host_id']:<16} {h['state']:<9} {tasks:>5} {cpu:>15} {mem:>19}  {labels}\n")
+        slack = h.get("slack")
+        if slack and (slack["lent_cpu"] or slack["revocable_cpu"]):  # revocable runs' cpu is on slack
+            sys.stdout.write(f"{'':<16} slack: {amount(slack['free_cpu'])} cpu free for revocable runs "
+                             f"({amount(slack['lent_cpu'])} lent by runs that do not use it, "
+                             f"{amount(slack['revocable_cpu'])} held by revocable runs)\n")
         for why in h.get("waiting", []):  # a drain held back by a job's disruption budget
             sys.stdout.write(f"{'':<16} waits: {why}\n")
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from peloton.model.events import task_id_of
-from peloton.model.mesos import MesosState, Reason
+from peloton.model.mesos import PREEMPTED, MesosState, Reason
 from peloton.model.states import JOB_TERMINAL, MESOS_TO_TASK, PROGRESS_LANDS, TASK_ORDER, TASK_TERMINAL
 
 # A run whose process could not start (Reason.CONTAINER_LAUNCH_FAILED) is a system failure in
@@ -54,7 +54,6 @@ def status_problem(task_known: bool, event: dict, id_made: bool = False) -> str 
     return None
 
 
-PREEMPTED = "PREEMPTED"  # the reason of a resource manager's kill
 HOST_MAINTENANCE = "HOST_MAINTENANCE"  # the reason of a host manager's kill that drains a host
 RESTARTED = "RESTARTED"  # the reason of a kill that replaces a run (job restart, job update)
 DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"  # killed for running longer than sla.maxRunningTime (ends KILLED)

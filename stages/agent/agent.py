@@ -56,7 +56,7 @@ from stages.agent.lease import Held as _Held
 from stages.agent.outage import ask_ahead, decide_ahead, reaching
 from stages.agent.peers import Peers
 from stages.agent.reading import start_position
-from stages.agent.reports import report_keys, report_record, running_by_host, updates_by_host
+from stages.agent.reports import report_keys, report_record, running_by_host, updates_by_host, usage_by_host
 from stages.agent.rounds import Round as _Round
 from stages.agent.rounds import Rounds
 from stages.agent.runbook import ENDED_KEPT, RunBook
@@ -438,12 +438,13 @@ class HostAgent:
         # it beside the copy that replaced it.
         read_to = self.lease.before_held(self.reader.standing(self.consumer, self.offsets))
         hosts = [h for h in (self.hosts if everyone else updates) if h in self.hosts]
+        usage = usage_by_host(self.driver.usage(), self.book.host_of) if everyone else {}
 
         def encoded() -> Iterator[tuple[str, bytes]]:  # each made as it goes, stamped when sent
             for host_id in hosts:
                 record = report_record(self.hosts[host_id], self.agent_id, running.get(host_id, ()),
                                        updates.get(host_id, []), read_to.get(self.command_partition[host_id]),
-                                       self.logs.url if self.logs else "", now_ms())
+                                       self.logs.url if self.logs else "", now_ms(), usage.get(host_id))
                 yield host_id, self.serde.encode("peloton.AgentReport", record)
 
         # The updates travel with this round; they are sent again if any of its reports fails.

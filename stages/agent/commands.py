@@ -58,7 +58,7 @@ def launch_request(host_id: str, launch: dict) -> LaunchRequest:
         arguments=tuple(launch["arguments"]), environment=tuple(launch["environment"].items()),
         resources=Resources.from_record(launch["resources"]), kill_grace_seconds=launch["kill_grace_seconds"],
         user=launch["user"], image=launch.get("image", ""), health_check=launch.get("health_check_json"),
-        volume=mount_of(launch.get("volume")))
+        volume=mount_of(launch.get("volume")), revocable=launch.get("revocable", False))
 
 
 def run_entry(host_id: str, launch: dict, started: float) -> dict:

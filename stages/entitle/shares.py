@@ -7,13 +7,11 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from peloton.model.events import split_task_id, task_kill, task_status
-from peloton.model.mesos import MesosState
+from peloton.model.mesos import PREEMPTED, MesosState
 from peloton.model.pool import pool_resources
 from peloton.model.resources import ZERO
 from stages.entitle.admission import Charge, PoolLedger
 from stages.entitle.entitlement import PoolEntitlement
-
-PREEMPTED = "PREEMPTED"  # the reason a preempted run's statuses and kill carry
 
 
 def apply_share(ledger: PoolLedger, share: PoolEntitlement | None, config: dict | None) -> bool:

@@ -298,7 +298,7 @@ class EntitleStage(Stage):
         published = usage_view.values  # every pool's usage, as its owner publishes it
         try:
             self.shares = tree_entitlements(self.pools, {p: self._usage_of(p, published) for p in leaves(self.pools)},
-                                            self.capacity)
+                                            self.capacity, self.cluster.lent_total(hosts.values))
         except ValueError as exc:  # a tree the store should never hold (a pool without its parent)
             log.error("pool tree not usable, entitlements kept as they were: %s", exc)
             return

@@ -32,14 +32,15 @@ def cluster_capacity(host_states: Iterable[dict]) -> Resources:
     return Resources(cpu, mem, disk, gpu)
 
 
-def slack_capacity(capacity: Resources, usage: Iterable[PoolUsage]) -> Resources:
-    """Slack (revocable) capacity: the cpu no pool holds for non-revocable runs. Peloton measures
-    what allocated tasks leave unused; we do not measure use, so revocable runs borrow what is not
-    allocated, and preemption takes it back when non-revocable demand wants it."""
+def slack_capacity(capacity: Resources, usage: Iterable[PoolUsage], lent: float = 0.0) -> Resources:
+    """Slack (revocable) capacity: the cpu no pool holds for non-revocable runs, and the cpu they
+    hold but do not use as their hosts' agents measure it (`lent`, host-state's unused_cpu summed).
+    Revocable runs borrow it; the hosts take it back when their non-revocable runs want it, and
+    preemption when non-revocable demand does."""
     held = ZERO
     for u in usage:
         held = held + u.non_slack_allocation  # type: ignore[operator]  # never None after __post_init__
-    return Resources(cpu=(capacity - held).cpu)
+    return Resources(cpu=(capacity - held).cpu + lent)
 
 
 def leaves(pools: dict[str, dict]) -> set[str]:
@@ -47,9 +48,10 @@ def leaves(pools: dict[str, dict]) -> set[str]:
     return {p for p in pools if p not in parents}
 
 
-def tree_entitlements(pools: dict[str, dict], usage: dict[str, PoolUsage], capacity: Resources) -> dict:
+def tree_entitlements(pools: dict[str, dict], usage: dict[str, PoolUsage], capacity: Resources,
+                      lent: float = 0.0) -> dict:
     """compute_entitlements with the slack capacity the running system uses."""
-    return compute_entitlements(pools, usage, capacity, slack_capacity(capacity, usage.values()))
+    return compute_entitlements(pools, usage, capacity, slack_capacity(capacity, usage.values(), lent))
 
 
 def _kinds(r: Resources) -> dict[str, float]:
@@ -69,9 +71,11 @@ def pool_view(pools: dict[str, dict], published: dict[str, dict], host_states: I
     slack entitlement, allocation and demand per Peloton kind, and the gangs it shows waiting.
     A parent's allocation and demand are its children's sums."""
     pools = {p: c for p, c in pools.items() if not c.get("deleted")}
+    host_states = list(host_states)
     capacity = cluster_capacity(host_states)
+    lent = sum(h.get("unused_cpu", 0.0) for h in host_states if h.get("state", "UP") == "UP")
     usage = {p: usage_from_record(published[p]) if p in published else PoolUsage() for p in leaves(pools)}
-    shares = tree_entitlements(pools, usage, capacity)
+    shares = tree_entitlements(pools, usage, capacity, lent)
     rolled: dict[str, tuple[Resources, Resources]] = {}
     for path, u in usage.items():  # add each leaf's usage to itself and every ancestor
         for node in up_to_root(pools, path):

@@ -81,6 +81,9 @@ class AgentLink:
                 self.emit.dead_letter(r, f"agent report: {problem}")
                 continue
             self.join(host_id, r.partition, report)
+            ledger = self.book.ledgers.get(host_id)
+            if report.get("usage") and ledger is not None and ledger.measure(report["usage"]):
+                self.book.touch(host_id)
             self._heard_at = now
             if self.book.heard(host_id, now):
                 log.info("agent %s reports again: UP", host_id)
@@ -148,7 +151,7 @@ class AgentLink:
         for task_id in self.remote.on_host(host_id):  # adopted runs, or ours before a change
             spec = self.running.get(task_id, NO_RUN).spec
             if spec:
-                held[task_id] = Resources.from_record(spec["resources"])
+                held[task_id] = (Resources.from_record(spec["resources"]), bool(spec.get("revocable")))
         joined = self.book.join(host_id, shard, report, held)
         if joined is not None:
             log.info("agent %s joined: %s, labels %s", host_id, joined.capacity, joined.labels)

@@ -70,9 +70,9 @@ class HostBook:
         self.ledgers[spec.host_id] = HostLedger(spec.host_id, spec.capacity)
         self.touch(spec.host_id)
 
-    def join(self, host_id: str, shard: int, report: dict, held: dict[str, Resources]) -> HostSpec | None:
+    def join(self, host_id: str, shard: int, report: dict, held: dict[str, tuple[Resources, bool]]) -> HostSpec | None:
         """An agent's report of its host: its spec, new or changed, with a ledger holding `held`
-        (the runs on it this instance knows of); None when nothing changed."""
+        (the runs on it this instance knows of: resources, revocable); None when nothing changed."""
         capacity = Resources.from_record(report["capacity"])
         labels = {**report["labels"], "hostname": host_id}
         ports = tuple((r["low"], r["high"]) for r in report["port_ranges"])
@@ -83,8 +83,8 @@ class HostBook:
             return None
         spec = self.inventory[host_id] = HostSpec(host_id, AGENT, capacity, shard, labels, ports, log_url)
         ledger = self.ledgers[host_id] = HostLedger(host_id, capacity)
-        for task_id, need in held.items():
-            ledger.held.charge(task_id, need)
+        for task_id, (need, revocable) in held.items():
+            ledger.hold(task_id, need, revocable)
         self.touch(host_id)
         return spec
 
@@ -157,8 +157,9 @@ class HostBook:
 
 def host_state(spec: HostSpec, ledger: HostLedger, state: str, reachable: bool, applied: list[str],
                running: dict[str, Run], now_ms: int, pool: str = DEFAULT_POOL) -> dict:
-    """The HostState record of a host: its capacity and what is charged to it, with what placement's
-    TASK constraints, SPREAD and ports count of the runs it holds. Its labels carry its host pool,
+    """The HostState record of a host: its capacity and what is charged to it (revocable runs' cpu
+    apart, with what its runs lend them), with what placement's TASK constraints, SPREAD and ports
+    count of the runs it holds. Its labels carry its host pool,
     whatever its agent says: a host does not choose its own pool."""
     labels: dict[tuple[str, str], int] = {}
     jobs: dict[str, int] = {}
@@ -173,7 +174,8 @@ def host_state(spec: HostSpec, ledger: HostLedger, state: str, reachable: bool, 
     return {
         "host_id": spec.host_id, "shard": spec.shard, "driver": spec.driver, "state": state,
         "reachable": reachable,
-        "capacity": spec.capacity.to_record(), "allocated": ledger.held.total.to_record(),
+        "capacity": spec.capacity.to_record(), "unused_cpu": ledger.lent,
+        "allocated": ledger.held.total.to_record(), "revocable_cpu": sum(ledger.revocable.values()),
         "task_count": len(ledger.held), "labels": {**spec.labels, POOL_LABEL: pool},
         "applied_placements": applied,
         "task_labels": [{"key": k, "value": v, "count": n} for (k, v), n in labels.items()],

@@ -2,29 +2,106 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Container
 from dataclasses import dataclass, field
 
-from peloton.model.resources import Allocations, Resources
+from peloton.model.resources import EPS, Allocations, Resources
+
+LENT_STEP = 0.1  # cpu: host-state hears of what is lent when it moves by a step (measurements jitter)
 
 
 @dataclass(slots=True)
 class HostLedger:
+    """What the host manager has charged to a host. A revocable run's cpu is not in `held`: it
+    runs on slack, the cpu that non-revocable runs leave unallocated plus what they hold but do
+    not use (`use`, as the host's agent measures it), and is the first to go when they want it
+    back (over_slack)."""
+
     host_id: str
     capacity: Resources
-    held: Allocations = field(default_factory=Allocations)
+    held: Allocations = field(default_factory=Allocations)  # every run's resources, but revocable cpu
+    revocable: dict[str, float] = field(default_factory=dict)  # revocable run -> its cpu, oldest first
+    use: dict[str, float] = field(default_factory=dict)  # run -> the cpu its agent measured it using
+    lent: float = 0.0  # unused_cpu() as host-state last heard it, in LENT_STEPs
 
-    def try_reserve(self, task_id: str, need: Resources) -> bool:
+    def try_reserve(self, task_id: str, need: Resources, revocable: bool = False) -> bool:
         """Take room for a task if it fits (optimistic concurrency: placements are checked here)."""
         if task_id in self.held:
             return True
-        if not self.held.sum.fits_with(need, self.capacity):
+        rest = need
+        if revocable:
+            if need.cpu > self.slack_room() + EPS:
+                return False
+            rest = Resources(0.0, need.mem_mb, need.disk_mb, need.gpu)
+        if not self.held.sum.fits_with(rest, self.capacity):
             return False
-        self.held.charge(task_id, need)
+        self.hold(task_id, need, revocable)
         return True
 
+    def hold(self, task_id: str, need: Resources, revocable: bool = False) -> None:
+        """Charge a run that runs already (no room checked)."""
+        if revocable:
+            self.revocable[task_id] = need.cpu
+            need = Resources(0.0, need.mem_mb, need.disk_mb, need.gpu)
+        self.held.charge(task_id, need)
+
     def release(self, task_id: str) -> bool:
+        self.revocable.pop(task_id, None)
+        self.use.pop(task_id, None)
         return self.held.release(task_id)
+
+    def unused_cpu(self) -> float:
+        """The cpu non-revocable runs hold but, measured, do not use: lent to revocable runs."""
+        by_key, revocable = self.held.by_key, self.revocable
+        return sum(max(0.0, by_key[t].cpu - used) for t, used in self.use.items()
+                   if t in by_key and t not in revocable)
+
+    def slack(self) -> float:
+        """The cpu revocable runs may hold: what non-revocable runs leave unallocated, and what
+        they hold unused."""
+        return self.capacity.cpu - self.held.total.cpu + self.unused_cpu()
+
+    def slack_room(self) -> float:
+        """The cpu a new revocable run may take: the slack less what revocable runs hold."""
+        return self.slack() - sum(self.revocable.values())
+
+    def measure(self, usage: list[dict]) -> bool:
+        """An agent's measurements (AgentReport's usage). A run the agent says is revocable but
+        that is charged whole here (adopted from an earlier host manager) moves to slack. True when
+        host-state should hear of it: what is lent moved by a step, or a run moved."""
+        moved = False
+        use = {}
+        for u in usage:
+            t, cpu = u["task_id"], u["cpu"]
+            if t not in self.held.by_key or not math.isfinite(cpu) or cpu < 0:
+                continue  # gone, or no measurement (an agent's numbers are checked, never trusted)
+            use[t] = cpu
+            if u.get("revocable") and t not in self.revocable:
+                r = self.held.by_key[t]
+                self.held.release(t)
+                self.hold(t, r, revocable=True)
+                moved = True
+        self.use = use
+        lent = math.floor(self.unused_cpu() / LENT_STEP + EPS) * LENT_STEP
+        if moved or abs(lent - self.lent) > EPS:
+            self.lent = lent
+            return True
+        return False
+
+    def over_slack(self, leaving: Container[str]) -> list[str]:
+        """The revocable runs to kill so that those left fit in the slack, youngest first: none
+        while they fit. `leaving`: runs being killed already (counted as gone)."""
+        slack = self.slack()
+        staying = sum(cpu for t, cpu in self.revocable.items() if t not in leaving)
+        victims = []
+        for t in reversed(self.revocable):
+            if staying <= slack + EPS:
+                break
+            if t not in leaving:
+                victims.append(t)
+                staying -= self.revocable[t]
+        return victims
 
 
 @dataclass(slots=True)
@@ -54,8 +131,11 @@ def judge_placement(assignments: list[dict], ledgers: dict[str, HostLedger], run
         verdict.applied_on.append(host_id)
         if task["task_id"] in running:
             continue  # a repeat of a placement already running here
-        if ledger.try_reserve(task["task_id"], Resources.of_read(task["resources"])):
+        if ledger.try_reserve(task["task_id"], Resources.of_read(task["resources"]), task.get("revocable", False)):
             verdict.accepted.append((task, host_id))
         else:
-            verdict.refused.append((task, host_id, "host no longer has room for the task"))
+            why = "host no longer has room for the task"
+            if task.get("revocable"):
+                why += " (a revocable task's cpu comes from the host's slack)"
+            verdict.refused.append((task, host_id, why))
     return verdict

@@ -41,7 +41,7 @@ def launch_request(t: dict, host_id: str) -> LaunchRequest:
         environment=last[2], resources=Resources.of_read(t["resources"]),
         kill_grace_seconds=t["kill_grace_seconds"], user=t.get("user", ""), image=t.get("image", ""),
         health_check=t.get("health_check_json"),
-        volume=mount_of(t.get("volume")),
+        volume=mount_of(t.get("volume")), revocable=bool(t.get("revocable")),
     )
 
 

@@ -22,7 +22,7 @@ from peloton.config import Settings
 from peloton.host.driver import AgentDriver, LaunchRequest, TaskUpdate
 from peloton.model.events import send_progress, task_status
 from peloton.model.gang import task_problem
-from peloton.model.mesos import MesosState
+from peloton.model.mesos import PREEMPTED, MesosState
 from peloton.model.resources import Resources
 from peloton.model.volumes import volume_row
 from peloton.runtime import Emitter, HeldOffsets, Record, Stage, Sweep, now_ms
@@ -58,6 +58,7 @@ class LaunchStage(Stage):
         self.last_state: dict[str, str] = {}  # task id -> the last Mesos state reported for it
         self.updates: list[TaskUpdate] = []  # from the drivers, not yet published
         self.launched = 0
+        self.slack_preemptions = 0  # revocable runs killed for their hosts' slack
         self._next_host_count = 0.0  # when the peloton_hosts gauge is refreshed next
         self.claim_sweep = Sweep(*CLAIM_SWEEP)
         self.kill_reasons: dict[str, tuple[str, str]] = {}  # task id -> (reason, message) of a kill asked for
@@ -112,7 +113,8 @@ class LaunchStage(Stage):
         for launch in self.store.active_launches([h.host_id for h in hosts]):
             if launch.task_id in self.running:
                 need = Resources(launch.cpu, launch.mem_mb, launch.disk_mb, launch.gpu)
-                self.book.ledgers[launch.host_id].try_reserve(launch.task_id, need)
+                self.book.ledgers[launch.host_id].hold(launch.task_id, need,
+                                                       bool(self.running[launch.task_id].spec.get("revocable")))
             else:
                 lost.append(launch)
         # Their processes may still run (a local task is its own process group and outlives a
@@ -324,6 +326,8 @@ class LaunchStage(Stage):
             for a in p["assignments"]:  # the ports placement picked travel with the task to its host
                 if a.get("ports"):
                     a["task"]["assigned_ports"] = a["ports"]
+                if p.get("revocable"):  # and its run on slack, to its ledger and its agent
+                    a["task"]["revocable"] = True
             verdict = judge_placement(p["assignments"], self.book.open_ledgers(), self.running, self.book.inventory)
             if isinstance(verdict, str):
                 # Its tasks go back to their pools (an agent host may have gone since place saw it).
@@ -464,8 +468,28 @@ class LaunchStage(Stage):
         self.emit.emit("task-status", job_id, "peloton.TaskStatus", task_status(
             job_id, instance, run_id, task_id, host_id, state, reason, message, exit_code, signal, timestamp_ms))
 
+    def _take_back_slack(self) -> None:
+        """On each host whose accounting changed, revocable runs beyond its slack are killed,
+        youngest first: its non-revocable runs want their cpu back (a run placed there, or a
+        run using more of what it holds). They are preempted: their job manager runs them again."""
+        for host_id in self.book.changed:
+            ledger = self.book.ledgers.get(host_id)
+            if ledger is None or not ledger.revocable:
+                continue
+            victims = ledger.over_slack(self.kill_reasons)
+            if not victims:
+                continue
+            why = (f"preempted: host {host_id}'s non-revocable runs need its cpu back (slack "
+                   f"{max(0.0, ledger.slack()):.2f} cpu, revocable runs held {sum(ledger.revocable.values()):g})")
+            for task_id in victims:
+                self.kill_reasons[task_id] = (PREEMPTED, why)
+            self.drivers[self.book.inventory[host_id].driver].kill(victims)
+            self.slack_preemptions += len(victims)
+            log.info("host %s: preempting %d revocable runs: %s", host_id, len(victims), why)
+
     def _report_hosts(self) -> None:
         """One host-state record per host whose accounting changed since the last report."""
+        self._take_back_slack()
         now = now_ms()
         for host_id, applied in self.book.take_changed().items():
             ledger = self.book.ledgers.get(host_id)

@@ -256,7 +256,7 @@ def reason_text(reason: str, need: TaskNeed) -> str:
     """A reason key as "why pending" shows it, with the amount the task asks for."""
     r = need.resources
     if reason == "cpu":
-        return f"no room for {r.cpu:g} cpu"
+        return f"no slack for {r.cpu:g} revocable cpu" if need.revocable else f"no room for {r.cpu:g} cpu"
     if reason == "mem_mb":
         return f"no room for {r.mem_mb:g} MB of memory"
     if reason == "disk_mb":

@@ -24,6 +24,7 @@ class PendingPlacement:
     task_labels: dict[tuple[str, str], int] = field(default_factory=dict)
     job_tasks: dict[str, int] = field(default_factory=dict)
     ports: list[int] = field(default_factory=list)
+    revocable_cpu: float = 0.0  # its revocable tasks' cpu, on the host's slack
 
 
 @dataclass(slots=True, eq=False)
@@ -46,10 +47,15 @@ class HostView:
     task_labels: dict[tuple[str, str], int] = field(default_factory=dict)  # (key, value) -> tasks
     job_tasks: dict[str, int] = field(default_factory=dict)  # job id -> tasks on the host
     used_ports: set[int] = field(default_factory=set)
+    # Revocable runs' cpu (not in `allocated`), and what non-revocable runs hold but do not use:
+    # revocable tasks take cpu from the slack, capacity - allocated + unused_cpu - revocable_cpu.
+    revocable_cpu: float = 0.0
+    unused_cpu: float = 0.0
     # Placements not reported yet, and their resources summed as they come and go: free() runs
     # for every host a task looks at, and a busy host has hundreds of placements in flight.
     pending: dict[str, PendingPlacement] = field(default_factory=dict)
     _pending: ResourceSum = field(default_factory=ResourceSum, init=False, repr=False)
+    _pending_revocable: float = field(default=0.0, init=False, repr=False)
     next_expiry: float = math.inf
     _expiries: list[tuple[float, str]] = field(default_factory=list, init=False, repr=False)  # a heap
     _reported_ports: frozenset[int] = field(default=frozenset(), init=False, repr=False)
@@ -62,11 +68,13 @@ class HostView:
         self._reported_ports = frozenset(self.used_ports)
 
     def report(self, allocated: Resources, task_labels: Mapping[tuple[str, str], int] | None = None,
-               job_tasks: Mapping[str, int] | None = None, used_ports: Iterable[int] | None = None) -> None:
+               job_tasks: Mapping[str, int] | None = None, used_ports: Iterable[int] | None = None,
+               revocable_cpu: float = 0.0, unused_cpu: float = 0.0) -> None:
         """The host manager's latest numbers for the host. Placements still pending stay counted
         on top; the caller then calls applied() for those the report covers. None: the report
         does not carry that part, the current one stays."""
         self.allocated = allocated
+        self.revocable_cpu, self.unused_cpu = revocable_cpu, unused_cpu
         if task_labels is not None:
             counts = dict(task_labels)
             for p in self.pending.values():
@@ -85,10 +93,11 @@ class HostView:
 
     def add_pending(self, placement_id: str, expiry: float, resources: Resources,
                     labels: Mapping[str, str] | None = None, job_id: str | None = None,
-                    ports: Iterable[int] = ()) -> None:
+                    ports: Iterable[int] = (), revocable: bool = False) -> None:
         """One task of a placement made here: everything a later gang must see (its resources,
         labels, job and ports) counts on this host until applied() or the expiry. Calls with
-        the same placement id add up (a placement of several tasks on one host)."""
+        the same placement id add up (a placement of several tasks on one host). A revocable
+        task's cpu counts on the host's slack."""
         entry = self.pending.get(placement_id)
         if entry is None:
             entry = self.pending[placement_id] = PendingPlacement(expiry)
@@ -97,6 +106,10 @@ class HostView:
             entry.expiry = expiry
             heapq.heappush(self._expiries, (expiry, placement_id))  # the old heap entry is skipped
         self.next_expiry = self._expiries[0][0]
+        if revocable:
+            entry.revocable_cpu += resources.cpu
+            self._pending_revocable += resources.cpu
+            resources = Resources(0.0, resources.mem_mb, resources.disk_mb, resources.gpu)
         entry.resources = resources if entry.resources is ZERO else entry.resources + resources
         self._pending.add(resources)
         self._free_stale = True
@@ -143,12 +156,25 @@ class HostView:
                                    clamped(c.disk_mb - (a.disk_mb + p.disk_mb)), clamped(c.gpu - (a.gpu + p.gpu)))
         return self._free
 
+    def slack_free(self, now: float) -> Resources:
+        """free(), with the cpu a revocable task may take: the host's slack less what revocable
+        runs hold and this instance placed on it."""
+        free = self.free(now)
+        c, a, p = self.capacity, self.allocated, self._pending
+        cpu = clamped(c.cpu - (a.cpu + p.cpu) + self.unused_cpu - self.revocable_cpu - self._pending_revocable)
+        return Resources(cpu, free.mem_mb, free.disk_mb, free.gpu)
+
+    def room(self, now: float, revocable: bool) -> Resources:
+        return self.slack_free(now) if revocable else self.free(now)
+
     @property
     def pending_sum(self) -> Resources:
         """What this instance's placements not reported yet take on the host, together."""
         return self._pending.value
 
     def _forget(self, entry: PendingPlacement) -> None:
+        if entry.revocable_cpu:
+            self._pending_revocable = max(0.0, self._pending_revocable - entry.revocable_cpu) if self.pending else 0.0
         if self.pending:
             self._pending.take(entry.resources)
         else:

@@ -247,6 +247,7 @@ def _walk(need: TaskNeed, checks: tuple[Check, ...], ring: HostRing, start: int 
     scan when the sample falls short. Also returns where the walk stopped."""
     hosts = ring.hosts
     n = len(hosts)
+    room = HostView.slack_free if need.revocable else HostView.free
     # place_gang's ring.start() drew both cursors before any walk
     i = (start if start is not None else ring.spread_at if spread else ring.pack_at) % n  # type: ignore[operator]
     found: list[_Candidate] = []
@@ -254,7 +255,7 @@ def _walk(need: TaskNeed, checks: tuple[Check, ...], ring: HostRing, start: int 
     for _ in range(n):
         host = hosts[i]
         share = shares.get(host.host_id) if shares else None
-        free = host.free(now)
+        free = room(host, now)
         if share is not None:
             free = free - share.resources
         for check in checks:  # refusal(), inlined: this loop is the placement hot path
@@ -287,7 +288,7 @@ def _candidate(need: TaskNeed, host: HostView, index: int, now: float, shares: d
     """One host as a candidate for the task (its room net of the gang's share), or None when it
     refuses the task. (_walk does the same inline: it is the placement hot path.)"""
     share = shares.get(host.host_id)
-    free = host.free(now)
+    free = host.room(now, need.revocable)
     if share is not None:
         free = free - share.resources
     if refusal(need, host, free, share) is not None:
@@ -304,7 +305,7 @@ def refusal_counts(need: TaskNeed, hosts: HostRing | Iterable[HostView], now: fl
     each refusing host is counted once, under the first check it fails."""
     counts: dict[str, int] = {}
     for host in hosts:
-        reason = refusal(need, host, host.free(now), None)
+        reason = refusal(need, host, host.room(now, need.revocable), None)
         if reason is not None:
             counts[reason] = counts.get(reason, 0) + 1
     return counts

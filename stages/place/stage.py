@@ -87,6 +87,9 @@ class PlaceStage(Stage):
             problem = gang_problem(gang)
             try:
                 needs = [] if problem else [TaskNeed.from_spec(t) for t in gang["tasks"]]
+                if gang.get("revocable"):
+                    for need in needs:
+                        need.revocable = True
             except (ConstraintError, LaunchSpecError) as exc:
                 problem = str(exc)
             if problem:
@@ -118,7 +121,8 @@ class PlaceStage(Stage):
             view.capacity = Resources.from_record(hs["capacity"])
             view.report(Resources.from_record(hs["allocated"]),
                         task_labels={(c["key"], c["value"]): c["count"] for c in hs["task_labels"]},
-                        job_tasks=hs["job_tasks"], used_ports=set(hs["used_ports"]))
+                        job_tasks=hs["job_tasks"], used_ports=set(hs["used_ports"]),
+                        revocable_cpu=hs.get("revocable_cpu", 0.0), unused_cpu=hs.get("unused_cpu", 0.0))
             view.labels = hs["labels"]
             view.state = hs["state"]
             if hs["port_ranges"]:
@@ -225,10 +229,11 @@ class PlaceStage(Stage):
             assignments = []
             for t, need in tasks:  # counted on the host at once, labels and job too, for the next gang
                 a = chosen[t["task_id"]]
-                a.host.add_pending(pid, now + ttl, need.resources, need.labels, need.job_id, a.ports)
+                a.host.add_pending(pid, now + ttl, need.resources, need.labels, need.job_id, a.ports, need.revocable)
                 assignments.append({"host_id": a.host_id, "task": t, "ports": port_names(t, a.ports)})
             records.append({"placement_id": pid, "gang_id": w.gang["gang_id"], "pool": w.gang["pool"],
-                            "shard": shard, "assignments": assignments, "placed_ms": placed_at})
+                            "shard": shard, "revocable": bool(w.gang.get("revocable")), "assignments": assignments,
+                            "placed_ms": placed_at})
         return records
 
     def views(self) -> list:

@@ -36,6 +36,7 @@ class TaskNeed:
     static_ports: tuple[int, ...] = ()
     prefer_host: str = ""  # an in-place replacement's previous host: taken first where it fits
     image: str = ""  # the container image it runs in: only hosts with a runtime take it
+    revocable: bool = False  # its gang runs on slack: its cpu is the hosts' slack, not their free cpu
 
     @staticmethod
     def from_spec(spec: Mapping) -> TaskNeed:
@@ -66,7 +67,7 @@ class TaskNeed:
         return (self.resources == other.resources and self.constraint == other.constraint
                 and self.labels == other.labels and self.job_id == other.job_id
                 and self.dynamic_ports == other.dynamic_ports and self.static_ports == other.static_ports
-                and self.image == other.image
+                and self.image == other.image and self.revocable == other.revocable
                 and not self.prefer_host and not other.prefer_host)
 
 

@@ -58,7 +58,7 @@ class RemoteDriver(AgentDriver):
                 "kill_grace_seconds": r.kill_grace_seconds, "user": r.user, "image": r.image,
                 "health_check_json": r.health_check,
                 "volume": {"volume_id": r.volume[0], "container_path": r.volume[1], "size_mb": 0,
-                           "host_id": r.host_id} if r.volume else None})
+                           "host_id": r.host_id} if r.volume else None, "revocable": r.revocable})
         for host_id, launches in by_host.items():
             self._send(host_id, _command(host_id, launches=launches))
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from peloton.model.host_capacities import HostCapacities
 from peloton.model.resources import Resources
 from stages.entitle.admission import (
     Charge,
@@ -13,6 +14,8 @@ from stages.entitle.admission import (
     reclaim_victims,
     why_waiting,
 )
+from stages.entitle.entitlement import PoolUsage
+from stages.entitle.usage import slack_capacity
 
 
 def gang(gang_id: str, priority: int = 0, cpu: float = 1.0, size: int = 1) -> dict:
@@ -164,3 +167,17 @@ def test_a_higher_priority_gang_preempts_lower_priority_runs_of_its_pool_only_if
     assert priority_victims(greedy, ledger) == []  # only 2 cpu of lower priority: no point killing them
     too_big = q.push(flagged("huge", 5, priority=9))
     assert priority_victims(too_big, ledger) == []  # beyond the entitlement: no victim makes room
+
+
+def test_slack_capacity_is_what_no_pool_holds_and_what_held_cpu_lends() -> None:
+    usage = [PoolUsage(allocation=Resources(cpu=6), slack_allocation=Resources(cpu=1))]
+    assert slack_capacity(Resources(cpu=10), usage) == Resources(cpu=5)  # 10 - (6 - 1) held for non-revocable runs
+    assert slack_capacity(Resources(cpu=10), usage, lent=2.5) == Resources(cpu=7.5)
+    hosts = {"a": {"capacity": Resources(cpu=4).to_record(), "state": "UP", "unused_cpu": 2.5},
+             "b": {"capacity": Resources(cpu=4).to_record(), "state": "DRAINING", "unused_cpu": 1.0}}
+    kept = HostCapacities()
+    kept.update(hosts.items())
+    assert kept.lent_total(hosts) == 2.5  # a host in maintenance lends nothing
+    hosts["a"] = {**hosts["a"], "unused_cpu": 0.0}
+    kept.update([("a", hosts["a"])])
+    assert kept.lent_total(hosts) == 0
