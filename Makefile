@@ -68,6 +68,7 @@ system:
 	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	command -v runc >/dev/null || missing="$$missing runc"; \
 	dpkg -s busybox-static >/dev/null 2>&1 || missing="$$missing busybox-static"; \
+	command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing$$missing (Debian packages)"; \

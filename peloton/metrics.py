@@ -126,3 +126,11 @@ def serve(settings: Settings) -> str | None:
     address = f"http://{host}:{port}/metrics"
     log.info("metrics on %s", address)
     return address
+
+
+def at_zero(family: Counter, *label_sets: tuple[str, ...]) -> None:
+    """Series of a labelled counter made at 0 for the label values known in advance, so that a
+    rate over them answers 0 rather than nothing before the first event (a dashboard's panel, an
+    alert's `increase`)."""
+    for labels in label_sets:
+        family.labels(*labels)

@@ -54,6 +54,7 @@ REJOIN_AFTER_S = 30.0
 class StageRuntime:
     def __init__(self, stage: Stage, settings: Settings, instance_id: str | None = None):
         self.stage = stage
+        metrics.at_zero(metrics.RETRIES, (stage.name,))
         self.settings = settings
         self.catalogue = Catalogue(settings.topic_prefix)
         self.serde = registry()

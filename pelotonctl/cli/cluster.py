@@ -48,7 +48,7 @@ def cluster_status(
 @cluster_app.command("targets")
 def cluster_targets(output: Path | None = typer.Option(None, "--output", help="Write here (atomically) "
                                                        "instead of printing.")) -> None:
-    """Every instance's metrics address as Prometheus file_sd targets (see docker/prometheus.yml):
+    """Every instance's metrics address as Prometheus file_sd targets (see docker/prometheus/prometheus.yml):
     from ZooKeeper (through the API, or PELOTON_ZOOKEEPER) where the cluster has one, else from the
     running dev stack."""
     import os

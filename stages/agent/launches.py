@@ -33,6 +33,7 @@ class Launches:
         self.lease = lease
         self.adoption = adoption
         self.report = report
+        metrics.at_zero(metrics.AGENT_HELD_LAUNCHES, ("started",), ("lost",), ("killed",), ("stopped",))
 
     def command(self, partition: int, offset: int, cmd: dict, killed: set[str]) -> None:
         """One AgentCommand, read at this offset; `killed`: the runs its batch kills."""

@@ -172,6 +172,7 @@ class EntitleStage(Stage):
         ledger = self.ledgers.get(pool)
         if ledger is None:  # (not setdefault: its default would be made at every call)
             ledger = self.ledgers[pool] = PoolLedger()
+            metrics.at_zero(metrics.PREEMPTIONS, (pool, "inter_pool"), (pool, "priority"))
         return ledger
 
     def _next_seq(self) -> int:

@@ -71,6 +71,7 @@ class LaunchStage(Stage):
 
     def bind(self, emitter: Emitter, settings: Settings, catalogue: Catalogue) -> None:
         super().bind(emitter, settings, catalogue)
+        metrics.at_zero(metrics.LAUNCH_REFUSALS, ("unknown_host",), ("host_closed",), ("no_room",))
         if catalogue[REPORTS].partitions != catalogue[TOPIC].partitions:
             raise ValueError(f"topics.yaml: {REPORTS} has {catalogue[REPORTS].partitions} partitions and {TOPIC} "
                              f"{catalogue[TOPIC].partitions}: a host shard is one partition of each")

@@ -27,6 +27,7 @@ from peloton.model.mesos import MesosState, Reason
 from peloton.model.resources import Resources
 from peloton.runtime import CompactedView, Emitter, HeldOffsets, Record, Stage, is_transient, now_ms
 from peloton.topics import Catalogue
+from stages.place.checks import GPU_KEPT, NO_RUNTIME, NOT_UP, PORTS, RESOURCE_KINDS
 from stages.place.host_view import HostView
 from stages.place.placement import HostRing, LastCandidates, explain, place_gang, refusal_counts
 from stages.place.task_need import LaunchSpecError, TaskNeed, port_names
@@ -66,6 +67,8 @@ class PlaceStage(Stage):
 
     def bind(self, emitter: Emitter, settings: Settings, catalogue: Catalogue) -> None:
         super().bind(emitter, settings, catalogue)
+        metrics.at_zero(metrics.PLACEMENT_REFUSALS, *((r,) for r in (*RESOURCE_KINDS, PORTS, NOT_UP, NO_RUNTIME,
+                                                                      GPU_KEPT, "together")))
         if self.host_state is None:
             self.host_state = CompactedView(settings, "host-state", catalogue)
 
