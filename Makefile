@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # of CPU at each start instead of 0.5, and the suite starts about 700 of them.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: install system jars tools demo test unit integration bench soak clean lint docs
+.PHONY: images install system jars tools demo test unit integration bench soak clean lint docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +78,27 @@ system:
 	    exit 1; \
 	  fi; \
 	fi
+
+# Container images for a cluster (docker/Containerfile; docker/compose.yaml runs them), built with
+# podman on a Debian base made here by mmdebstrap (no registry is reached): the base once, the
+# image at every call, the project's dependencies as wheels made on this machine. As root on
+# Debian, podman and mmdebstrap come from apt.
+IMAGE ?= localhost/peloton:latest
+IMAGE_BASE ?= localhost/peloton-base:bookworm
+DEBIAN_MIRROR ?= http://deb.debian.org/debian
+BASE_PACKAGES := python3,python3-venv,ca-certificates,openjdk-17-jre-headless,zookeeper,postgresql,prometheus,procps
+images: $(STAMP) $(GENERATED) jars
+	@if ! command -v podman >/dev/null || ! command -v mmdebstrap >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing podman mmdebstrap (Debian packages)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman mmdebstrap uidmap >/dev/null; \
+	  else echo "podman and mmdebstrap are needed: sudo apt-get install -y podman mmdebstrap uidmap" >&2; exit 1; fi; \
+	fi
+	@podman image exists $(IMAGE_BASE) || { mkdir -p .images && rm -f .images/base.tar \
+	  && mmdebstrap --quiet --variant=apt --include=$(BASE_PACKAGES) bookworm .images/base.tar $(DEBIAN_MIRROR) \
+	  && podman import --quiet .images/base.tar $(IMAGE_BASE) && rm -f .images/base.tar; }
+	rm -rf .images/wheels && $(BIN)/pip wheel --quiet -w .images/wheels .
+	podman build --isolation=chroot --build-arg BASE=$(IMAGE_BASE) -f docker/Containerfile -t $(IMAGE) .
 
 # Starts the embedded stack, runs the example jobs to completion with live progress, prints a
 # summary with tasks per second, and stops the stack.

@@ -9,7 +9,16 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from pelotonctl.cli.common import client, cluster_call, commands, load_settings, out, print_json
+from pelotonctl.cli.common import (
+    EXIT_INVALID,
+    client,
+    cluster_call,
+    commands,
+    fail,
+    load_settings,
+    out,
+    print_json,
+)
 
 cluster_app = commands("The cluster's instances on every machine, from ZooKeeper (through the API, or "
                        "PELOTON_ZOOKEEPER).")
@@ -47,7 +56,9 @@ def cluster_status(
 
 @cluster_app.command("targets")
 def cluster_targets(output: Path | None = typer.Option(None, "--output", help="Write here (atomically) "
-                                                       "instead of printing.")) -> None:
+                                                       "instead of printing."),
+                    static: list[str] = typer.Option([], "--static", help="Another target COMPONENT=HOST:PORT "
+                                                     "(repeatable): an API, which does not register.")) -> None:
     """Every instance's metrics address as Prometheus file_sd targets (see docker/prometheus/prometheus.yml):
     from ZooKeeper (through the API, or PELOTON_ZOOKEEPER) where the cluster has one, else from the
     running dev stack."""
@@ -67,6 +78,12 @@ def cluster_targets(output: Path | None = typer.Option(None, "--output", help="W
     targets = [{"targets": [urlparse(url).netloc], "labels": {"component": kind, "instance_id": instance,
                                                               "__metrics_path__": urlparse(url).path or "/metrics"}}
                for kind, instance, url in found if url]
+    for item in static:
+        kind, _, address = item.partition("=")
+        if not kind or not address:
+            fail(f"--static {item!r}: expected COMPONENT=HOST:PORT", EXIT_INVALID)
+        targets.append({"targets": [address], "labels": {"component": kind, "instance_id": address,
+                                                         "__metrics_path__": "/metrics"}})
     text = json.dumps(targets, indent=2) + "\n"
     if output is None:
         sys.stdout.write(text)

@@ -16,6 +16,7 @@ from pelotonctl.cli import (
     cluster,
     dashboard,
     deadletters,
+    deploy,
     dev,
     host,
     image,
@@ -52,6 +53,7 @@ app.add_typer(volume.volume_app, name="volume")
 app.add_typer(respool.pool_app, name="respool")
 app.add_typer(resmgr.resmgr_app, name="resmgr")
 app.add_typer(cluster.cluster_app, name="cluster")
+app.add_typer(deploy.deploy_app, name="deploy")
 app.add_typer(agent.agent_app, name="agent")
 app.add_typer(host.host_app, name="host")
 app.add_typer(host.hostmgr_app, name="hostmgr")

@@ -105,10 +105,15 @@ class Node:
     proxy_port: int = 0
     # A secure cluster's brokers talk to each other here (SASL PLAIN, as the `broker` user).
     internal_port: int = 0
+    # The name clients and the other nodes reach it by, and the address it listens on: on one
+    # machine both are loopback; a node on a machine (or container) of its own is reached by its
+    # host name and listens on every address (pelotonctl/deploy/broker.py).
+    host: str = "127.0.0.1"
+    bind: str = "127.0.0.1"
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def log(self) -> Path:
@@ -139,7 +144,8 @@ BROKER = "broker"
 
 
 def node_properties(node: Node, voters: str, size: int, access: Access | None = None) -> str:
-    """server.properties of one node: KRaft, combined roles, everything on 127.0.0.1."""
+    """server.properties of one node: KRaft, combined roles, listening on its bind address and
+    reached at its host name (both 127.0.0.1 on one machine)."""
     replicas = min(3, size)
     isr = 2 if replicas >= 3 else 1
     proxied = advertised = mapped = ""
@@ -149,8 +155,8 @@ def node_properties(node: Node, voters: str, size: int, access: Access | None = 
         mapped = ",PROXIED:PLAINTEXT"
     if access is None:
         listeners = [
-            f"listeners=PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}{proxied}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{node.port}{advertised}",
+            f"listeners=PLAINTEXT://{node.bind}:{node.port},CONTROLLER://{node.bind}:{node.controller_port}{proxied}",
+            f"advertised.listeners=PLAINTEXT://{node.host}:{node.port}{advertised}",
             "controller.listener.names=CONTROLLER",
             "inter.broker.listener.name=PLAINTEXT",
             f"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT{mapped}",
@@ -207,9 +213,9 @@ def secure_listeners(node: Node, access: Access) -> list[str]:
     plain = (f'org.apache.kafka.common.security.plain.PlainLoginModule required username="{BROKER}" '
              f'password="{access.broker_password}" user_{BROKER}="{access.broker_password}";')
     return [
-        f"listeners=CLIENT://127.0.0.1:{node.port},INTERNAL://127.0.0.1:{node.internal_port},"
-        f"CONTROLLER://127.0.0.1:{node.controller_port}",
-        f"advertised.listeners=CLIENT://127.0.0.1:{node.port},INTERNAL://127.0.0.1:{node.internal_port}",
+        f"listeners=CLIENT://{node.bind}:{node.port},INTERNAL://{node.bind}:{node.internal_port},"
+        f"CONTROLLER://{node.bind}:{node.controller_port}",
+        f"advertised.listeners=CLIENT://{node.host}:{node.port},INTERNAL://{node.host}:{node.internal_port}",
         "controller.listener.names=CONTROLLER",
         "inter.broker.listener.name=INTERNAL",
         "listener.security.protocol.map=CLIENT:SASL_SSL,INTERNAL:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",

@@ -28,6 +28,11 @@ NO_DATA = {
     # Output that is the data itself, in a form of its own.
     "task logs": "the run's own stdout or stderr, byte for byte (any bytes, not text): pipe it",
     "cluster targets": "prints JSON already: Prometheus file_sd targets (or writes them to --output)",
+    "deploy env": "the env file itself, KEY=VALUE lines a compose file reads (or writes it to --output)",
+    # A deployment's one-shot steps and its Kafka node: progress lines, then the files they made.
+    "deploy broker": "becomes a Kafka node (exec) until stopped; Kafka logs",
+    "deploy certificates": "writes ca.pem and broker.pem; a line says so",
+    "deploy setup": "progress while topics, users, ACLs, the pool and tokens are made; the tokens are files",
 }
 
 
