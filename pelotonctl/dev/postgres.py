@@ -45,13 +45,15 @@ class PostgresServer:
     port: int
     options: str = ""  # the server's -o options, to start it again
     password: str = ""  # the superuser's (SCRAM)
+    host: str = "127.0.0.1"  # where it listens (a network host's address: dev/netns.py)
+    wrap: tuple[str, ...] = ()  # what its commands run inside (`ip netns exec NS`)
 
     @property
     def url(self) -> str:
         return self.url_of("postgres")
 
     def url_of(self, database: str) -> str:
-        return f"postgresql://postgres:{self.password}@127.0.0.1:{self.port}/{database}"
+        return f"postgresql://postgres:{self.password}@{self.host}:{self.port}/{database}"
 
     @property
     def pid(self) -> int:
@@ -72,28 +74,30 @@ class PostgresServer:
             conn.execute(f"CREATE ROLE \"{name}\" LOGIN PASSWORD '{password}' NOSUPERUSER NOCREATEDB NOCREATEROLE")
             conn.execute(f'CREATE DATABASE "{name}" OWNER "{name}"')
             conn.execute(f'REVOKE ALL ON DATABASE "{name}" FROM PUBLIC')
-        return f"postgresql://{name}:{password}@127.0.0.1:{self.port}/{name}"
+        return f"postgresql://{name}:{password}@{self.host}:{self.port}/{name}"
 
     def stop(self, keep: bool = False) -> None:
         """Stop the server; its directory goes too unless `keep` (then start() brings it back)."""
-        subprocess.run(_as_server_user([str(bin_dir() / "pg_ctl"), "-D", str(self.dir / "data"), "-m", "immediate",
-                                        "stop"]), capture_output=True, timeout=60)
+        subprocess.run([*self.wrap, *_as_server_user([str(bin_dir() / "pg_ctl"), "-D", str(self.dir / "data"), "-m",
+                                                      "immediate", "stop"])], capture_output=True, timeout=60)
         if not keep:
             shutil.rmtree(self.dir, ignore_errors=True)
 
     def start(self, timeout: float = 60) -> None:
         """Start a server stopped with keep=True again, on its data."""
-        started = subprocess.run(_as_server_user([str(bin_dir() / "pg_ctl"), "-D", str(self.dir / "data"), "-o",
-                                                  self.options, "-l", str(self.dir / "server.log"), "-w", "-t",
-                                                  str(int(timeout)), "start"]), capture_output=True, text=True,
+        started = subprocess.run([*self.wrap, *_as_server_user([
+            str(bin_dir() / "pg_ctl"), "-D", str(self.dir / "data"), "-o", self.options, "-l",
+            str(self.dir / "server.log"), "-w", "-t", str(int(timeout)), "start"])], capture_output=True, text=True,
                                  timeout=timeout + 10)
         if started.returncode:
             raise PostgresUnavailable(f"PostgreSQL did not start again: {started.stderr.strip()}")
         _wait_ready(self, timeout)
 
 
-def start_postgres(port: int, parent: Path | None = None, timeout: float = 60) -> PostgresServer:
-    """initdb and start a server on 127.0.0.1:port in a new directory (under parent, or /tmp)."""
+def start_postgres(port: int, parent: Path | None = None, timeout: float = 60, host: str = "127.0.0.1",
+                   wrap: tuple[str, ...] = ()) -> PostgresServer:
+    """initdb and start a server on host:port (127.0.0.1, or a network host's address with `wrap`
+    the command that enters its namespace) in a new directory (under parent, or /tmp)."""
     bins = bin_dir()
     # The server user must reach the directory (not below a root-only pytest tmp dir), and no one
     # else: it holds the server's data, log and socket.
@@ -115,13 +119,17 @@ def start_postgres(port: int, parent: Path | None = None, timeout: float = 60) -
     pwfile.unlink()
     if init.returncode:
         raise PostgresUnavailable(f"initdb failed: {init.stderr.strip()[-500:]}")
-    options = f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off"
-    started = run([str(bins / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(base / "server.log"),
-                   "-w", "-t", str(int(timeout)), "start"])
+    if host != "127.0.0.1":  # reached from other network hosts: with the password, as on loopback
+        with open(data / "pg_hba.conf", "a") as hba:
+            hba.write("host all all 0.0.0.0/0 scram-sha-256\n")
+    options = f"-p {port} -k {base} -c listen_addresses={host} -c fsync=off -c full_page_writes=off"
+    started = subprocess.run([*wrap, *_as_server_user([str(bins / "pg_ctl"), "-D", str(data), "-o", options, "-l",
+                                                      str(base / "server.log"), "-w", "-t", str(int(timeout)),
+                                                      "start"])], capture_output=True, text=True, timeout=timeout)
     if started.returncode:
         log = (base / "server.log").read_text(errors="replace")[-800:] if (base / "server.log").exists() else ""
         raise PostgresUnavailable(f"PostgreSQL did not start on port {port}: {started.stderr.strip()} {log}")
-    server = PostgresServer(base, port, options, password)
+    server = PostgresServer(base, port, options, password, host, tuple(wrap))
     _wait_ready(server, timeout)
     return server
 
