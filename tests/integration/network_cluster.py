@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -31,6 +32,7 @@ class NetworkCluster:
         self.home = home
         self.net = NetworkHosts(f"n{uuid.uuid4().hex[:4]}", subnet)
         self.procs: dict[str, subprocess.Popen] = {}
+        self.commands: dict[str, tuple[list[str], dict[str, str]]] = {}
         self.store: PostgresServer | None = None
         self.secrets = cluster_env(AGENTS)
         self.agent_resources = agent_resources
@@ -101,6 +103,12 @@ class NetworkCluster:
         return {k[len(prefix):].lower(): v for k, v in self.secrets.items() if k.startswith(prefix)}
 
     def start_process(self, name: str, cmd: list[str], env: dict[str, str]) -> None:
+        self.commands[name] = (cmd, env)
+        self.procs[name] = self.net.spawn(name, cmd, env, self.log(name))
+
+    def restart(self, name: str) -> None:
+        """The process started again with its own command, after it was killed or stopped."""
+        cmd, env = self.commands[name]
         self.procs[name] = self.net.spawn(name, cmd, env, self.log(name))
 
     # -- the operator -----------------------------------------------------------------------------
@@ -134,3 +142,16 @@ class NetworkCluster:
         if self.store is not None:
             self.store.stop()
         self.net.close()
+
+
+def runs_recorded(cluster: NetworkCluster, job: str) -> dict[int, list[tuple[str, float, float, bool]]]:
+    """Instance -> its runs as their hosts recorded them: (host, first tick, last line, ended)."""
+    found: dict[int, list[tuple[str, float, float, bool]]] = {}
+    for agent in AGENTS:
+        for stdout in (cluster.home / agent).glob(f"**/{job}-*/stdout"):
+            stamps = [float(m) for m in re.findall(r"^(?:tick|end) ([0-9.]+)$", stdout.read_text(), re.M)]
+            if not stamps:
+                continue
+            instance = int(stdout.parent.name[len(job) + 1:].split("-")[0])
+            found.setdefault(instance, []).append((agent, stamps[0], stamps[-1], "end " in stdout.read_text()))
+    return found

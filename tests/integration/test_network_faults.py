@@ -8,14 +8,13 @@ is recorded LOST."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
 
 from peloton.store import open_store
 from pelotonctl.dev.netns import available
-from tests.integration.network_cluster import AGENTS, NetworkCluster
+from tests.integration.network_cluster import AGENTS, NetworkCluster, runs_recorded
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -28,19 +27,6 @@ defaultConfig:
   command:
     value: 'for i in $(seq 12); do echo "tick $(date +%s.%N)"; sleep 1; done; echo "end $(date +%s.%N)"'
 """
-
-
-def runs_recorded(cluster: NetworkCluster, job: str) -> dict[int, list[tuple[str, float, float, bool]]]:
-    """Instance -> its runs as their hosts recorded them: (host, first tick, last line, ended)."""
-    found: dict[int, list[tuple[str, float, float, bool]]] = {}
-    for agent in AGENTS:
-        for stdout in (cluster.home / agent).glob(f"**/{job}-*/stdout"):
-            stamps = [float(m) for m in re.findall(r"^(?:tick|end) ([0-9.]+)$", stdout.read_text(), re.M)]
-            if not stamps:
-                continue
-            instance = int(stdout.parent.name[len(job) + 1:].split("-")[0])
-            found.setdefault(instance, []).append((agent, stamps[0], stamps[-1], "end " in stdout.read_text()))
-    return found
 
 
 def test_a_job_outlives_a_slow_link_and_a_cut_host_and_no_instance_runs_twice_at_once(tmp_path: Path) -> None:
