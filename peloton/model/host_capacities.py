@@ -24,6 +24,12 @@ HOST_CAPACITY = ("peloton.HostState", "unused_cpu")
 HOST_LABELS = ("peloton.HostState", "labels")
 
 
+def lent_by(host: dict) -> float:
+    """The cpu a host's non-revocable runs hold but do not use (HostState's unused_cpu), counted
+    as slack while the host is UP."""
+    return host.get("unused_cpu", 0.0) if host.get("state", "UP") == "UP" else 0.0
+
+
 class HostCapacities:
     def __init__(self) -> None:
         self.per_host: dict[str, tuple[_Capacity, bool]] = {}  # host -> (capacity, UP)
@@ -36,8 +42,9 @@ class HostCapacities:
         for key, h in changes:
             c = h["capacity"]
             entry = ((c["cpu"], c["mem_mb"], c["disk_mb"], c["gpu"]), h.get("state", "UP") == "UP")
-            if entry[1] and h.get("unused_cpu"):
-                self.lent[key] = h["unused_cpu"]
+            lent = lent_by(h)
+            if lent:
+                self.lent[key] = lent
             else:
                 self.lent.pop(key, None)
             if self.per_host.get(key) != entry:

@@ -66,10 +66,10 @@ class Reason(StrEnum):
     AGENT_SHUTDOWN = "REASON_AGENT_SHUTDOWN"
 
 
-# A run's end reported after the host manager had given the run up (it was LOST, or unknown):
-# recorded in the run's history, nothing else.
 # The reason a preempted run's statuses and kill carry: its resource pool's manager wanted its room
 # for another's, or its host's non-revocable runs wanted their slack back. Its job runs it again.
 PREEMPTED = "PREEMPTED"
 
+# A run's end reported after the host manager had given the run up (it was LOST, or unknown):
+# recorded in the run's history, nothing else.
 LATE_END_REASONS = frozenset({Reason.AGENT_FENCED, Reason.RECONCILIATION})

@@ -40,6 +40,10 @@ class Resources:
         """Every kind times factor (a percentage of a reservation, say)."""
         return Resources(self.cpu * factor, self.mem_mb * factor, self.disk_mb * factor, self.gpu * factor)
 
+    def without_cpu(self) -> Resources:
+        """Every kind but cpu: what a revocable run takes of a host's room, its cpu being slack."""
+        return Resources(0.0, self.mem_mb, self.disk_mb, self.gpu)
+
     def fits_in(self, other: Resources) -> bool:
         """True when every kind of self is <= other's, within EPS."""
         return (

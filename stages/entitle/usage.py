@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from peloton.model.host_capacities import lent_by
 from peloton.model.pool import KIND_FIELDS
 from peloton.model.resources import ZERO, Resources
 from stages.entitle.admission import PoolLedger, PoolQueue, over_allocation
@@ -73,7 +74,7 @@ def pool_view(pools: dict[str, dict], published: dict[str, dict], host_states: I
     pools = {p: c for p, c in pools.items() if not c.get("deleted")}
     host_states = list(host_states)
     capacity = cluster_capacity(host_states)
-    lent = sum(h.get("unused_cpu", 0.0) for h in host_states if h.get("state", "UP") == "UP")
+    lent = sum(map(lent_by, host_states))
     usage = {p: usage_from_record(published[p]) if p in published else PoolUsage() for p in leaves(pools)}
     shares = tree_entitlements(pools, usage, capacity, lent)
     rolled: dict[str, tuple[Resources, Resources]] = {}

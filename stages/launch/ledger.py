@@ -29,12 +29,9 @@ class HostLedger:
         """Take room for a task if it fits (optimistic concurrency: placements are checked here)."""
         if task_id in self.held:
             return True
-        rest = need
-        if revocable:
-            if need.cpu > self.slack_room() + EPS:
-                return False
-            rest = Resources(0.0, need.mem_mb, need.disk_mb, need.gpu)
-        if not self.held.sum.fits_with(rest, self.capacity):
+        if revocable and need.cpu > self.slack_room() + EPS:
+            return False
+        if not self.held.sum.fits_with(_held_part(need, revocable), self.capacity):
             return False
         self.hold(task_id, need, revocable)
         return True
@@ -43,8 +40,7 @@ class HostLedger:
         """Charge a run that runs already (no room checked)."""
         if revocable:
             self.revocable[task_id] = need.cpu
-            need = Resources(0.0, need.mem_mb, need.disk_mb, need.gpu)
-        self.held.charge(task_id, need)
+        self.held.charge(task_id, _held_part(need, revocable))
 
     def release(self, task_id: str) -> bool:
         self.revocable.pop(task_id, None)
@@ -62,9 +58,13 @@ class HostLedger:
         they hold unused."""
         return self.capacity.cpu - self.held.total.cpu + self.unused_cpu()
 
+    def revocable_cpu(self) -> float:
+        """The cpu revocable runs hold, on the slack."""
+        return sum(self.revocable.values())
+
     def slack_room(self) -> float:
         """The cpu a new revocable run may take: the slack less what revocable runs hold."""
-        return self.slack() - sum(self.revocable.values())
+        return self.slack() - self.revocable_cpu()
 
     def measure(self, usage: list[dict]) -> bool:
         """An agent's measurements (AgentReport's usage). A run the agent says is revocable but
@@ -102,6 +102,11 @@ class HostLedger:
                 victims.append(t)
                 staying -= self.revocable[t]
         return victims
+
+
+def _held_part(need: Resources, revocable: bool) -> Resources:
+    """What of a run `held` charges: all of it, but a revocable run's cpu (on the slack)."""
+    return need.without_cpu() if revocable else need
 
 
 @dataclass(slots=True)

@@ -481,7 +481,7 @@ class LaunchStage(Stage):
             if not victims:
                 continue
             why = (f"preempted: host {host_id}'s non-revocable runs need its cpu back (slack "
-                   f"{max(0.0, ledger.slack()):.2f} cpu, revocable runs held {sum(ledger.revocable.values()):g})")
+                   f"{max(0.0, ledger.slack()):.2f} cpu, revocable runs held {ledger.revocable_cpu():g})")
             for task_id in victims:
                 self.kill_reasons[task_id] = (PREEMPTED, why)
             self.drivers[self.book.inventory[host_id].driver].kill(victims)

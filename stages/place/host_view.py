@@ -109,7 +109,7 @@ class HostView:
         if revocable:
             entry.revocable_cpu += resources.cpu
             self._pending_revocable += resources.cpu
-            resources = Resources(0.0, resources.mem_mb, resources.disk_mb, resources.gpu)
+            resources = resources.without_cpu()
         entry.resources = resources if entry.resources is ZERO else entry.resources + resources
         self._pending.add(resources)
         self._free_stale = True

@@ -38,6 +38,7 @@ from pelotonctl.dev.stack import (
     wait_for_log,
 )
 from tests.conftest import fresh_store_url
+from tests.integration.helpers import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -201,11 +202,7 @@ class Pipeline:
 
     def wait_for(self, what: str, check, timeout: float) -> None:
         """Poll `check` until it holds; fail naming `what` and where the logs are."""
-        deadline = time.monotonic() + timeout
-        while not check():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{what} within {timeout}s; logs in {self.home}{self.last_words()}")
-            time.sleep(0.2)
+        wait_until(what, check, timeout, 0.2, lambda: f"; logs in {self.home}{self.last_words()}")
 
     def last_words(self, lines: int = 8) -> str:
         """Each process's state and the last lines of its log that say something, for a failure's

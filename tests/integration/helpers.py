@@ -1,6 +1,6 @@
 """Helpers several integration test modules share: a dev stack's environment and its pelotonctl,
 keys that land one on each partition, the partitions a log says were assigned, a job's live
-processes, a raw job command, and a job of sleeping tasks."""
+processes, a raw job command, a job of sleeping tasks, and a wait until something holds."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from peloton.runtime import now_ms
 from peloton.topics import partition_for
@@ -84,3 +86,17 @@ defaultconfig:
 def sleepers(count: int, seconds: float, cpu: float = 0.1) -> str:
     """A job of `count` tasks that each sleep `seconds`."""
     return SLEEPERS.format(count=count, seconds=seconds, cpu=cpu)
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout: float, every: float = 0.5,
+               detail: Callable[[], str] = lambda: "") -> Any:
+    """check() every `every` seconds until it gives something true, which is returned; past
+    `timeout`, an AssertionError naming `what` and `detail()` (read then: logs, processes)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} within {timeout}s{detail()}")
+        time.sleep(every)

@@ -11,7 +11,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from pelotonctl.dev.netns import NetworkHosts
 from pelotonctl.dev.postgres import PostgresServer, start_postgres
 from pelotonctl.dev.processes import end_group
 from pelotonctl.dev.tls import make_certificates
+from tests.integration.helpers import wait_until
 
 BROKERS = ("kafka-1", "kafka-2", "kafka-3")
 STAGES = ("admit", "entitle", "place", "launch")
@@ -125,15 +125,10 @@ class NetworkCluster:
         return {h["host_id"] for h in json.loads(done.stdout)["hosts"] if h["state"] == "UP"}
 
     def wait_for(self, what: str, check, timeout: float):
-        deadline = time.monotonic() + timeout
-        while True:
-            value = check()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                dead = {n: p.returncode for n, p in self.procs.items() if p.poll() is not None}
-                raise AssertionError(f"{what} within {timeout}s; processes ended: {dead}; logs in {self.home}")
-            time.sleep(1)
+        def ended() -> str:
+            dead = {n: p.returncode for n, p in self.procs.items() if p.poll() is not None}
+            return f"; processes ended: {dead}; logs in {self.home}"
+        return wait_until(what, check, timeout, 1.0, ended)
 
     def stop(self) -> None:
         for proc in self.procs.values():

@@ -16,7 +16,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -25,6 +24,7 @@ import pytest
 
 from peloton.config import REPO_ROOT
 from pelotonctl.dev.processes import free_port
+from tests.integration.helpers import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -91,13 +91,7 @@ def test_the_compose_cluster_runs_a_job_created_through_the_api(tmp_path: Path) 
 
 
 def wait_for(what: str, check, timeout: float):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what} within {timeout}s"
-        time.sleep(3)
+    return wait_until(what, check, timeout, every=3.0)
 
 
 def _answers(url: str) -> bool:

@@ -11,14 +11,13 @@ import json
 import os
 import shutil
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
 from peloton.private import readable_by_others
-from tests.integration.helpers import ctl_in, stack_env
+from tests.integration.helpers import ctl_in, stack_env, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.long]
 
@@ -53,16 +52,6 @@ defaultconfig:
 """
 
 
-def wait(what: str, check, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"no {what} within {timeout}s"
-        time.sleep(0.5)
-
-
 def test_a_hostile_tenants_task_reaches_nothing_of_the_cluster_or_of_another_team(tmp_path) -> None:
     import sysconfig
 
@@ -88,8 +77,8 @@ def test_a_hostile_tenants_task_reaches_nothing_of_the_cluster_or_of_another_tea
         secret, mark = f"bob-secret-{uuid.uuid4().hex}", "117.25"
         (tmp_path / "victim.yaml").write_text(VICTIM.format(secret=secret, mark=mark))
         victim = as_bob("job", "create", "/team-b", str(tmp_path / "victim.yaml")).stdout.split()[1]
-        wait("victim running", lambda: json.loads(as_bob("job", "status", victim, "--json").stdout)
-             .get("tasks", {}).get("RUNNING") == 2)
+        wait_until("victim running", lambda: json.loads(as_bob("job", "status", victim, "--json").stdout)
+             .get("tasks", {}).get("RUNNING") == 2, 60)
         victim_task = json.loads(as_bob("task", "list", victim, "--json").stdout)[0]
         victim_task_id = f"{victim}-{victim_task['instance']}-{victim_task['run_id']}"
         logs = [line.split("run output served at ")[1].split(",")[0]
